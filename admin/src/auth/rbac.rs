@@ -1,0 +1,130 @@
+//! Who is calling and what they may do. Only a successful check here produces the proof a
+//! service function takes (`AdminProof`, `GroupWrite`), so a service that edits a group's jobs
+//! cannot be reached without the right having been checked.
+
+use crate::domain::role::Role;
+use crate::error::Error;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ActorKind {
+    User,
+    /// An API token acting for its owner, with at most the owner's role.
+    Token { token_id: i64 },
+    /// The process itself: CLI bootstrap, background workers.
+    System,
+}
+
+impl ActorKind {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ActorKind::User => "user",
+            ActorKind::Token { .. } => "token",
+            ActorKind::System => "system",
+        }
+    }
+}
+
+/// An authenticated caller with its effective role and group grants.
+#[derive(Debug, Clone)]
+pub struct Actor {
+    pub kind: ActorKind,
+    pub user_id: Option<i64>,
+    pub name: String,
+    pub role: Role,
+    /// Groups granted to a non-admin; ignored for admins, who see everything.
+    pub groups: Vec<i64>,
+    pub ip: String,
+    pub request_id: String,
+}
+
+/// Proof that the caller is an admin.
+#[derive(Debug)]
+pub struct AdminProof(());
+
+/// Proof that the caller may change jobs (including commands and scripts) of one group.
+#[derive(Debug)]
+pub struct GroupWrite {
+    group_id: i64,
+}
+
+impl GroupWrite {
+    pub fn group_id(&self) -> i64 {
+        self.group_id
+    }
+}
+
+impl Actor {
+    pub fn system(name: &str) -> Self {
+        Self {
+            kind: ActorKind::System,
+            user_id: None,
+            name: name.to_owned(),
+            role: Role::Admin,
+            groups: Vec::new(),
+            ip: "local".into(),
+            request_id: String::new(),
+        }
+    }
+
+    pub fn is_admin(&self) -> bool {
+        self.role == Role::Admin
+    }
+
+    /// # Errors
+    /// `Forbidden` unless the caller is an admin.
+    pub fn require_admin(&self) -> Result<AdminProof, Error> {
+        if self.is_admin() { Ok(AdminProof(())) } else { Err(Error::Forbidden("this action needs the admin role".into())) }
+    }
+
+    /// The groups this caller may read: `None` means all of them.
+    pub fn visible_groups(&self) -> Option<Vec<i64>> {
+        if self.is_admin() { None } else { Some(self.groups.clone()) }
+    }
+
+    /// # Errors
+    /// `Forbidden` when the group is not granted to a non-admin.
+    pub fn read_group(&self, group_id: i64) -> Result<(), Error> {
+        if self.is_admin() || self.groups.contains(&group_id) {
+            Ok(())
+        } else {
+            Err(Error::Forbidden(format!("no access to executor group {group_id}")))
+        }
+    }
+
+    /// # Errors
+    /// `Forbidden` for viewers, and for operators without a grant on the group.
+    pub fn write_group(&self, group_id: i64) -> Result<GroupWrite, Error> {
+        match self.role {
+            Role::Admin => Ok(GroupWrite { group_id }),
+            Role::Operator if self.groups.contains(&group_id) => Ok(GroupWrite { group_id }),
+            Role::Operator => Err(Error::Forbidden(format!("no write access to executor group {group_id}"))),
+            Role::Viewer => Err(Error::Forbidden("the viewer role is read-only".into())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn actor(role: Role, groups: &[i64]) -> Actor {
+        Actor { role, groups: groups.to_vec(), ..Actor::system("t") }
+    }
+
+    #[test]
+    fn the_role_matrix() {
+        let admin = actor(Role::Admin, &[]);
+        let operator = actor(Role::Operator, &[1]);
+        let viewer = actor(Role::Viewer, &[1]);
+        assert!(admin.require_admin().is_ok());
+        assert!(operator.require_admin().is_err());
+        assert!(admin.write_group(9).is_ok());
+        assert_eq!(operator.write_group(1).unwrap().group_id(), 1);
+        assert!(operator.write_group(2).is_err());
+        assert!(viewer.write_group(1).is_err());
+        assert!(viewer.read_group(1).is_ok());
+        assert!(viewer.read_group(2).is_err());
+        assert_eq!(admin.visible_groups(), None);
+        assert_eq!(viewer.visible_groups(), Some(vec![1]));
+    }
+}

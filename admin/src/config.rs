@@ -1,0 +1,340 @@
+//! Configuration: built-in defaults, then a TOML file, then `JOBFLEET_*` environment variables,
+//! then command-line flags. Phase one gathers raw strings with where each came from; phase two
+//! validates them into typed [`Config`], with errors that name the key and its source.
+//!
+//! This module reads config sources and nothing else; the caller passes the environment in, so
+//! tests never touch the process environment.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::db::DbUrl;
+
+/// Every key, with its default (`None` = no default) and what it is, for `--help`-like output.
+const KEYS: &[(&str, Option<&str>, &str)] = &[
+    ("listen", Some("127.0.0.1:8080"), "address the HTTP server binds, HOST:PORT"),
+    ("database_url", Some("sqlite://data/jobfleet.db"), "sqlite://PATH or mysql://USER:PASS@HOST:PORT/DB"),
+    ("jwt_secret", None, "HS256 secret for API tokens, at least 32 bytes; generated next to a SQLite file when unset"),
+    ("jwt_ttl_s", Some("3600"), "lifetime of tokens from /api/v1/auth/token, seconds"),
+    ("access_token", None, "token shared with agents (XXL-JOB-ACCESS-TOKEN)"),
+    ("db_pool_size", Some("10"), "maximum database connections"),
+    ("db_connect_timeout_ms", Some("5000"), "how long a request waits for a database connection"),
+    ("max_body_bytes", Some("1048576"), "largest accepted request body"),
+    ("workers", Some("2"), "HTTP worker threads"),
+    ("log", Some("info"), "tracing filter, e.g. info,jobfleet_admin=debug"),
+];
+
+/// Environment variables that are ours but not config keys.
+const OTHER_ENV: &[&str] = &["JOBFLEET_CONFIG", "JOBFLEET_ADMIN_PASSWORD"];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    Default,
+    File(PathBuf),
+    Env(String),
+    Flag(String),
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Default => f.write_str("the default"),
+            Source::File(path) => write!(f, "config file {}", path.display()),
+            Source::Env(var) => write!(f, "environment variable {var}"),
+            Source::Flag(flag) => write!(f, "flag --{flag}"),
+        }
+    }
+}
+
+/// A configuration problem, naming the key and where its value came from.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("config key `{key}` ({origin}): {message}")]
+pub struct ConfigError {
+    pub key: String,
+    pub origin: String,
+    pub message: String,
+}
+
+/// What the process was given; `main` fills it from the real environment, tests by hand.
+#[derive(Debug, Default, Clone)]
+pub struct Sources {
+    pub file: Option<PathBuf>,
+    pub env: Vec<(String, String)>,
+    /// `(key, value)` pairs from flags, keys as in the file.
+    pub flags: Vec<(String, String)>,
+}
+
+impl Sources {
+    /// Reads `JOBFLEET_*` from the process environment and the file it names.
+    pub fn from_process(config_flag: Option<PathBuf>, flags: Vec<(String, String)>) -> Self {
+        let env: Vec<(String, String)> = std::env::vars().filter(|(k, _)| k.starts_with("JOBFLEET_")).collect();
+        let file = config_flag.or_else(|| env.iter().find(|(k, _)| k == "JOBFLEET_CONFIG").map(|(_, v)| PathBuf::from(v)));
+        Self { file, env, flags }
+    }
+}
+
+/// The validated configuration. Secrets are redacted in `Debug`.
+#[derive(Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub database_url: DbUrl,
+    pub jwt_secret: Option<String>,
+    pub jwt_ttl: Duration,
+    pub access_token: Option<String>,
+    pub db_pool_size: u32,
+    pub db_connect_timeout: Duration,
+    pub max_body_bytes: usize,
+    pub workers: usize,
+    pub log: String,
+    /// Unknown `JOBFLEET_*` variables, reported as warnings once logging is up.
+    pub warnings: Vec<String>,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let redact = |s: &Option<String>| if s.is_some() { "<redacted>" } else { "<unset>" };
+        f.debug_struct("Config")
+            .field("listen", &self.listen)
+            .field("database_url", &self.database_url)
+            .field("jwt_secret", &redact(&self.jwt_secret))
+            .field("jwt_ttl", &self.jwt_ttl)
+            .field("access_token", &redact(&self.access_token))
+            .field("db_pool_size", &self.db_pool_size)
+            .field("db_connect_timeout", &self.db_connect_timeout)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("workers", &self.workers)
+            .field("log", &self.log)
+            .finish()
+    }
+}
+
+type Raw = BTreeMap<&'static str, (String, Source)>;
+
+fn known_key(name: &str) -> Option<&'static str> {
+    KEYS.iter().map(|(k, _, _)| *k).find(|k| *k == name)
+}
+
+fn read_file(path: &Path, raw: &mut Raw) -> Result<(), ConfigError> {
+    let file_err = |message: String| ConfigError {
+        key: "config".into(),
+        origin: Source::File(path.to_owned()).to_string(),
+        message,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| file_err(format!("cannot read the file: {e}")))?;
+    let table: toml::Table = text.parse().map_err(|e: toml::de::Error| file_err(format!("not valid TOML: {e}")))?;
+    for (key, value) in table {
+        let Some(known) = known_key(&key) else {
+            return Err(ConfigError {
+                key,
+                origin: Source::File(path.to_owned()).to_string(),
+                message: format!(
+                    "unknown key; known keys are: {}",
+                    KEYS.iter().map(|(k, _, _)| *k).collect::<Vec<_>>().join(", ")
+                ),
+            });
+        };
+        let text = match value {
+            toml::Value::String(s) => s,
+            toml::Value::Integer(i) => i.to_string(),
+            toml::Value::Boolean(b) => b.to_string(),
+            other => {
+                return Err(ConfigError {
+                    key,
+                    origin: Source::File(path.to_owned()).to_string(),
+                    message: format!("expected a string or a number, found {}", other.type_str()),
+                });
+            }
+        };
+        raw.insert(known, (text, Source::File(path.to_owned())));
+    }
+    Ok(())
+}
+
+impl Config {
+    /// Layers the sources and validates the result.
+    ///
+    /// # Errors
+    /// The first invalid or unknown key, named with its source.
+    pub fn load(sources: &Sources) -> Result<Config, ConfigError> {
+        let mut raw: Raw = BTreeMap::new();
+        for (key, default, _) in KEYS {
+            if let Some(value) = default {
+                raw.insert(key, ((*value).to_owned(), Source::Default));
+            }
+        }
+        if let Some(path) = &sources.file {
+            read_file(path, &mut raw)?;
+        }
+        let mut warnings = Vec::new();
+        for (var, value) in &sources.env {
+            let Some(suffix) = var.strip_prefix("JOBFLEET_") else { continue };
+            if OTHER_ENV.contains(&var.as_str()) || var.starts_with("JOBFLEET_AGENT_") || var.starts_with("JOBFLEET_TEST_") {
+                continue;
+            }
+            match known_key(&suffix.to_ascii_lowercase()) {
+                Some(key) => {
+                    raw.insert(key, (value.clone(), Source::Env(var.clone())));
+                }
+                None => warnings.push(format!("ignoring unknown environment variable {var}")),
+            }
+        }
+        for (flag, value) in &sources.flags {
+            let key = known_key(flag).ok_or_else(|| ConfigError {
+                key: flag.clone(),
+                origin: Source::Flag(flag.clone()).to_string(),
+                message: "unknown flag".into(),
+            })?;
+            raw.insert(key, (value.clone(), Source::Flag(flag.replace('_', "-"))));
+        }
+        Self::validate(&raw, warnings)
+    }
+
+    fn validate(raw: &Raw, warnings: Vec<String>) -> Result<Config, ConfigError> {
+        let fail = |key: &str, message: String| {
+            let source = raw.get(key).map_or_else(|| Source::Default.to_string(), |(_, s)| s.to_string());
+            ConfigError { key: key.to_owned(), origin: source, message }
+        };
+        let get = |key: &str| raw.get(key).map(|(v, _)| v.trim().to_owned());
+        let number = |key: &str, min: u64, max: u64| -> Result<u64, ConfigError> {
+            let text = get(key).unwrap_or_default();
+            let n: u64 = text.parse().map_err(|_| fail(key, format!("`{text}` is not a whole number")))?;
+            if !(min..=max).contains(&n) {
+                return Err(fail(key, format!("{n} is out of range {min}..={max}")));
+            }
+            Ok(n)
+        };
+
+        let listen_text = get("listen").unwrap_or_default();
+        let listen: SocketAddr = listen_text
+            .parse()
+            .map_err(|_| fail("listen", format!("`{listen_text}` is not HOST:PORT with an IP host (e.g. 127.0.0.1:8080)")))?;
+        let database_url = DbUrl::parse(&get("database_url").unwrap_or_default()).map_err(|m| fail("database_url", m))?;
+        let jwt_secret = get("jwt_secret").filter(|s| !s.is_empty());
+        if let Some(secret) = &jwt_secret
+            && secret.len() < 32
+        {
+            return Err(fail("jwt_secret", format!("must be at least 32 bytes long (got {})", secret.len())));
+        }
+        if jwt_secret.is_none() && matches!(database_url, DbUrl::Mysql(_)) {
+            return Err(fail(
+                "jwt_secret",
+                "required with MySQL: every admin of a cluster must sign tokens with the same secret (set JOBFLEET_JWT_SECRET)"
+                    .into(),
+            ));
+        }
+        let access_token = get("access_token").filter(|s| !s.is_empty());
+        if let Some(token) = &access_token
+            && (token.len() < 8 || token.chars().any(|c| c.is_control() || c.is_whitespace()))
+        {
+            return Err(fail("access_token", "must be at least 8 characters without spaces or control characters".into()));
+        }
+        let log = get("log").unwrap_or_default();
+        tracing_subscriber::EnvFilter::try_new(&log).map_err(|e| fail("log", format!("not a valid tracing filter: {e}")))?;
+
+        Ok(Config {
+            listen,
+            database_url,
+            jwt_secret,
+            jwt_ttl: Duration::from_secs(number("jwt_ttl_s", 60, 30 * 24 * 3600)?),
+            access_token,
+            db_pool_size: u32::try_from(number("db_pool_size", 1, 200)?).map_err(|e| fail("db_pool_size", e.to_string()))?,
+            db_connect_timeout: Duration::from_millis(number("db_connect_timeout_ms", 100, 120_000)?),
+            max_body_bytes: usize::try_from(number("max_body_bytes", 1024, 64 * 1024 * 1024)?)
+                .map_err(|e| fail("max_body_bytes", e.to_string()))?,
+            workers: usize::try_from(number("workers", 1, 64)?).map_err(|e| fail("workers", e.to_string()))?,
+            log,
+            warnings,
+        })
+    }
+
+    /// The keys and their defaults, for documentation and the example file test.
+    pub fn keys() -> impl Iterator<Item = (&'static str, Option<&'static str>, &'static str)> {
+        KEYS.iter().copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Sources {
+        Sources { env: pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(), ..Default::default() }
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        let config = Config::load(&Sources::default()).unwrap();
+        assert_eq!(config.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(config.database_url, DbUrl::Sqlite("data/jobfleet.db".into()));
+        assert_eq!(config.jwt_ttl, Duration::from_secs(3600));
+    }
+
+    #[test]
+    fn layers_override_in_order_and_errors_name_key_and_source() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("admin.toml");
+        std::fs::write(&file, "listen = \"0.0.0.0:9000\"\njwt_ttl_s = 120\n").unwrap();
+        let mut sources = env(&[("JOBFLEET_JWT_TTL_S", "300")]);
+        sources.file = Some(file.clone());
+        let config = Config::load(&sources).unwrap();
+        assert_eq!(config.listen.port(), 9000, "file beats default");
+        assert_eq!(config.jwt_ttl.as_secs(), 300, "env beats file");
+        sources.flags.push(("listen".into(), "127.0.0.1:1".into()));
+        assert_eq!(Config::load(&sources).unwrap().listen.port(), 1, "flag beats env");
+
+        let err = Config::load(&env(&[("JOBFLEET_LISTEN", "localhost")])).unwrap_err();
+        assert_eq!(err.key, "listen");
+        assert!(err.to_string().contains("JOBFLEET_LISTEN"), "{err}");
+        let err = Config::load(&env(&[("JOBFLEET_JWT_TTL_S", "-5")])).unwrap_err();
+        assert_eq!(err.key, "jwt_ttl_s");
+    }
+
+    #[test]
+    fn unknown_file_keys_fail_and_unknown_env_warns() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("admin.toml");
+        std::fs::write(&file, "lisen = \"x\"\n").unwrap();
+        let err = Config::load(&Sources { file: Some(file), ..Default::default() }).unwrap_err();
+        assert_eq!(err.key, "lisen");
+        assert!(err.message.contains("unknown key"));
+        let config = Config::load(&env(&[("JOBFLEET_LISEN", "x"), ("JOBFLEET_ADMIN_PASSWORD", "pw")])).unwrap();
+        assert_eq!(config.warnings, vec!["ignoring unknown environment variable JOBFLEET_LISEN".to_owned()]);
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        for (var, value, key) in [
+            ("JOBFLEET_DATABASE_URL", "postgres://x/y", "database_url"),
+            ("JOBFLEET_JWT_SECRET", "short", "jwt_secret"),
+            ("JOBFLEET_ACCESS_TOKEN", "a b", "access_token"),
+            ("JOBFLEET_DB_POOL_SIZE", "0", "db_pool_size"),
+            ("JOBFLEET_LOG", "info,=[", "log"),
+            ("JOBFLEET_MAX_BODY_BYTES", "12abc", "max_body_bytes"),
+        ] {
+            let err = Config::load(&env(&[(var, value)])).unwrap_err();
+            assert_eq!(err.key, key, "{var}={value}: {err}");
+        }
+    }
+
+    #[test]
+    fn secrets_are_redacted_in_debug() {
+        let config = Config::load(&env(&[
+            ("JOBFLEET_JWT_SECRET", "0123456789abcdef0123456789abcdef-secret"),
+            ("JOBFLEET_ACCESS_TOKEN", "agent-token-secret"),
+        ]))
+        .unwrap();
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("abcdef-secret") && !shown.contains("agent-token-secret"), "{shown}");
+        assert!(shown.contains("<redacted>"), "{shown}");
+    }
+
+    #[test]
+    fn the_example_file_in_deploy_parses() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/admin.example.toml");
+        let config = Config::load(&Sources { file: Some(path), ..Default::default() }).unwrap();
+        assert_eq!(config.listen.port(), 8080);
+    }
+}

@@ -1,0 +1,132 @@
+//! `executor_group`: a named pool of agents (XXL-Job's executor, by app name).
+
+use diesel::prelude::*;
+
+use super::schema::executor_group;
+use super::{AnyConnection, Page, last_insert_id};
+use crate::error::Error;
+
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable)]
+#[diesel(table_name = executor_group)]
+pub struct ExecutorGroup {
+    pub id: i64,
+    pub app_name: String,
+    pub title: String,
+    pub address_mode: String,
+    /// Comma-separated agent base URLs, used when `address_mode` is `manual`.
+    pub addresses: String,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+}
+
+#[derive(Debug, Insertable)]
+#[diesel(table_name = executor_group)]
+pub struct NewExecutorGroup<'a> {
+    pub app_name: &'a str,
+    pub title: &'a str,
+    pub address_mode: &'a str,
+    pub addresses: &'a str,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+}
+
+#[derive(Debug, AsChangeset)]
+#[diesel(table_name = executor_group)]
+pub struct ExecutorGroupChanges<'a> {
+    pub title: &'a str,
+    pub address_mode: &'a str,
+    pub addresses: &'a str,
+    pub updated_ms: i64,
+}
+
+/// # Errors
+/// `NotFound` when no group has this id.
+pub fn get(conn: &mut AnyConnection, id: i64) -> Result<ExecutorGroup, Error> {
+    executor_group::table
+        .find(id)
+        .select(ExecutorGroup::as_select())
+        .first(conn)
+        .optional()?
+        .ok_or(Error::NotFound("executor group"))
+}
+
+pub fn find(conn: &mut AnyConnection, id: i64) -> Result<Option<ExecutorGroup>, Error> {
+    Ok(executor_group::table.find(id).select(ExecutorGroup::as_select()).first(conn).optional()?)
+}
+
+pub fn find_by_app_name(conn: &mut AnyConnection, app_name: &str) -> Result<Option<ExecutorGroup>, Error> {
+    Ok(executor_group::table
+        .filter(executor_group::app_name.eq(app_name))
+        .select(ExecutorGroup::as_select())
+        .first(conn)
+        .optional()?)
+}
+
+/// Groups visible to the caller: all of them (`None`) or only those ids.
+pub fn list(conn: &mut AnyConnection, only: Option<&[i64]>, page: Page) -> Result<Vec<ExecutorGroup>, Error> {
+    let mut query = executor_group::table.select(ExecutorGroup::as_select()).order(executor_group::id.asc()).into_boxed();
+    if let Some(ids) = only {
+        query = query.filter(executor_group::id.eq_any(ids.to_vec()));
+    }
+    Ok(query.limit(page.limit).offset(page.offset).load(conn)?)
+}
+
+pub fn count(conn: &mut AnyConnection, only: Option<&[i64]>) -> Result<i64, Error> {
+    let mut query = executor_group::table.count().into_boxed();
+    if let Some(ids) = only {
+        query = query.filter(executor_group::id.eq_any(ids.to_vec()));
+    }
+    Ok(query.get_result(conn)?)
+}
+
+/// # Errors
+/// `Conflict` when the app name is taken.
+pub fn insert(conn: &mut AnyConnection, new: &NewExecutorGroup<'_>) -> Result<i64, Error> {
+    if find_by_app_name(conn, new.app_name)?.is_some() {
+        return Err(Error::conflict("app_name", format!("a group with app_name `{}` already exists", new.app_name)));
+    }
+    diesel::insert_into(executor_group::table).values(new).execute(conn)?;
+    Ok(last_insert_id(conn)?)
+}
+
+pub fn update(conn: &mut AnyConnection, id: i64, changes: &ExecutorGroupChanges<'_>) -> Result<(), Error> {
+    let n = diesel::update(executor_group::table.find(id)).set(changes).execute(conn)?;
+    if n == 0 {
+        return Err(Error::NotFound("executor group"));
+    }
+    Ok(())
+}
+
+pub fn delete(conn: &mut AnyConnection, id: i64) -> Result<(), Error> {
+    let n = diesel::delete(executor_group::table.find(id)).execute(conn)?;
+    if n == 0 {
+        return Err(Error::NotFound("executor group"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::storage_test;
+
+    pub(crate) fn sample(app: &str) -> NewExecutorGroup<'_> {
+        NewExecutorGroup { app_name: app, title: "Title", address_mode: "auto", addresses: "", created_ms: 1, updated_ms: 1 }
+    }
+
+    storage_test!(group_crud_and_unique_app_name, |conn| {
+        let id = insert(conn, &sample("billing")).unwrap();
+        assert_eq!(get(conn, id).unwrap().app_name, "billing");
+        let dup = insert(conn, &sample("billing")).unwrap_err();
+        assert!(matches!(dup, Error::Conflict { .. }), "{dup:?}");
+        update(conn, id, &ExecutorGroupChanges { title: "New", address_mode: "manual", addresses: "http://a:1", updated_ms: 2 })
+            .unwrap();
+        let g = get(conn, id).unwrap();
+        assert_eq!((g.title.as_str(), g.address_mode.as_str()), ("New", "manual"));
+        assert_eq!(list(conn, Some(&[id]), Page::default()).unwrap().len(), 1);
+        assert_eq!(list(conn, Some(&[]), Page::default()).unwrap().len(), 0);
+        assert_eq!(count(conn, None).unwrap(), 1);
+        delete(conn, id).unwrap();
+        assert!(matches!(get(conn, id), Err(Error::NotFound(_))));
+    });
+}

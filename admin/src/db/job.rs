@@ -1,0 +1,290 @@
+//! `job`: what to run, where, when, and under which policies.
+
+use diesel::prelude::*;
+
+use super::schema::job;
+use super::{AnyConnection, Page, last_insert_id};
+use crate::error::Error;
+
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable, serde::Serialize)]
+#[diesel(table_name = job)]
+pub struct Job {
+    pub id: i64,
+    pub group_id: i64,
+    pub name: String,
+    pub description: String,
+    pub schedule_type: String,
+    pub schedule_expr: Option<String>,
+    pub interval_s: Option<i64>,
+    pub once_at_ms: Option<i64>,
+    pub timezone: String,
+    pub handler_type: String,
+    pub command: Option<String>,
+    pub script_source: Option<String>,
+    pub script_version: i32,
+    pub interpreter: Option<String>,
+    pub bean_name: Option<String>,
+    pub params: String,
+    pub routing: String,
+    pub enabled: bool,
+    pub timeout_s: i64,
+    pub retry_count: i32,
+    pub retry_backoff_s: i64,
+    pub limit_cpu: Option<f64>,
+    pub limit_memory_mb: Option<i64>,
+    pub limit_pids: Option<i64>,
+    pub misfire: String,
+    pub concurrency: String,
+    pub block_strategy: String,
+    /// Comma-separated child job ids, fired in order when a run succeeds.
+    pub children: String,
+    pub alert_on_failure: bool,
+    pub alert_on_timeout: bool,
+    pub alert_on_lost: bool,
+    /// Comma-separated alert channel ids.
+    pub alert_channels: String,
+    pub next_fire_ms: Option<i64>,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+}
+
+/// Every column a user sets; shared by insert and update so the two cannot drift apart.
+#[derive(Debug, Clone, PartialEq, Insertable, AsChangeset)]
+#[diesel(table_name = job, treat_none_as_null = true)]
+pub struct JobFields {
+    pub group_id: i64,
+    pub name: String,
+    pub description: String,
+    pub schedule_type: String,
+    pub schedule_expr: Option<String>,
+    pub interval_s: Option<i64>,
+    pub once_at_ms: Option<i64>,
+    pub timezone: String,
+    pub handler_type: String,
+    pub command: Option<String>,
+    pub script_source: Option<String>,
+    pub script_version: i32,
+    pub interpreter: Option<String>,
+    pub bean_name: Option<String>,
+    pub params: String,
+    pub routing: String,
+    pub enabled: bool,
+    pub timeout_s: i64,
+    pub retry_count: i32,
+    pub retry_backoff_s: i64,
+    pub limit_cpu: Option<f64>,
+    pub limit_memory_mb: Option<i64>,
+    pub limit_pids: Option<i64>,
+    pub misfire: String,
+    pub concurrency: String,
+    pub block_strategy: String,
+    pub children: String,
+    pub alert_on_failure: bool,
+    pub alert_on_timeout: bool,
+    pub alert_on_lost: bool,
+    pub alert_channels: String,
+    pub next_fire_ms: Option<i64>,
+    pub updated_ms: i64,
+}
+
+#[derive(Debug, Insertable)]
+#[diesel(table_name = job)]
+pub struct NewJob {
+    #[diesel(embed)]
+    pub fields: JobFields,
+    pub created_ms: i64,
+}
+
+/// Filters of the job list; `visible_groups = None` means every group.
+#[derive(Debug, Default, Clone)]
+pub struct JobFilter {
+    pub visible_groups: Option<Vec<i64>>,
+    pub group_id: Option<i64>,
+    pub enabled: Option<bool>,
+    pub schedule_type: Option<String>,
+    pub name_contains: Option<String>,
+}
+
+/// # Errors
+/// `NotFound` when no job has this id.
+pub fn get(conn: &mut AnyConnection, id: i64) -> Result<Job, Error> {
+    find(conn, id)?.ok_or(Error::NotFound("job"))
+}
+
+pub fn find(conn: &mut AnyConnection, id: i64) -> Result<Option<Job>, Error> {
+    Ok(job::table.find(id).select(Job::as_select()).first(conn).optional()?)
+}
+
+pub fn find_by_name(conn: &mut AnyConnection, group_id: i64, name: &str) -> Result<Option<Job>, Error> {
+    Ok(job::table
+        .filter(job::group_id.eq(group_id))
+        .filter(job::name.eq(name))
+        .select(Job::as_select())
+        .first(conn)
+        .optional()?)
+}
+
+fn filtered(filter: &JobFilter) -> job::BoxedQuery<'static, super::MultiBackend> {
+    let mut query = job::table.into_boxed();
+    if let Some(ids) = &filter.visible_groups {
+        query = query.filter(job::group_id.eq_any(ids.clone()));
+    }
+    if let Some(group_id) = filter.group_id {
+        query = query.filter(job::group_id.eq(group_id));
+    }
+    if let Some(enabled) = filter.enabled {
+        query = query.filter(job::enabled.eq(enabled));
+    }
+    if let Some(kind) = &filter.schedule_type {
+        query = query.filter(job::schedule_type.eq(kind.clone()));
+    }
+    if let Some(needle) = &filter.name_contains {
+        let escaped = needle.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_");
+        query = query.filter(job::name.like(format!("%{escaped}%")).escape('\\'));
+    }
+    query
+}
+
+pub fn list(conn: &mut AnyConnection, filter: &JobFilter, page: Page) -> Result<Vec<Job>, Error> {
+    Ok(filtered(filter)
+        .select(Job::as_select())
+        .order(job::id.asc())
+        .limit(page.limit)
+        .offset(page.offset)
+        .load(conn)?)
+}
+
+pub fn count(conn: &mut AnyConnection, filter: &JobFilter) -> Result<i64, Error> {
+    Ok(filtered(filter).count().get_result(conn)?)
+}
+
+pub fn count_in_group(conn: &mut AnyConnection, group_id: i64) -> Result<i64, Error> {
+    Ok(job::table.filter(job::group_id.eq(group_id)).count().get_result(conn)?)
+}
+
+/// Which of `ids` exist.
+pub fn existing_ids(conn: &mut AnyConnection, ids: &[i64]) -> Result<Vec<i64>, Error> {
+    Ok(job::table.filter(job::id.eq_any(ids.to_vec())).select(job::id).load(conn)?)
+}
+
+/// Every job's child list, for cycle detection over the whole graph.
+pub fn children_edges(conn: &mut AnyConnection) -> Result<Vec<(i64, String)>, Error> {
+    Ok(job::table.filter(job::children.ne("")).select((job::id, job::children)).load(conn)?)
+}
+
+/// # Errors
+/// `Conflict` when the name is taken in the group (the unique key decides under races).
+pub fn insert(conn: &mut AnyConnection, new: &NewJob) -> Result<i64, Error> {
+    diesel::insert_into(job::table).values(new).execute(conn).map_err(name_conflict)?;
+    Ok(last_insert_id(conn)?)
+}
+
+pub fn update(conn: &mut AnyConnection, id: i64, fields: &JobFields) -> Result<(), Error> {
+    let n = diesel::update(job::table.find(id)).set(fields).execute(conn).map_err(name_conflict)?;
+    if n == 0 {
+        return Err(Error::NotFound("job"));
+    }
+    Ok(())
+}
+
+fn name_conflict(err: diesel::result::Error) -> Error {
+    match Error::from(err) {
+        Error::Conflict { .. } => Error::conflict("name", "a job with this name already exists in the group"),
+        other => other,
+    }
+}
+
+pub fn delete(conn: &mut AnyConnection, id: i64) -> Result<(), Error> {
+    let n = diesel::delete(job::table.find(id)).execute(conn)?;
+    if n == 0 {
+        return Err(Error::NotFound("job"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::db::executor_group;
+    use crate::testing::storage_test;
+
+    pub(crate) fn fields(group_id: i64, name: &str) -> JobFields {
+        JobFields {
+            group_id,
+            name: name.into(),
+            description: String::new(),
+            schedule_type: "cron".into(),
+            schedule_expr: Some("0 * * * * ?".into()),
+            interval_s: None,
+            once_at_ms: None,
+            timezone: "UTC".into(),
+            handler_type: "shell".into(),
+            command: Some("echo hi".into()),
+            script_source: None,
+            script_version: 0,
+            interpreter: None,
+            bean_name: None,
+            params: String::new(),
+            routing: "first".into(),
+            enabled: true,
+            timeout_s: 0,
+            retry_count: 0,
+            retry_backoff_s: 10,
+            limit_cpu: Some(0.5),
+            limit_memory_mb: None,
+            limit_pids: None,
+            misfire: "do_nothing".into(),
+            concurrency: "allow".into(),
+            block_strategy: "serial".into(),
+            children: String::new(),
+            alert_on_failure: true,
+            alert_on_timeout: true,
+            alert_on_lost: true,
+            alert_channels: String::new(),
+            next_fire_ms: None,
+            updated_ms: 1,
+        }
+    }
+
+    pub(crate) fn insert_group(conn: &mut AnyConnection, app: &str) -> i64 {
+        executor_group::insert(
+            conn,
+            &executor_group::NewExecutorGroup {
+                app_name: app,
+                title: app,
+                address_mode: "auto",
+                addresses: "",
+                created_ms: 1,
+                updated_ms: 1,
+            },
+        )
+        .unwrap()
+    }
+
+    storage_test!(job_round_trip_filters_and_unique_name, |conn| {
+        let g = insert_group(conn, "g1");
+        let id = insert(conn, &NewJob { fields: fields(g, "nightly 100%_done"), created_ms: 1 }).unwrap();
+        let job = get(conn, id).unwrap();
+        assert_eq!(job.limit_cpu, Some(0.5));
+        assert!(job.enabled);
+        let dup = insert(conn, &NewJob { fields: fields(g, "nightly 100%_done"), created_ms: 1 }).unwrap_err();
+        assert_eq!(dup.field(), Some("name"));
+        let other = insert(conn, &NewJob { fields: fields(g, "nightlyX100abdone"), created_ms: 1 }).unwrap();
+
+        let like = JobFilter { name_contains: Some("100%_".into()), ..Default::default() };
+        let found: Vec<i64> = list(conn, &like, Page::default()).unwrap().iter().map(|j| j.id).collect();
+        assert_eq!(found, vec![id], "LIKE wildcards in the search are literal");
+
+        let mut changed = fields(g, "renamed");
+        changed.limit_cpu = None;
+        changed.enabled = false;
+        update(conn, id, &changed).unwrap();
+        let job = get(conn, id).unwrap();
+        assert_eq!((job.name.as_str(), job.limit_cpu, job.enabled), ("renamed", None, false));
+        let enabled_only = JobFilter { enabled: Some(true), ..Default::default() };
+        assert_eq!(count(conn, &enabled_only).unwrap(), 1);
+        assert_eq!(existing_ids(conn, &[id, other, 999]).unwrap().len(), 2);
+        delete(conn, id).unwrap();
+        assert!(matches!(get(conn, id), Err(Error::NotFound(_))));
+    });
+}

@@ -1,0 +1,159 @@
+//! `job_run`: one row per trigger of a job (per shard, per attempt). The unique key on
+//! `(job_id, fire_slot_ms, shard_index)` is what makes a double fire impossible.
+
+use diesel::prelude::*;
+
+use super::schema::job_run;
+use super::{AnyConnection, Page, last_insert_id};
+use crate::error::Error;
+
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable)]
+#[diesel(table_name = job_run)]
+pub struct JobRun {
+    pub id: i64,
+    pub job_id: i64,
+    pub group_id: i64,
+    pub first_run_id: Option<i64>,
+    pub attempt: i32,
+    pub trigger_kind: String,
+    pub fire_slot_ms: Option<i64>,
+    pub scheduled_ms: i64,
+    pub status: String,
+    pub agent_address: Option<String>,
+    pub params: String,
+    pub shard_index: i32,
+    pub shard_total: i32,
+    pub trigger_msg: Option<String>,
+    pub triggered_ms: Option<i64>,
+    pub started_ms: Option<i64>,
+    pub finished_ms: Option<i64>,
+    pub handle_code: Option<i32>,
+    pub handle_msg: Option<String>,
+    pub exit_code: Option<i32>,
+    pub term_signal: Option<i32>,
+    pub cpu_ms: Option<i64>,
+    pub max_rss_kb: Option<i64>,
+    pub oom_killed: Option<bool>,
+    pub limits_mode: Option<String>,
+    pub created_ms: i64,
+}
+
+#[derive(Debug, Clone, Insertable)]
+#[diesel(table_name = job_run)]
+pub struct NewJobRun {
+    pub job_id: i64,
+    pub group_id: i64,
+    pub first_run_id: Option<i64>,
+    pub attempt: i32,
+    pub trigger_kind: String,
+    /// Set only for scheduled fires: the slot the unique key guards.
+    pub fire_slot_ms: Option<i64>,
+    pub scheduled_ms: i64,
+    pub status: String,
+    pub params: String,
+    pub shard_index: i32,
+    pub shard_total: i32,
+    pub created_ms: i64,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct RunFilter {
+    pub visible_groups: Option<Vec<i64>>,
+    pub job_id: Option<i64>,
+    pub group_id: Option<i64>,
+    pub status: Option<String>,
+    pub from_ms: Option<i64>,
+    pub to_ms: Option<i64>,
+}
+
+/// # Errors
+/// `NotFound` when no run has this id.
+pub fn get(conn: &mut AnyConnection, id: i64) -> Result<JobRun, Error> {
+    job_run::table.find(id).select(JobRun::as_select()).first(conn).optional()?.ok_or(Error::NotFound("run"))
+}
+
+fn filtered(filter: &RunFilter) -> job_run::BoxedQuery<'static, super::MultiBackend> {
+    let mut query = job_run::table.into_boxed();
+    if let Some(ids) = &filter.visible_groups {
+        query = query.filter(job_run::group_id.eq_any(ids.clone()));
+    }
+    if let Some(job_id) = filter.job_id {
+        query = query.filter(job_run::job_id.eq(job_id));
+    }
+    if let Some(group_id) = filter.group_id {
+        query = query.filter(job_run::group_id.eq(group_id));
+    }
+    if let Some(status) = &filter.status {
+        query = query.filter(job_run::status.eq(status.clone()));
+    }
+    if let Some(from) = filter.from_ms {
+        query = query.filter(job_run::scheduled_ms.ge(from));
+    }
+    if let Some(to) = filter.to_ms {
+        query = query.filter(job_run::scheduled_ms.lt(to));
+    }
+    query
+}
+
+/// Newest first.
+pub fn list(conn: &mut AnyConnection, filter: &RunFilter, page: Page) -> Result<Vec<JobRun>, Error> {
+    Ok(filtered(filter)
+        .select(JobRun::as_select())
+        .order(job_run::id.desc())
+        .limit(page.limit)
+        .offset(page.offset)
+        .load(conn)?)
+}
+
+pub fn count(conn: &mut AnyConnection, filter: &RunFilter) -> Result<i64, Error> {
+    Ok(filtered(filter).count().get_result(conn)?)
+}
+
+/// # Errors
+/// `Conflict` when the `(job, slot, shard)` was already fired (by this or another admin).
+pub fn insert(conn: &mut AnyConnection, new: &NewJobRun) -> Result<i64, Error> {
+    diesel::insert_into(job_run::table).values(new).execute(conn)?;
+    Ok(last_insert_id(conn)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::storage_test;
+
+    fn run(job_id: i64, slot: Option<i64>, shard: i32) -> NewJobRun {
+        NewJobRun {
+            job_id,
+            group_id: 1,
+            first_run_id: None,
+            attempt: 1,
+            trigger_kind: "schedule".into(),
+            fire_slot_ms: slot,
+            scheduled_ms: slot.unwrap_or(5),
+            status: "pending".into(),
+            params: String::new(),
+            shard_index: shard,
+            shard_total: 2,
+            created_ms: 1,
+        }
+    }
+
+    storage_test!(second_insert_of_same_slot_conflicts, |conn| {
+        let first = insert(conn, &run(7, Some(60_000), 0)).unwrap();
+        assert!(matches!(insert(conn, &run(7, Some(60_000), 0)), Err(Error::Conflict { .. })));
+        // Other shards of the slot, other slots and manual runs (no slot) are all distinct.
+        insert(conn, &run(7, Some(60_000), 1)).unwrap();
+        insert(conn, &run(7, Some(120_000), 0)).unwrap();
+        insert(conn, &run(7, None, 0)).unwrap();
+        insert(conn, &run(7, None, 0)).unwrap();
+        assert_eq!(get(conn, first).unwrap().fire_slot_ms, Some(60_000));
+        let all = RunFilter { job_id: Some(7), ..Default::default() };
+        assert_eq!(count(conn, &all).unwrap(), 5);
+        let page = list(conn, &all, Page::new(Some(2), Some(0)).unwrap()).unwrap();
+        assert_eq!(page.len(), 2);
+        assert!(page[0].id > page[1].id, "newest first");
+        let ranged = RunFilter { job_id: Some(7), from_ms: Some(100_000), ..Default::default() };
+        assert_eq!(count(conn, &ranged).unwrap(), 1);
+        assert!(matches!(get(conn, 9999), Err(Error::NotFound(_))));
+    });
+}

@@ -1,0 +1,332 @@
+//! The storage layer: one diesel connection type over SQLite and MySQL, the pool, and one
+//! module per table holding every query on that table.
+//!
+//! Only `db/` imports diesel's DSL or `schema`. Services open the transaction (one per user
+//! operation, audit row included) and pass the connection down; table functions never open
+//! their own.
+
+pub mod agent;
+pub mod api_token;
+pub mod audit_log;
+pub mod executor_group;
+pub mod job;
+pub mod job_run;
+pub mod job_script;
+pub mod migrate;
+pub mod schema;
+pub mod user;
+pub mod user_group_grant;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use diesel::r2d2::{self, ManageConnection};
+
+use crate::error::Error;
+
+/// One connection type for both backends; the backend is chosen from the database URL.
+/// SQLite stays last: the derive needs at least one variant when `mysql` is compiled out.
+#[derive(diesel::MultiConnection)]
+pub enum AnyConnection {
+    #[cfg(feature = "mysql")]
+    Mysql(diesel::mysql::MysqlConnection),
+    Sqlite(diesel::sqlite::SqliteConnection),
+}
+
+/// Runs the same body on the concrete connection, for the statements the shared
+/// `MultiConnection` DSL does not cover (locking reads, batch inserts, last insert id).
+#[macro_export]
+macro_rules! db_run {
+    ($conn:ident: $body:block) => {
+        match $conn {
+            #[cfg(feature = "mysql")]
+            $crate::db::AnyConnection::Mysql($conn) => $body,
+            $crate::db::AnyConnection::Sqlite($conn) => $body,
+        }
+    };
+}
+
+/// Which backend a URL selects. Parsed once at start-up; errors name the URL's problem.
+#[derive(Clone, PartialEq, Eq)]
+pub enum DbUrl {
+    Sqlite(PathBuf),
+    Mysql(String),
+}
+
+impl std::fmt::Debug for DbUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Sqlite(path) => write!(f, "sqlite://{}", path.display()),
+            Self::Mysql(url) => f.write_str(&redact_url_password(url)),
+        }
+    }
+}
+
+/// Hides the password of `mysql://user:pass@host/db` so URLs can be logged.
+pub fn redact_url_password(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            // set_password only fails for URLs without a host, which a parsed mysql URL has.
+            let _ = parsed.set_password(Some("***"));
+            parsed.to_string()
+        }
+        _ => url.to_owned(),
+    }
+}
+
+impl DbUrl {
+    /// Parses `sqlite://PATH`, `sqlite:PATH` or `mysql://USER:PASS@HOST:PORT/DB`.
+    ///
+    /// # Errors
+    /// A message saying what is wrong with the URL, for the config layer to attach the key to.
+    pub fn parse(raw: &str) -> Result<Self, String> {
+        let raw = raw.trim();
+        if let Some(rest) = raw.strip_prefix("sqlite://").or_else(|| raw.strip_prefix("sqlite:")) {
+            if rest.is_empty() {
+                return Err("the sqlite URL has no file path (expected sqlite://PATH)".into());
+            }
+            return Ok(Self::Sqlite(PathBuf::from(rest)));
+        }
+        if raw.starts_with("mysql://") || raw.starts_with("mariadb://") {
+            let normalized = raw.replacen("mariadb://", "mysql://", 1);
+            let parsed = url::Url::parse(&normalized).map_err(|e| format!("invalid MySQL URL: {e}"))?;
+            if parsed.host_str().is_none_or(str::is_empty) {
+                return Err("the MySQL URL has no host".into());
+            }
+            if parsed.path().trim_matches('/').is_empty() {
+                return Err("the MySQL URL has no database name (mysql://USER:PASS@HOST:PORT/DB)".into());
+            }
+            if !cfg!(feature = "mysql") {
+                return Err("this build has no MySQL support; rebuild with `--features mysql`".into());
+            }
+            return Ok(Self::Mysql(normalized));
+        }
+        Err("unsupported database URL: use sqlite://PATH or mysql://USER:PASS@HOST:PORT/DB".into())
+    }
+
+    pub fn backend_name(&self) -> &'static str {
+        match self {
+            Self::Sqlite(_) => "sqlite",
+            Self::Mysql(_) => "mysql",
+        }
+    }
+}
+
+/// r2d2 manager that picks the backend from the URL. Diesel's derived `establish` swallows the
+/// driver's error, which turns "MariaDB is down" into a 30 s wait and a meaningless message.
+pub struct ConnectionManager {
+    url: DbUrl,
+}
+
+impl ConnectionManager {
+    pub fn new(url: DbUrl) -> Self {
+        Self { url }
+    }
+}
+
+/// Opens one connection to `url` outside the pool (migrations, health checks, tests).
+///
+/// # Errors
+/// The driver's connection error.
+pub fn establish(url: &DbUrl) -> Result<AnyConnection, r2d2::Error> {
+    match url {
+        DbUrl::Sqlite(path) => {
+            let path_str = path.to_string_lossy();
+            let mut conn = diesel::sqlite::SqliteConnection::establish(&path_str).map_err(r2d2::Error::ConnectionError)?;
+            // WAL lets readers run beside the writer; busy_timeout turns writer contention into waiting, not errors.
+            conn.batch_execute("PRAGMA journal_mode=WAL; PRAGMA busy_timeout=5000; PRAGMA foreign_keys=ON; PRAGMA synchronous=NORMAL")
+                .map_err(r2d2::Error::QueryError)?;
+            Ok(AnyConnection::Sqlite(conn))
+        }
+        #[cfg(feature = "mysql")]
+        DbUrl::Mysql(url) => {
+            let mut conn = diesel::mysql::MysqlConnection::establish(url).map_err(r2d2::Error::ConnectionError)?;
+            // Millisecond columns are plain BIGINTs, but sessions must agree on UTC for any server-side time.
+            conn.batch_execute("SET time_zone = '+00:00'").map_err(r2d2::Error::QueryError)?;
+            Ok(AnyConnection::Mysql(conn))
+        }
+        #[cfg(not(feature = "mysql"))]
+        DbUrl::Mysql(_) => Err(r2d2::Error::ConnectionError(diesel::ConnectionError::BadConnection(
+            "this build has no MySQL support".into(),
+        ))),
+    }
+}
+
+impl ManageConnection for ConnectionManager {
+    type Connection = AnyConnection;
+    type Error = r2d2::Error;
+
+    fn connect(&self) -> Result<AnyConnection, r2d2::Error> {
+        establish(&self.url)
+    }
+
+    fn is_valid(&self, conn: &mut AnyConnection) -> Result<(), r2d2::Error> {
+        conn.batch_execute("SELECT 1").map_err(r2d2::Error::QueryError)
+    }
+
+    fn has_broken(&self, _conn: &mut AnyConnection) -> bool {
+        false
+    }
+}
+
+pub type Pool = r2d2::Pool<ConnectionManager>;
+
+/// The pool plus a bridge that runs blocking diesel work off the async executor.
+#[derive(Clone)]
+pub struct Db {
+    pool: Pool,
+    url: DbUrl,
+}
+
+impl std::fmt::Debug for Db {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Db").field("url", &self.url).finish_non_exhaustive()
+    }
+}
+
+impl Db {
+    /// Builds the pool without requiring the database to be up: connections are made lazily,
+    /// so a database outage surfaces as `Unavailable` on requests, not as a crash.
+    pub fn new(url: DbUrl, max_size: u32, connection_timeout: Duration) -> Result<Self, Error> {
+        if let DbUrl::Sqlite(path) = &url {
+            let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+            if let Some(dir) = parent
+                && !dir.is_dir()
+            {
+                return Err(Error::invalid(
+                    "database_url",
+                    format!("the folder {} of the SQLite database does not exist", dir.display()),
+                ));
+            }
+        }
+        let pool = r2d2::Pool::builder()
+            .max_size(max_size)
+            .min_idle(Some(0))
+            .connection_timeout(connection_timeout)
+            .test_on_check_out(true)
+            .build_unchecked(ConnectionManager::new(url.clone()));
+        Ok(Self { pool, url })
+    }
+
+    pub fn url(&self) -> &DbUrl {
+        &self.url
+    }
+
+    /// Runs `f` with a pooled connection on the blocking thread pool.
+    ///
+    /// # Errors
+    /// `Unavailable` when no connection can be had in time; whatever `f` returns otherwise.
+    pub async fn run<T, F>(&self, f: F) -> Result<T, Error>
+    where
+        F: FnOnce(&mut AnyConnection) -> Result<T, Error> + Send + 'static,
+        T: Send + 'static,
+    {
+        let pool = self.pool.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut conn = pool.get().map_err(|e| Error::Unavailable(format!("no database connection: {e}")))?;
+            f(&mut conn)
+        })
+        .await
+        .map_err(|e| Error::Internal(anyhow::anyhow!("database task failed: {e}")))?
+    }
+
+    /// Runs `f` inside one transaction: everything it writes lands together or not at all.
+    ///
+    /// # Errors
+    /// As [`Db::run`]; a failing `f` rolls the transaction back.
+    pub async fn transaction<T, F>(&self, f: F) -> Result<T, Error>
+    where
+        F: FnOnce(&mut AnyConnection) -> Result<T, Error> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.run(move |conn| conn.transaction(f)).await
+    }
+
+    /// Readiness: a round trip to the database.
+    ///
+    /// # Errors
+    /// `Unavailable` when the database cannot be reached.
+    pub async fn ping(&self) -> Result<(), Error> {
+        self.run(|conn| conn.batch_execute("SELECT 1").map_err(Error::from)).await
+    }
+}
+
+/// The id of the row the last INSERT on this connection created. MySQL has no RETURNING and
+/// SQLite's RETURNING is not in the shared DSL, so each backend asks in its own words.
+///
+/// # Errors
+/// Database errors.
+pub fn last_insert_id(conn: &mut AnyConnection) -> QueryResult<i64> {
+    use diesel::dsl::sql;
+    use diesel::sql_types::BigInt;
+    match conn {
+        #[cfg(feature = "mysql")]
+        AnyConnection::Mysql(c) => diesel::select(sql::<BigInt>("CAST(LAST_INSERT_ID() AS SIGNED)")).get_result(c),
+        AnyConnection::Sqlite(c) => diesel::select(sql::<BigInt>("last_insert_rowid()")).get_result(c),
+    }
+}
+
+/// A page request, clamped so no query can ask for an unbounded result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Page {
+    pub limit: i64,
+    pub offset: i64,
+}
+
+impl Page {
+    pub const MAX_LIMIT: i64 = 500;
+
+    pub fn new(limit: Option<i64>, offset: Option<i64>) -> Result<Self, Error> {
+        let limit = limit.unwrap_or(50);
+        let offset = offset.unwrap_or(0);
+        if !(1..=Self::MAX_LIMIT).contains(&limit) {
+            return Err(Error::invalid("limit", format!("must be between 1 and {}", Self::MAX_LIMIT)));
+        }
+        if offset < 0 {
+            return Err(Error::invalid("offset", "must not be negative"));
+        }
+        Ok(Self { limit, offset })
+    }
+}
+
+impl Default for Page {
+    fn default() -> Self {
+        Self { limit: 50, offset: 0 }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_database_urls() {
+        assert_eq!(DbUrl::parse("sqlite://data/jobfleet.db"), Ok(DbUrl::Sqlite("data/jobfleet.db".into())));
+        assert_eq!(DbUrl::parse("sqlite:/tmp/x.db"), Ok(DbUrl::Sqlite("/tmp/x.db".into())));
+        assert!(DbUrl::parse("sqlite://").is_err());
+        assert!(DbUrl::parse("postgres://x/y").unwrap_err().contains("unsupported"));
+        assert!(DbUrl::parse("mysql://root@127.0.0.1:3306/").unwrap_err().contains("database name"));
+        if cfg!(feature = "mysql") {
+            assert!(matches!(DbUrl::parse("mysql://root:pw@127.0.0.1:3306/jf"), Ok(DbUrl::Mysql(_))));
+        } else {
+            assert!(DbUrl::parse("mysql://root:pw@127.0.0.1:3306/jf").unwrap_err().contains("--features mysql"));
+        }
+    }
+
+    #[test]
+    fn redacts_passwords_in_urls() {
+        let shown = format!("{:?}", DbUrl::Mysql("mysql://root:secret@db:3306/jf".into()));
+        assert!(!shown.contains("secret"), "{shown}");
+        assert!(shown.contains("root"), "{shown}");
+    }
+
+    #[test]
+    fn page_bounds_are_enforced() {
+        assert!(Page::new(Some(0), None).is_err());
+        assert!(Page::new(Some(501), None).is_err());
+        assert!(Page::new(None, Some(-1)).is_err());
+        assert_eq!(Page::new(None, None).unwrap(), Page::default());
+    }
+}

@@ -1,0 +1,479 @@
+//! A job as the user describes it (`JobInput`, straight from JSON or a form) and as the
+//! admin accepts it (`JobSpec`, every rule checked). Checks that need the database (the group
+//! exists, children exist, no cycle) are the service's.
+
+use chrono_tz::Tz;
+use serde::Deserialize;
+
+use super::policy::{BlockStrategy, Concurrency, HandlerType, Interpreter, Misfire};
+use super::routing::Routing;
+use super::schedule::{MAX_INTERVAL_S, Schedule, ScheduleType, parse_cron, parse_timezone};
+use crate::error::Error;
+
+pub const MAX_NAME_CHARS: usize = 200;
+pub const MAX_DESCRIPTION_CHARS: usize = 2000;
+pub const MAX_COMMAND_BYTES: usize = 64 * 1024;
+pub const MAX_SOURCE_BYTES: usize = 512 * 1024;
+pub const MAX_PARAMS_BYTES: usize = 64 * 1024;
+pub const MAX_TIMEOUT_S: i64 = 7 * 24 * 3600;
+pub const MAX_RETRIES: i32 = 10;
+pub const MAX_BACKOFF_S: i64 = 24 * 3600;
+pub const MAX_CHILDREN: usize = 50;
+
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleInput {
+    #[serde(rename = "type")]
+    #[schema(value_type = String, example = "cron")]
+    pub kind: ScheduleType,
+    /// Cron expression (Quartz with seconds, 7-field with year, or 5-field crontab).
+    pub expr: Option<String>,
+    pub interval_s: Option<i64>,
+    pub at_ms: Option<i64>,
+    /// IANA time zone; default UTC.
+    pub timezone: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HandlerInput {
+    #[serde(rename = "type")]
+    #[schema(value_type = String, example = "shell")]
+    pub kind: HandlerType,
+    /// `shell`: the command line, run by `/bin/sh -c`.
+    pub command: Option<String>,
+    /// `script`: the script source.
+    pub source: Option<String>,
+    /// `script`: bash (default), sh, python3, node, php, perl, pwsh.
+    pub interpreter: Option<String>,
+    /// `bean`: the handler name inside an XXL-Job executor.
+    pub name: Option<String>,
+    /// `script`: a note stored with the new script version.
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RetryInput {
+    pub count: Option<i32>,
+    pub backoff_s: Option<i64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, serde::Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// CPU cores (0.5 = half a core).
+    pub cpu: Option<f64>,
+    pub memory_mb: Option<i64>,
+    pub pids: Option<i64>,
+}
+
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AlertInput {
+    pub on_failure: Option<bool>,
+    pub on_timeout: Option<bool>,
+    pub on_lost: Option<bool>,
+    pub channels: Option<Vec<i64>>,
+}
+
+/// A job as submitted. Only `group_id`, `name`, `schedule` and `handler` are required.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JobInput {
+    pub group_id: i64,
+    pub name: String,
+    pub description: Option<String>,
+    pub schedule: ScheduleInput,
+    pub handler: HandlerInput,
+    pub params: Option<String>,
+    #[schema(value_type = Option<String>, example = "first")]
+    pub routing: Option<Routing>,
+    /// Default true.
+    pub enabled: Option<bool>,
+    /// Seconds; 0 = no timeout.
+    pub timeout_s: Option<i64>,
+    pub retry: Option<RetryInput>,
+    pub limits: Option<Limits>,
+    #[schema(value_type = Option<String>, example = "do_nothing")]
+    pub misfire: Option<Misfire>,
+    #[schema(value_type = Option<String>, example = "allow")]
+    pub concurrency: Option<Concurrency>,
+    #[schema(value_type = Option<String>, example = "serial")]
+    pub block_strategy: Option<BlockStrategy>,
+    pub children: Option<Vec<i64>>,
+    pub alert: Option<AlertInput>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Handler {
+    Shell { command: String },
+    Script { source: String, interpreter: Interpreter, note: String },
+    Bean { name: String },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlertSettings {
+    pub on_failure: bool,
+    pub on_timeout: bool,
+    pub on_lost: bool,
+    pub channels: Vec<i64>,
+}
+
+/// A job that passed every rule that needs no database.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobSpec {
+    pub group_id: i64,
+    pub name: String,
+    pub description: String,
+    pub schedule: Schedule,
+    pub timezone: Tz,
+    pub handler: Handler,
+    pub params: String,
+    pub routing: Routing,
+    pub enabled: bool,
+    pub timeout_s: i64,
+    pub retry_count: i32,
+    pub retry_backoff_s: i64,
+    pub limits: Limits,
+    pub misfire: Misfire,
+    pub concurrency: Concurrency,
+    pub block_strategy: BlockStrategy,
+    pub children: Vec<i64>,
+    pub alert: AlertSettings,
+}
+
+/// Names identify things in logs, URLs and shell environments: letters (any script), digits,
+/// spaces and a few separators. Markup and quoting characters are refused outright.
+pub fn check_name(field: &str, value: &str, max_chars: usize) -> Result<String, Error> {
+    let trimmed = value.trim();
+    if trimmed.is_empty() {
+        return Err(Error::invalid(field, "must not be empty"));
+    }
+    if trimmed.chars().count() > max_chars {
+        return Err(Error::invalid(field, format!("must be at most {max_chars} characters")));
+    }
+    if let Some(bad) = trimmed.chars().find(|c| !(c.is_alphanumeric() || " -_.:/()#@+,".contains(*c))) {
+        return Err(Error::invalid(
+            field,
+            format!("must not contain `{}`; use letters, digits, spaces and - _ . : / ( ) # @ + ,", bad.escape_default()),
+        ));
+    }
+    Ok(trimmed.to_owned())
+}
+
+/// Free text: any characters except NUL, bounded.
+pub fn check_text(field: &str, value: &str, max_bytes: usize) -> Result<String, Error> {
+    if value.len() > max_bytes {
+        return Err(Error::invalid(field, format!("must be at most {max_bytes} bytes")));
+    }
+    if value.contains('\0') {
+        return Err(Error::invalid(field, "must not contain NUL characters"));
+    }
+    Ok(value.to_owned())
+}
+
+fn in_range<T: PartialOrd + std::fmt::Display + Copy>(field: &str, value: T, min: T, max: T) -> Result<T, Error> {
+    if value < min || value > max {
+        return Err(Error::invalid(field, format!("must be between {min} and {max} (got {value})")));
+    }
+    Ok(value)
+}
+
+impl ScheduleInput {
+    /// # Errors
+    /// The first rule broken, naming `schedule.*`.
+    pub fn validate(&self) -> Result<(Schedule, Tz), Error> {
+        let tz = parse_timezone("schedule.timezone", self.timezone.as_deref().unwrap_or("UTC"))?;
+        let unexpected = |field: &str, what: &str| {
+            Error::invalid(format!("schedule.{field}"), format!("is not used by schedule type `{what}`; leave it out"))
+        };
+        let schedule = match self.kind {
+            ScheduleType::None => Schedule::None,
+            ScheduleType::Cron => {
+                let expr = self.expr.as_deref().ok_or_else(|| Error::invalid("schedule.expr", "is required for cron"))?;
+                if expr.len() > 255 {
+                    return Err(Error::invalid("schedule.expr", "must be at most 255 characters"));
+                }
+                Schedule::Cron(parse_cron("schedule.expr", expr)?)
+            }
+            ScheduleType::FixedRate => {
+                let interval =
+                    self.interval_s.ok_or_else(|| Error::invalid("schedule.interval_s", "is required for fixed_rate"))?;
+                Schedule::FixedRate { interval_s: in_range("schedule.interval_s", interval, 1, MAX_INTERVAL_S)? }
+            }
+            ScheduleType::Once => {
+                let at = self.at_ms.ok_or_else(|| Error::invalid("schedule.at_ms", "is required for once"))?;
+                Schedule::Once { at_ms: in_range("schedule.at_ms", at, 0, 7_258_118_400_000)? }
+            }
+        };
+        let kind = self.kind.as_str();
+        if self.expr.is_some() && self.kind != ScheduleType::Cron {
+            return Err(unexpected("expr", kind));
+        }
+        if self.interval_s.is_some() && self.kind != ScheduleType::FixedRate {
+            return Err(unexpected("interval_s", kind));
+        }
+        if self.at_ms.is_some() && self.kind != ScheduleType::Once {
+            return Err(unexpected("at_ms", kind));
+        }
+        Ok((schedule, tz))
+    }
+}
+
+impl HandlerInput {
+    /// # Errors
+    /// The first rule broken, naming `handler.*`.
+    pub fn validate(&self) -> Result<Handler, Error> {
+        let stray = |field: &str| {
+            Error::invalid(format!("handler.{field}"), format!("is not used by handler type `{}`; leave it out", self.kind))
+        };
+        match self.kind {
+            HandlerType::Shell => {
+                for (field, set) in [("source", self.source.is_some()), ("interpreter", self.interpreter.is_some()), ("name", self.name.is_some())]
+                {
+                    if set {
+                        return Err(stray(field));
+                    }
+                }
+                let command = self.command.as_deref().ok_or_else(|| Error::invalid("handler.command", "is required for shell"))?;
+                if command.trim().is_empty() {
+                    return Err(Error::invalid("handler.command", "must not be empty"));
+                }
+                Ok(Handler::Shell { command: check_text("handler.command", command, MAX_COMMAND_BYTES)? })
+            }
+            HandlerType::Script => {
+                for (field, set) in [("command", self.command.is_some()), ("name", self.name.is_some())] {
+                    if set {
+                        return Err(stray(field));
+                    }
+                }
+                let source = self.source.as_deref().ok_or_else(|| Error::invalid("handler.source", "is required for script"))?;
+                if source.trim().is_empty() {
+                    return Err(Error::invalid("handler.source", "must not be empty"));
+                }
+                let interpreter = match self.interpreter.as_deref() {
+                    None => Interpreter::Bash,
+                    Some(name) => name.parse().map_err(|e: String| Error::invalid("handler.interpreter", e))?,
+                };
+                Ok(Handler::Script {
+                    source: check_text("handler.source", source, MAX_SOURCE_BYTES)?,
+                    interpreter,
+                    note: check_text("handler.note", self.note.as_deref().unwrap_or(""), 500)?,
+                })
+            }
+            HandlerType::Bean => {
+                for (field, set) in [("command", self.command.is_some()), ("source", self.source.is_some()), ("interpreter", self.interpreter.is_some())]
+                {
+                    if set {
+                        return Err(stray(field));
+                    }
+                }
+                let name = self.name.as_deref().ok_or_else(|| Error::invalid("handler.name", "is required for bean"))?;
+                Ok(Handler::Bean { name: check_name("handler.name", name, 200)? })
+            }
+        }
+    }
+}
+
+impl Limits {
+    /// # Errors
+    /// A limit out of its range, naming `limits.*`.
+    pub fn validate(self) -> Result<Limits, Error> {
+        if let Some(cpu) = self.cpu {
+            if !cpu.is_finite() || !(0.01..=1024.0).contains(&cpu) {
+                return Err(Error::invalid("limits.cpu", format!("must be between 0.01 and 1024 cores (got {cpu})")));
+            }
+        }
+        if let Some(mb) = self.memory_mb {
+            in_range("limits.memory_mb", mb, 4, 4 * 1024 * 1024)?;
+        }
+        if let Some(pids) = self.pids {
+            in_range("limits.pids", pids, 1, 4_194_304)?;
+        }
+        Ok(self)
+    }
+}
+
+impl JobInput {
+    /// Applies defaults and every rule that needs no database.
+    ///
+    /// # Errors
+    /// The first rule broken, with the field it concerns.
+    pub fn validate(self) -> Result<JobSpec, Error> {
+        let name = check_name("name", &self.name, MAX_NAME_CHARS)?;
+        let description = check_text("description", self.description.as_deref().unwrap_or(""), MAX_DESCRIPTION_CHARS)?;
+        if description.chars().count() > MAX_DESCRIPTION_CHARS {
+            return Err(Error::invalid("description", format!("must be at most {MAX_DESCRIPTION_CHARS} characters")));
+        }
+        let (schedule, timezone) = self.schedule.validate()?;
+        let handler = self.handler.validate()?;
+        let params = check_text("params", self.params.as_deref().unwrap_or(""), MAX_PARAMS_BYTES)?;
+        let timeout_s = in_range("timeout_s", self.timeout_s.unwrap_or(0), 0, MAX_TIMEOUT_S)?;
+        let retry = self.retry.unwrap_or_default();
+        let retry_count = in_range("retry.count", retry.count.unwrap_or(0), 0, MAX_RETRIES)?;
+        let retry_backoff_s = in_range("retry.backoff_s", retry.backoff_s.unwrap_or(10), 0, MAX_BACKOFF_S)?;
+        let limits = self.limits.unwrap_or_default().validate()?;
+        let children = self.children.unwrap_or_default();
+        if children.len() > MAX_CHILDREN {
+            return Err(Error::invalid("children", format!("at most {MAX_CHILDREN} child jobs")));
+        }
+        let mut seen = std::collections::HashSet::new();
+        if let Some(dup) = children.iter().find(|id| !seen.insert(**id)) {
+            return Err(Error::invalid("children", format!("job {dup} is listed twice")));
+        }
+        let alert = self.alert.map_or(
+            AlertSettings { on_failure: true, on_timeout: true, on_lost: true, channels: Vec::new() },
+            |a| AlertSettings {
+                on_failure: a.on_failure.unwrap_or(true),
+                on_timeout: a.on_timeout.unwrap_or(true),
+                on_lost: a.on_lost.unwrap_or(true),
+                channels: a.channels.unwrap_or_default(),
+            },
+        );
+        if alert.channels.len() > 20 {
+            return Err(Error::invalid("alert.channels", "at most 20 channels"));
+        }
+        Ok(JobSpec {
+            group_id: self.group_id,
+            name,
+            description,
+            schedule,
+            timezone,
+            handler,
+            params,
+            routing: self.routing.unwrap_or(Routing::First),
+            enabled: self.enabled.unwrap_or(true),
+            timeout_s,
+            retry_count,
+            retry_backoff_s,
+            limits,
+            misfire: self.misfire.unwrap_or(Misfire::DoNothing),
+            concurrency: self.concurrency.unwrap_or(Concurrency::Allow),
+            block_strategy: self.block_strategy.unwrap_or(BlockStrategy::Serial),
+            children,
+            alert,
+        })
+    }
+}
+
+/// Whether adding the edges `job_id -> children` to `edges` (every other job's children) makes
+/// a cycle; returns the cycle's path for the error message.
+pub fn find_child_cycle(job_id: i64, children: &[i64], edges: &[(i64, Vec<i64>)]) -> Option<Vec<i64>> {
+    use std::collections::HashMap;
+    let mut graph: HashMap<i64, Vec<i64>> = edges.iter().filter(|(id, _)| *id != job_id).cloned().collect();
+    graph.insert(job_id, children.to_vec());
+    // Depth-first from the job: a path back to it is a cycle.
+    let mut stack: Vec<(i64, Vec<i64>)> = vec![(job_id, vec![job_id])];
+    let mut visited = std::collections::HashSet::new();
+    while let Some((node, path)) = stack.pop() {
+        for next in graph.get(&node).map(Vec::as_slice).unwrap_or_default() {
+            if *next == job_id {
+                let mut cycle = path.clone();
+                cycle.push(job_id);
+                return Some(cycle);
+            }
+            if visited.insert(*next) {
+                let mut longer = path.clone();
+                longer.push(*next);
+                stack.push((*next, longer));
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input(json: serde_json::Value) -> Result<JobSpec, Error> {
+        serde_json::from_value::<JobInput>(json).unwrap().validate()
+    }
+
+    fn base() -> serde_json::Value {
+        serde_json::json!({
+            "group_id": 1, "name": "nightly backup",
+            "schedule": {"type": "cron", "expr": "0 0 2 * * ?", "timezone": "Europe/Berlin"},
+            "handler": {"type": "shell", "command": "echo hi"}
+        })
+    }
+
+    #[test]
+    fn defaults_apply() {
+        let spec = input(base()).unwrap();
+        assert_eq!(spec.routing, Routing::First);
+        assert!(spec.enabled);
+        assert_eq!((spec.retry_count, spec.retry_backoff_s, spec.timeout_s), (0, 10, 0));
+        assert_eq!(spec.timezone, chrono_tz::Europe::Berlin);
+        assert!(spec.alert.on_failure);
+    }
+
+    #[test]
+    fn each_rule_names_its_field() {
+        let cases = [
+            ("/name", serde_json::json!("<script>alert(1)</script>"), "name"),
+            ("/name", serde_json::json!("x'; DROP TABLE job;--"), "name"),
+            ("/name", serde_json::json!("   "), "name"),
+            ("/name", serde_json::json!("n".repeat(201)), "name"),
+            ("/timeout_s", serde_json::json!(-1), "timeout_s"),
+            ("/timeout_s", serde_json::json!(100_000_000), "timeout_s"),
+            ("/schedule/timezone", serde_json::json!("Nowhere/City"), "schedule.timezone"),
+            ("/schedule/expr", serde_json::json!("0 0 25 * * ?"), "schedule.expr"),
+            ("/limits", serde_json::json!({"cpu": -1.0}), "limits.cpu"),
+            ("/limits", serde_json::json!({"memory_mb": 0}), "limits.memory_mb"),
+            ("/limits", serde_json::json!({"pids": -3}), "limits.pids"),
+            ("/retry", serde_json::json!({"count": 99}), "retry.count"),
+            ("/children", serde_json::json!([2, 2]), "children"),
+            ("/handler", serde_json::json!({"type": "shell", "command": ""}), "handler.command"),
+            ("/handler", serde_json::json!({"type": "shell", "command": "x", "source": "y"}), "handler.source"),
+            ("/handler", serde_json::json!({"type": "script", "source": "x", "interpreter": "cobol"}), "handler.interpreter"),
+            ("/handler", serde_json::json!({"type": "script"}), "handler.source"),
+            ("/handler", serde_json::json!({"type": "bean"}), "handler.name"),
+        ];
+        for (pointer, value, field) in cases {
+            let mut json = base();
+            let mut target = &mut json;
+            for part in pointer.trim_start_matches('/').split('/') {
+                target = &mut target[part];
+            }
+            *target = value.clone();
+            let err = input(json).unwrap_err();
+            assert_eq!(err.field(), Some(field), "{pointer} = {value}: {err}");
+        }
+    }
+
+    #[test]
+    fn schedule_fields_must_match_the_type() {
+        let mut json = base();
+        json["schedule"] = serde_json::json!({"type": "fixed_rate", "interval_s": 30, "expr": "* * * * * ?"});
+        assert_eq!(input(json).unwrap_err().field(), Some("schedule.expr"));
+        let mut json = base();
+        json["schedule"] = serde_json::json!({"type": "fixed_rate", "interval_s": 0});
+        assert_eq!(input(json).unwrap_err().field(), Some("schedule.interval_s"));
+        let mut json = base();
+        json["schedule"] = serde_json::json!({"type": "once"});
+        assert_eq!(input(json).unwrap_err().field(), Some("schedule.at_ms"));
+    }
+
+    #[test]
+    fn unknown_fields_and_wrong_types_do_not_deserialize() {
+        let mut json = base();
+        json["colour"] = serde_json::json!("red");
+        assert!(serde_json::from_value::<JobInput>(json).unwrap_err().to_string().contains("unknown field `colour`"));
+        let mut json = base();
+        json["group_id"] = serde_json::json!("one");
+        assert!(serde_json::from_value::<JobInput>(json).is_err());
+    }
+
+    #[test]
+    fn child_cycles_are_found() {
+        let edges = vec![(2, vec![3]), (3, vec![4])];
+        assert_eq!(find_child_cycle(4, &[2], &edges), Some(vec![4, 2, 3, 4]));
+        assert_eq!(find_child_cycle(1, &[1], &edges), Some(vec![1, 1]));
+        assert_eq!(find_child_cycle(1, &[2], &edges), None);
+        // An edit replaces the job's old edges rather than adding to them.
+        let edges = vec![(1, vec![2]), (2, vec![3])];
+        assert_eq!(find_child_cycle(1, &[3], &edges), None);
+    }
+}

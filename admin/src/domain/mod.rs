@@ -1,0 +1,51 @@
+//! Validated value types and pure rules: no diesel, no actix, no I/O. Everything here is
+//! unit-tested in place.
+
+pub mod cron;
+pub mod job;
+pub mod policy;
+pub mod role;
+pub mod routing;
+pub mod schedule;
+
+/// Declares a closed set of names stored as short strings in the DB and spoken in the API.
+/// One mapping per enum, here, so the DB and the API can never disagree.
+macro_rules! string_enum {
+    ($(#[$meta:meta])* $vis:vis enum $name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+        $vis enum $name {
+            $(#[serde(rename = $text)] $variant),+
+        }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+
+            /// The accepted names, for error messages.
+            pub fn names() -> String {
+                [$($text),+].join(", ")
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s {
+                    $($text => Ok($name::$variant),)+
+                    other => Err(format!("unknown value `{}`; expected one of: {}", other, Self::names())),
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+pub(crate) use string_enum;

@@ -1,0 +1,11 @@
+//! jobfleet admin: the schedule, the registry of agents, dispatch, callbacks, the console and
+//! the open API. `main.rs` only parses the command line and calls into here.
+
+pub mod auth;
+pub mod clock;
+pub mod config;
+pub mod db;
+pub mod domain;
+pub mod error;
+#[doc(hidden)]
+pub mod testing;

@@ -1,0 +1,10 @@
+DROP TABLE scheduler_lock;
+DROP TABLE audit_log;
+DROP TABLE api_token;
+DROP TABLE user_group_grant;
+DROP TABLE `user`;
+DROP TABLE job_run;
+DROP TABLE job_script;
+DROP TABLE job;
+DROP TABLE agent;
+DROP TABLE executor_group;

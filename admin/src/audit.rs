@@ -25,7 +25,13 @@ fn to_json<T: Serialize>(value: &T) -> Result<String, Error> {
 
 impl<'a> Entry<'a> {
     pub fn new(action: &'a str, object_type: &'a str, object_id: impl ToString) -> Self {
-        Self { action, object_type, object_id: object_id.to_string(), before: None, after: None }
+        Self {
+            action,
+            object_type,
+            object_id: object_id.to_string(),
+            before: None,
+            after: None,
+        }
     }
 
     /// # Errors
@@ -47,7 +53,12 @@ impl<'a> Entry<'a> {
 ///
 /// # Errors
 /// Database errors; the caller's transaction then rolls back the change too.
-pub fn record(conn: &mut AnyConnection, actor: &Actor, now_ms: i64, entry: Entry<'_>) -> Result<(), Error> {
+pub fn record(
+    conn: &mut AnyConnection,
+    actor: &Actor,
+    now_ms: i64,
+    entry: Entry<'_>,
+) -> Result<(), Error> {
     audit_log::insert(
         conn,
         &audit_log::NewAuditLog {

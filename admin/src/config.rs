@@ -15,16 +15,48 @@ use crate::db::DbUrl;
 
 /// Every key, with its default (`None` = no default) and what it is, for `--help`-like output.
 const KEYS: &[(&str, Option<&str>, &str)] = &[
-    ("listen", Some("127.0.0.1:8080"), "address the HTTP server binds, HOST:PORT"),
-    ("database_url", Some("sqlite://data/jobfleet.db"), "sqlite://PATH or mysql://USER:PASS@HOST:PORT/DB"),
-    ("jwt_secret", None, "HS256 secret for API tokens, at least 32 bytes; generated next to a SQLite file when unset"),
-    ("jwt_ttl_s", Some("3600"), "lifetime of tokens from /api/v1/auth/token, seconds"),
-    ("access_token", None, "token shared with agents (XXL-JOB-ACCESS-TOKEN)"),
+    (
+        "listen",
+        Some("127.0.0.1:8080"),
+        "address the HTTP server binds, HOST:PORT",
+    ),
+    (
+        "database_url",
+        Some("sqlite://data/jobfleet.db"),
+        "sqlite://PATH or mysql://USER:PASS@HOST:PORT/DB",
+    ),
+    (
+        "jwt_secret",
+        None,
+        "HS256 secret for API tokens, at least 32 bytes; generated next to a SQLite file when unset",
+    ),
+    (
+        "jwt_ttl_s",
+        Some("3600"),
+        "lifetime of tokens from /api/v1/auth/token, seconds",
+    ),
+    (
+        "access_token",
+        None,
+        "token shared with agents (XXL-JOB-ACCESS-TOKEN)",
+    ),
     ("db_pool_size", Some("10"), "maximum database connections"),
-    ("db_connect_timeout_ms", Some("5000"), "how long a request waits for a database connection"),
-    ("max_body_bytes", Some("1048576"), "largest accepted request body"),
+    (
+        "db_connect_timeout_ms",
+        Some("5000"),
+        "how long a request waits for a database connection",
+    ),
+    (
+        "max_body_bytes",
+        Some("1048576"),
+        "largest accepted request body",
+    ),
     ("workers", Some("2"), "HTTP worker threads"),
-    ("log", Some("info"), "tracing filter, e.g. info,jobfleet_admin=debug"),
+    (
+        "log",
+        Some("info"),
+        "tracing filter, e.g. info,jobfleet_admin=debug",
+    ),
 ];
 
 /// Environment variables that are ours but not config keys.
@@ -70,8 +102,14 @@ pub struct Sources {
 impl Sources {
     /// Reads `JOBFLEET_*` from the process environment and the file it names.
     pub fn from_process(config_flag: Option<PathBuf>, flags: Vec<(String, String)>) -> Self {
-        let env: Vec<(String, String)> = std::env::vars().filter(|(k, _)| k.starts_with("JOBFLEET_")).collect();
-        let file = config_flag.or_else(|| env.iter().find(|(k, _)| k == "JOBFLEET_CONFIG").map(|(_, v)| PathBuf::from(v)));
+        let env: Vec<(String, String)> = std::env::vars()
+            .filter(|(k, _)| k.starts_with("JOBFLEET_"))
+            .collect();
+        let file = config_flag.or_else(|| {
+            env.iter()
+                .find(|(k, _)| k == "JOBFLEET_CONFIG")
+                .map(|(_, v)| PathBuf::from(v))
+        });
         Self { file, env, flags }
     }
 }
@@ -81,6 +119,8 @@ impl Sources {
 pub struct Config {
     pub listen: SocketAddr,
     pub database_url: DbUrl,
+    /// True when `database_url` is the built-in default, whose `data/` folder may be created.
+    pub database_url_is_default: bool,
     pub jwt_secret: Option<String>,
     pub jwt_ttl: Duration,
     pub access_token: Option<String>,
@@ -123,8 +163,11 @@ fn read_file(path: &Path, raw: &mut Raw) -> Result<(), ConfigError> {
         origin: Source::File(path.to_owned()).to_string(),
         message,
     };
-    let text = std::fs::read_to_string(path).map_err(|e| file_err(format!("cannot read the file: {e}")))?;
-    let table: toml::Table = text.parse().map_err(|e: toml::de::Error| file_err(format!("not valid TOML: {e}")))?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| file_err(format!("cannot read the file: {e}")))?;
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| file_err(format!("not valid TOML: {e}")))?;
     for (key, value) in table {
         let Some(known) = known_key(&key) else {
             return Err(ConfigError {
@@ -132,7 +175,10 @@ fn read_file(path: &Path, raw: &mut Raw) -> Result<(), ConfigError> {
                 origin: Source::File(path.to_owned()).to_string(),
                 message: format!(
                     "unknown key; known keys are: {}",
-                    KEYS.iter().map(|(k, _, _)| *k).collect::<Vec<_>>().join(", ")
+                    KEYS.iter()
+                        .map(|(k, _, _)| *k)
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             });
         };
@@ -170,8 +216,13 @@ impl Config {
         }
         let mut warnings = Vec::new();
         for (var, value) in &sources.env {
-            let Some(suffix) = var.strip_prefix("JOBFLEET_") else { continue };
-            if OTHER_ENV.contains(&var.as_str()) || var.starts_with("JOBFLEET_AGENT_") || var.starts_with("JOBFLEET_TEST_") {
+            let Some(suffix) = var.strip_prefix("JOBFLEET_") else {
+                continue;
+            };
+            if OTHER_ENV.contains(&var.as_str())
+                || var.starts_with("JOBFLEET_AGENT_")
+                || var.starts_with("JOBFLEET_TEST_")
+            {
                 continue;
             }
             match known_key(&suffix.to_ascii_lowercase()) {
@@ -194,13 +245,21 @@ impl Config {
 
     fn validate(raw: &Raw, warnings: Vec<String>) -> Result<Config, ConfigError> {
         let fail = |key: &str, message: String| {
-            let source = raw.get(key).map_or_else(|| Source::Default.to_string(), |(_, s)| s.to_string());
-            ConfigError { key: key.to_owned(), origin: source, message }
+            let source = raw
+                .get(key)
+                .map_or_else(|| Source::Default.to_string(), |(_, s)| s.to_string());
+            ConfigError {
+                key: key.to_owned(),
+                origin: source,
+                message,
+            }
         };
         let get = |key: &str| raw.get(key).map(|(v, _)| v.trim().to_owned());
         let number = |key: &str, min: u64, max: u64| -> Result<u64, ConfigError> {
             let text = get(key).unwrap_or_default();
-            let n: u64 = text.parse().map_err(|_| fail(key, format!("`{text}` is not a whole number")))?;
+            let n: u64 = text
+                .parse()
+                .map_err(|_| fail(key, format!("`{text}` is not a whole number")))?;
             if !(min..=max).contains(&n) {
                 return Err(fail(key, format!("{n} is out of range {min}..={max}")));
             }
@@ -208,15 +267,22 @@ impl Config {
         };
 
         let listen_text = get("listen").unwrap_or_default();
-        let listen: SocketAddr = listen_text
-            .parse()
-            .map_err(|_| fail("listen", format!("`{listen_text}` is not HOST:PORT with an IP host (e.g. 127.0.0.1:8080)")))?;
-        let database_url = DbUrl::parse(&get("database_url").unwrap_or_default()).map_err(|m| fail("database_url", m))?;
+        let listen: SocketAddr = listen_text.parse().map_err(|_| {
+            fail(
+                "listen",
+                format!("`{listen_text}` is not HOST:PORT with an IP host (e.g. 127.0.0.1:8080)"),
+            )
+        })?;
+        let database_url = DbUrl::parse(&get("database_url").unwrap_or_default())
+            .map_err(|m| fail("database_url", m))?;
         let jwt_secret = get("jwt_secret").filter(|s| !s.is_empty());
         if let Some(secret) = &jwt_secret
             && secret.len() < 32
         {
-            return Err(fail("jwt_secret", format!("must be at least 32 bytes long (got {})", secret.len())));
+            return Err(fail(
+                "jwt_secret",
+                format!("must be at least 32 bytes long (got {})", secret.len()),
+            ));
         }
         if jwt_secret.is_none() && matches!(database_url, DbUrl::Mysql(_)) {
             return Err(fail(
@@ -229,22 +295,35 @@ impl Config {
         if let Some(token) = &access_token
             && (token.len() < 8 || token.chars().any(|c| c.is_control() || c.is_whitespace()))
         {
-            return Err(fail("access_token", "must be at least 8 characters without spaces or control characters".into()));
+            return Err(fail(
+                "access_token",
+                "must be at least 8 characters without spaces or control characters".into(),
+            ));
         }
         let log = get("log").unwrap_or_default();
-        tracing_subscriber::EnvFilter::try_new(&log).map_err(|e| fail("log", format!("not a valid tracing filter: {e}")))?;
+        tracing_subscriber::EnvFilter::try_new(&log)
+            .map_err(|e| fail("log", format!("not a valid tracing filter: {e}")))?;
 
         Ok(Config {
             listen,
             database_url,
+            database_url_is_default: raw
+                .get("database_url")
+                .is_none_or(|(_, s)| *s == Source::Default),
             jwt_secret,
             jwt_ttl: Duration::from_secs(number("jwt_ttl_s", 60, 30 * 24 * 3600)?),
             access_token,
-            db_pool_size: u32::try_from(number("db_pool_size", 1, 200)?).map_err(|e| fail("db_pool_size", e.to_string()))?,
-            db_connect_timeout: Duration::from_millis(number("db_connect_timeout_ms", 100, 120_000)?),
+            db_pool_size: u32::try_from(number("db_pool_size", 1, 200)?)
+                .map_err(|e| fail("db_pool_size", e.to_string()))?,
+            db_connect_timeout: Duration::from_millis(number(
+                "db_connect_timeout_ms",
+                100,
+                120_000,
+            )?),
             max_body_bytes: usize::try_from(number("max_body_bytes", 1024, 64 * 1024 * 1024)?)
                 .map_err(|e| fail("max_body_bytes", e.to_string()))?,
-            workers: usize::try_from(number("workers", 1, 64)?).map_err(|e| fail("workers", e.to_string()))?,
+            workers: usize::try_from(number("workers", 1, 64)?)
+                .map_err(|e| fail("workers", e.to_string()))?,
             log,
             warnings,
         })
@@ -261,14 +340,23 @@ mod tests {
     use super::*;
 
     fn env(pairs: &[(&str, &str)]) -> Sources {
-        Sources { env: pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(), ..Default::default() }
+        Sources {
+            env: pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            ..Default::default()
+        }
     }
 
     #[test]
     fn defaults_are_valid() {
         let config = Config::load(&Sources::default()).unwrap();
         assert_eq!(config.listen.to_string(), "127.0.0.1:8080");
-        assert_eq!(config.database_url, DbUrl::Sqlite("data/jobfleet.db".into()));
+        assert_eq!(
+            config.database_url,
+            DbUrl::Sqlite("data/jobfleet.db".into())
+        );
         assert_eq!(config.jwt_ttl, Duration::from_secs(3600));
     }
 
@@ -283,7 +371,11 @@ mod tests {
         assert_eq!(config.listen.port(), 9000, "file beats default");
         assert_eq!(config.jwt_ttl.as_secs(), 300, "env beats file");
         sources.flags.push(("listen".into(), "127.0.0.1:1".into()));
-        assert_eq!(Config::load(&sources).unwrap().listen.port(), 1, "flag beats env");
+        assert_eq!(
+            Config::load(&sources).unwrap().listen.port(),
+            1,
+            "flag beats env"
+        );
 
         let err = Config::load(&env(&[("JOBFLEET_LISTEN", "localhost")])).unwrap_err();
         assert_eq!(err.key, "listen");
@@ -297,11 +389,22 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("admin.toml");
         std::fs::write(&file, "lisen = \"x\"\n").unwrap();
-        let err = Config::load(&Sources { file: Some(file), ..Default::default() }).unwrap_err();
+        let err = Config::load(&Sources {
+            file: Some(file),
+            ..Default::default()
+        })
+        .unwrap_err();
         assert_eq!(err.key, "lisen");
         assert!(err.message.contains("unknown key"));
-        let config = Config::load(&env(&[("JOBFLEET_LISEN", "x"), ("JOBFLEET_ADMIN_PASSWORD", "pw")])).unwrap();
-        assert_eq!(config.warnings, vec!["ignoring unknown environment variable JOBFLEET_LISEN".to_owned()]);
+        let config = Config::load(&env(&[
+            ("JOBFLEET_LISEN", "x"),
+            ("JOBFLEET_ADMIN_PASSWORD", "pw"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            config.warnings,
+            vec!["ignoring unknown environment variable JOBFLEET_LISEN".to_owned()]
+        );
     }
 
     #[test]
@@ -322,19 +425,29 @@ mod tests {
     #[test]
     fn secrets_are_redacted_in_debug() {
         let config = Config::load(&env(&[
-            ("JOBFLEET_JWT_SECRET", "0123456789abcdef0123456789abcdef-secret"),
+            (
+                "JOBFLEET_JWT_SECRET",
+                "0123456789abcdef0123456789abcdef-secret",
+            ),
             ("JOBFLEET_ACCESS_TOKEN", "agent-token-secret"),
         ]))
         .unwrap();
         let shown = format!("{config:?}");
-        assert!(!shown.contains("abcdef-secret") && !shown.contains("agent-token-secret"), "{shown}");
+        assert!(
+            !shown.contains("abcdef-secret") && !shown.contains("agent-token-secret"),
+            "{shown}"
+        );
         assert!(shown.contains("<redacted>"), "{shown}");
     }
 
     #[test]
     fn the_example_file_in_deploy_parses() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/admin.example.toml");
-        let config = Config::load(&Sources { file: Some(path), ..Default::default() }).unwrap();
+        let config = Config::load(&Sources {
+            file: Some(path),
+            ..Default::default()
+        })
+        .unwrap();
         assert_eq!(config.listen.port(), 8080);
     }
 }

@@ -12,9 +12,16 @@ pub enum Error {
     NotFound(&'static str),
     /// Input that parsed but is not acceptable; `code` narrows down which rule it broke.
     #[error("{message}")]
-    Invalid { code: Code, field: Option<String>, message: String },
+    Invalid {
+        code: Code,
+        field: Option<String>,
+        message: String,
+    },
     #[error("{message}")]
-    Conflict { field: Option<String>, message: String },
+    Conflict {
+        field: Option<String>,
+        message: String,
+    },
     #[error("{0}")]
     Unauthenticated(String),
     #[error("{0}")]
@@ -101,16 +108,27 @@ impl Code {
 impl Error {
     /// A field that broke a validation rule.
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self::Invalid { code: Code::InvalidField, field: Some(field.into()), message: message.into() }
+        Self::Invalid {
+            code: Code::InvalidField,
+            field: Some(field.into()),
+            message: message.into(),
+        }
     }
 
     /// A validation failure with a narrower code than `invalid_field`.
     pub fn invalid_as(code: Code, field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self::Invalid { code, field: Some(field.into()), message: message.into() }
+        Self::Invalid {
+            code,
+            field: Some(field.into()),
+            message: message.into(),
+        }
     }
 
     pub fn conflict(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self::Conflict { field: Some(field.into()), message: message.into() }
+        Self::Conflict {
+            field: Some(field.into()),
+            message: message.into(),
+        }
     }
 
     pub fn code(&self) -> Code {
@@ -137,16 +155,27 @@ impl Error {
     /// What the caller may see: internal causes (SQL text, paths) never leave the server.
     pub fn public_message(&self) -> String {
         match self {
-            Error::Internal(_) => "internal error; the server log has the details under this request's id".into(),
-            Error::Unavailable(_) => "the service is temporarily unavailable (database unreachable); retry shortly".into(),
+            Error::Internal(_) => {
+                "internal error; the server log has the details under this request's id".into()
+            }
+            Error::Unavailable(_) => {
+                "the service is temporarily unavailable (database unreachable); retry shortly"
+                    .into()
+            }
             other => other.to_string(),
         }
     }
 }
 
 fn looks_like_lost_connection(message: &str) -> bool {
-    const SIGNS: [&str; 6] =
-        ["gone away", "lost connection", "can't connect", "connection refused", "database is locked", "server shutdown"];
+    const SIGNS: [&str; 6] = [
+        "gone away",
+        "lost connection",
+        "can't connect",
+        "connection refused",
+        "database is locked",
+        "server shutdown",
+    ];
     let lower = message.to_ascii_lowercase();
     SIGNS.iter().any(|sign| lower.contains(sign))
 }
@@ -294,11 +323,16 @@ mod tests {
     #[test]
     fn lost_connections_are_unavailable_not_internal() {
         assert!(looks_like_lost_connection("MySQL server has gone away"));
-        assert!(looks_like_lost_connection("Lost connection to server during query"));
+        assert!(looks_like_lost_connection(
+            "Lost connection to server during query"
+        ));
         assert!(!looks_like_lost_connection("Unknown column 'x'"));
         let pool_timeout = Error::Unavailable("timed out waiting for connection".into());
         assert_eq!(pool_timeout.code(), Code::Unavailable);
-        assert!(!pool_timeout.public_message().contains("timed out"), "causes stay in the log");
+        assert!(
+            !pool_timeout.public_message().contains("timed out"),
+            "causes stay in the log"
+        );
     }
 
     #[test]

@@ -1,11 +1,16 @@
 //! jobfleet admin: the schedule, the registry of agents, dispatch, callbacks, the console and
 //! the open API. `main.rs` only parses the command line and calls into here.
 
+pub mod api;
+pub mod audit;
 pub mod auth;
 pub mod clock;
 pub mod config;
 pub mod db;
 pub mod domain;
 pub mod error;
+pub mod http;
+pub mod service;
+pub mod startup;
 #[doc(hidden)]
 pub mod testing;

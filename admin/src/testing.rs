@@ -2,13 +2,18 @@
 //! either backend, so tests run in parallel without sharing state.
 //!
 //! The MariaDB fixture fails loudly when the server is unreachable; it never skips.
-#![allow(clippy::expect_used, clippy::unwrap_used, reason = "test fixtures fail the test by panicking")]
+#![allow(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "test fixtures fail the test by panicking"
+)]
 
 use crate::db::{self, AnyConnection, DbUrl};
 
 /// Where MariaDB runs for tests; override with `JOBFLEET_TEST_MYSQL_URL` (no database part).
 pub fn mysql_server_url() -> String {
-    std::env::var("JOBFLEET_TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into())
+    std::env::var("JOBFLEET_TEST_MYSQL_URL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into())
 }
 
 /// A freshly migrated database that disappears when dropped.
@@ -22,7 +27,11 @@ impl TestDb {
     pub fn sqlite() -> Self {
         let dir = tempfile::tempdir().expect("temp dir for the test database");
         let url = DbUrl::Sqlite(dir.path().join("test.db"));
-        let db = Self { url, _dir: Some(dir), mysql_name: None };
+        let db = Self {
+            url,
+            _dir: Some(dir),
+            mysql_name: None,
+        };
         db::migrate::run_pending(&mut db.conn()).expect("migrate the SQLite test database");
         db
     }
@@ -30,15 +39,24 @@ impl TestDb {
     #[cfg(feature = "mysql")]
     pub fn mysql() -> Self {
         use diesel::connection::SimpleConnection;
-        let name = format!("jf_test_{}", crate::auth::random_token(12).to_ascii_lowercase());
+        let name = format!(
+            "jf_test_{}",
+            crate::auth::random_token(12).to_ascii_lowercase()
+        );
         let server = mysql_server_url();
         let mut admin = db::establish(&DbUrl::Mysql(format!("{server}/mysql"))).unwrap_or_else(|e| {
             panic!("MariaDB is not reachable at {server} ({e}); start it with `start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd`")
         });
         admin
-            .batch_execute(&format!("CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
+            .batch_execute(&format!(
+                "CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+            ))
             .expect("create the MariaDB test database");
-        let db = Self { url: DbUrl::Mysql(format!("{server}/{name}")), _dir: None, mysql_name: Some(name) };
+        let db = Self {
+            url: DbUrl::Mysql(format!("{server}/{name}")),
+            _dir: None,
+            mysql_name: Some(name),
+        };
         db::migrate::run_pending(&mut db.conn()).expect("migrate the MariaDB test database");
         db
     }
@@ -65,7 +83,9 @@ impl Drop for TestDb {
         #[cfg(feature = "mysql")]
         if let Some(name) = &self.mysql_name {
             use diesel::connection::SimpleConnection;
-            if let Ok(mut admin) = db::establish(&DbUrl::Mysql(format!("{}/mysql", mysql_server_url()))) {
+            if let Ok(mut admin) =
+                db::establish(&DbUrl::Mysql(format!("{}/mysql", mysql_server_url())))
+            {
                 let _ = admin.batch_execute(&format!("DROP DATABASE IF EXISTS `{name}`"));
             }
         }

@@ -13,7 +13,11 @@ pub fn mint() -> Minted {
     let secret = format!("{PREFIX}{}", super::random_token(40));
     let hash = super::sha256_hex(&secret);
     let display_prefix = secret.chars().take(PREFIX.len() + 4).collect();
-    Minted { secret, hash, display_prefix }
+    Minted {
+        secret,
+        hash,
+        display_prefix,
+    }
 }
 
 /// Whether a bearer credential is an API token rather than a JWT.

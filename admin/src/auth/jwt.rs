@@ -36,17 +36,31 @@ impl std::fmt::Debug for JwtKeys {
 
 impl JwtKeys {
     pub fn new(secret: &[u8]) -> Self {
-        Self { encoding: EncodingKey::from_secret(secret), decoding: DecodingKey::from_secret(secret) }
+        Self {
+            encoding: EncodingKey::from_secret(secret),
+            decoding: DecodingKey::from_secret(secret),
+        }
     }
 
     /// Signs a token for `user_id` valid for `ttl_ms` from `now_ms`; returns it with its expiry (ms).
     ///
     /// # Errors
     /// `Internal` if signing fails.
-    pub fn issue(&self, user_id: i64, name: &str, now_ms: i64, ttl_ms: i64) -> Result<(String, i64), Error> {
+    pub fn issue(
+        &self,
+        user_id: i64,
+        name: &str,
+        now_ms: i64,
+        ttl_ms: i64,
+    ) -> Result<(String, i64), Error> {
         let expires_ms = now_ms + ttl_ms;
-        let claims =
-            Claims { sub: user_id.to_string(), name: name.to_owned(), iat: now_ms / 1000, iat_ms: now_ms, exp: expires_ms / 1000 };
+        let claims = Claims {
+            sub: user_id.to_string(),
+            name: name.to_owned(),
+            iat: now_ms / 1000,
+            iat_ms: now_ms,
+            exp: expires_ms / 1000,
+        };
         let token = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
             .map_err(|e| Error::Internal(anyhow::anyhow!("jwt signing: {e}")))?;
         Ok((token, expires_ms))
@@ -81,7 +95,12 @@ mod tests {
         assert_eq!(exp, 1_060_000);
         let claims = keys.verify(&token, 1_000_001).unwrap();
         assert_eq!((claims.sub.as_str(), claims.name.as_str()), ("7", "alice"));
-        assert!(keys.verify(&token, 1_060_000).unwrap_err().to_string().contains("expired"));
+        assert!(
+            keys.verify(&token, 1_060_000)
+                .unwrap_err()
+                .to_string()
+                .contains("expired")
+        );
     }
 
     #[test]
@@ -93,7 +112,10 @@ mod tests {
         let (token, _) = keys.issue(1, "x", 0, 60_000).unwrap();
         let mut parts: Vec<String> = token.split('.').map(str::to_owned).collect();
         parts[1] = parts[1].replace('A', "B");
-        assert!(keys.verify(&parts.join("."), 1).is_err(), "tampered payload");
+        assert!(
+            keys.verify(&parts.join("."), 1).is_err(),
+            "tampered payload"
+        );
         assert!(keys.verify("not.a.jwt", 1).is_err());
         // alg=none must never be accepted.
         let none = "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0.eyJzdWIiOiIxIiwibmFtZSI6IngiLCJpYXQiOjAsImlhdF9tcyI6MCwiZXhwIjo5OTk5OTk5OTk5fQ.";

@@ -2,11 +2,12 @@
 //! the RBAC checks that turn a caller into an `Actor` and an `Actor` into proofs.
 
 pub mod api_token;
+pub mod extract;
 
 pub mod jwt;
 pub mod password;
 pub mod rate_limit;
-
+pub mod rbac;
 
 use rand::Rng;
 use sha2::{Digest, Sha256};
@@ -16,7 +17,9 @@ const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01
 /// A random string of `len` alphanumeric characters from the OS-seeded CSPRNG.
 pub fn random_token(len: usize) -> String {
     let mut rng = rand::rng();
-    (0..len).map(|_| char::from(ALPHABET[rng.random_range(0..ALPHABET.len())])).collect()
+    (0..len)
+        .map(|_| char::from(ALPHABET[rng.random_range(0..ALPHABET.len())]))
+        .collect()
 }
 
 pub fn sha256_hex(data: &str) -> String {

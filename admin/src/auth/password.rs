@@ -15,10 +15,16 @@ pub const MAX_LEN: usize = 256;
 pub fn check_policy(field: &str, password: &str) -> Result<(), Error> {
     let len = password.chars().count();
     if len < MIN_LEN {
-        return Err(Error::invalid(field, format!("must be at least {MIN_LEN} characters")));
+        return Err(Error::invalid(
+            field,
+            format!("must be at least {MIN_LEN} characters"),
+        ));
     }
     if password.len() > MAX_LEN {
-        return Err(Error::invalid(field, format!("must be at most {MAX_LEN} bytes")));
+        return Err(Error::invalid(
+            field,
+            format!("must be at most {MAX_LEN} bytes"),
+        ));
     }
     Ok(())
 }
@@ -38,7 +44,11 @@ pub fn verify(stored_hash: &str, password: &str) -> bool {
     if password.len() > MAX_LEN {
         return false;
     }
-    PasswordHash::new(stored_hash).is_ok_and(|parsed| Argon2::default().verify_password(password.as_bytes(), &parsed).is_ok())
+    PasswordHash::new(stored_hash).is_ok_and(|parsed| {
+        Argon2::default()
+            .verify_password(password.as_bytes(), &parsed)
+            .is_ok()
+    })
 }
 
 /// A hash of a random password, verified against when the user does not exist, so a login

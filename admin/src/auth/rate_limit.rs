@@ -12,19 +12,31 @@ pub struct RateLimiter {
 
 impl RateLimiter {
     pub fn new(max_failures: usize, window_ms: i64) -> Self {
-        Self { max_failures, window_ms, failures: Mutex::new(HashMap::new()) }
+        Self {
+            max_failures,
+            window_ms,
+            failures: Mutex::new(HashMap::new()),
+        }
     }
 
     /// Whether another attempt is allowed for `key` at `now_ms`.
     pub fn allowed(&self, key: &str, now_ms: i64) -> bool {
-        let mut map = self.failures.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let Some(times) = map.get_mut(key) else { return true };
+        let mut map = self
+            .failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(times) = map.get_mut(key) else {
+            return true;
+        };
         times.retain(|t| now_ms - t < self.window_ms);
         times.len() < self.max_failures
     }
 
     pub fn record_failure(&self, key: &str, now_ms: i64) {
-        let mut map = self.failures.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut map = self
+            .failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         // Bound memory under a spray of distinct keys: forget keys whose window has passed.
         if map.len() > 10_000 {
             map.retain(|_, times| times.last().is_some_and(|t| now_ms - t < self.window_ms));
@@ -33,7 +45,10 @@ impl RateLimiter {
     }
 
     pub fn clear(&self, key: &str) {
-        self.failures.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(key);
+        self.failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(key);
     }
 }
 

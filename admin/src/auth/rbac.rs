@@ -9,7 +9,9 @@ use crate::error::Error;
 pub enum ActorKind {
     User,
     /// An API token acting for its owner, with at most the owner's role.
-    Token { token_id: i64 },
+    Token {
+        token_id: i64,
+    },
     /// The process itself: CLI bootstrap, background workers.
     System,
 }
@@ -73,12 +75,20 @@ impl Actor {
     /// # Errors
     /// `Forbidden` unless the caller is an admin.
     pub fn require_admin(&self) -> Result<AdminProof, Error> {
-        if self.is_admin() { Ok(AdminProof(())) } else { Err(Error::Forbidden("this action needs the admin role".into())) }
+        if self.is_admin() {
+            Ok(AdminProof(()))
+        } else {
+            Err(Error::Forbidden("this action needs the admin role".into()))
+        }
     }
 
     /// The groups this caller may read: `None` means all of them.
     pub fn visible_groups(&self) -> Option<Vec<i64>> {
-        if self.is_admin() { None } else { Some(self.groups.clone()) }
+        if self.is_admin() {
+            None
+        } else {
+            Some(self.groups.clone())
+        }
     }
 
     /// # Errors
@@ -87,7 +97,9 @@ impl Actor {
         if self.is_admin() || self.groups.contains(&group_id) {
             Ok(())
         } else {
-            Err(Error::Forbidden(format!("no access to executor group {group_id}")))
+            Err(Error::Forbidden(format!(
+                "no access to executor group {group_id}"
+            )))
         }
     }
 
@@ -97,7 +109,9 @@ impl Actor {
         match self.role {
             Role::Admin => Ok(GroupWrite { group_id }),
             Role::Operator if self.groups.contains(&group_id) => Ok(GroupWrite { group_id }),
-            Role::Operator => Err(Error::Forbidden(format!("no write access to executor group {group_id}"))),
+            Role::Operator => Err(Error::Forbidden(format!(
+                "no write access to executor group {group_id}"
+            ))),
             Role::Viewer => Err(Error::Forbidden("the viewer role is read-only".into())),
         }
     }
@@ -108,7 +122,11 @@ mod tests {
     use super::*;
 
     fn actor(role: Role, groups: &[i64]) -> Actor {
-        Actor { role, groups: groups.to_vec(), ..Actor::system("t") }
+        Actor {
+            role,
+            groups: groups.to_vec(),
+            ..Actor::system("t")
+        }
     }
 
     #[test]

@@ -23,7 +23,10 @@ pub struct Agent {
 
 /// Agents of the given app names (all when `None`), by app name then address.
 pub fn list(conn: &mut AnyConnection, app_names: Option<&[String]>) -> Result<Vec<Agent>, Error> {
-    let mut query = agent::table.select(Agent::as_select()).order((agent::app_name.asc(), agent::address.asc())).into_boxed();
+    let mut query = agent::table
+        .select(Agent::as_select())
+        .order((agent::app_name.asc(), agent::address.asc()))
+        .into_boxed();
     if let Some(names) = app_names {
         query = query.filter(agent::app_name.eq_any(names.to_vec()));
     }

@@ -35,16 +35,28 @@ pub struct NewApiToken<'a> {
 }
 
 pub fn get(conn: &mut AnyConnection, id: i64) -> Result<ApiToken, Error> {
-    api_token::table.find(id).select(ApiToken::as_select()).first(conn).optional()?.ok_or(Error::NotFound("api token"))
+    api_token::table
+        .find(id)
+        .select(ApiToken::as_select())
+        .first(conn)
+        .optional()?
+        .ok_or(Error::NotFound("api token"))
 }
 
 pub fn find_by_hash(conn: &mut AnyConnection, hash: &str) -> Result<Option<ApiToken>, Error> {
-    Ok(api_token::table.filter(api_token::token_hash.eq(hash)).select(ApiToken::as_select()).first(conn).optional()?)
+    Ok(api_token::table
+        .filter(api_token::token_hash.eq(hash))
+        .select(ApiToken::as_select())
+        .first(conn)
+        .optional()?)
 }
 
 /// Tokens of one user, or of everyone when `user_id` is `None`; newest first.
 pub fn list(conn: &mut AnyConnection, user_id: Option<i64>) -> Result<Vec<ApiToken>, Error> {
-    let mut query = api_token::table.select(ApiToken::as_select()).order(api_token::id.desc()).into_boxed();
+    let mut query = api_token::table
+        .select(ApiToken::as_select())
+        .order(api_token::id.desc())
+        .into_boxed();
     if let Some(uid) = user_id {
         query = query.filter(api_token::user_id.eq(uid));
     }
@@ -52,21 +64,29 @@ pub fn list(conn: &mut AnyConnection, user_id: Option<i64>) -> Result<Vec<ApiTok
 }
 
 pub fn insert(conn: &mut AnyConnection, new: &NewApiToken<'_>) -> Result<i64, Error> {
-    diesel::insert_into(api_token::table).values(new).execute(conn)?;
+    diesel::insert_into(api_token::table)
+        .values(new)
+        .execute(conn)?;
     Ok(last_insert_id(conn)?)
 }
 
 /// Marks the token revoked; revoking twice keeps the first instant.
 pub fn revoke(conn: &mut AnyConnection, id: i64, now_ms: i64) -> Result<(), Error> {
     get(conn, id)?;
-    diesel::update(api_token::table.find(id).filter(api_token::revoked_ms.is_null()))
-        .set(api_token::revoked_ms.eq(now_ms))
-        .execute(conn)?;
+    diesel::update(
+        api_token::table
+            .find(id)
+            .filter(api_token::revoked_ms.is_null()),
+    )
+    .set(api_token::revoked_ms.eq(now_ms))
+    .execute(conn)?;
     Ok(())
 }
 
 pub fn touch(conn: &mut AnyConnection, id: i64, now_ms: i64) -> Result<(), Error> {
-    diesel::update(api_token::table.find(id)).set(api_token::last_used_ms.eq(now_ms)).execute(conn)?;
+    diesel::update(api_token::table.find(id))
+        .set(api_token::last_used_ms.eq(now_ms))
+        .execute(conn)?;
     Ok(())
 }
 

@@ -51,7 +51,9 @@ pub struct AuditFilter {
 }
 
 pub fn insert(conn: &mut AnyConnection, new: &NewAuditLog<'_>) -> Result<(), Error> {
-    diesel::insert_into(audit_log::table).values(new).execute(conn)?;
+    diesel::insert_into(audit_log::table)
+        .values(new)
+        .execute(conn)?;
     Ok(())
 }
 
@@ -79,7 +81,11 @@ fn filtered(filter: &AuditFilter) -> audit_log::BoxedQuery<'static, super::Multi
 }
 
 /// Newest first.
-pub fn list(conn: &mut AnyConnection, filter: &AuditFilter, page: Page) -> Result<Vec<AuditLog>, Error> {
+pub fn list(
+    conn: &mut AnyConnection,
+    filter: &AuditFilter,
+    page: Page,
+) -> Result<Vec<AuditLog>, Error> {
     Ok(filtered(filter)
         .select(AuditLog::as_select())
         .order(audit_log::id.desc())
@@ -98,7 +104,10 @@ mod tests {
     use crate::testing::storage_test;
 
     storage_test!(audit_rows_filter_newest_first, |conn| {
-        for (i, action) in ["job.create", "job.update", "user.create"].iter().enumerate() {
+        for (i, action) in ["job.create", "job.update", "user.create"]
+            .iter()
+            .enumerate()
+        {
             insert(
                 conn,
                 &NewAuditLog {
@@ -117,9 +126,15 @@ mod tests {
             )
             .unwrap();
         }
-        let jobs = AuditFilter { object_type: Some("job".into()), ..Default::default() };
+        let jobs = AuditFilter {
+            object_type: Some("job".into()),
+            ..Default::default()
+        };
         let rows = list(conn, &jobs, Page::default()).unwrap();
-        assert_eq!(rows.iter().map(|r| r.action.as_str()).collect::<Vec<_>>(), vec!["job.update", "job.create"]);
+        assert_eq!(
+            rows.iter().map(|r| r.action.as_str()).collect::<Vec<_>>(),
+            vec!["job.update", "job.create"]
+        );
         assert_eq!(count(conn, &AuditFilter::default()).unwrap(), 3);
     });
 }

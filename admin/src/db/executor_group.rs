@@ -51,10 +51,17 @@ pub fn get(conn: &mut AnyConnection, id: i64) -> Result<ExecutorGroup, Error> {
 }
 
 pub fn find(conn: &mut AnyConnection, id: i64) -> Result<Option<ExecutorGroup>, Error> {
-    Ok(executor_group::table.find(id).select(ExecutorGroup::as_select()).first(conn).optional()?)
+    Ok(executor_group::table
+        .find(id)
+        .select(ExecutorGroup::as_select())
+        .first(conn)
+        .optional()?)
 }
 
-pub fn find_by_app_name(conn: &mut AnyConnection, app_name: &str) -> Result<Option<ExecutorGroup>, Error> {
+pub fn find_by_app_name(
+    conn: &mut AnyConnection,
+    app_name: &str,
+) -> Result<Option<ExecutorGroup>, Error> {
     Ok(executor_group::table
         .filter(executor_group::app_name.eq(app_name))
         .select(ExecutorGroup::as_select())
@@ -63,8 +70,15 @@ pub fn find_by_app_name(conn: &mut AnyConnection, app_name: &str) -> Result<Opti
 }
 
 /// Groups visible to the caller: all of them (`None`) or only those ids.
-pub fn list(conn: &mut AnyConnection, only: Option<&[i64]>, page: Page) -> Result<Vec<ExecutorGroup>, Error> {
-    let mut query = executor_group::table.select(ExecutorGroup::as_select()).order(executor_group::id.asc()).into_boxed();
+pub fn list(
+    conn: &mut AnyConnection,
+    only: Option<&[i64]>,
+    page: Page,
+) -> Result<Vec<ExecutorGroup>, Error> {
+    let mut query = executor_group::table
+        .select(ExecutorGroup::as_select())
+        .order(executor_group::id.asc())
+        .into_boxed();
     if let Some(ids) = only {
         query = query.filter(executor_group::id.eq_any(ids.to_vec()));
     }
@@ -83,14 +97,25 @@ pub fn count(conn: &mut AnyConnection, only: Option<&[i64]>) -> Result<i64, Erro
 /// `Conflict` when the app name is taken.
 pub fn insert(conn: &mut AnyConnection, new: &NewExecutorGroup<'_>) -> Result<i64, Error> {
     if find_by_app_name(conn, new.app_name)?.is_some() {
-        return Err(Error::conflict("app_name", format!("a group with app_name `{}` already exists", new.app_name)));
+        return Err(Error::conflict(
+            "app_name",
+            format!("a group with app_name `{}` already exists", new.app_name),
+        ));
     }
-    diesel::insert_into(executor_group::table).values(new).execute(conn)?;
+    diesel::insert_into(executor_group::table)
+        .values(new)
+        .execute(conn)?;
     Ok(last_insert_id(conn)?)
 }
 
-pub fn update(conn: &mut AnyConnection, id: i64, changes: &ExecutorGroupChanges<'_>) -> Result<(), Error> {
-    let n = diesel::update(executor_group::table.find(id)).set(changes).execute(conn)?;
+pub fn update(
+    conn: &mut AnyConnection,
+    id: i64,
+    changes: &ExecutorGroupChanges<'_>,
+) -> Result<(), Error> {
+    let n = diesel::update(executor_group::table.find(id))
+        .set(changes)
+        .execute(conn)?;
     if n == 0 {
         return Err(Error::NotFound("executor group"));
     }
@@ -111,7 +136,14 @@ mod tests {
     use crate::testing::storage_test;
 
     pub(crate) fn sample(app: &str) -> NewExecutorGroup<'_> {
-        NewExecutorGroup { app_name: app, title: "Title", address_mode: "auto", addresses: "", created_ms: 1, updated_ms: 1 }
+        NewExecutorGroup {
+            app_name: app,
+            title: "Title",
+            address_mode: "auto",
+            addresses: "",
+            created_ms: 1,
+            updated_ms: 1,
+        }
     }
 
     storage_test!(group_crud_and_unique_app_name, |conn| {
@@ -119,10 +151,22 @@ mod tests {
         assert_eq!(get(conn, id).unwrap().app_name, "billing");
         let dup = insert(conn, &sample("billing")).unwrap_err();
         assert!(matches!(dup, Error::Conflict { .. }), "{dup:?}");
-        update(conn, id, &ExecutorGroupChanges { title: "New", address_mode: "manual", addresses: "http://a:1", updated_ms: 2 })
-            .unwrap();
+        update(
+            conn,
+            id,
+            &ExecutorGroupChanges {
+                title: "New",
+                address_mode: "manual",
+                addresses: "http://a:1",
+                updated_ms: 2,
+            },
+        )
+        .unwrap();
         let g = get(conn, id).unwrap();
-        assert_eq!((g.title.as_str(), g.address_mode.as_str()), ("New", "manual"));
+        assert_eq!(
+            (g.title.as_str(), g.address_mode.as_str()),
+            ("New", "manual")
+        );
         assert_eq!(list(conn, Some(&[id]), Page::default()).unwrap().len(), 1);
         assert_eq!(list(conn, Some(&[]), Page::default()).unwrap().len(), 0);
         assert_eq!(count(conn, None).unwrap(), 1);

@@ -112,10 +112,18 @@ pub fn get(conn: &mut AnyConnection, id: i64) -> Result<Job, Error> {
 }
 
 pub fn find(conn: &mut AnyConnection, id: i64) -> Result<Option<Job>, Error> {
-    Ok(job::table.find(id).select(Job::as_select()).first(conn).optional()?)
+    Ok(job::table
+        .find(id)
+        .select(Job::as_select())
+        .first(conn)
+        .optional()?)
 }
 
-pub fn find_by_name(conn: &mut AnyConnection, group_id: i64, name: &str) -> Result<Option<Job>, Error> {
+pub fn find_by_name(
+    conn: &mut AnyConnection,
+    group_id: i64,
+    name: &str,
+) -> Result<Option<Job>, Error> {
     Ok(job::table
         .filter(job::group_id.eq(group_id))
         .filter(job::name.eq(name))
@@ -139,7 +147,10 @@ fn filtered(filter: &JobFilter) -> job::BoxedQuery<'static, super::MultiBackend>
         query = query.filter(job::schedule_type.eq(kind.clone()));
     }
     if let Some(needle) = &filter.name_contains {
-        let escaped = needle.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_");
+        let escaped = needle
+            .replace('\\', "\\\\")
+            .replace('%', "\\%")
+            .replace('_', "\\_");
         query = query.filter(job::name.like(format!("%{escaped}%")).escape('\\'));
     }
     query
@@ -159,28 +170,43 @@ pub fn count(conn: &mut AnyConnection, filter: &JobFilter) -> Result<i64, Error>
 }
 
 pub fn count_in_group(conn: &mut AnyConnection, group_id: i64) -> Result<i64, Error> {
-    Ok(job::table.filter(job::group_id.eq(group_id)).count().get_result(conn)?)
+    Ok(job::table
+        .filter(job::group_id.eq(group_id))
+        .count()
+        .get_result(conn)?)
 }
 
 /// Which of `ids` exist.
 pub fn existing_ids(conn: &mut AnyConnection, ids: &[i64]) -> Result<Vec<i64>, Error> {
-    Ok(job::table.filter(job::id.eq_any(ids.to_vec())).select(job::id).load(conn)?)
+    Ok(job::table
+        .filter(job::id.eq_any(ids.to_vec()))
+        .select(job::id)
+        .load(conn)?)
 }
 
 /// Every job's child list, for cycle detection over the whole graph.
 pub fn children_edges(conn: &mut AnyConnection) -> Result<Vec<(i64, String)>, Error> {
-    Ok(job::table.filter(job::children.ne("")).select((job::id, job::children)).load(conn)?)
+    Ok(job::table
+        .filter(job::children.ne(""))
+        .select((job::id, job::children))
+        .load(conn)?)
 }
 
 /// # Errors
 /// `Conflict` when the name is taken in the group (the unique key decides under races).
 pub fn insert(conn: &mut AnyConnection, new: &NewJob) -> Result<i64, Error> {
-    diesel::insert_into(job::table).values(new).execute(conn).map_err(name_conflict)?;
+    diesel::insert_into(job::table)
+        .values(new)
+        .execute(conn)
+        .map_err(name_conflict)?;
     Ok(last_insert_id(conn)?)
 }
 
 pub fn update(conn: &mut AnyConnection, id: i64, fields: &JobFields) -> Result<(), Error> {
-    let n = diesel::update(job::table.find(id)).set(fields).execute(conn).map_err(name_conflict)?;
+    let n = diesel::update(job::table.find(id))
+        .set(fields)
+        .execute(conn)
+        .map_err(name_conflict)?;
     if n == 0 {
         return Err(Error::NotFound("job"));
     }
@@ -189,7 +215,9 @@ pub fn update(conn: &mut AnyConnection, id: i64, fields: &JobFields) -> Result<(
 
 fn name_conflict(err: diesel::result::Error) -> Error {
     match Error::from(err) {
-        Error::Conflict { .. } => Error::conflict("name", "a job with this name already exists in the group"),
+        Error::Conflict { .. } => {
+            Error::conflict("name", "a job with this name already exists in the group")
+        }
         other => other,
     }
 }
@@ -263,16 +291,44 @@ pub(crate) mod tests {
 
     storage_test!(job_round_trip_filters_and_unique_name, |conn| {
         let g = insert_group(conn, "g1");
-        let id = insert(conn, &NewJob { fields: fields(g, "nightly 100%_done"), created_ms: 1 }).unwrap();
+        let id = insert(
+            conn,
+            &NewJob {
+                fields: fields(g, "nightly 100%_done"),
+                created_ms: 1,
+            },
+        )
+        .unwrap();
         let job = get(conn, id).unwrap();
         assert_eq!(job.limit_cpu, Some(0.5));
         assert!(job.enabled);
-        let dup = insert(conn, &NewJob { fields: fields(g, "nightly 100%_done"), created_ms: 1 }).unwrap_err();
+        let dup = insert(
+            conn,
+            &NewJob {
+                fields: fields(g, "nightly 100%_done"),
+                created_ms: 1,
+            },
+        )
+        .unwrap_err();
         assert_eq!(dup.field(), Some("name"));
-        let other = insert(conn, &NewJob { fields: fields(g, "nightlyX100abdone"), created_ms: 1 }).unwrap();
+        let other = insert(
+            conn,
+            &NewJob {
+                fields: fields(g, "nightlyX100abdone"),
+                created_ms: 1,
+            },
+        )
+        .unwrap();
 
-        let like = JobFilter { name_contains: Some("100%_".into()), ..Default::default() };
-        let found: Vec<i64> = list(conn, &like, Page::default()).unwrap().iter().map(|j| j.id).collect();
+        let like = JobFilter {
+            name_contains: Some("100%_".into()),
+            ..Default::default()
+        };
+        let found: Vec<i64> = list(conn, &like, Page::default())
+            .unwrap()
+            .iter()
+            .map(|j| j.id)
+            .collect();
         assert_eq!(found, vec![id], "LIKE wildcards in the search are literal");
 
         let mut changed = fields(g, "renamed");
@@ -280,8 +336,14 @@ pub(crate) mod tests {
         changed.enabled = false;
         update(conn, id, &changed).unwrap();
         let job = get(conn, id).unwrap();
-        assert_eq!((job.name.as_str(), job.limit_cpu, job.enabled), ("renamed", None, false));
-        let enabled_only = JobFilter { enabled: Some(true), ..Default::default() };
+        assert_eq!(
+            (job.name.as_str(), job.limit_cpu, job.enabled),
+            ("renamed", None, false)
+        );
+        let enabled_only = JobFilter {
+            enabled: Some(true),
+            ..Default::default()
+        };
         assert_eq!(count(conn, &enabled_only).unwrap(), 1);
         assert_eq!(existing_ids(conn, &[id, other, 999]).unwrap().len(), 2);
         delete(conn, id).unwrap();

@@ -69,7 +69,12 @@ pub struct RunFilter {
 /// # Errors
 /// `NotFound` when no run has this id.
 pub fn get(conn: &mut AnyConnection, id: i64) -> Result<JobRun, Error> {
-    job_run::table.find(id).select(JobRun::as_select()).first(conn).optional()?.ok_or(Error::NotFound("run"))
+    job_run::table
+        .find(id)
+        .select(JobRun::as_select())
+        .first(conn)
+        .optional()?
+        .ok_or(Error::NotFound("run"))
 }
 
 fn filtered(filter: &RunFilter) -> job_run::BoxedQuery<'static, super::MultiBackend> {
@@ -96,7 +101,11 @@ fn filtered(filter: &RunFilter) -> job_run::BoxedQuery<'static, super::MultiBack
 }
 
 /// Newest first.
-pub fn list(conn: &mut AnyConnection, filter: &RunFilter, page: Page) -> Result<Vec<JobRun>, Error> {
+pub fn list(
+    conn: &mut AnyConnection,
+    filter: &RunFilter,
+    page: Page,
+) -> Result<Vec<JobRun>, Error> {
     Ok(filtered(filter)
         .select(JobRun::as_select())
         .order(job_run::id.desc())
@@ -112,7 +121,9 @@ pub fn count(conn: &mut AnyConnection, filter: &RunFilter) -> Result<i64, Error>
 /// # Errors
 /// `Conflict` when the `(job, slot, shard)` was already fired (by this or another admin).
 pub fn insert(conn: &mut AnyConnection, new: &NewJobRun) -> Result<i64, Error> {
-    diesel::insert_into(job_run::table).values(new).execute(conn)?;
+    diesel::insert_into(job_run::table)
+        .values(new)
+        .execute(conn)?;
     Ok(last_insert_id(conn)?)
 }
 
@@ -140,19 +151,29 @@ mod tests {
 
     storage_test!(second_insert_of_same_slot_conflicts, |conn| {
         let first = insert(conn, &run(7, Some(60_000), 0)).unwrap();
-        assert!(matches!(insert(conn, &run(7, Some(60_000), 0)), Err(Error::Conflict { .. })));
+        assert!(matches!(
+            insert(conn, &run(7, Some(60_000), 0)),
+            Err(Error::Conflict { .. })
+        ));
         // Other shards of the slot, other slots and manual runs (no slot) are all distinct.
         insert(conn, &run(7, Some(60_000), 1)).unwrap();
         insert(conn, &run(7, Some(120_000), 0)).unwrap();
         insert(conn, &run(7, None, 0)).unwrap();
         insert(conn, &run(7, None, 0)).unwrap();
         assert_eq!(get(conn, first).unwrap().fire_slot_ms, Some(60_000));
-        let all = RunFilter { job_id: Some(7), ..Default::default() };
+        let all = RunFilter {
+            job_id: Some(7),
+            ..Default::default()
+        };
         assert_eq!(count(conn, &all).unwrap(), 5);
         let page = list(conn, &all, Page::new(Some(2), Some(0)).unwrap()).unwrap();
         assert_eq!(page.len(), 2);
         assert!(page[0].id > page[1].id, "newest first");
-        let ranged = RunFilter { job_id: Some(7), from_ms: Some(100_000), ..Default::default() };
+        let ranged = RunFilter {
+            job_id: Some(7),
+            from_ms: Some(100_000),
+            ..Default::default()
+        };
         assert_eq!(count(conn, &ranged).unwrap(), 1);
         assert!(matches!(get(conn, 9999), Err(Error::NotFound(_))));
     });

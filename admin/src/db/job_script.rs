@@ -42,7 +42,11 @@ pub fn list_for_job(conn: &mut AnyConnection, job_id: i64) -> Result<Vec<JobScri
 
 /// # Errors
 /// `NotFound` when the job has no such version.
-pub fn get_version(conn: &mut AnyConnection, job_id: i64, version: i32) -> Result<JobScript, Error> {
+pub fn get_version(
+    conn: &mut AnyConnection,
+    job_id: i64,
+    version: i32,
+) -> Result<JobScript, Error> {
     job_script::table
         .filter(job_script::job_id.eq(job_id))
         .filter(job_script::version.eq(version))
@@ -53,15 +57,19 @@ pub fn get_version(conn: &mut AnyConnection, job_id: i64, version: i32) -> Resul
 }
 
 pub fn latest_version(conn: &mut AnyConnection, job_id: i64) -> Result<i32, Error> {
-    let max: Option<i32> =
-        job_script::table.filter(job_script::job_id.eq(job_id)).select(diesel::dsl::max(job_script::version)).first(conn)?;
+    let max: Option<i32> = job_script::table
+        .filter(job_script::job_id.eq(job_id))
+        .select(diesel::dsl::max(job_script::version))
+        .first(conn)?;
     Ok(max.unwrap_or(0))
 }
 
 /// Stores a new version; the `(job_id, version)` key makes two concurrent saves of the same
 /// version a `Conflict` instead of a lost update.
 pub fn insert(conn: &mut AnyConnection, new: &NewJobScript<'_>) -> Result<(), Error> {
-    diesel::insert_into(job_script::table).values(new).execute(conn)?;
+    diesel::insert_into(job_script::table)
+        .values(new)
+        .execute(conn)?;
     Ok(())
 }
 
@@ -73,23 +81,56 @@ mod tests {
 
     storage_test!(versions_are_kept_in_order_and_unique, |conn| {
         let g = insert_group(conn, "g");
-        let job_id = job::insert(conn, &job::NewJob { fields: fields(g, "j"), created_ms: 1 }).unwrap();
+        let job_id = job::insert(
+            conn,
+            &job::NewJob {
+                fields: fields(g, "j"),
+                created_ms: 1,
+            },
+        )
+        .unwrap();
         assert_eq!(latest_version(conn, job_id).unwrap(), 0);
         for (v, src) in [(1, "echo one"), (2, "echo two")] {
             insert(
                 conn,
-                &NewJobScript { job_id, version: v, source: src, interpreter: "bash", note: "", created_by: "t", created_ms: 1 },
+                &NewJobScript {
+                    job_id,
+                    version: v,
+                    source: src,
+                    interpreter: "bash",
+                    note: "",
+                    created_by: "t",
+                    created_ms: 1,
+                },
             )
             .unwrap();
         }
         assert_eq!(latest_version(conn, job_id).unwrap(), 2);
-        let versions: Vec<i32> = list_for_job(conn, job_id).unwrap().iter().map(|s| s.version).collect();
+        let versions: Vec<i32> = list_for_job(conn, job_id)
+            .unwrap()
+            .iter()
+            .map(|s| s.version)
+            .collect();
         assert_eq!(versions, vec![2, 1]);
         assert_eq!(get_version(conn, job_id, 1).unwrap().source, "echo one");
-        assert!(matches!(get_version(conn, job_id, 9), Err(Error::NotFound(_))));
-        let again = NewJobScript { job_id, version: 2, source: "x", interpreter: "sh", note: "", created_by: "t", created_ms: 1 };
+        assert!(matches!(
+            get_version(conn, job_id, 9),
+            Err(Error::NotFound(_))
+        ));
+        let again = NewJobScript {
+            job_id,
+            version: 2,
+            source: "x",
+            interpreter: "sh",
+            note: "",
+            created_by: "t",
+            created_ms: 1,
+        };
         assert!(matches!(insert(conn, &again), Err(Error::Conflict { .. })));
         job::delete(conn, job_id).unwrap();
-        assert!(list_for_job(conn, job_id).unwrap().is_empty(), "versions go with their job");
+        assert!(
+            list_for_job(conn, job_id).unwrap().is_empty(),
+            "versions go with their job"
+        );
     });
 }

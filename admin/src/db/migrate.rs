@@ -16,8 +16,12 @@ const MYSQL: EmbeddedMigrations = embed_migrations!("../migrations/mysql");
 pub fn run_pending(conn: &mut AnyConnection) -> Result<Vec<String>, Error> {
     let applied = match conn {
         #[cfg(feature = "mysql")]
-        AnyConnection::Mysql(c) => c.run_pending_migrations(MYSQL).map(|v| v.iter().map(ToString::to_string).collect()),
-        AnyConnection::Sqlite(c) => c.run_pending_migrations(SQLITE).map(|v| v.iter().map(ToString::to_string).collect()),
+        AnyConnection::Mysql(c) => c
+            .run_pending_migrations(MYSQL)
+            .map(|v| v.iter().map(ToString::to_string).collect()),
+        AnyConnection::Sqlite(c) => c
+            .run_pending_migrations(SQLITE)
+            .map(|v| v.iter().map(ToString::to_string).collect()),
     };
     applied.map_err(|e| Error::Internal(anyhow::anyhow!("migration failed: {e}")))
 }

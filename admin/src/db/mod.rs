@@ -83,7 +83,10 @@ impl DbUrl {
     /// A message saying what is wrong with the URL, for the config layer to attach the key to.
     pub fn parse(raw: &str) -> Result<Self, String> {
         let raw = raw.trim();
-        if let Some(rest) = raw.strip_prefix("sqlite://").or_else(|| raw.strip_prefix("sqlite:")) {
+        if let Some(rest) = raw
+            .strip_prefix("sqlite://")
+            .or_else(|| raw.strip_prefix("sqlite:"))
+        {
             if rest.is_empty() {
                 return Err("the sqlite URL has no file path (expected sqlite://PATH)".into());
             }
@@ -91,15 +94,20 @@ impl DbUrl {
         }
         if raw.starts_with("mysql://") || raw.starts_with("mariadb://") {
             let normalized = raw.replacen("mariadb://", "mysql://", 1);
-            let parsed = url::Url::parse(&normalized).map_err(|e| format!("invalid MySQL URL: {e}"))?;
+            let parsed =
+                url::Url::parse(&normalized).map_err(|e| format!("invalid MySQL URL: {e}"))?;
             if parsed.host_str().is_none_or(str::is_empty) {
                 return Err("the MySQL URL has no host".into());
             }
             if parsed.path().trim_matches('/').is_empty() {
-                return Err("the MySQL URL has no database name (mysql://USER:PASS@HOST:PORT/DB)".into());
+                return Err(
+                    "the MySQL URL has no database name (mysql://USER:PASS@HOST:PORT/DB)".into(),
+                );
             }
             if !cfg!(feature = "mysql") {
-                return Err("this build has no MySQL support; rebuild with `--features mysql`".into());
+                return Err(
+                    "this build has no MySQL support; rebuild with `--features mysql`".into(),
+                );
             }
             return Ok(Self::Mysql(normalized));
         }
@@ -134,7 +142,8 @@ pub fn establish(url: &DbUrl) -> Result<AnyConnection, r2d2::Error> {
     match url {
         DbUrl::Sqlite(path) => {
             let path_str = path.to_string_lossy();
-            let mut conn = diesel::sqlite::SqliteConnection::establish(&path_str).map_err(r2d2::Error::ConnectionError)?;
+            let mut conn = diesel::sqlite::SqliteConnection::establish(&path_str)
+                .map_err(r2d2::Error::ConnectionError)?;
             // WAL lets readers run beside the writer; busy_timeout turns writer contention into waiting, not errors.
             conn.batch_execute("PRAGMA journal_mode=WAL; PRAGMA busy_timeout=5000; PRAGMA foreign_keys=ON; PRAGMA synchronous=NORMAL")
                 .map_err(r2d2::Error::QueryError)?;
@@ -142,15 +151,17 @@ pub fn establish(url: &DbUrl) -> Result<AnyConnection, r2d2::Error> {
         }
         #[cfg(feature = "mysql")]
         DbUrl::Mysql(url) => {
-            let mut conn = diesel::mysql::MysqlConnection::establish(url).map_err(r2d2::Error::ConnectionError)?;
+            let mut conn = diesel::mysql::MysqlConnection::establish(url)
+                .map_err(r2d2::Error::ConnectionError)?;
             // Millisecond columns are plain BIGINTs, but sessions must agree on UTC for any server-side time.
-            conn.batch_execute("SET time_zone = '+00:00'").map_err(r2d2::Error::QueryError)?;
+            conn.batch_execute("SET time_zone = '+00:00'")
+                .map_err(r2d2::Error::QueryError)?;
             Ok(AnyConnection::Mysql(conn))
         }
         #[cfg(not(feature = "mysql"))]
-        DbUrl::Mysql(_) => Err(r2d2::Error::ConnectionError(diesel::ConnectionError::BadConnection(
-            "this build has no MySQL support".into(),
-        ))),
+        DbUrl::Mysql(_) => Err(r2d2::Error::ConnectionError(
+            diesel::ConnectionError::BadConnection("this build has no MySQL support".into()),
+        )),
     }
 }
 
@@ -163,7 +174,8 @@ impl ManageConnection for ConnectionManager {
     }
 
     fn is_valid(&self, conn: &mut AnyConnection) -> Result<(), r2d2::Error> {
-        conn.batch_execute("SELECT 1").map_err(r2d2::Error::QueryError)
+        conn.batch_execute("SELECT 1")
+            .map_err(r2d2::Error::QueryError)
     }
 
     fn has_broken(&self, _conn: &mut AnyConnection) -> bool {
@@ -182,7 +194,9 @@ pub struct Db {
 
 impl std::fmt::Debug for Db {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Db").field("url", &self.url).finish_non_exhaustive()
+        f.debug_struct("Db")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
     }
 }
 
@@ -197,7 +211,10 @@ impl Db {
             {
                 return Err(Error::invalid(
                     "database_url",
-                    format!("the folder {} of the SQLite database does not exist", dir.display()),
+                    format!(
+                        "the folder {} of the SQLite database does not exist",
+                        dir.display()
+                    ),
                 ));
             }
         }
@@ -225,7 +242,9 @@ impl Db {
     {
         let pool = self.pool.clone();
         tokio::task::spawn_blocking(move || {
-            let mut conn = pool.get().map_err(|e| Error::Unavailable(format!("no database connection: {e}")))?;
+            let mut conn = pool
+                .get()
+                .map_err(|e| Error::Unavailable(format!("no database connection: {e}")))?;
             f(&mut conn)
         })
         .await
@@ -249,7 +268,8 @@ impl Db {
     /// # Errors
     /// `Unavailable` when the database cannot be reached.
     pub async fn ping(&self) -> Result<(), Error> {
-        self.run(|conn| conn.batch_execute("SELECT 1").map_err(Error::from)).await
+        self.run(|conn| conn.batch_execute("SELECT 1").map_err(Error::from))
+            .await
     }
 }
 
@@ -263,8 +283,12 @@ pub fn last_insert_id(conn: &mut AnyConnection) -> QueryResult<i64> {
     use diesel::sql_types::BigInt;
     match conn {
         #[cfg(feature = "mysql")]
-        AnyConnection::Mysql(c) => diesel::select(sql::<BigInt>("CAST(LAST_INSERT_ID() AS SIGNED)")).get_result(c),
-        AnyConnection::Sqlite(c) => diesel::select(sql::<BigInt>("last_insert_rowid()")).get_result(c),
+        AnyConnection::Mysql(c) => {
+            diesel::select(sql::<BigInt>("CAST(LAST_INSERT_ID() AS SIGNED)")).get_result(c)
+        }
+        AnyConnection::Sqlite(c) => {
+            diesel::select(sql::<BigInt>("last_insert_rowid()")).get_result(c)
+        }
     }
 }
 
@@ -282,7 +306,10 @@ impl Page {
         let limit = limit.unwrap_or(50);
         let offset = offset.unwrap_or(0);
         if !(1..=Self::MAX_LIMIT).contains(&limit) {
-            return Err(Error::invalid("limit", format!("must be between 1 and {}", Self::MAX_LIMIT)));
+            return Err(Error::invalid(
+                "limit",
+                format!("must be between 1 and {}", Self::MAX_LIMIT),
+            ));
         }
         if offset < 0 {
             return Err(Error::invalid("offset", "must not be negative"));
@@ -293,7 +320,10 @@ impl Page {
 
 impl Default for Page {
     fn default() -> Self {
-        Self { limit: 50, offset: 0 }
+        Self {
+            limit: 50,
+            offset: 0,
+        }
     }
 }
 
@@ -303,21 +333,45 @@ mod tests {
 
     #[test]
     fn parses_database_urls() {
-        assert_eq!(DbUrl::parse("sqlite://data/jobfleet.db"), Ok(DbUrl::Sqlite("data/jobfleet.db".into())));
-        assert_eq!(DbUrl::parse("sqlite:/tmp/x.db"), Ok(DbUrl::Sqlite("/tmp/x.db".into())));
+        assert_eq!(
+            DbUrl::parse("sqlite://data/jobfleet.db"),
+            Ok(DbUrl::Sqlite("data/jobfleet.db".into()))
+        );
+        assert_eq!(
+            DbUrl::parse("sqlite:/tmp/x.db"),
+            Ok(DbUrl::Sqlite("/tmp/x.db".into()))
+        );
         assert!(DbUrl::parse("sqlite://").is_err());
-        assert!(DbUrl::parse("postgres://x/y").unwrap_err().contains("unsupported"));
-        assert!(DbUrl::parse("mysql://root@127.0.0.1:3306/").unwrap_err().contains("database name"));
+        assert!(
+            DbUrl::parse("postgres://x/y")
+                .unwrap_err()
+                .contains("unsupported")
+        );
+        assert!(
+            DbUrl::parse("mysql://root@127.0.0.1:3306/")
+                .unwrap_err()
+                .contains("database name")
+        );
         if cfg!(feature = "mysql") {
-            assert!(matches!(DbUrl::parse("mysql://root:pw@127.0.0.1:3306/jf"), Ok(DbUrl::Mysql(_))));
+            assert!(matches!(
+                DbUrl::parse("mysql://root:pw@127.0.0.1:3306/jf"),
+                Ok(DbUrl::Mysql(_))
+            ));
         } else {
-            assert!(DbUrl::parse("mysql://root:pw@127.0.0.1:3306/jf").unwrap_err().contains("--features mysql"));
+            assert!(
+                DbUrl::parse("mysql://root:pw@127.0.0.1:3306/jf")
+                    .unwrap_err()
+                    .contains("--features mysql")
+            );
         }
     }
 
     #[test]
     fn redacts_passwords_in_urls() {
-        let shown = format!("{:?}", DbUrl::Mysql("mysql://root:secret@db:3306/jf".into()));
+        let shown = format!(
+            "{:?}",
+            DbUrl::Mysql("mysql://root:secret@db:3306/jf".into())
+        );
         assert!(!shown.contains("secret"), "{shown}");
         assert!(shown.contains("root"), "{shown}");
     }

@@ -39,15 +39,28 @@ pub fn get(conn: &mut AnyConnection, id: i64) -> Result<User, Error> {
 }
 
 pub fn find(conn: &mut AnyConnection, id: i64) -> Result<Option<User>, Error> {
-    Ok(user::table.find(id).select(User::as_select()).first(conn).optional()?)
+    Ok(user::table
+        .find(id)
+        .select(User::as_select())
+        .first(conn)
+        .optional()?)
 }
 
 pub fn find_by_username(conn: &mut AnyConnection, username: &str) -> Result<Option<User>, Error> {
-    Ok(user::table.filter(user::username.eq(username)).select(User::as_select()).first(conn).optional()?)
+    Ok(user::table
+        .filter(user::username.eq(username))
+        .select(User::as_select())
+        .first(conn)
+        .optional()?)
 }
 
 pub fn list(conn: &mut AnyConnection, page: Page) -> Result<Vec<User>, Error> {
-    Ok(user::table.select(User::as_select()).order(user::id.asc()).limit(page.limit).offset(page.offset).load(conn)?)
+    Ok(user::table
+        .select(User::as_select())
+        .order(user::id.asc())
+        .limit(page.limit)
+        .offset(page.offset)
+        .load(conn)?)
 }
 
 pub fn count(conn: &mut AnyConnection) -> Result<i64, Error> {
@@ -55,28 +68,51 @@ pub fn count(conn: &mut AnyConnection) -> Result<i64, Error> {
 }
 
 pub fn count_active_admins(conn: &mut AnyConnection) -> Result<i64, Error> {
-    Ok(user::table.filter(user::role.eq("admin")).filter(user::disabled.eq(false)).count().get_result(conn)?)
+    Ok(user::table
+        .filter(user::role.eq("admin"))
+        .filter(user::disabled.eq(false))
+        .count()
+        .get_result(conn)?)
 }
 
 /// # Errors
 /// `Conflict` on `username` when the name is taken.
 pub fn insert(conn: &mut AnyConnection, new: &NewUser<'_>) -> Result<i64, Error> {
-    diesel::insert_into(user::table).values(new).execute(conn).map_err(|e| match Error::from(e) {
-        Error::Conflict { .. } => Error::conflict("username", format!("user `{}` already exists", new.username)),
-        other => other,
-    })?;
+    diesel::insert_into(user::table)
+        .values(new)
+        .execute(conn)
+        .map_err(|e| match Error::from(e) {
+            Error::Conflict { .. } => Error::conflict(
+                "username",
+                format!("user `{}` already exists", new.username),
+            ),
+            other => other,
+        })?;
     Ok(last_insert_id(conn)?)
 }
 
 fn touched(n: usize) -> Result<(), Error> {
-    if n == 0 { Err(Error::NotFound("user")) } else { Ok(()) }
+    if n == 0 {
+        Err(Error::NotFound("user"))
+    } else {
+        Ok(())
+    }
 }
 
 pub fn set_role(conn: &mut AnyConnection, id: i64, role: &str, now_ms: i64) -> Result<(), Error> {
-    touched(diesel::update(user::table.find(id)).set((user::role.eq(role), user::updated_ms.eq(now_ms))).execute(conn)?)
+    touched(
+        diesel::update(user::table.find(id))
+            .set((user::role.eq(role), user::updated_ms.eq(now_ms)))
+            .execute(conn)?,
+    )
 }
 
-pub fn set_disabled(conn: &mut AnyConnection, id: i64, disabled: bool, now_ms: i64) -> Result<(), Error> {
+pub fn set_disabled(
+    conn: &mut AnyConnection,
+    id: i64,
+    disabled: bool,
+    now_ms: i64,
+) -> Result<(), Error> {
     touched(
         diesel::update(user::table.find(id))
             .set((user::disabled.eq(disabled), user::updated_ms.eq(now_ms)))
@@ -84,10 +120,19 @@ pub fn set_disabled(conn: &mut AnyConnection, id: i64, disabled: bool, now_ms: i
     )
 }
 
-pub fn set_password_hash(conn: &mut AnyConnection, id: i64, hash: &str, now_ms: i64) -> Result<(), Error> {
+pub fn set_password_hash(
+    conn: &mut AnyConnection,
+    id: i64,
+    hash: &str,
+    now_ms: i64,
+) -> Result<(), Error> {
     touched(
         diesel::update(user::table.find(id))
-            .set((user::password_hash.eq(hash), user::password_changed_ms.eq(now_ms), user::updated_ms.eq(now_ms)))
+            .set((
+                user::password_hash.eq(hash),
+                user::password_changed_ms.eq(now_ms),
+                user::updated_ms.eq(now_ms),
+            ))
             .execute(conn)?,
     )
 }
@@ -109,15 +154,29 @@ mod tests {
         };
         let id = insert(conn, &new).unwrap();
         assert_eq!(insert(conn, &new).unwrap_err().field(), Some("username"));
-        let upper = NewUser { username: "Alice", ..new };
+        let upper = NewUser {
+            username: "Alice",
+            ..new
+        };
         insert(conn, &upper).unwrap();
         set_role(conn, id, "admin", 2).unwrap();
         set_disabled(conn, id, true, 3).unwrap();
         set_password_hash(conn, id, "h2", 4).unwrap();
         let u = find_by_username(conn, "alice").unwrap().unwrap();
-        assert_eq!((u.role.as_str(), u.disabled, u.password_hash.as_str(), u.password_changed_ms), ("admin", true, "h2", 4));
+        assert_eq!(
+            (
+                u.role.as_str(),
+                u.disabled,
+                u.password_hash.as_str(),
+                u.password_changed_ms
+            ),
+            ("admin", true, "h2", 4)
+        );
         assert_eq!(count_active_admins(conn).unwrap(), 0);
-        assert!(matches!(set_role(conn, 999, "admin", 1), Err(Error::NotFound(_))));
+        assert!(matches!(
+            set_role(conn, 999, "admin", 1),
+            Err(Error::NotFound(_))
+        ));
         assert_eq!(list(conn, Page::default()).unwrap().len(), 2);
     });
 }

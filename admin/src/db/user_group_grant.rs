@@ -15,12 +15,20 @@ pub fn group_ids_for_user(conn: &mut AnyConnection, user_id: i64) -> Result<Vec<
 }
 
 /// Replaces the user's grants with `group_ids`.
-pub fn replace_for_user(conn: &mut AnyConnection, user_id: i64, group_ids: &[i64]) -> Result<(), Error> {
-    diesel::delete(user_group_grant::table.filter(user_group_grant::user_id.eq(user_id))).execute(conn)?;
+pub fn replace_for_user(
+    conn: &mut AnyConnection,
+    user_id: i64,
+    group_ids: &[i64],
+) -> Result<(), Error> {
+    diesel::delete(user_group_grant::table.filter(user_group_grant::user_id.eq(user_id)))
+        .execute(conn)?;
     // One row at a time: batch insert is not in the shared MultiConnection DSL, and grant lists are short.
     for group_id in group_ids {
         diesel::insert_into(user_group_grant::table)
-            .values((user_group_grant::user_id.eq(user_id), user_group_grant::group_id.eq(group_id)))
+            .values((
+                user_group_grant::user_id.eq(user_id),
+                user_group_grant::group_id.eq(group_id),
+            ))
             .execute(conn)?;
     }
     Ok(())
@@ -52,7 +60,10 @@ mod tests {
         assert_eq!(group_ids_for_user(conn, uid).unwrap(), vec![a, b]);
         replace_for_user(conn, uid, &[b]).unwrap();
         assert_eq!(group_ids_for_user(conn, uid).unwrap(), vec![b]);
-        assert!(replace_for_user(conn, uid, &[9999]).is_err(), "a grant needs an existing group");
+        assert!(
+            replace_for_user(conn, uid, &[9999]).is_err(),
+            "a grant needs an existing group"
+        );
         crate::db::executor_group::delete(conn, b).unwrap();
         assert!(group_ids_for_user(conn, uid).unwrap().is_empty());
     });

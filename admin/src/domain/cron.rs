@@ -26,11 +26,17 @@ impl CronExpr {
             token: expr.to_owned(),
             message: e.to_string(),
         })?;
-        Ok(CronExpr { source: expr.trim().to_owned(), inner })
+        Ok(CronExpr {
+            source: expr.trim().to_owned(),
+            inner,
+        })
     }
 
     pub fn next_after(&self, after: DateTime<Utc>, tz: Tz) -> Option<DateTime<Utc>> {
-        self.inner.after(&after.with_timezone(&tz)).next().map(|t| t.with_timezone(&Utc))
+        self.inner
+            .after(&after.with_timezone(&tz))
+            .next()
+            .map(|t| t.with_timezone(&Utc))
     }
 
     pub fn upcoming(&self, after: DateTime<Utc>, tz: Tz, count: usize) -> Vec<DateTime<Utc>> {

@@ -107,9 +107,17 @@ pub struct JobInput {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Handler {
-    Shell { command: String },
-    Script { source: String, interpreter: Interpreter, note: String },
-    Bean { name: String },
+    Shell {
+        command: String,
+    },
+    Script {
+        source: String,
+        interpreter: Interpreter,
+        note: String,
+    },
+    Bean {
+        name: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -151,12 +159,21 @@ pub fn check_name(field: &str, value: &str, max_chars: usize) -> Result<String, 
         return Err(Error::invalid(field, "must not be empty"));
     }
     if trimmed.chars().count() > max_chars {
-        return Err(Error::invalid(field, format!("must be at most {max_chars} characters")));
-    }
-    if let Some(bad) = trimmed.chars().find(|c| !(c.is_alphanumeric() || " -_.:/()#@+,".contains(*c))) {
         return Err(Error::invalid(
             field,
-            format!("must not contain `{}`; use letters, digits, spaces and - _ . : / ( ) # @ + ,", bad.escape_default()),
+            format!("must be at most {max_chars} characters"),
+        ));
+    }
+    if let Some(bad) = trimmed
+        .chars()
+        .find(|c| !(c.is_alphanumeric() || " -_.:/()#@+,".contains(*c)))
+    {
+        return Err(Error::invalid(
+            field,
+            format!(
+                "must not contain `{}`; use letters, digits, spaces and - _ . : / ( ) # @ + ,",
+                bad.escape_default()
+            ),
         ));
     }
     Ok(trimmed.to_owned())
@@ -165,7 +182,10 @@ pub fn check_name(field: &str, value: &str, max_chars: usize) -> Result<String, 
 /// Free text: any characters except NUL, bounded.
 pub fn check_text(field: &str, value: &str, max_bytes: usize) -> Result<String, Error> {
     if value.len() > max_bytes {
-        return Err(Error::invalid(field, format!("must be at most {max_bytes} bytes")));
+        return Err(Error::invalid(
+            field,
+            format!("must be at most {max_bytes} bytes"),
+        ));
     }
     if value.contains('\0') {
         return Err(Error::invalid(field, "must not contain NUL characters"));
@@ -173,9 +193,17 @@ pub fn check_text(field: &str, value: &str, max_bytes: usize) -> Result<String, 
     Ok(value.to_owned())
 }
 
-fn in_range<T: PartialOrd + std::fmt::Display + Copy>(field: &str, value: T, min: T, max: T) -> Result<T, Error> {
+fn in_range<T: PartialOrd + std::fmt::Display + Copy>(
+    field: &str,
+    value: T,
+    min: T,
+    max: T,
+) -> Result<T, Error> {
     if value < min || value > max {
-        return Err(Error::invalid(field, format!("must be between {min} and {max} (got {value})")));
+        return Err(Error::invalid(
+            field,
+            format!("must be between {min} and {max} (got {value})"),
+        ));
     }
     Ok(value)
 }
@@ -184,27 +212,46 @@ impl ScheduleInput {
     /// # Errors
     /// The first rule broken, naming `schedule.*`.
     pub fn validate(&self) -> Result<(Schedule, Tz), Error> {
-        let tz = parse_timezone("schedule.timezone", self.timezone.as_deref().unwrap_or("UTC"))?;
+        let tz = parse_timezone(
+            "schedule.timezone",
+            self.timezone.as_deref().unwrap_or("UTC"),
+        )?;
         let unexpected = |field: &str, what: &str| {
-            Error::invalid(format!("schedule.{field}"), format!("is not used by schedule type `{what}`; leave it out"))
+            Error::invalid(
+                format!("schedule.{field}"),
+                format!("is not used by schedule type `{what}`; leave it out"),
+            )
         };
         let schedule = match self.kind {
             ScheduleType::None => Schedule::None,
             ScheduleType::Cron => {
-                let expr = self.expr.as_deref().ok_or_else(|| Error::invalid("schedule.expr", "is required for cron"))?;
+                let expr = self
+                    .expr
+                    .as_deref()
+                    .ok_or_else(|| Error::invalid("schedule.expr", "is required for cron"))?;
                 if expr.len() > 255 {
-                    return Err(Error::invalid("schedule.expr", "must be at most 255 characters"));
+                    return Err(Error::invalid(
+                        "schedule.expr",
+                        "must be at most 255 characters",
+                    ));
                 }
                 Schedule::Cron(parse_cron("schedule.expr", expr)?)
             }
             ScheduleType::FixedRate => {
-                let interval =
-                    self.interval_s.ok_or_else(|| Error::invalid("schedule.interval_s", "is required for fixed_rate"))?;
-                Schedule::FixedRate { interval_s: in_range("schedule.interval_s", interval, 1, MAX_INTERVAL_S)? }
+                let interval = self.interval_s.ok_or_else(|| {
+                    Error::invalid("schedule.interval_s", "is required for fixed_rate")
+                })?;
+                Schedule::FixedRate {
+                    interval_s: in_range("schedule.interval_s", interval, 1, MAX_INTERVAL_S)?,
+                }
             }
             ScheduleType::Once => {
-                let at = self.at_ms.ok_or_else(|| Error::invalid("schedule.at_ms", "is required for once"))?;
-                Schedule::Once { at_ms: in_range("schedule.at_ms", at, 0, 7_258_118_400_000)? }
+                let at = self
+                    .at_ms
+                    .ok_or_else(|| Error::invalid("schedule.at_ms", "is required for once"))?;
+                Schedule::Once {
+                    at_ms: in_range("schedule.at_ms", at, 0, 7_258_118_400_000)?,
+                }
             }
         };
         let kind = self.kind.as_str();
@@ -226,35 +273,54 @@ impl HandlerInput {
     /// The first rule broken, naming `handler.*`.
     pub fn validate(&self) -> Result<Handler, Error> {
         let stray = |field: &str| {
-            Error::invalid(format!("handler.{field}"), format!("is not used by handler type `{}`; leave it out", self.kind))
+            Error::invalid(
+                format!("handler.{field}"),
+                format!("is not used by handler type `{}`; leave it out", self.kind),
+            )
         };
         match self.kind {
             HandlerType::Shell => {
-                for (field, set) in [("source", self.source.is_some()), ("interpreter", self.interpreter.is_some()), ("name", self.name.is_some())]
-                {
+                for (field, set) in [
+                    ("source", self.source.is_some()),
+                    ("interpreter", self.interpreter.is_some()),
+                    ("name", self.name.is_some()),
+                ] {
                     if set {
                         return Err(stray(field));
                     }
                 }
-                let command = self.command.as_deref().ok_or_else(|| Error::invalid("handler.command", "is required for shell"))?;
+                let command = self
+                    .command
+                    .as_deref()
+                    .ok_or_else(|| Error::invalid("handler.command", "is required for shell"))?;
                 if command.trim().is_empty() {
                     return Err(Error::invalid("handler.command", "must not be empty"));
                 }
-                Ok(Handler::Shell { command: check_text("handler.command", command, MAX_COMMAND_BYTES)? })
+                Ok(Handler::Shell {
+                    command: check_text("handler.command", command, MAX_COMMAND_BYTES)?,
+                })
             }
             HandlerType::Script => {
-                for (field, set) in [("command", self.command.is_some()), ("name", self.name.is_some())] {
+                for (field, set) in [
+                    ("command", self.command.is_some()),
+                    ("name", self.name.is_some()),
+                ] {
                     if set {
                         return Err(stray(field));
                     }
                 }
-                let source = self.source.as_deref().ok_or_else(|| Error::invalid("handler.source", "is required for script"))?;
+                let source = self
+                    .source
+                    .as_deref()
+                    .ok_or_else(|| Error::invalid("handler.source", "is required for script"))?;
                 if source.trim().is_empty() {
                     return Err(Error::invalid("handler.source", "must not be empty"));
                 }
                 let interpreter = match self.interpreter.as_deref() {
                     None => Interpreter::Bash,
-                    Some(name) => name.parse().map_err(|e: String| Error::invalid("handler.interpreter", e))?,
+                    Some(name) => name
+                        .parse()
+                        .map_err(|e: String| Error::invalid("handler.interpreter", e))?,
                 };
                 Ok(Handler::Script {
                     source: check_text("handler.source", source, MAX_SOURCE_BYTES)?,
@@ -263,14 +329,22 @@ impl HandlerInput {
                 })
             }
             HandlerType::Bean => {
-                for (field, set) in [("command", self.command.is_some()), ("source", self.source.is_some()), ("interpreter", self.interpreter.is_some())]
-                {
+                for (field, set) in [
+                    ("command", self.command.is_some()),
+                    ("source", self.source.is_some()),
+                    ("interpreter", self.interpreter.is_some()),
+                ] {
                     if set {
                         return Err(stray(field));
                     }
                 }
-                let name = self.name.as_deref().ok_or_else(|| Error::invalid("handler.name", "is required for bean"))?;
-                Ok(Handler::Bean { name: check_name("handler.name", name, 200)? })
+                let name = self
+                    .name
+                    .as_deref()
+                    .ok_or_else(|| Error::invalid("handler.name", "is required for bean"))?;
+                Ok(Handler::Bean {
+                    name: check_name("handler.name", name, 200)?,
+                })
             }
         }
     }
@@ -282,7 +356,10 @@ impl Limits {
     pub fn validate(self) -> Result<Limits, Error> {
         if let Some(cpu) = self.cpu {
             if !cpu.is_finite() || !(0.01..=1024.0).contains(&cpu) {
-                return Err(Error::invalid("limits.cpu", format!("must be between 0.01 and 1024 cores (got {cpu})")));
+                return Err(Error::invalid(
+                    "limits.cpu",
+                    format!("must be between 0.01 and 1024 cores (got {cpu})"),
+                ));
             }
         }
         if let Some(mb) = self.memory_mb {
@@ -302,28 +379,55 @@ impl JobInput {
     /// The first rule broken, with the field it concerns.
     pub fn validate(self) -> Result<JobSpec, Error> {
         let name = check_name("name", &self.name, MAX_NAME_CHARS)?;
-        let description = check_text("description", self.description.as_deref().unwrap_or(""), MAX_DESCRIPTION_CHARS)?;
+        let description = check_text(
+            "description",
+            self.description.as_deref().unwrap_or(""),
+            MAX_DESCRIPTION_CHARS,
+        )?;
         if description.chars().count() > MAX_DESCRIPTION_CHARS {
-            return Err(Error::invalid("description", format!("must be at most {MAX_DESCRIPTION_CHARS} characters")));
+            return Err(Error::invalid(
+                "description",
+                format!("must be at most {MAX_DESCRIPTION_CHARS} characters"),
+            ));
         }
         let (schedule, timezone) = self.schedule.validate()?;
         let handler = self.handler.validate()?;
-        let params = check_text("params", self.params.as_deref().unwrap_or(""), MAX_PARAMS_BYTES)?;
+        let params = check_text(
+            "params",
+            self.params.as_deref().unwrap_or(""),
+            MAX_PARAMS_BYTES,
+        )?;
         let timeout_s = in_range("timeout_s", self.timeout_s.unwrap_or(0), 0, MAX_TIMEOUT_S)?;
         let retry = self.retry.unwrap_or_default();
         let retry_count = in_range("retry.count", retry.count.unwrap_or(0), 0, MAX_RETRIES)?;
-        let retry_backoff_s = in_range("retry.backoff_s", retry.backoff_s.unwrap_or(10), 0, MAX_BACKOFF_S)?;
+        let retry_backoff_s = in_range(
+            "retry.backoff_s",
+            retry.backoff_s.unwrap_or(10),
+            0,
+            MAX_BACKOFF_S,
+        )?;
         let limits = self.limits.unwrap_or_default().validate()?;
         let children = self.children.unwrap_or_default();
         if children.len() > MAX_CHILDREN {
-            return Err(Error::invalid("children", format!("at most {MAX_CHILDREN} child jobs")));
+            return Err(Error::invalid(
+                "children",
+                format!("at most {MAX_CHILDREN} child jobs"),
+            ));
         }
         let mut seen = std::collections::HashSet::new();
         if let Some(dup) = children.iter().find(|id| !seen.insert(**id)) {
-            return Err(Error::invalid("children", format!("job {dup} is listed twice")));
+            return Err(Error::invalid(
+                "children",
+                format!("job {dup} is listed twice"),
+            ));
         }
         let alert = self.alert.map_or(
-            AlertSettings { on_failure: true, on_timeout: true, on_lost: true, channels: Vec::new() },
+            AlertSettings {
+                on_failure: true,
+                on_timeout: true,
+                on_lost: true,
+                channels: Vec::new(),
+            },
             |a| AlertSettings {
                 on_failure: a.on_failure.unwrap_or(true),
                 on_timeout: a.on_timeout.unwrap_or(true),
@@ -359,9 +463,17 @@ impl JobInput {
 
 /// Whether adding the edges `job_id -> children` to `edges` (every other job's children) makes
 /// a cycle; returns the cycle's path for the error message.
-pub fn find_child_cycle(job_id: i64, children: &[i64], edges: &[(i64, Vec<i64>)]) -> Option<Vec<i64>> {
+pub fn find_child_cycle(
+    job_id: i64,
+    children: &[i64],
+    edges: &[(i64, Vec<i64>)],
+) -> Option<Vec<i64>> {
     use std::collections::HashMap;
-    let mut graph: HashMap<i64, Vec<i64>> = edges.iter().filter(|(id, _)| *id != job_id).cloned().collect();
+    let mut graph: HashMap<i64, Vec<i64>> = edges
+        .iter()
+        .filter(|(id, _)| *id != job_id)
+        .cloned()
+        .collect();
     graph.insert(job_id, children.to_vec());
     // Depth-first from the job: a path back to it is a cycle.
     let mut stack: Vec<(i64, Vec<i64>)> = vec![(job_id, vec![job_id])];
@@ -404,7 +516,10 @@ mod tests {
         let spec = input(base()).unwrap();
         assert_eq!(spec.routing, Routing::First);
         assert!(spec.enabled);
-        assert_eq!((spec.retry_count, spec.retry_backoff_s, spec.timeout_s), (0, 10, 0));
+        assert_eq!(
+            (spec.retry_count, spec.retry_backoff_s, spec.timeout_s),
+            (0, 10, 0)
+        );
         assert_eq!(spec.timezone, chrono_tz::Europe::Berlin);
         assert!(spec.alert.on_failure);
     }
@@ -412,24 +527,60 @@ mod tests {
     #[test]
     fn each_rule_names_its_field() {
         let cases = [
-            ("/name", serde_json::json!("<script>alert(1)</script>"), "name"),
+            (
+                "/name",
+                serde_json::json!("<script>alert(1)</script>"),
+                "name",
+            ),
             ("/name", serde_json::json!("x'; DROP TABLE job;--"), "name"),
             ("/name", serde_json::json!("   "), "name"),
             ("/name", serde_json::json!("n".repeat(201)), "name"),
             ("/timeout_s", serde_json::json!(-1), "timeout_s"),
             ("/timeout_s", serde_json::json!(100_000_000), "timeout_s"),
-            ("/schedule/timezone", serde_json::json!("Nowhere/City"), "schedule.timezone"),
-            ("/schedule/expr", serde_json::json!("0 0 25 * * ?"), "schedule.expr"),
+            (
+                "/schedule/timezone",
+                serde_json::json!("Nowhere/City"),
+                "schedule.timezone",
+            ),
+            (
+                "/schedule/expr",
+                serde_json::json!("0 0 25 * * ?"),
+                "schedule.expr",
+            ),
             ("/limits", serde_json::json!({"cpu": -1.0}), "limits.cpu"),
-            ("/limits", serde_json::json!({"memory_mb": 0}), "limits.memory_mb"),
+            (
+                "/limits",
+                serde_json::json!({"memory_mb": 0}),
+                "limits.memory_mb",
+            ),
             ("/limits", serde_json::json!({"pids": -3}), "limits.pids"),
             ("/retry", serde_json::json!({"count": 99}), "retry.count"),
             ("/children", serde_json::json!([2, 2]), "children"),
-            ("/handler", serde_json::json!({"type": "shell", "command": ""}), "handler.command"),
-            ("/handler", serde_json::json!({"type": "shell", "command": "x", "source": "y"}), "handler.source"),
-            ("/handler", serde_json::json!({"type": "script", "source": "x", "interpreter": "cobol"}), "handler.interpreter"),
-            ("/handler", serde_json::json!({"type": "script"}), "handler.source"),
-            ("/handler", serde_json::json!({"type": "bean"}), "handler.name"),
+            (
+                "/handler",
+                serde_json::json!({"type": "shell", "command": ""}),
+                "handler.command",
+            ),
+            (
+                "/handler",
+                serde_json::json!({"type": "shell", "command": "x", "source": "y"}),
+                "handler.source",
+            ),
+            (
+                "/handler",
+                serde_json::json!({"type": "script", "source": "x", "interpreter": "cobol"}),
+                "handler.interpreter",
+            ),
+            (
+                "/handler",
+                serde_json::json!({"type": "script"}),
+                "handler.source",
+            ),
+            (
+                "/handler",
+                serde_json::json!({"type": "bean"}),
+                "handler.name",
+            ),
         ];
         for (pointer, value, field) in cases {
             let mut json = base();
@@ -446,11 +597,15 @@ mod tests {
     #[test]
     fn schedule_fields_must_match_the_type() {
         let mut json = base();
-        json["schedule"] = serde_json::json!({"type": "fixed_rate", "interval_s": 30, "expr": "* * * * * ?"});
+        json["schedule"] =
+            serde_json::json!({"type": "fixed_rate", "interval_s": 30, "expr": "* * * * * ?"});
         assert_eq!(input(json).unwrap_err().field(), Some("schedule.expr"));
         let mut json = base();
         json["schedule"] = serde_json::json!({"type": "fixed_rate", "interval_s": 0});
-        assert_eq!(input(json).unwrap_err().field(), Some("schedule.interval_s"));
+        assert_eq!(
+            input(json).unwrap_err().field(),
+            Some("schedule.interval_s")
+        );
         let mut json = base();
         json["schedule"] = serde_json::json!({"type": "once"});
         assert_eq!(input(json).unwrap_err().field(), Some("schedule.at_ms"));
@@ -460,7 +615,12 @@ mod tests {
     fn unknown_fields_and_wrong_types_do_not_deserialize() {
         let mut json = base();
         json["colour"] = serde_json::json!("red");
-        assert!(serde_json::from_value::<JobInput>(json).unwrap_err().to_string().contains("unknown field `colour`"));
+        assert!(
+            serde_json::from_value::<JobInput>(json)
+                .unwrap_err()
+                .to_string()
+                .contains("unknown field `colour`")
+        );
         let mut json = base();
         json["group_id"] = serde_json::json!("one");
         assert!(serde_json::from_value::<JobInput>(json).is_err());

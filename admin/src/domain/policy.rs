@@ -123,6 +123,9 @@ mod tests {
         assert!("queued".parse::<RunStatus>().is_err());
         assert!(RunStatus::Lost.is_final());
         assert!(!RunStatus::Running.is_final());
-        assert_eq!(serde_json::to_string(&Misfire::FireOnceNow).unwrap(), "\"fire_once_now\"");
+        assert_eq!(
+            serde_json::to_string(&Misfire::FireOnceNow).unwrap(),
+            "\"fire_once_now\""
+        );
     }
 }

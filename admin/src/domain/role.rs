@@ -22,7 +22,11 @@ impl Role {
 
     /// The weaker of two roles: an API token never holds more than its owner.
     pub fn min(self, other: Role) -> Role {
-        if self.rank() <= other.rank() { self } else { other }
+        if self.rank() <= other.rank() {
+            self
+        } else {
+            other
+        }
     }
 
     pub fn at_least(self, other: Role) -> bool {
@@ -41,6 +45,11 @@ mod tests {
         assert!(Role::Admin.at_least(Role::Operator));
         assert!(!Role::Viewer.at_least(Role::Operator));
         assert_eq!("operator".parse::<Role>(), Ok(Role::Operator));
-        assert!("root".parse::<Role>().unwrap_err().contains("admin, operator, viewer"));
+        assert!(
+            "root"
+                .parse::<Role>()
+                .unwrap_err()
+                .contains("admin, operator, viewer")
+        );
     }
 }

@@ -38,7 +38,10 @@ pub fn parse_timezone(field: &str, name: &str) -> Result<Tz, Error> {
         Error::invalid_as(
             Code::InvalidTimezone,
             field,
-            format!("unknown time zone `{}`; use an IANA name such as UTC or Europe/Berlin", truncate(name, 64)),
+            format!(
+                "unknown time zone `{}`; use an IANA name such as UTC or Europe/Berlin",
+                truncate(name, 64)
+            ),
         )
     })
 }
@@ -52,7 +55,11 @@ pub fn parse_cron(field: &str, expr: &str) -> Result<CronExpr, Error> {
 }
 
 fn truncate(s: &str, max: usize) -> String {
-    if s.chars().count() <= max { s.to_owned() } else { format!("{}…", s.chars().take(max).collect::<String>()) }
+    if s.chars().count() <= max {
+        s.to_owned()
+    } else {
+        format!("{}…", s.chars().take(max).collect::<String>())
+    }
 }
 
 fn to_utc(ms: UnixMillis) -> Option<DateTime<Utc>> {
@@ -73,10 +80,17 @@ impl Schedule {
     ///
     /// Fixed-rate fires are anchored at `anchor_ms` (the job's creation or last change), so they
     /// do not drift by the time a fire takes to dispatch.
-    pub fn next_after(&self, after_ms: UnixMillis, anchor_ms: UnixMillis, tz: Tz) -> Option<UnixMillis> {
+    pub fn next_after(
+        &self,
+        after_ms: UnixMillis,
+        anchor_ms: UnixMillis,
+        tz: Tz,
+    ) -> Option<UnixMillis> {
         match self {
             Schedule::None => None,
-            Schedule::Cron(expr) => expr.next_after(to_utc(after_ms)?, tz).map(|t| t.timestamp_millis()),
+            Schedule::Cron(expr) => expr
+                .next_after(to_utc(after_ms)?, tz)
+                .map(|t| t.timestamp_millis()),
             Schedule::FixedRate { interval_s } => {
                 let step = interval_s.checked_mul(1000)?;
                 if step <= 0 {
@@ -93,7 +107,13 @@ impl Schedule {
     }
 
     /// The next `count` fire times after `after_ms`.
-    pub fn upcoming(&self, after_ms: UnixMillis, anchor_ms: UnixMillis, tz: Tz, count: usize) -> Vec<UnixMillis> {
+    pub fn upcoming(
+        &self,
+        after_ms: UnixMillis,
+        anchor_ms: UnixMillis,
+        tz: Tz,
+        count: usize,
+    ) -> Vec<UnixMillis> {
         let mut out = Vec::with_capacity(count);
         let mut cursor = after_ms;
         while out.len() < count {
@@ -119,7 +139,10 @@ mod tests {
         assert_eq!(s.next_after(0, 1_000, Tz::UTC), Some(1_000));
         assert_eq!(s.next_after(1_000, 1_000, Tz::UTC), Some(11_000));
         assert_eq!(s.next_after(10_999, 1_000, Tz::UTC), Some(11_000));
-        assert_eq!(s.upcoming(1_000, 1_000, Tz::UTC, 3), vec![11_000, 21_000, 31_000]);
+        assert_eq!(
+            s.upcoming(1_000, 1_000, Tz::UTC, 3),
+            vec![11_000, 21_000, 31_000]
+        );
     }
 
     #[test]
@@ -135,7 +158,10 @@ mod tests {
         let expr = parse_cron("schedule.expr", "0 0 9 * * ?").unwrap();
         let tz = parse_timezone("schedule.timezone", "Asia/Shanghai").unwrap();
         // 2026-01-01T00:00:00Z is 08:00 in Shanghai; the next 09:00 there is 01:00Z.
-        let start = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap().timestamp_millis();
+        let start = Utc
+            .with_ymd_and_hms(2026, 1, 1, 0, 0, 0)
+            .unwrap()
+            .timestamp_millis();
         let next = Schedule::Cron(expr).next_after(start, 0, tz).unwrap();
         assert_eq!(next - start, 3_600_000);
     }

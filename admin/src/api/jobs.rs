@@ -1,0 +1,178 @@
+//! Jobs, their script versions, runs and cron previews.
+
+use actix_web::{HttpResponse, web};
+use serde::Deserialize;
+
+use crate::auth::extract::ApiCaller;
+use crate::domain::job::JobInput;
+use crate::error::{ApiResult, ErrorBody};
+use crate::service::jobs::{
+    CronPreviewRequest, CronPreviewResponse, JobQuery, JobView, ScriptVersionView,
+};
+use crate::service::runs::{RunQuery, RunView};
+use crate::service::{self, Paged};
+use crate::startup::AppState;
+
+/// A job id and a script version from the path.
+#[derive(Debug, Deserialize)]
+pub struct VersionPath {
+    id: i64,
+    version: i32,
+}
+
+/// Create a job.
+#[utoipa::path(post, path = "/api/v1/jobs", tag = "jobs", security(("bearer" = [])), request_body = JobInput,
+    responses((status = 201, body = JobView), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn create(
+    state: web::Data<AppState>,
+    caller: ApiCaller,
+    body: web::Json<JobInput>,
+) -> ApiResult<HttpResponse> {
+    let spec = body.into_inner().validate()?;
+    Ok(HttpResponse::Created().json(service::jobs::create(&state, &caller.0, spec).await?))
+}
+
+/// Replace a job's settings.
+#[utoipa::path(put, path = "/api/v1/jobs/{id}", tag = "jobs", security(("bearer" = [])), request_body = JobInput,
+    params(("id" = i64, Path)),
+    responses((status = 200, body = JobView), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn update(
+    state: web::Data<AppState>,
+    caller: ApiCaller,
+    id: web::Path<i64>,
+    body: web::Json<JobInput>,
+) -> ApiResult<HttpResponse> {
+    let spec = body.into_inner().validate()?;
+    Ok(HttpResponse::Ok()
+        .json(service::jobs::update(&state, &caller.0, id.into_inner(), spec).await?))
+}
+
+/// Read a job.
+#[utoipa::path(get, path = "/api/v1/jobs/{id}", tag = "jobs", security(("bearer" = [])), params(("id" = i64, Path)),
+    responses((status = 200, body = JobView), (status = 404, body = ErrorBody)))]
+pub async fn get(
+    state: web::Data<AppState>,
+    caller: ApiCaller,
+    id: web::Path<i64>,
+) -> ApiResult<HttpResponse> {
+    Ok(HttpResponse::Ok().json(service::jobs::get(&state, &caller.0, id.into_inner()).await?))
+}
+
+/// List jobs with filters.
+#[utoipa::path(get, path = "/api/v1/jobs", tag = "jobs", security(("bearer" = [])), params(JobQuery),
+    responses((status = 200, body = Paged<JobView>)))]
+pub async fn list(
+    state: web::Data<AppState>,
+    caller: ApiCaller,
+    query: web::Query<JobQuery>,
+) -> ApiResult<HttpResponse> {
+    Ok(HttpResponse::Ok().json(service::jobs::list(&state, &caller.0, query.into_inner()).await?))
+}
+
+/// Delete a job (refused while another job lists it as a child).
+#[utoipa::path(delete, path = "/api/v1/jobs/{id}", tag = "jobs", security(("bearer" = [])), params(("id" = i64, Path)),
+    responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn delete(
+    state: web::Data<AppState>,
+    caller: ApiCaller,
+    id: web::Path<i64>,
+) -> ApiResult<HttpResponse> {
+    service::jobs::delete(&state, &caller.0, id.into_inner()).await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+/// Enable a job.
+#[utoipa::path(post, path = "/api/v1/jobs/{id}/enable", tag = "jobs", security(("bearer" = [])), params(("id" = i64, Path)),
+    responses((status = 200, body = JobView)))]
+pub async fn enable(
+    state: web::Data<AppState>,
+    caller: ApiCaller,
+    id: web::Path<i64>,
+) -> ApiResult<HttpResponse> {
+    Ok(HttpResponse::Ok()
+        .json(service::jobs::set_enabled(&state, &caller.0, id.into_inner(), true).await?))
+}
+
+/// Disable a job.
+#[utoipa::path(post, path = "/api/v1/jobs/{id}/disable", tag = "jobs", security(("bearer" = [])), params(("id" = i64, Path)),
+    responses((status = 200, body = JobView)))]
+pub async fn disable(
+    state: web::Data<AppState>,
+    caller: ApiCaller,
+    id: web::Path<i64>,
+) -> ApiResult<HttpResponse> {
+    Ok(HttpResponse::Ok()
+        .json(service::jobs::set_enabled(&state, &caller.0, id.into_inner(), false).await?))
+}
+
+/// A script job's versions, newest first.
+#[utoipa::path(get, path = "/api/v1/jobs/{id}/script/versions", tag = "jobs", security(("bearer" = [])), params(("id" = i64, Path)),
+    responses((status = 200, body = Vec<ScriptVersionView>)))]
+pub async fn script_versions(
+    state: web::Data<AppState>,
+    caller: ApiCaller,
+    id: web::Path<i64>,
+) -> ApiResult<HttpResponse> {
+    Ok(HttpResponse::Ok()
+        .json(service::jobs::script_versions(&state, &caller.0, id.into_inner()).await?))
+}
+
+/// One script version with its source.
+#[utoipa::path(get, path = "/api/v1/jobs/{id}/script/versions/{version}", tag = "jobs", security(("bearer" = [])),
+    params(("id" = i64, Path), ("version" = i32, Path)),
+    responses((status = 200, body = ScriptVersionView), (status = 404, body = ErrorBody)))]
+pub async fn script_version(
+    state: web::Data<AppState>,
+    caller: ApiCaller,
+    path: web::Path<VersionPath>,
+) -> ApiResult<HttpResponse> {
+    Ok(HttpResponse::Ok()
+        .json(service::jobs::script_version(&state, &caller.0, path.id, path.version).await?))
+}
+
+/// Make an old script version current again (saved as a new version).
+#[utoipa::path(post, path = "/api/v1/jobs/{id}/script/versions/{version}/rollback", tag = "jobs", security(("bearer" = [])),
+    params(("id" = i64, Path), ("version" = i32, Path)),
+    responses((status = 200, body = JobView), (status = 404, body = ErrorBody)))]
+pub async fn rollback_script(
+    state: web::Data<AppState>,
+    caller: ApiCaller,
+    path: web::Path<VersionPath>,
+) -> ApiResult<HttpResponse> {
+    Ok(HttpResponse::Ok()
+        .json(service::jobs::rollback_script(&state, &caller.0, path.id, path.version).await?))
+}
+
+/// The next fire times of a cron expression in a time zone.
+#[utoipa::path(post, path = "/api/v1/cron/preview", tag = "jobs", security(("bearer" = [])), request_body = CronPreviewRequest,
+    responses((status = 200, body = CronPreviewResponse), (status = 422, body = ErrorBody)))]
+pub async fn cron_preview(
+    state: web::Data<AppState>,
+    _caller: ApiCaller,
+    body: web::Json<CronPreviewRequest>,
+) -> ApiResult<HttpResponse> {
+    Ok(HttpResponse::Ok().json(service::jobs::cron_preview(state.clock.now_ms(), &body)?))
+}
+
+/// List runs, newest first.
+#[utoipa::path(get, path = "/api/v1/runs", tag = "runs", security(("bearer" = [])), params(RunQuery),
+    responses((status = 200, body = Paged<RunView>)))]
+pub async fn list_runs(
+    state: web::Data<AppState>,
+    caller: ApiCaller,
+    query: web::Query<RunQuery>,
+) -> ApiResult<HttpResponse> {
+    Ok(HttpResponse::Ok().json(service::runs::list(&state, &caller.0, query.into_inner()).await?))
+}
+
+/// Read a run.
+#[utoipa::path(get, path = "/api/v1/runs/{id}", tag = "runs", security(("bearer" = [])), params(("id" = i64, Path)),
+    responses((status = 200, body = RunView), (status = 404, body = ErrorBody)))]
+pub async fn get_run(
+    state: web::Data<AppState>,
+    caller: ApiCaller,
+    id: web::Path<i64>,
+) -> ApiResult<HttpResponse> {
+    Ok(HttpResponse::Ok().json(service::runs::get(&state, &caller.0, id.into_inner()).await?))
+}

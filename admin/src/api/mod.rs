@@ -1,0 +1,65 @@
+//! Open API handlers (`/api/v1`): parse input, check the capability, call one service
+//! function, render JSON. No handler touches the database directly.
+
+pub mod admin;
+pub mod docs;
+pub mod jobs;
+pub mod meta;
+
+use actix_web::web;
+use serde::Deserialize;
+
+/// Paging query for lists that have no other filters.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct PageQuery {
+    pub limit: Option<i64>,
+    pub offset: Option<i64>,
+}
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/auth/token", web::post().to(meta::issue_token))
+        .route("/me", web::get().to(meta::me))
+        .route("/me/password", web::post().to(meta::change_password))
+        .route("/cron/preview", web::post().to(jobs::cron_preview))
+        .route("/groups", web::get().to(admin::list_groups))
+        .route("/groups", web::post().to(admin::create_group))
+        .route("/groups/{id}", web::get().to(admin::get_group))
+        .route("/groups/{id}", web::put().to(admin::update_group))
+        .route("/groups/{id}", web::delete().to(admin::delete_group))
+        .route("/jobs", web::get().to(jobs::list))
+        .route("/jobs", web::post().to(jobs::create))
+        .route("/jobs/{id}", web::get().to(jobs::get))
+        .route("/jobs/{id}", web::put().to(jobs::update))
+        .route("/jobs/{id}", web::delete().to(jobs::delete))
+        .route("/jobs/{id}/enable", web::post().to(jobs::enable))
+        .route("/jobs/{id}/disable", web::post().to(jobs::disable))
+        .route(
+            "/jobs/{id}/script/versions",
+            web::get().to(jobs::script_versions),
+        )
+        .route(
+            "/jobs/{id}/script/versions/{version}",
+            web::get().to(jobs::script_version),
+        )
+        .route(
+            "/jobs/{id}/script/versions/{version}/rollback",
+            web::post().to(jobs::rollback_script),
+        )
+        .route("/runs", web::get().to(jobs::list_runs))
+        .route("/runs/{id}", web::get().to(jobs::get_run))
+        .route("/agents", web::get().to(admin::list_agents))
+        .route("/users", web::get().to(admin::list_users))
+        .route("/users", web::post().to(admin::create_user))
+        .route("/users/{id}", web::get().to(admin::get_user))
+        .route("/users/{id}", web::patch().to(admin::update_user))
+        .route(
+            "/users/{id}/password",
+            web::post().to(admin::reset_password),
+        )
+        .route("/tokens", web::get().to(admin::list_tokens))
+        .route("/tokens", web::post().to(admin::create_token))
+        .route("/tokens/{id}", web::delete().to(admin::revoke_token))
+        .route("/audit", web::get().to(admin::list_audit));
+}

@@ -1,0 +1,230 @@
+//! `jobfleet-admin`: parses the command line and calls into the library.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use jobfleet_admin::clock::SystemClock;
+use jobfleet_admin::config::{Config, Sources};
+use jobfleet_admin::domain::role::Role;
+use jobfleet_admin::{service, startup};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "jobfleet-admin",
+    version,
+    about = "jobfleet admin server: schedules jobs and dispatches them to agents"
+)]
+struct Cli {
+    /// TOML config file (also JOBFLEET_CONFIG).
+    #[arg(long, global = true, value_name = "PATH")]
+    config: Option<PathBuf>,
+    /// Address to bind, HOST:PORT (also JOBFLEET_LISTEN).
+    #[arg(long, global = true, value_name = "ADDR")]
+    listen: Option<String>,
+    /// sqlite://PATH or mysql://USER:PASS@HOST:PORT/DB (also JOBFLEET_DATABASE_URL).
+    #[arg(long, global = true, value_name = "URL")]
+    database_url: Option<String>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the admin server (the default).
+    Serve,
+    /// Apply pending database migrations and exit.
+    Migrate,
+    /// Manage users.
+    #[command(subcommand)]
+    User(UserCommand),
+    /// Exit 0 if the admin at the configured address is ready (for container health checks).
+    Healthcheck {
+        /// Base URL to check; default http://<listen>.
+        #[arg(long)]
+        url: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum UserCommand {
+    /// Create a user.
+    Add {
+        username: String,
+        #[arg(long, default_value = "viewer")]
+        role: String,
+        #[command(flatten)]
+        password: PasswordArgs,
+    },
+    /// Set a user's password.
+    Passwd {
+        username: String,
+        #[command(flatten)]
+        password: PasswordArgs,
+    },
+}
+
+#[derive(Debug, Args)]
+struct PasswordArgs {
+    /// The password (visible in the process list; prefer --password-stdin).
+    #[arg(long, conflicts_with = "password_stdin")]
+    password: Option<String>,
+    /// Read the password from standard input.
+    #[arg(long)]
+    password_stdin: bool,
+}
+
+impl PasswordArgs {
+    fn resolve(&self) -> Result<String, String> {
+        if let Some(p) = &self.password {
+            return Ok(p.clone());
+        }
+        if self.password_stdin {
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .map_err(|e| format!("reading the password from stdin: {e}"))?;
+            return Ok(text.trim_end_matches(['\r', '\n']).to_owned());
+        }
+        Err("give the password with --password or --password-stdin".into())
+    }
+}
+
+fn fail(code: u8, message: impl std::fmt::Display) -> ExitCode {
+    eprintln!("jobfleet-admin: {message}");
+    ExitCode::from(code)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let mut flags = Vec::new();
+    if let Some(v) = &cli.listen {
+        flags.push(("listen".to_owned(), v.clone()));
+    }
+    if let Some(v) = &cli.database_url {
+        flags.push(("database_url".to_owned(), v.clone()));
+    }
+    let config = match Config::load(&Sources::from_process(cli.config.clone(), flags)) {
+        Ok(c) => c,
+        Err(e) => return fail(2, e),
+    };
+    let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| config.log.clone());
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_target(false)
+        .init();
+    for warning in &config.warnings {
+        tracing::warn!("{warning}");
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => return fail(1, format!("cannot start the async runtime: {e}")),
+    };
+    let result = runtime.block_on(run(cli.command.unwrap_or(Command::Serve), config));
+    match result {
+        Ok(code) => code,
+        Err(e) => fail(1, format!("{e:#}")),
+    }
+}
+
+async fn run(command: Command, config: Config) -> anyhow::Result<ExitCode> {
+    let clock = Arc::new(SystemClock);
+    let create_dir = config.database_url_is_default;
+    match command {
+        Command::Serve => {
+            let admin_password = std::env::var("JOBFLEET_ADMIN_PASSWORD").ok();
+            startup::serve(config, clock, admin_password, create_dir).await?;
+        }
+        Command::Migrate => {
+            startup::prepare(config, clock, create_dir).await?;
+            println!("jobfleet: database is up to date");
+        }
+        Command::User(user_command) => {
+            let state = startup::prepare(config, clock, create_dir).await?;
+            match user_command {
+                UserCommand::Add {
+                    username,
+                    role,
+                    password,
+                } => {
+                    let role: Role = match role.parse() {
+                        Ok(r) => r,
+                        Err(e) => return Ok(fail(2, format!("--role: {e}"))),
+                    };
+                    let password = match password.resolve() {
+                        Ok(p) => p,
+                        Err(e) => return Ok(fail(2, e)),
+                    };
+                    let created = service::users::add_from_cli(&state, &username, &password, role)
+                        .await
+                        .map_err(|e| anyhow::anyhow!("{e}"))?;
+                    println!(
+                        "jobfleet: created user `{}` (id {}, role {})",
+                        created.username, created.id, created.role
+                    );
+                }
+                UserCommand::Passwd { username, password } => {
+                    let password = match password.resolve() {
+                        Ok(p) => p,
+                        Err(e) => return Ok(fail(2, e)),
+                    };
+                    service::users::passwd_from_cli(&state, &username, &password)
+                        .await
+                        .map_err(|e| anyhow::anyhow!("{e}"))?;
+                    println!("jobfleet: password of `{username}` changed");
+                }
+            }
+        }
+        Command::Healthcheck { url } => {
+            let base = url.unwrap_or_else(|| format!("http://{}", config.listen));
+            return Ok(match healthcheck(&base) {
+                Ok(()) => {
+                    println!("jobfleet: ready");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(1, format!("not ready: {e}")),
+            });
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A plain HTTP/1.1 GET of `/readyz`: the admin has no HTTP client of its own to pull in for this.
+fn healthcheck(base: &str) -> Result<(), String> {
+    let parsed = url::Url::parse(base).map_err(|e| format!("--url {base}: {e}"))?;
+    if parsed.scheme() != "http" {
+        return Err("only http:// URLs can be checked".into());
+    }
+    let host = parsed.host_str().ok_or("the URL has no host")?;
+    let port = parsed.port_or_known_default().unwrap_or(80);
+    let addr = std::net::ToSocketAddrs::to_socket_addrs(&(host, port))
+        .map_err(|e| format!("resolving {host}: {e}"))?
+        .next()
+        .ok_or("no address")?;
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3))
+        .map_err(|e| format!("connecting to {addr}: {e}"))?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(|e| e.to_string())?;
+    write!(
+        stream,
+        "GET /readyz HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| e.to_string())?;
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .map_err(|e| format!("reading the answer: {e}"))?;
+    let status_line = response.lines().next().unwrap_or_default();
+    if status_line.split_whitespace().nth(1) == Some("200") {
+        Ok(())
+    } else {
+        Err(status_line.to_owned())
+    }
+}

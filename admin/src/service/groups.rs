@@ -1,0 +1,280 @@
+//! Executor groups: create, change, delete, read.
+
+use serde::{Deserialize, Serialize};
+
+use crate::audit::{self, Entry};
+use crate::auth::rbac::{Actor, AdminProof};
+use crate::db::{Page, executor_group, job};
+use crate::domain::policy::AddressMode;
+use crate::error::Error;
+use crate::service::Paged;
+use crate::startup::AppState;
+
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct GroupView {
+    pub id: i64,
+    pub app_name: String,
+    pub title: String,
+    #[schema(value_type = String)]
+    pub address_mode: AddressMode,
+    pub addresses: Vec<String>,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+}
+
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GroupInput {
+    /// The executor's app name (XXL-Job `appname`); letters, digits, `-`, `_`, `.`.
+    pub app_name: String,
+    pub title: String,
+    #[schema(value_type = Option<String>, example = "auto")]
+    pub address_mode: Option<AddressMode>,
+    /// Agent base URLs for `manual` mode.
+    pub addresses: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GroupUpdate {
+    pub title: String,
+    #[schema(value_type = Option<String>, example = "manual")]
+    pub address_mode: Option<AddressMode>,
+    pub addresses: Option<Vec<String>>,
+}
+
+fn view(row: executor_group::ExecutorGroup) -> Result<GroupView, Error> {
+    Ok(GroupView {
+        id: row.id,
+        address_mode: row
+            .address_mode
+            .parse()
+            .map_err(|e: String| Error::Internal(anyhow::anyhow!(e)))?,
+        addresses: row
+            .addresses
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect(),
+        app_name: row.app_name,
+        title: row.title,
+        created_ms: row.created_ms,
+        updated_ms: row.updated_ms,
+    })
+}
+
+pub fn check_app_name(value: &str) -> Result<String, Error> {
+    let value = value.trim();
+    if value.is_empty() || value.len() > 64 {
+        return Err(Error::invalid("app_name", "must be 1 to 64 characters"));
+    }
+    if !value
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    {
+        return Err(Error::invalid(
+            "app_name",
+            "may contain only letters, digits, `-`, `_` and `.`",
+        ));
+    }
+    Ok(value.to_owned())
+}
+
+fn check_addresses(mode: AddressMode, addresses: Option<Vec<String>>) -> Result<String, Error> {
+    let addresses = addresses.unwrap_or_default();
+    match mode {
+        AddressMode::Auto if !addresses.is_empty() => {
+            return Err(Error::invalid(
+                "addresses",
+                "are only used with address_mode `manual`; agents register themselves in `auto`",
+            ));
+        }
+        AddressMode::Manual if addresses.is_empty() => {
+            return Err(Error::invalid(
+                "addresses",
+                "address_mode `manual` needs at least one agent address",
+            ));
+        }
+        _ => {}
+    }
+    if addresses.len() > 100 {
+        return Err(Error::invalid("addresses", "at most 100 addresses"));
+    }
+    let mut normalized = Vec::with_capacity(addresses.len());
+    for raw in &addresses {
+        let parsed = url::Url::parse(raw.trim()).map_err(|e| {
+            Error::invalid(
+                "addresses",
+                format!(
+                    "`{}` is not a URL: {e}",
+                    raw.chars().take(100).collect::<String>()
+                ),
+            )
+        })?;
+        if !matches!(parsed.scheme(), "http" | "https")
+            || parsed.host_str().is_none()
+            || parsed.query().is_some()
+        {
+            return Err(Error::invalid(
+                "addresses",
+                format!("`{raw}` must be an http(s) base URL such as http://10.0.0.5:9999/"),
+            ));
+        }
+        normalized.push(parsed.to_string());
+    }
+    Ok(normalized.join(","))
+}
+
+pub async fn create(
+    state: &AppState,
+    actor: &Actor,
+    _: &AdminProof,
+    input: GroupInput,
+) -> Result<GroupView, Error> {
+    let app_name = check_app_name(&input.app_name)?;
+    let title = crate::domain::job::check_name("title", &input.title, 200)?;
+    let mode = input.address_mode.unwrap_or(AddressMode::Auto);
+    let addresses = check_addresses(mode, input.addresses)?;
+    let now = state.clock.now_ms();
+    let actor = actor.clone();
+    state
+        .db
+        .transaction(move |conn| {
+            let id = executor_group::insert(
+                conn,
+                &executor_group::NewExecutorGroup {
+                    app_name: &app_name,
+                    title: &title,
+                    address_mode: mode.as_str(),
+                    addresses: &addresses,
+                    created_ms: now,
+                    updated_ms: now,
+                },
+            )?;
+            let created = view(executor_group::get(conn, id)?)?;
+            audit::record(
+                conn,
+                &actor,
+                now,
+                Entry::new("group.create", "group", id).after(&created)?,
+            )?;
+            Ok(created)
+        })
+        .await
+}
+
+pub async fn update(
+    state: &AppState,
+    actor: &Actor,
+    _: &AdminProof,
+    id: i64,
+    input: GroupUpdate,
+) -> Result<GroupView, Error> {
+    let title = crate::domain::job::check_name("title", &input.title, 200)?;
+    let mode = input.address_mode.unwrap_or(AddressMode::Auto);
+    let addresses = check_addresses(mode, input.addresses)?;
+    let now = state.clock.now_ms();
+    let actor = actor.clone();
+    state
+        .db
+        .transaction(move |conn| {
+            let before = view(executor_group::get(conn, id)?)?;
+            executor_group::update(
+                conn,
+                id,
+                &executor_group::ExecutorGroupChanges {
+                    title: &title,
+                    address_mode: mode.as_str(),
+                    addresses: &addresses,
+                    updated_ms: now,
+                },
+            )?;
+            let after = view(executor_group::get(conn, id)?)?;
+            audit::record(
+                conn,
+                &actor,
+                now,
+                Entry::new("group.update", "group", id)
+                    .before(&before)?
+                    .after(&after)?,
+            )?;
+            Ok(after)
+        })
+        .await
+}
+
+pub async fn delete(state: &AppState, actor: &Actor, _: &AdminProof, id: i64) -> Result<(), Error> {
+    let now = state.clock.now_ms();
+    let actor = actor.clone();
+    state
+        .db
+        .transaction(move |conn| {
+            let before = view(executor_group::get(conn, id)?)?;
+            let jobs = job::count_in_group(conn, id)?;
+            if jobs > 0 {
+                return Err(Error::Conflict {
+                    field: None,
+                    message: format!(
+                        "the group still has {jobs} job(s); move or delete them first"
+                    ),
+                });
+            }
+            executor_group::delete(conn, id)?;
+            audit::record(
+                conn,
+                &actor,
+                now,
+                Entry::new("group.delete", "group", id).before(&before)?,
+            )
+        })
+        .await
+}
+
+pub async fn get(state: &AppState, actor: &Actor, id: i64) -> Result<GroupView, Error> {
+    actor.read_group(id)?;
+    state
+        .db
+        .run(move |conn| view(executor_group::get(conn, id)?))
+        .await
+}
+
+pub async fn list(state: &AppState, actor: &Actor, page: Page) -> Result<Paged<GroupView>, Error> {
+    let visible = actor.visible_groups();
+    state
+        .db
+        .run(move |conn| {
+            let rows = executor_group::list(conn, visible.as_deref(), page)?;
+            Ok(Paged {
+                items: rows.into_iter().map(view).collect::<Result<_, _>>()?,
+                total: executor_group::count(conn, visible.as_deref())?,
+                limit: page.limit,
+                offset: page.offset,
+            })
+        })
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_follow_the_mode() {
+        assert!(check_addresses(AddressMode::Auto, None).is_ok());
+        assert!(check_addresses(AddressMode::Auto, Some(vec!["http://a:1".into()])).is_err());
+        assert!(check_addresses(AddressMode::Manual, None).is_err());
+        assert!(check_addresses(AddressMode::Manual, Some(vec!["ftp://a".into()])).is_err());
+        assert!(check_addresses(AddressMode::Manual, Some(vec!["not a url".into()])).is_err());
+        assert_eq!(
+            check_addresses(
+                AddressMode::Manual,
+                Some(vec!["http://10.0.0.5:9999".into(), "https://b/".into()])
+            )
+            .unwrap(),
+            "http://10.0.0.5:9999/,https://b/"
+        );
+        assert!(check_app_name("billing-svc.v2").is_ok());
+        assert!(check_app_name("<b>").is_err());
+        assert!(check_app_name("").is_err());
+    }
+}

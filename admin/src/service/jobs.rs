@@ -1,0 +1,764 @@
+//! Jobs: create, change, enable/disable, delete, read; script versions with roll back; cron
+//! previews.
+
+use chrono_tz::Tz;
+use serde::{Deserialize, Serialize};
+
+use crate::audit::{self, Entry};
+use crate::auth::rbac::{Actor, GroupWrite};
+use crate::clock::UnixMillis;
+use crate::db::{AnyConnection, Page, executor_group, job, job_script};
+use crate::domain::job::{AlertSettings, Handler, JobSpec, Limits, find_child_cycle};
+use crate::domain::policy::Interpreter;
+use crate::domain::schedule::{Schedule, parse_cron, parse_timezone};
+use crate::error::{Code, Error};
+use crate::service::{Paged, join_id_list, parse_id_list};
+use crate::startup::AppState;
+
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct ScheduleView {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expr: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interval_s: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at_ms: Option<i64>,
+    pub timezone: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct HandlerView {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interpreter: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The current script version (0 for non-script jobs).
+    pub script_version: i32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct RetryView {
+    pub count: i32,
+    pub backoff_s: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct AlertView {
+    pub on_failure: bool,
+    pub on_timeout: bool,
+    pub on_lost: bool,
+    pub channels: Vec<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct JobView {
+    pub id: i64,
+    pub group_id: i64,
+    pub name: String,
+    pub description: String,
+    pub schedule: ScheduleView,
+    pub handler: HandlerView,
+    pub params: String,
+    pub routing: String,
+    pub enabled: bool,
+    pub timeout_s: i64,
+    pub retry: RetryView,
+    pub limits: Limits,
+    pub misfire: String,
+    pub concurrency: String,
+    pub block_strategy: String,
+    pub children: Vec<i64>,
+    pub alert: AlertView,
+    pub next_fire_ms: Option<i64>,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+}
+
+pub fn view(row: job::Job) -> JobView {
+    JobView {
+        id: row.id,
+        group_id: row.group_id,
+        schedule: ScheduleView {
+            kind: row.schedule_type,
+            expr: row.schedule_expr,
+            interval_s: row.interval_s,
+            at_ms: row.once_at_ms,
+            timezone: row.timezone,
+        },
+        handler: HandlerView {
+            kind: row.handler_type,
+            command: row.command,
+            source: row.script_source,
+            interpreter: row.interpreter,
+            name: row.bean_name,
+            script_version: row.script_version,
+        },
+        name: row.name,
+        description: row.description,
+        params: row.params,
+        routing: row.routing,
+        enabled: row.enabled,
+        timeout_s: row.timeout_s,
+        retry: RetryView {
+            count: row.retry_count,
+            backoff_s: row.retry_backoff_s,
+        },
+        limits: Limits {
+            cpu: row.limit_cpu,
+            memory_mb: row.limit_memory_mb,
+            pids: row.limit_pids,
+        },
+        misfire: row.misfire,
+        concurrency: row.concurrency,
+        block_strategy: row.block_strategy,
+        children: parse_id_list(&row.children),
+        alert: AlertView {
+            on_failure: row.alert_on_failure,
+            on_timeout: row.alert_on_timeout,
+            on_lost: row.alert_on_lost,
+            channels: parse_id_list(&row.alert_channels),
+        },
+        next_fire_ms: row.next_fire_ms,
+        created_ms: row.created_ms,
+        updated_ms: row.updated_ms,
+    }
+}
+
+/// The columns for `spec`; the script version is decided by the caller.
+fn fields(spec: &JobSpec, script_version: i32, now: UnixMillis) -> job::JobFields {
+    let (schedule_expr, interval_s, once_at_ms) = match &spec.schedule {
+        Schedule::None => (None, None, None),
+        Schedule::Cron(expr) => (Some(expr.to_string()), None, None),
+        Schedule::FixedRate { interval_s } => (None, Some(*interval_s), None),
+        Schedule::Once { at_ms } => (None, None, Some(*at_ms)),
+    };
+    let (command, script_source, interpreter, bean_name) = match &spec.handler {
+        Handler::Shell { command } => (Some(command.clone()), None, None, None),
+        Handler::Script {
+            source,
+            interpreter,
+            ..
+        } => (
+            None,
+            Some(source.clone()),
+            Some(interpreter.as_str().to_owned()),
+            None,
+        ),
+        Handler::Bean { name } => (None, None, None, Some(name.clone())),
+    };
+    let AlertSettings {
+        on_failure,
+        on_timeout,
+        on_lost,
+        channels,
+    } = &spec.alert;
+    job::JobFields {
+        group_id: spec.group_id,
+        name: spec.name.clone(),
+        description: spec.description.clone(),
+        schedule_type: spec.schedule.kind().as_str().to_owned(),
+        schedule_expr,
+        interval_s,
+        once_at_ms,
+        timezone: spec.timezone.name().to_owned(),
+        handler_type: match spec.handler {
+            Handler::Shell { .. } => "shell",
+            Handler::Script { .. } => "script",
+            Handler::Bean { .. } => "bean",
+        }
+        .to_owned(),
+        command,
+        script_source,
+        script_version,
+        interpreter,
+        bean_name,
+        params: spec.params.clone(),
+        routing: spec.routing.as_str().to_owned(),
+        enabled: spec.enabled,
+        timeout_s: spec.timeout_s,
+        retry_count: spec.retry_count,
+        retry_backoff_s: spec.retry_backoff_s,
+        limit_cpu: spec.limits.cpu,
+        limit_memory_mb: spec.limits.memory_mb,
+        limit_pids: spec.limits.pids,
+        misfire: spec.misfire.as_str().to_owned(),
+        concurrency: spec.concurrency.as_str().to_owned(),
+        block_strategy: spec.block_strategy.as_str().to_owned(),
+        children: join_id_list(&spec.children),
+        alert_on_failure: *on_failure,
+        alert_on_timeout: *on_timeout,
+        alert_on_lost: *on_lost,
+        alert_channels: join_id_list(channels),
+        next_fire_ms: if spec.enabled {
+            spec.schedule.next_after(now, now, spec.timezone)
+        } else {
+            None
+        },
+        updated_ms: now,
+    }
+}
+
+fn require_group(conn: &mut AnyConnection, group_id: i64) -> Result<(), Error> {
+    if executor_group::find(conn, group_id)?.is_none() {
+        return Err(Error::invalid_as(
+            Code::UnknownGroup,
+            "group_id",
+            format!("executor group {group_id} does not exist"),
+        ));
+    }
+    Ok(())
+}
+
+/// Children must exist and, with this job's new list, the child graph must stay acyclic.
+fn check_children(
+    conn: &mut AnyConnection,
+    job_id: Option<i64>,
+    children: &[i64],
+) -> Result<(), Error> {
+    if children.is_empty() {
+        return Ok(());
+    }
+    let existing = job::existing_ids(conn, children)?;
+    if let Some(missing) = children.iter().find(|id| !existing.contains(id)) {
+        return Err(Error::invalid(
+            "children",
+            format!("job {missing} does not exist"),
+        ));
+    }
+    if let Some(id) = job_id {
+        let edges: Vec<(i64, Vec<i64>)> = job::children_edges(conn)?
+            .into_iter()
+            .map(|(parent, list)| (parent, parse_id_list(&list)))
+            .collect();
+        if let Some(cycle) = find_child_cycle(id, children, &edges) {
+            let path = cycle
+                .iter()
+                .map(i64::to_string)
+                .collect::<Vec<_>>()
+                .join(" → ");
+            return Err(Error::invalid_as(
+                Code::ChildCycle,
+                "children",
+                format!("child jobs would form a cycle: {path}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn save_script_version(
+    conn: &mut AnyConnection,
+    job_id: i64,
+    spec: &JobSpec,
+    actor: &Actor,
+    now: i64,
+) -> Result<i32, Error> {
+    let Handler::Script {
+        source,
+        interpreter,
+        note,
+    } = &spec.handler
+    else {
+        return Ok(0);
+    };
+    let version = job_script::latest_version(conn, job_id)? + 1;
+    job_script::insert(
+        conn,
+        &job_script::NewJobScript {
+            job_id,
+            version,
+            source,
+            interpreter: interpreter.as_str(),
+            note,
+            created_by: &actor.name,
+            created_ms: now,
+        },
+    )?;
+    Ok(version)
+}
+
+/// Creates a job. The caller proved write access to `spec.group_id` — unless the group does not
+/// exist, which is reported as `unknown_group` first.
+pub async fn create(state: &AppState, actor: &Actor, spec: JobSpec) -> Result<JobView, Error> {
+    let now = state.clock.now_ms();
+    let actor = actor.clone();
+    state
+        .db
+        .transaction(move |conn| {
+            require_group(conn, spec.group_id)?;
+            let _proof: GroupWrite = actor.write_group(spec.group_id)?;
+            if job::find_by_name(conn, spec.group_id, &spec.name)?.is_some() {
+                return Err(Error::conflict(
+                    "name",
+                    format!("a job named `{}` already exists in the group", spec.name),
+                ));
+            }
+            check_children(conn, None, &spec.children)?;
+            let id = job::insert(
+                conn,
+                &job::NewJob {
+                    fields: fields(&spec, 0, now),
+                    created_ms: now,
+                },
+            )?;
+            let version = save_script_version(conn, id, &spec, &actor, now)?;
+            if version > 0 {
+                let mut with_version = fields(&spec, version, now);
+                with_version.updated_ms = now;
+                job::update(conn, id, &with_version)?;
+            }
+            let created = view(job::get(conn, id)?);
+            audit::record(
+                conn,
+                &actor,
+                now,
+                Entry::new("job.create", "job", id).after(&created)?,
+            )?;
+            Ok(created)
+        })
+        .await
+}
+
+/// Replaces a job's settings. Moving it to another group needs write access to both.
+pub async fn update(
+    state: &AppState,
+    actor: &Actor,
+    id: i64,
+    spec: JobSpec,
+) -> Result<JobView, Error> {
+    let now = state.clock.now_ms();
+    let actor = actor.clone();
+    state
+        .db
+        .transaction(move |conn| {
+            let before_row = job::get(conn, id)?;
+            actor.write_group(before_row.group_id)?;
+            require_group(conn, spec.group_id)?;
+            actor.write_group(spec.group_id)?;
+            if let Some(other) = job::find_by_name(conn, spec.group_id, &spec.name)?
+                && other.id != id
+            {
+                return Err(Error::conflict(
+                    "name",
+                    format!("a job named `{}` already exists in the group", spec.name),
+                ));
+            }
+            check_children(conn, Some(id), &spec.children)?;
+            let script_changed = match &spec.handler {
+                Handler::Script {
+                    source,
+                    interpreter,
+                    ..
+                } => {
+                    before_row.script_source.as_deref() != Some(source.as_str())
+                        || before_row.interpreter.as_deref() != Some(interpreter.as_str())
+                }
+                _ => false,
+            };
+            let version = if script_changed {
+                save_script_version(conn, id, &spec, &actor, now)?
+            } else if matches!(spec.handler, Handler::Script { .. }) {
+                before_row.script_version
+            } else {
+                0
+            };
+            let before = view(before_row);
+            job::update(conn, id, &fields(&spec, version, now))?;
+            let after = view(job::get(conn, id)?);
+            audit::record(
+                conn,
+                &actor,
+                now,
+                Entry::new("job.update", "job", id)
+                    .before(&before)?
+                    .after(&after)?,
+            )?;
+            Ok(after)
+        })
+        .await
+}
+
+pub async fn set_enabled(
+    state: &AppState,
+    actor: &Actor,
+    id: i64,
+    enabled: bool,
+) -> Result<JobView, Error> {
+    let now = state.clock.now_ms();
+    let actor = actor.clone();
+    state
+        .db
+        .transaction(move |conn| {
+            let row = job::get(conn, id)?;
+            actor.write_group(row.group_id)?;
+            let before = view(row.clone());
+            let spec = spec_of(&row)?;
+            let mut changed = fields(&JobSpec { enabled, ..spec }, row.script_version, now);
+            if row.enabled == enabled {
+                changed.next_fire_ms = row.next_fire_ms;
+            }
+            job::update(conn, id, &changed)?;
+            let after = view(job::get(conn, id)?);
+            let action = if enabled { "job.enable" } else { "job.disable" };
+            audit::record(
+                conn,
+                &actor,
+                now,
+                Entry::new(action, "job", id)
+                    .before(&before)?
+                    .after(&after)?,
+            )?;
+            Ok(after)
+        })
+        .await
+}
+
+/// Rebuilds the validated spec of a stored job (stored rows were validated when written).
+fn parse_stored<T: std::str::FromStr<Err = String>>(
+    job_id: i64,
+    what: &str,
+    text: &str,
+) -> Result<T, Error> {
+    text.parse().map_err(|e| {
+        Error::Internal(anyhow::anyhow!(
+            "job {job_id} has an invalid stored {what}: {e}"
+        ))
+    })
+}
+
+fn spec_of(row: &job::Job) -> Result<JobSpec, Error> {
+    let corrupt = |what: &str| {
+        Error::Internal(anyhow::anyhow!(
+            "job {} has an invalid stored {what}",
+            row.id
+        ))
+    };
+    let timezone =
+        parse_timezone("schedule.timezone", &row.timezone).map_err(|_| corrupt("time zone"))?;
+    let schedule = match row.schedule_type.as_str() {
+        "none" => Schedule::None,
+        "cron" => Schedule::Cron(
+            parse_cron("schedule.expr", row.schedule_expr.as_deref().unwrap_or(""))
+                .map_err(|_| corrupt("cron"))?,
+        ),
+        "fixed_rate" => Schedule::FixedRate {
+            interval_s: row.interval_s.ok_or_else(|| corrupt("interval"))?,
+        },
+        "once" => Schedule::Once {
+            at_ms: row.once_at_ms.ok_or_else(|| corrupt("time"))?,
+        },
+        _ => return Err(corrupt("schedule type")),
+    };
+    let handler = match row.handler_type.as_str() {
+        "shell" => Handler::Shell {
+            command: row.command.clone().unwrap_or_default(),
+        },
+        "script" => Handler::Script {
+            source: row.script_source.clone().unwrap_or_default(),
+            interpreter: row
+                .interpreter
+                .as_deref()
+                .unwrap_or("bash")
+                .parse()
+                .map_err(|_| corrupt("interpreter"))?,
+            note: String::new(),
+        },
+        "bean" => Handler::Bean {
+            name: row.bean_name.clone().unwrap_or_default(),
+        },
+        _ => return Err(corrupt("handler type")),
+    };
+    Ok(JobSpec {
+        group_id: row.group_id,
+        name: row.name.clone(),
+        description: row.description.clone(),
+        schedule,
+        timezone,
+        handler,
+        params: row.params.clone(),
+        routing: parse_stored(row.id, "routing", &row.routing)?,
+        enabled: row.enabled,
+        timeout_s: row.timeout_s,
+        retry_count: row.retry_count,
+        retry_backoff_s: row.retry_backoff_s,
+        limits: Limits {
+            cpu: row.limit_cpu,
+            memory_mb: row.limit_memory_mb,
+            pids: row.limit_pids,
+        },
+        misfire: parse_stored(row.id, "misfire", &row.misfire)?,
+        concurrency: parse_stored(row.id, "concurrency", &row.concurrency)?,
+        block_strategy: parse_stored(row.id, "block strategy", &row.block_strategy)?,
+        children: parse_id_list(&row.children),
+        alert: AlertSettings {
+            on_failure: row.alert_on_failure,
+            on_timeout: row.alert_on_timeout,
+            on_lost: row.alert_on_lost,
+            channels: parse_id_list(&row.alert_channels),
+        },
+    })
+}
+
+pub async fn delete(state: &AppState, actor: &Actor, id: i64) -> Result<(), Error> {
+    let now = state.clock.now_ms();
+    let actor = actor.clone();
+    state
+        .db
+        .transaction(move |conn| {
+            let row = job::get(conn, id)?;
+            actor.write_group(row.group_id)?;
+            let parents: Vec<i64> = job::children_edges(conn)?
+                .into_iter()
+                .filter(|(_, list)| parse_id_list(list).contains(&id))
+                .map(|(parent, _)| parent)
+                .collect();
+            if !parents.is_empty() {
+                return Err(Error::Conflict {
+                    field: None,
+                    message: format!(
+                        "job {id} is a child of job(s) {}; remove it there first",
+                        join_id_list(&parents)
+                    ),
+                });
+            }
+            let before = view(row);
+            job::delete(conn, id)?;
+            audit::record(
+                conn,
+                &actor,
+                now,
+                Entry::new("job.delete", "job", id).before(&before)?,
+            )
+        })
+        .await
+}
+
+pub async fn get(state: &AppState, actor: &Actor, id: i64) -> Result<JobView, Error> {
+    let row = state.db.run(move |conn| job::get(conn, id)).await?;
+    actor.read_group(row.group_id)?;
+    Ok(view(row))
+}
+
+#[derive(Debug, Default, Clone, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct JobQuery {
+    pub group_id: Option<i64>,
+    pub enabled: Option<bool>,
+    pub schedule_type: Option<String>,
+    /// Substring of the name.
+    pub q: Option<String>,
+    pub limit: Option<i64>,
+    pub offset: Option<i64>,
+}
+
+pub async fn list(
+    state: &AppState,
+    actor: &Actor,
+    query: JobQuery,
+) -> Result<Paged<JobView>, Error> {
+    let page = Page::new(query.limit, query.offset)?;
+    if let Some(kind) = &query.schedule_type {
+        kind.parse::<crate::domain::schedule::ScheduleType>()
+            .map_err(|e| Error::invalid("schedule_type", e))?;
+    }
+    if query.q.as_ref().is_some_and(|q| q.len() > 200) {
+        return Err(Error::invalid("q", "must be at most 200 characters"));
+    }
+    let filter = job::JobFilter {
+        visible_groups: actor.visible_groups(),
+        group_id: query.group_id,
+        enabled: query.enabled,
+        schedule_type: query.schedule_type,
+        name_contains: query.q.filter(|q| !q.is_empty()),
+    };
+    state
+        .db
+        .run(move |conn| {
+            Ok(Paged {
+                items: job::list(conn, &filter, page)?
+                    .into_iter()
+                    .map(view)
+                    .collect(),
+                total: job::count(conn, &filter)?,
+                limit: page.limit,
+                offset: page.offset,
+            })
+        })
+        .await
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct ScriptVersionView {
+    pub version: i32,
+    pub interpreter: String,
+    pub note: String,
+    pub created_by: String,
+    pub created_ms: i64,
+    /// Present when one version is read; omitted in lists.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    pub current: bool,
+}
+
+fn version_view(row: job_script::JobScript, current: i32, with_source: bool) -> ScriptVersionView {
+    ScriptVersionView {
+        current: row.version == current,
+        version: row.version,
+        interpreter: row.interpreter,
+        note: row.note,
+        created_by: row.created_by,
+        created_ms: row.created_ms,
+        source: with_source.then_some(row.source),
+    }
+}
+
+pub async fn script_versions(
+    state: &AppState,
+    actor: &Actor,
+    job_id: i64,
+) -> Result<Vec<ScriptVersionView>, Error> {
+    let actor = actor.clone();
+    state
+        .db
+        .run(move |conn| {
+            let row = job::get(conn, job_id)?;
+            actor.read_group(row.group_id)?;
+            Ok(job_script::list_for_job(conn, job_id)?
+                .into_iter()
+                .map(|v| version_view(v, row.script_version, false))
+                .collect())
+        })
+        .await
+}
+
+pub async fn script_version(
+    state: &AppState,
+    actor: &Actor,
+    job_id: i64,
+    version: i32,
+) -> Result<ScriptVersionView, Error> {
+    let actor = actor.clone();
+    state
+        .db
+        .run(move |conn| {
+            let row = job::get(conn, job_id)?;
+            actor.read_group(row.group_id)?;
+            Ok(version_view(
+                job_script::get_version(conn, job_id, version)?,
+                row.script_version,
+                true,
+            ))
+        })
+        .await
+}
+
+/// Makes an old version current again by saving it as a new version, so history only grows.
+pub async fn rollback_script(
+    state: &AppState,
+    actor: &Actor,
+    job_id: i64,
+    version: i32,
+) -> Result<JobView, Error> {
+    let now = state.clock.now_ms();
+    let actor = actor.clone();
+    state
+        .db
+        .transaction(move |conn| {
+            let row = job::get(conn, job_id)?;
+            actor.write_group(row.group_id)?;
+            if row.handler_type != "script" {
+                return Err(Error::invalid(
+                    "handler.type",
+                    "only script jobs have versions to roll back to",
+                ));
+            }
+            let old = job_script::get_version(conn, job_id, version)?;
+            let interpreter: Interpreter = old
+                .interpreter
+                .parse()
+                .map_err(|e: String| Error::Internal(anyhow::anyhow!("stored interpreter: {e}")))?;
+            let mut spec = spec_of(&row)?;
+            spec.handler = Handler::Script {
+                source: old.source.clone(),
+                interpreter,
+                note: format!("roll back to version {version}"),
+            };
+            let new_version = save_script_version(conn, job_id, &spec, &actor, now)?;
+            let before = view(row.clone());
+            let mut changed = fields(&spec, new_version, now);
+            changed.next_fire_ms = row.next_fire_ms;
+            job::update(conn, job_id, &changed)?;
+            let after = view(job::get(conn, job_id)?);
+            audit::record(
+                conn,
+                &actor,
+                now,
+                Entry::new("job.script_rollback", "job", job_id)
+                    .before(&before)?
+                    .after(&after)?,
+            )?;
+            Ok(after)
+        })
+        .await
+}
+
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CronPreviewRequest {
+    pub expr: String,
+    /// IANA time zone; default UTC.
+    pub timezone: Option<String>,
+    /// How many fire times, 1..=100; default 5.
+    pub count: Option<usize>,
+}
+
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct CronPreviewResponse {
+    pub expr: String,
+    pub timezone: String,
+    /// Fire times as UTC milliseconds.
+    pub next_ms: Vec<i64>,
+    /// The same instants in the job's time zone, RFC 3339.
+    pub next_local: Vec<String>,
+}
+
+/// The next fire times of an expression: pure computation, no database.
+pub fn cron_preview(
+    now: UnixMillis,
+    request: &CronPreviewRequest,
+) -> Result<CronPreviewResponse, Error> {
+    let count = request.count.unwrap_or(5);
+    if !(1..=100).contains(&count) {
+        return Err(Error::invalid("count", "must be between 1 and 100"));
+    }
+    if request.expr.len() > 255 {
+        return Err(Error::invalid_as(
+            Code::InvalidCron,
+            "expr",
+            "must be at most 255 characters",
+        ));
+    }
+    let tz: Tz = parse_timezone("timezone", request.timezone.as_deref().unwrap_or("UTC"))?;
+    let expr = parse_cron("expr", &request.expr)?;
+    let next_ms = Schedule::Cron(expr.clone()).upcoming(now, now, tz, count);
+    let next_local = next_ms
+        .iter()
+        .filter_map(|ms| chrono::DateTime::from_timestamp_millis(*ms))
+        .map(|t| t.with_timezone(&tz).to_rfc3339())
+        .collect();
+    Ok(CronPreviewResponse {
+        expr: expr.to_string(),
+        timezone: tz.name().to_owned(),
+        next_ms,
+        next_local,
+    })
+}

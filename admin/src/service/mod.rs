@@ -1,0 +1,34 @@
+//! The operations, shared by the console and the open API. Each takes the app state, an
+//! authorised actor (or a proof from `auth::rbac`) and validated input; it opens one
+//! transaction, calls `db::*`, and writes the audit row in that same transaction.
+
+pub mod agents;
+pub mod audit;
+pub mod auth;
+pub mod groups;
+pub mod jobs;
+pub mod runs;
+pub mod tokens;
+pub mod users;
+
+use serde::Serialize;
+
+/// A page of results with the total the filter matches.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Paged<T> {
+    pub items: Vec<T>,
+    pub total: i64,
+    pub limit: i64,
+    pub offset: i64,
+}
+
+/// Splits a stored comma-separated id list.
+pub(crate) fn parse_id_list(text: &str) -> Vec<i64> {
+    text.split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect()
+}
+
+pub(crate) fn join_id_list(ids: &[i64]) -> String {
+    ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
+}

@@ -1,0 +1,424 @@
+//! Users: create, change role, grant groups, disable, reset password; the first admin.
+
+use serde::{Deserialize, Serialize};
+
+use crate::audit::{self, Entry};
+use crate::auth::{
+    password, random_token,
+    rbac::{Actor, AdminProof},
+};
+use crate::db::{AnyConnection, Page, executor_group, user, user_group_grant};
+use crate::domain::role::Role;
+use crate::error::Error;
+use crate::service::Paged;
+use crate::startup::AppState;
+
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct UserView {
+    pub id: i64,
+    pub username: String,
+    #[schema(value_type = String)]
+    pub role: Role,
+    pub disabled: bool,
+    pub groups: Vec<i64>,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+}
+
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewUserRequest {
+    pub username: String,
+    pub password: String,
+    #[schema(value_type = String, example = "operator")]
+    pub role: Role,
+    /// Executor groups granted to an operator or viewer.
+    pub groups: Option<Vec<i64>>,
+}
+
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UserUpdate {
+    #[schema(value_type = Option<String>)]
+    pub role: Option<Role>,
+    pub groups: Option<Vec<i64>>,
+    pub disabled: Option<bool>,
+}
+
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PasswordReset {
+    pub password: String,
+}
+
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OwnPasswordChange {
+    pub current_password: String,
+    pub new_password: String,
+}
+
+fn load_view(conn: &mut AnyConnection, id: i64) -> Result<UserView, Error> {
+    let row = user::get(conn, id)?;
+    Ok(UserView {
+        id: row.id,
+        role: row
+            .role
+            .parse()
+            .map_err(|e: String| Error::Internal(anyhow::anyhow!(e)))?,
+        disabled: row.disabled,
+        groups: user_group_grant::group_ids_for_user(conn, row.id)?,
+        username: row.username,
+        created_ms: row.created_ms,
+        updated_ms: row.updated_ms,
+    })
+}
+
+pub fn check_username(value: &str) -> Result<String, Error> {
+    let value = value.trim();
+    if value.is_empty() || value.len() > 64 {
+        return Err(Error::invalid("username", "must be 1 to 64 characters"));
+    }
+    if !value
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c))
+    {
+        return Err(Error::invalid(
+            "username",
+            "may contain only letters, digits, `-`, `_`, `.` and `@`",
+        ));
+    }
+    Ok(value.to_owned())
+}
+
+fn check_groups(conn: &mut AnyConnection, groups: &[i64]) -> Result<(), Error> {
+    if groups.len() > 1000 {
+        return Err(Error::invalid("groups", "too many groups"));
+    }
+    for id in groups {
+        if executor_group::find(conn, *id)?.is_none() {
+            return Err(Error::invalid_as(
+                crate::error::Code::UnknownGroup,
+                "groups",
+                format!("executor group {id} does not exist"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+async fn hash_off_thread(password_text: String) -> Result<String, Error> {
+    tokio::task::spawn_blocking(move || password::hash(&password_text))
+        .await
+        .map_err(|e| Error::Internal(anyhow::anyhow!("hash task: {e}")))?
+}
+
+pub async fn create(
+    state: &AppState,
+    actor: &Actor,
+    _: &AdminProof,
+    request: NewUserRequest,
+) -> Result<UserView, Error> {
+    let username = check_username(&request.username)?;
+    password::check_policy("password", &request.password)?;
+    let hash = hash_off_thread(request.password).await?;
+    let groups = request.groups.unwrap_or_default();
+    let now = state.clock.now_ms();
+    let actor = actor.clone();
+    state
+        .db
+        .transaction(move |conn| {
+            check_groups(conn, &groups)?;
+            let id = user::insert(
+                conn,
+                &user::NewUser {
+                    username: &username,
+                    password_hash: &hash,
+                    role: request.role.as_str(),
+                    disabled: false,
+                    password_changed_ms: now,
+                    created_ms: now,
+                    updated_ms: now,
+                },
+            )?;
+            user_group_grant::replace_for_user(conn, id, &groups)?;
+            let created = load_view(conn, id)?;
+            audit::record(
+                conn,
+                &actor,
+                now,
+                Entry::new("user.create", "user", id).after(&created)?,
+            )?;
+            Ok(created)
+        })
+        .await
+}
+
+/// Changes role, grants and/or the disabled flag. The last active admin cannot be demoted or
+/// disabled: that would lock everyone out of user management.
+pub async fn update(
+    state: &AppState,
+    actor: &Actor,
+    _: &AdminProof,
+    id: i64,
+    change: UserUpdate,
+) -> Result<UserView, Error> {
+    let now = state.clock.now_ms();
+    let actor = actor.clone();
+    state
+        .db
+        .transaction(move |conn| {
+            let before = load_view(conn, id)?;
+            if let Some(role) = change.role {
+                user::set_role(conn, id, role.as_str(), now)?;
+            }
+            if let Some(disabled) = change.disabled {
+                user::set_disabled(conn, id, disabled, now)?;
+            }
+            if let Some(groups) = &change.groups {
+                check_groups(conn, groups)?;
+                user_group_grant::replace_for_user(conn, id, groups)?;
+            }
+            if before.role == Role::Admin
+                && !before.disabled
+                && user::count_active_admins(conn)? == 0
+            {
+                return Err(Error::Conflict {
+                    field: Some("role".into()),
+                    message: "this is the last active admin; keep at least one".into(),
+                });
+            }
+            let after = load_view(conn, id)?;
+            audit::record(
+                conn,
+                &actor,
+                now,
+                Entry::new("user.update", "user", id)
+                    .before(&before)?
+                    .after(&after)?,
+            )?;
+            Ok(after)
+        })
+        .await
+}
+
+/// Sets a new password; tokens issued before it stop working.
+pub async fn reset_password(
+    state: &AppState,
+    actor: &Actor,
+    _: &AdminProof,
+    id: i64,
+    reset: PasswordReset,
+) -> Result<(), Error> {
+    password::check_policy("password", &reset.password)?;
+    let hash = hash_off_thread(reset.password).await?;
+    let now = state.clock.now_ms();
+    let actor = actor.clone();
+    state
+        .db
+        .transaction(move |conn| {
+            user::set_password_hash(conn, id, &hash, now)?;
+            // The audit row records that it happened, never the password or its hash.
+            audit::record(
+                conn,
+                &actor,
+                now,
+                Entry::new("user.reset_password", "user", id),
+            )
+        })
+        .await
+}
+
+pub async fn change_own_password(
+    state: &AppState,
+    actor: &Actor,
+    change: OwnPasswordChange,
+) -> Result<(), Error> {
+    let id = actor
+        .user_id
+        .ok_or_else(|| Error::Forbidden("only users have passwords".into()))?;
+    if !matches!(actor.kind, crate::auth::rbac::ActorKind::User) {
+        return Err(Error::Forbidden(
+            "API tokens cannot change passwords".into(),
+        ));
+    }
+    password::check_policy("new_password", &change.new_password)?;
+    let row = state.db.run(move |conn| user::get(conn, id)).await?;
+    let current = change.current_password;
+    let ok = tokio::task::spawn_blocking(move || password::verify(&row.password_hash, &current))
+        .await
+        .map_err(|e| Error::Internal(anyhow::anyhow!("verify task: {e}")))?;
+    if !ok {
+        return Err(Error::invalid(
+            "current_password",
+            "is not your current password",
+        ));
+    }
+    let hash = hash_off_thread(change.new_password).await?;
+    let now = state.clock.now_ms();
+    let actor = actor.clone();
+    state
+        .db
+        .transaction(move |conn| {
+            user::set_password_hash(conn, id, &hash, now)?;
+            audit::record(
+                conn,
+                &actor,
+                now,
+                Entry::new("user.change_password", "user", id),
+            )
+        })
+        .await
+}
+
+pub async fn get(state: &AppState, actor: &Actor, id: i64) -> Result<UserView, Error> {
+    if actor.user_id != Some(id) {
+        actor.require_admin()?;
+    }
+    state.db.run(move |conn| load_view(conn, id)).await
+}
+
+pub async fn list(state: &AppState, _: &AdminProof, page: Page) -> Result<Paged<UserView>, Error> {
+    state
+        .db
+        .run(move |conn| {
+            let rows = user::list(conn, page)?;
+            let items = rows
+                .iter()
+                .map(|u| load_view(conn, u.id))
+                .collect::<Result<_, _>>()?;
+            Ok(Paged {
+                items,
+                total: user::count(conn)?,
+                limit: page.limit,
+                offset: page.offset,
+            })
+        })
+        .await
+}
+
+/// What first start did about the admin account.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Bootstrap {
+    /// Users exist already; nothing was done.
+    Existing,
+    /// Created `admin` with the password from the environment.
+    CreatedWithGivenPassword,
+    /// Created `admin` with this random password, to be printed once.
+    CreatedWithRandomPassword(String),
+}
+
+/// Creates user `admin` when there are no users at all.
+///
+/// # Errors
+/// `invalid_field` when the given password breaks the policy; database errors.
+pub async fn bootstrap_admin(
+    state: &AppState,
+    given_password: Option<String>,
+) -> Result<Bootstrap, Error> {
+    if state.db.run(user::count).await? > 0 {
+        return Ok(Bootstrap::Existing);
+    }
+    let (password_text, outcome) = match given_password.filter(|p| !p.is_empty()) {
+        Some(p) => {
+            password::check_policy("JOBFLEET_ADMIN_PASSWORD", &p)?;
+            (p, Bootstrap::CreatedWithGivenPassword)
+        }
+        None => {
+            let p = random_token(20);
+            (p.clone(), Bootstrap::CreatedWithRandomPassword(p))
+        }
+    };
+    let hash = hash_off_thread(password_text).await?;
+    let now = state.clock.now_ms();
+    let system = Actor::system("bootstrap");
+    state
+        .db
+        .transaction(move |conn| {
+            // Re-checked inside the transaction: two admins starting at once must not both create it.
+            if user::count(conn)? > 0 {
+                return Ok(Bootstrap::Existing);
+            }
+            let id = user::insert(
+                conn,
+                &user::NewUser {
+                    username: "admin",
+                    password_hash: &hash,
+                    role: Role::Admin.as_str(),
+                    disabled: false,
+                    password_changed_ms: now,
+                    created_ms: now,
+                    updated_ms: now,
+                },
+            )?;
+            let created = load_view(conn, id)?;
+            audit::record(
+                conn,
+                &system,
+                now,
+                Entry::new("user.create", "user", id).after(&created)?,
+            )?;
+            Ok(outcome)
+        })
+        .await
+}
+
+/// CLI `user add`: create a user without an HTTP caller.
+pub async fn add_from_cli(
+    state: &AppState,
+    username: &str,
+    password_text: &str,
+    role: Role,
+) -> Result<UserView, Error> {
+    let system = Actor::system("cli");
+    let proof = system.require_admin()?;
+    create(
+        state,
+        &system,
+        &proof,
+        NewUserRequest {
+            username: username.into(),
+            password: password_text.into(),
+            role,
+            groups: None,
+        },
+    )
+    .await
+}
+
+/// CLI `user passwd`: set a user's password by name.
+pub async fn passwd_from_cli(
+    state: &AppState,
+    username: &str,
+    password_text: &str,
+) -> Result<(), Error> {
+    let name = username.to_owned();
+    let found = state
+        .db
+        .run(move |conn| user::find_by_username(conn, &name))
+        .await?
+        .ok_or(Error::NotFound("user"))?;
+    let system = Actor::system("cli");
+    let proof = system.require_admin()?;
+    reset_password(
+        state,
+        &system,
+        &proof,
+        found.id,
+        PasswordReset {
+            password: password_text.into(),
+        },
+    )
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn usernames_are_restricted() {
+        assert!(super::check_username("alice.o-k_1@corp").is_ok());
+        assert!(super::check_username("<script>").is_err());
+        assert!(super::check_username("a b").is_err());
+        assert!(super::check_username(&"a".repeat(65)).is_err());
+    }
+}

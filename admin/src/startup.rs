@@ -1,0 +1,210 @@
+//! Start-up: builds the pool, runs migrations, loads or creates secrets, bootstraps the first
+//! admin, binds the listener and serves until SIGTERM/Ctrl-C. Owns `AppState`.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use actix_web::{App, HttpServer, web};
+use anyhow::Context;
+
+use crate::auth::jwt::JwtKeys;
+use crate::auth::random_token;
+use crate::auth::rate_limit::RateLimiter;
+use crate::clock::SharedClock;
+use crate::config::Config;
+use crate::db::{Db, DbUrl, migrate};
+use crate::service::users::{Bootstrap, bootstrap_admin};
+
+/// Everything request handlers and workers share. Passed explicitly; there is no global.
+#[derive(Debug)]
+pub struct AppState {
+    pub db: Db,
+    pub clock: SharedClock,
+    pub jwt: JwtKeys,
+    pub jwt_ttl_ms: i64,
+    pub login_limiter: RateLimiter,
+    pub config: Arc<Config>,
+}
+
+/// Failed logins allowed per client and user name within the window below.
+const LOGIN_FAILURES_ALLOWED: usize = 10;
+const LOGIN_WINDOW_MS: i64 = 5 * 60 * 1000;
+
+/// Reads a secret kept beside the SQLite file, creating it (mode 0600) on first start, so a
+/// single-node admin keeps its tokens valid across restarts without any configuration.
+fn persisted_secret(db_file: &Path, name: &str) -> anyhow::Result<String> {
+    let dir = db_file
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let path: PathBuf = dir.join(name);
+    match std::fs::read_to_string(&path) {
+        Ok(text) if text.trim().len() >= 32 => return Ok(text.trim().to_owned()),
+        Ok(_) => anyhow::bail!(
+            "{} is shorter than 32 bytes; delete it to have a new one generated",
+            path.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+    let secret = random_token(48);
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options
+        .open(&path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    std::io::Write::write_all(&mut file, secret.as_bytes())?;
+    file.sync_all()?;
+    Ok(secret)
+}
+
+/// Connects, migrates and loads secrets; returns the state ready to serve.
+///
+/// # Errors
+/// Database unreachable, a failed migration, or an unreadable secret file.
+pub async fn prepare(
+    config: Config,
+    clock: SharedClock,
+    create_default_data_dir: bool,
+) -> anyhow::Result<web::Data<AppState>> {
+    if let DbUrl::Sqlite(path) = &config.database_url
+        && create_default_data_dir
+        && let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty())
+    {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating the data folder {}", dir.display()))?;
+    }
+    let db = Db::new(
+        config.database_url.clone(),
+        config.db_pool_size,
+        config.db_connect_timeout,
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let applied = db
+        .run(migrate::run_pending)
+        .await
+        .map_err(|e| anyhow::anyhow!("database {:?}: {e:#}", db.url()))?;
+    if !applied.is_empty() {
+        tracing::info!(migrations = ?applied, "Applied database migrations");
+    }
+    let jwt_secret = match (&config.jwt_secret, &config.database_url) {
+        (Some(secret), _) => secret.clone(),
+        (None, DbUrl::Sqlite(path)) => persisted_secret(path, "jwt.secret")?,
+        (None, DbUrl::Mysql(_)) => anyhow::bail!("config key `jwt_secret` is required with MySQL"),
+    };
+    let jwt_ttl_ms = i64::try_from(config.jwt_ttl.as_millis()).context("jwt_ttl")?;
+    Ok(web::Data::new(AppState {
+        db,
+        clock,
+        jwt: JwtKeys::new(jwt_secret.as_bytes()),
+        jwt_ttl_ms,
+        login_limiter: RateLimiter::new(LOGIN_FAILURES_ALLOWED, LOGIN_WINDOW_MS),
+        config: Arc::new(config),
+    }))
+}
+
+/// Creates the first admin if there are no users, printing a generated password once.
+///
+/// # Errors
+/// A password from the environment that breaks the policy; database errors.
+pub async fn bootstrap(
+    state: &AppState,
+    admin_password: Option<String>,
+) -> anyhow::Result<Bootstrap> {
+    let outcome = bootstrap_admin(state, admin_password)
+        .await
+        .map_err(|e| anyhow::anyhow!("creating the first admin: {e}"))?;
+    match &outcome {
+        Bootstrap::CreatedWithRandomPassword(password) => {
+            // Printed, not logged: it must reach the person starting the admin and nowhere else.
+            println!("jobfleet: created user `admin` with password: {password}");
+            println!("jobfleet: change it after logging in; it is not shown again");
+        }
+        Bootstrap::CreatedWithGivenPassword => println!(
+            "jobfleet: created user `admin` with the password from JOBFLEET_ADMIN_PASSWORD"
+        ),
+        Bootstrap::Existing => {}
+    }
+    Ok(outcome)
+}
+
+/// A server running in the background (tests and `serve`).
+pub struct RunningServer {
+    pub addr: SocketAddr,
+    pub handle: actix_web::dev::ServerHandle,
+    pub task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+/// Binds `listener` and serves the app on it.
+///
+/// # Errors
+/// When the server cannot be started on the listener.
+pub fn start(state: web::Data<AppState>, listener: TcpListener) -> anyhow::Result<RunningServer> {
+    let addr = listener.local_addr()?;
+    let workers = state.config.workers;
+    let server = HttpServer::new(move || {
+        App::new().configure(|cfg| crate::http::configure(cfg, state.clone()))
+    })
+    .workers(workers)
+    .shutdown_timeout(10)
+    .disable_signals()
+    .listen(listener)
+    .with_context(|| format!("listening on {addr}"))?
+    .run();
+    let handle = server.handle();
+    let task = tokio::spawn(server);
+    Ok(RunningServer { addr, handle, task })
+}
+
+/// `jobfleet-admin serve`: prepare, bootstrap, serve until SIGTERM or Ctrl-C.
+///
+/// # Errors
+/// Any start-up failure, with its cause.
+pub async fn serve(
+    config: Config,
+    clock: SharedClock,
+    admin_password: Option<String>,
+    create_default_data_dir: bool,
+) -> anyhow::Result<()> {
+    let listen = config.listen;
+    let state = prepare(config, clock, create_default_data_dir).await?;
+    bootstrap(&state, admin_password).await?;
+    let listener = TcpListener::bind(listen)
+        .with_context(|| format!("binding {listen} (config key `listen`)"))?;
+    let running = start(state.clone(), listener)?;
+    tracing::info!(addr = %running.addr, database = ?state.db.url(), "jobfleet admin listening");
+    println!("jobfleet: admin listening on http://{}", running.addr);
+    shutdown_signal().await;
+    tracing::info!("Shutting down");
+    running.handle.stop(true).await;
+    running
+        .task
+        .await
+        .context("server task")?
+        .context("server")?;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "Cannot watch SIGTERM; only Ctrl-C stops the admin");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+}

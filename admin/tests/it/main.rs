@@ -1,0 +1,11 @@
+//! Integration tests: the admin built in-process on a loopback port, driven over real HTTP,
+//! on SQLite and (with `--features mysql`) on MariaDB.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail by panicking")]
+
+mod support;
+
+mod api_auth;
+mod api_bad_input;
+mod api_groups_users_tokens;
+mod api_jobs;
+mod cli;

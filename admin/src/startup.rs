@@ -170,6 +170,8 @@ pub async fn serve(
     create_default_data_dir: bool,
 ) -> anyhow::Result<()> {
     let listen = config.listen;
+    // Installed before anything can answer: a SIGTERM right after readiness must stop us cleanly.
+    let stop = shutdown_signal()?;
     let state = prepare(config, clock, create_default_data_dir).await?;
     bootstrap(&state, admin_password).await?;
     let listener = TcpListener::bind(listen)
@@ -177,7 +179,7 @@ pub async fn serve(
     let running = start(state.clone(), listener)?;
     tracing::info!(addr = %running.addr, database = ?state.db.url(), "jobfleet admin listening");
     println!("jobfleet: admin listening on http://{}", running.addr);
-    shutdown_signal().await;
+    stop.await;
     tracing::info!("Shutting down");
     running.handle.stop(true).await;
     running
@@ -188,23 +190,18 @@ pub async fn serve(
     Ok(())
 }
 
-async fn shutdown_signal() {
+/// Registers the SIGTERM and Ctrl-C handlers now and returns a future that completes on either.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "Cannot watch SIGTERM; only Ctrl-C stops the admin");
-                let _ = tokio::signal::ctrl_c().await;
-            }
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("watching SIGTERM")?;
+    Ok(async move {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
         }
-    }
-    #[cfg(not(unix))]
-    let _ = tokio::signal::ctrl_c().await;
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+    })
 }

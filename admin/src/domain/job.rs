@@ -235,7 +235,7 @@ impl ScheduleInput {
                         "must be at most 255 characters",
                     ));
                 }
-                Schedule::Cron(parse_cron("schedule.expr", expr)?)
+                Schedule::Cron(Box::new(parse_cron("schedule.expr", expr)?))
             }
             ScheduleType::FixedRate => {
                 let interval = self.interval_s.ok_or_else(|| {
@@ -354,13 +354,13 @@ impl Limits {
     /// # Errors
     /// A limit out of its range, naming `limits.*`.
     pub fn validate(self) -> Result<Limits, Error> {
-        if let Some(cpu) = self.cpu {
-            if !cpu.is_finite() || !(0.01..=1024.0).contains(&cpu) {
-                return Err(Error::invalid(
-                    "limits.cpu",
-                    format!("must be between 0.01 and 1024 cores (got {cpu})"),
-                ));
-            }
+        if let Some(cpu) = self.cpu
+            && (!cpu.is_finite() || !(0.01..=1024.0).contains(&cpu))
+        {
+            return Err(Error::invalid(
+                "limits.cpu",
+                format!("must be between 0.01 and 1024 cores (got {cpu})"),
+            ));
         }
         if let Some(mb) = self.memory_mb {
             in_range("limits.memory_mb", mb, 4, 4 * 1024 * 1024)?;

@@ -24,7 +24,7 @@ pub const MAX_INTERVAL_S: i64 = 366 * 24 * 3600;
 #[derive(Debug, Clone, PartialEq)]
 pub enum Schedule {
     None,
-    Cron(CronExpr),
+    Cron(Box<CronExpr>),
     FixedRate { interval_s: i64 },
     Once { at_ms: UnixMillis },
 }
@@ -162,7 +162,9 @@ mod tests {
             .with_ymd_and_hms(2026, 1, 1, 0, 0, 0)
             .unwrap()
             .timestamp_millis();
-        let next = Schedule::Cron(expr).next_after(start, 0, tz).unwrap();
+        let next = Schedule::Cron(Box::new(expr))
+            .next_after(start, 0, tz)
+            .unwrap();
         assert_eq!(next - start, 3_600_000);
     }
 

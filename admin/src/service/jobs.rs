@@ -445,10 +445,10 @@ fn spec_of(row: &job::Job) -> Result<JobSpec, Error> {
         parse_timezone("schedule.timezone", &row.timezone).map_err(|_| corrupt("time zone"))?;
     let schedule = match row.schedule_type.as_str() {
         "none" => Schedule::None,
-        "cron" => Schedule::Cron(
+        "cron" => Schedule::Cron(Box::new(
             parse_cron("schedule.expr", row.schedule_expr.as_deref().unwrap_or(""))
                 .map_err(|_| corrupt("cron"))?,
-        ),
+        )),
         "fixed_rate" => Schedule::FixedRate {
             interval_s: row.interval_s.ok_or_else(|| corrupt("interval"))?,
         },
@@ -749,7 +749,7 @@ pub fn cron_preview(
     }
     let tz: Tz = parse_timezone("timezone", request.timezone.as_deref().unwrap_or("UTC"))?;
     let expr = parse_cron("expr", &request.expr)?;
-    let next_ms = Schedule::Cron(expr.clone()).upcoming(now, now, tz, count);
+    let next_ms = Schedule::Cron(Box::new(expr.clone())).upcoming(now, now, tz, count);
     let next_local = next_ms
         .iter()
         .filter_map(|ms| chrono::DateTime::from_timestamp_millis(*ms))

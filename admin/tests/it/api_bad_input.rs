@@ -21,56 +21,251 @@ async fn bad_job_bodies_are_refused_and_write_nothing(app: &TestApp) {
     // parent -> existing, so existing -> parent would close a cycle.
     let mut chain = TestApp::job_body(g, "parent");
     chain["children"] = json!([existing]);
-    assert_eq!(app.call("PUT", &format!("/api/v1/jobs/{parent}"), Some(&app.admin), Some(chain)).await.status, StatusCode::OK);
+    assert_eq!(
+        app.call(
+            "PUT",
+            &format!("/api/v1/jobs/{parent}"),
+            Some(&app.admin),
+            Some(chain)
+        )
+        .await
+        .status,
+        StatusCode::OK
+    );
     let base = TestApp::job_body(g, "fresh");
     let before = app.footprint().await;
 
     let cases: Vec<(&str, Value, StatusCode, &str, Option<&str>)> = vec![
-        ("unknown field", with(base.clone(), "/colour", json!("red")), StatusCode::UNPROCESSABLE_ENTITY, "invalid_field", Some("colour")),
-        ("missing field", json!({"group_id": g, "name": "x", "handler": {"type": "shell", "command": "x"}}), StatusCode::UNPROCESSABLE_ENTITY, "invalid_field", Some("schedule")),
-        ("wrong type", with(base.clone(), "/timeout_s", json!("soon")), StatusCode::UNPROCESSABLE_ENTITY, "invalid_field", None),
-        ("wrong enum", with(base.clone(), "/routing", json!("sideways")), StatusCode::UNPROCESSABLE_ENTITY, "invalid_field", None),
-        ("negative timeout", with(base.clone(), "/timeout_s", json!(-5)), StatusCode::UNPROCESSABLE_ENTITY, "invalid_field", Some("timeout_s")),
-        ("absurd timeout", with(base.clone(), "/timeout_s", json!(10_000_000_000_i64)), StatusCode::UNPROCESSABLE_ENTITY, "invalid_field", Some("timeout_s")),
-        ("over-long name", with(base.clone(), "/name", json!("x".repeat(500))), StatusCode::UNPROCESSABLE_ENTITY, "invalid_field", Some("name")),
-        ("html name", with(base.clone(), "/name", json!("<img src=x onerror=alert(1)>")), StatusCode::UNPROCESSABLE_ENTITY, "invalid_field", Some("name")),
-        ("sql name", with(base.clone(), "/name", json!("x'); DROP TABLE job; --")), StatusCode::UNPROCESSABLE_ENTITY, "invalid_field", Some("name")),
-        ("invalid cron", with(base.clone(), "/schedule/expr", json!("0 0 12 31 2 ?")), StatusCode::UNPROCESSABLE_ENTITY, "invalid_cron", Some("schedule.expr")),
-        ("cron garbage", with(base.clone(), "/schedule/expr", json!("every tuesday")), StatusCode::UNPROCESSABLE_ENTITY, "invalid_cron", Some("schedule.expr")),
-        ("invalid zone", with(base.clone(), "/schedule/timezone", json!("Atlantis/Capital")), StatusCode::UNPROCESSABLE_ENTITY, "invalid_timezone", Some("schedule.timezone")),
-        ("unknown group", with(base.clone(), "/group_id", json!(99_999)), StatusCode::UNPROCESSABLE_ENTITY, "unknown_group", Some("group_id")),
-        ("duplicate name", with(base.clone(), "/name", json!("taken")), StatusCode::CONFLICT, "conflict", Some("name")),
-        ("unknown child", with(base.clone(), "/children", json!([424_242])), StatusCode::UNPROCESSABLE_ENTITY, "invalid_field", Some("children")),
-        ("negative limits", with(base.clone(), "/limits", json!({"memory_mb": -1})), StatusCode::UNPROCESSABLE_ENTITY, "invalid_field", Some("limits.memory_mb")),
-        ("nan-ish cpu", with(base.clone(), "/limits", json!({"cpu": 0.0})), StatusCode::UNPROCESSABLE_ENTITY, "invalid_field", Some("limits.cpu")),
-        ("bad interpreter", with(base.clone(), "/handler", json!({"type": "script", "source": "x", "interpreter": "cobol"})), StatusCode::UNPROCESSABLE_ENTITY, "invalid_field", Some("handler.interpreter")),
-        ("nul in command", with(base.clone(), "/handler/command", json!("echo \u{0}")), StatusCode::UNPROCESSABLE_ENTITY, "invalid_field", Some("handler.command")),
+        (
+            "unknown field",
+            with(base.clone(), "/colour", json!("red")),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_field",
+            Some("colour"),
+        ),
+        (
+            "missing field",
+            json!({"group_id": g, "name": "x", "handler": {"type": "shell", "command": "x"}}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_field",
+            Some("schedule"),
+        ),
+        (
+            "wrong type",
+            with(base.clone(), "/timeout_s", json!("soon")),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_field",
+            None,
+        ),
+        (
+            "wrong enum",
+            with(base.clone(), "/routing", json!("sideways")),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_field",
+            None,
+        ),
+        (
+            "negative timeout",
+            with(base.clone(), "/timeout_s", json!(-5)),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_field",
+            Some("timeout_s"),
+        ),
+        (
+            "absurd timeout",
+            with(base.clone(), "/timeout_s", json!(10_000_000_000_i64)),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_field",
+            Some("timeout_s"),
+        ),
+        (
+            "over-long name",
+            with(base.clone(), "/name", json!("x".repeat(500))),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_field",
+            Some("name"),
+        ),
+        (
+            "html name",
+            with(base.clone(), "/name", json!("<img src=x onerror=alert(1)>")),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_field",
+            Some("name"),
+        ),
+        (
+            "sql name",
+            with(base.clone(), "/name", json!("x'); DROP TABLE job; --")),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_field",
+            Some("name"),
+        ),
+        (
+            "invalid cron",
+            with(base.clone(), "/schedule/expr", json!("0 0 12 31 2 ?")),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_cron",
+            Some("schedule.expr"),
+        ),
+        (
+            "cron garbage",
+            with(base.clone(), "/schedule/expr", json!("every tuesday")),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_cron",
+            Some("schedule.expr"),
+        ),
+        (
+            "invalid zone",
+            with(
+                base.clone(),
+                "/schedule/timezone",
+                json!("Atlantis/Capital"),
+            ),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_timezone",
+            Some("schedule.timezone"),
+        ),
+        (
+            "unknown group",
+            with(base.clone(), "/group_id", json!(99_999)),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "unknown_group",
+            Some("group_id"),
+        ),
+        (
+            "duplicate name",
+            with(base.clone(), "/name", json!("taken")),
+            StatusCode::CONFLICT,
+            "conflict",
+            Some("name"),
+        ),
+        (
+            "unknown child",
+            with(base.clone(), "/children", json!([424_242])),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_field",
+            Some("children"),
+        ),
+        (
+            "negative limits",
+            with(base.clone(), "/limits", json!({"memory_mb": -1})),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_field",
+            Some("limits.memory_mb"),
+        ),
+        (
+            "nan-ish cpu",
+            with(base.clone(), "/limits", json!({"cpu": 0.0})),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_field",
+            Some("limits.cpu"),
+        ),
+        (
+            "bad interpreter",
+            with(
+                base.clone(),
+                "/handler",
+                json!({"type": "script", "source": "x", "interpreter": "cobol"}),
+            ),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_field",
+            Some("handler.interpreter"),
+        ),
+        (
+            "nul in command",
+            with(base.clone(), "/handler/command", json!("echo \u{0}")),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_field",
+            Some("handler.command"),
+        ),
     ];
     for (what, body, status, code, field) in cases {
         let r = app.post("/api/v1/jobs", &app.admin, body).await;
-        assert_eq!((r.status, r.code(), r.field()), (status, code, field), "{what}: {}", r.body);
-        assert!(!r.body["error"]["message"].as_str().unwrap().is_empty(), "{what}");
+        assert_eq!(
+            (r.status, r.code(), r.field()),
+            (status, code, field),
+            "{what}: {}",
+            r.body
+        );
+        assert!(
+            !r.body["error"]["message"].as_str().unwrap().is_empty(),
+            "{what}"
+        );
     }
     // A child cycle can only appear on update.
     let cyclic = with(TestApp::job_body(g, "taken"), "/children", json!([parent]));
-    let r = app.call("PUT", &format!("/api/v1/jobs/{existing}"), Some(&app.admin), Some(cyclic)).await;
-    assert_eq!((r.status, r.code()), (StatusCode::UNPROCESSABLE_ENTITY, "child_cycle"), "{}", r.body);
-    let selfish = with(TestApp::job_body(g, "taken"), "/children", json!([existing]));
-    let r = app.call("PUT", &format!("/api/v1/jobs/{existing}"), Some(&app.admin), Some(selfish)).await;
+    let r = app
+        .call(
+            "PUT",
+            &format!("/api/v1/jobs/{existing}"),
+            Some(&app.admin),
+            Some(cyclic),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::UNPROCESSABLE_ENTITY, "child_cycle"),
+        "{}",
+        r.body
+    );
+    let selfish = with(
+        TestApp::job_body(g, "taken"),
+        "/children",
+        json!([existing]),
+    );
+    let r = app
+        .call(
+            "PUT",
+            &format!("/api/v1/jobs/{existing}"),
+            Some(&app.admin),
+            Some(selfish),
+        )
+        .await;
     assert_eq!(r.code(), "child_cycle");
 
     // Bodies that are not JSON at all.
-    let r = app.raw("POST", "/api/v1/jobs", &app.admin, "application/json", "{\"group_id\": ").await;
-    assert_eq!((r.status, r.code()), (StatusCode::BAD_REQUEST, "invalid_json"));
-    let r = app.raw("POST", "/api/v1/jobs", &app.admin, "text/plain", "hello").await;
-    assert_eq!((r.status, r.code()), (StatusCode::BAD_REQUEST, "invalid_json"));
-    let huge = serde_json::to_string(&with(base.clone(), "/params", json!("x".repeat(100_000)))).unwrap();
-    let r = app.raw("POST", "/api/v1/jobs", &app.admin, "application/json", huge).await;
-    assert_eq!((r.status, r.code()), (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"));
+    let r = app
+        .raw(
+            "POST",
+            "/api/v1/jobs",
+            &app.admin,
+            "application/json",
+            "{\"group_id\": ",
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::BAD_REQUEST, "invalid_json")
+    );
+    let r = app
+        .raw("POST", "/api/v1/jobs", &app.admin, "text/plain", "hello")
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::BAD_REQUEST, "invalid_json")
+    );
+    let huge =
+        serde_json::to_string(&with(base.clone(), "/params", json!("x".repeat(100_000)))).unwrap();
+    let r = app
+        .raw("POST", "/api/v1/jobs", &app.admin, "application/json", huge)
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large")
+    );
 
-    assert_eq!(app.footprint().await, before, "rejected requests wrote nothing");
+    assert_eq!(
+        app.footprint().await,
+        before,
+        "rejected requests wrote nothing"
+    );
     // HTML in free text is data, stored and returned as is.
-    let ok = app.post("/api/v1/jobs", &app.admin, with(base, "/description", json!("<script>alert('x')</script>"))).await;
+    let ok = app
+        .post(
+            "/api/v1/jobs",
+            &app.admin,
+            with(base, "/description", json!("<script>alert('x')</script>")),
+        )
+        .await;
     assert_eq!(ok.status, StatusCode::CREATED);
     assert_eq!(ok.body["description"], "<script>alert('x')</script>");
 }
@@ -79,15 +274,51 @@ api_test!(bad_job_bodies_are_refused_and_write_nothing);
 async fn bad_group_user_and_token_bodies_are_refused(app: &TestApp) {
     let before = app.footprint().await;
     let cases: Vec<(&str, Value, &str)> = vec![
-        ("/api/v1/groups", json!({"app_name": "<b>x</b>", "title": "t"}), "app_name"),
-        ("/api/v1/groups", json!({"app_name": "", "title": "t"}), "app_name"),
-        ("/api/v1/groups", json!({"app_name": "ok", "title": "t", "address_mode": "manual"}), "addresses"),
-        ("/api/v1/groups", json!({"app_name": "ok", "title": "t", "address_mode": "manual", "addresses": ["javascript:alert(1)"]}), "addresses"),
-        ("/api/v1/groups", json!({"app_name": "ok", "title": "t", "addresses": ["http://a:1/"]}), "addresses"),
-        ("/api/v1/groups", json!({"app_name": "ok", "title": "t", "extra": 1}), "extra"),
-        ("/api/v1/users", json!({"username": "a b", "password": "long-password", "role": "viewer"}), "username"),
-        ("/api/v1/users", json!({"username": "eve", "password": "short", "role": "viewer"}), "password"),
-        ("/api/v1/users", json!({"username": "eve", "password": "long-password", "role": "viewer", "groups": [777]}), "groups"),
+        (
+            "/api/v1/groups",
+            json!({"app_name": "<b>x</b>", "title": "t"}),
+            "app_name",
+        ),
+        (
+            "/api/v1/groups",
+            json!({"app_name": "", "title": "t"}),
+            "app_name",
+        ),
+        (
+            "/api/v1/groups",
+            json!({"app_name": "ok", "title": "t", "address_mode": "manual"}),
+            "addresses",
+        ),
+        (
+            "/api/v1/groups",
+            json!({"app_name": "ok", "title": "t", "address_mode": "manual", "addresses": ["javascript:alert(1)"]}),
+            "addresses",
+        ),
+        (
+            "/api/v1/groups",
+            json!({"app_name": "ok", "title": "t", "addresses": ["http://a:1/"]}),
+            "addresses",
+        ),
+        (
+            "/api/v1/groups",
+            json!({"app_name": "ok", "title": "t", "extra": 1}),
+            "extra",
+        ),
+        (
+            "/api/v1/users",
+            json!({"username": "a b", "password": "long-password", "role": "viewer"}),
+            "username",
+        ),
+        (
+            "/api/v1/users",
+            json!({"username": "eve", "password": "short", "role": "viewer"}),
+            "password",
+        ),
+        (
+            "/api/v1/users",
+            json!({"username": "eve", "password": "long-password", "role": "viewer", "groups": [777]}),
+            "groups",
+        ),
         ("/api/v1/tokens", json!({"name": "<x>"}), "name"),
     ];
     for (path, body, field) in cases {
@@ -95,13 +326,31 @@ async fn bad_group_user_and_token_bodies_are_refused(app: &TestApp) {
         assert!(r.status.is_client_error(), "{path} {body}: {}", r.body);
         assert_eq!(r.field(), Some(field), "{path} {body}: {}", r.body);
     }
-    let r = app.post("/api/v1/users", &app.admin, json!({"username": "eve", "password": "long-password", "role": "root"})).await;
+    let r = app
+        .post(
+            "/api/v1/users",
+            &app.admin,
+            json!({"username": "eve", "password": "long-password", "role": "root"}),
+        )
+        .await;
     assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(app.footprint().await, before);
-    let r = app.call("GET", "/api/v1/jobs/not-a-number", Some(&app.admin), None).await;
+    let r = app
+        .call("GET", "/api/v1/jobs/not-a-number", Some(&app.admin), None)
+        .await;
     assert_eq!((r.status, r.code()), (StatusCode::NOT_FOUND, "not_found"));
-    let r = app.call("POST", "/api/v1/auth/token", None, Some(json!({"username": "admin"}))).await;
-    assert_eq!((r.status, r.field()), (StatusCode::UNPROCESSABLE_ENTITY, Some("password")));
+    let r = app
+        .call(
+            "POST",
+            "/api/v1/auth/token",
+            None,
+            Some(json!({"username": "admin"})),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.field()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("password"))
+    );
 }
 api_test!(bad_group_user_and_token_bodies_are_refused);
 
@@ -113,19 +362,41 @@ async fn database_outage_is_503_and_recovers() {
     let db = tokio::task::spawn_blocking(TestDb::mysql).await.unwrap();
     let upstream = db.url_string();
     let parsed = url::Url::parse(&upstream).unwrap();
-    let target = format!("{}:{}", parsed.host_str().unwrap(), parsed.port().unwrap_or(3306));
+    let target = format!(
+        "{}:{}",
+        parsed.host_str().unwrap(),
+        parsed.port().unwrap_or(3306)
+    );
     let proxy = crate::support::proxy::Proxy::start(&target).await;
     let mut via_proxy = parsed.clone();
     via_proxy.set_port(Some(proxy.port())).unwrap();
-    let app = TestApp::start_with(db, &[("JOBFLEET_DATABASE_URL", via_proxy.as_str()), ("JOBFLEET_DB_CONNECT_TIMEOUT_MS", "1000")]).await;
+    let app = TestApp::start_with(
+        db,
+        &[
+            ("JOBFLEET_DATABASE_URL", via_proxy.as_str()),
+            ("JOBFLEET_DB_CONNECT_TIMEOUT_MS", "1000"),
+        ],
+    )
+    .await;
     let g = app.group("outage").await;
 
     proxy.cut();
     for path in ["/api/v1/jobs", "/readyz"] {
         let r = app.call("GET", path, Some(&app.admin), None).await;
-        assert_eq!((r.status, r.code()), (StatusCode::SERVICE_UNAVAILABLE, "unavailable"), "{path}: {}", r.body);
+        assert_eq!(
+            (r.status, r.code()),
+            (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            "{path}: {}",
+            r.body
+        );
     }
-    let r = app.post("/api/v1/jobs", &app.admin, TestApp::job_body(g, "during outage")).await;
+    let r = app
+        .post(
+            "/api/v1/jobs",
+            &app.admin,
+            TestApp::job_body(g, "during outage"),
+        )
+        .await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.body);
 
     proxy.restore();
@@ -134,8 +405,15 @@ async fn database_outage_is_503_and_recovers() {
         if app.call("GET", "/readyz", None, None).await.status == StatusCode::OK {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "the admin did not recover after the database came back");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the admin did not recover after the database came back"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    assert_eq!(app.get("/api/v1/jobs", &app.admin).await.body["total"], 0, "the write during the outage did not land");
+    assert_eq!(
+        app.get("/api/v1/jobs", &app.admin).await.body["total"],
+        0,
+        "the write during the outage did not land"
+    );
 }

@@ -35,8 +35,25 @@ async fn jobs_round_trip_every_field(app: &TestApp) {
     let created = app.post("/api/v1/jobs", &app.admin, body.clone()).await;
     assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
     let id = created.body["id"].as_i64().unwrap();
-    let got = app.get(&format!("/api/v1/jobs/{id}"), &app.admin).await.body;
-    for key in ["name", "description", "params", "routing", "enabled", "timeout_s", "retry", "limits", "misfire", "concurrency", "block_strategy", "children", "alert"] {
+    let got = app
+        .get(&format!("/api/v1/jobs/{id}"), &app.admin)
+        .await
+        .body;
+    for key in [
+        "name",
+        "description",
+        "params",
+        "routing",
+        "enabled",
+        "timeout_s",
+        "retry",
+        "limits",
+        "misfire",
+        "concurrency",
+        "block_strategy",
+        "children",
+        "alert",
+    ] {
         assert_eq!(got[key], body[key], "{key}");
     }
     assert_eq!(got["schedule"]["expr"], "0 15 10 ? * 6#3");
@@ -48,46 +65,168 @@ async fn jobs_round_trip_every_field(app: &TestApp) {
     // Update: new schedule type, new script → version 2.
     let mut changed = body.clone();
     changed["schedule"] = json!({"type": "fixed_rate", "interval_s": 30});
-    changed["handler"] = json!({"type": "script", "source": "print('v2')", "interpreter": "python3"});
-    let updated = app.call("PUT", &format!("/api/v1/jobs/{id}"), Some(&app.admin), Some(changed)).await;
+    changed["handler"] =
+        json!({"type": "script", "source": "print('v2')", "interpreter": "python3"});
+    let updated = app
+        .call(
+            "PUT",
+            &format!("/api/v1/jobs/{id}"),
+            Some(&app.admin),
+            Some(changed),
+        )
+        .await;
     assert_eq!(updated.status, StatusCode::OK, "{}", updated.body);
-    assert_eq!(updated.body["schedule"], json!({"type": "fixed_rate", "interval_s": 30, "timezone": "UTC"}));
+    assert_eq!(
+        updated.body["schedule"],
+        json!({"type": "fixed_rate", "interval_s": 30, "timezone": "UTC"})
+    );
     assert_eq!(updated.body["handler"]["script_version"], 2);
 
-    let versions = app.get(&format!("/api/v1/jobs/{id}/script/versions"), &app.admin).await.body;
-    let listed: Vec<(i64, bool)> = versions.as_array().unwrap().iter().map(|v| (v["version"].as_i64().unwrap(), v["current"].as_bool().unwrap())).collect();
+    let versions = app
+        .get(&format!("/api/v1/jobs/{id}/script/versions"), &app.admin)
+        .await
+        .body;
+    let listed: Vec<(i64, bool)> = versions
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            (
+                v["version"].as_i64().unwrap(),
+                v["current"].as_bool().unwrap(),
+            )
+        })
+        .collect();
     assert_eq!(listed, vec![(2, true), (1, false)]);
-    let v1 = app.get(&format!("/api/v1/jobs/{id}/script/versions/1"), &app.admin).await.body;
-    assert_eq!((v1["source"].as_str(), v1["interpreter"].as_str(), v1["note"].as_str()), (Some("#!/bin/bash\necho v1"), Some("bash"), Some("first")));
-    assert_eq!(app.get(&format!("/api/v1/jobs/{id}/script/versions/9"), &app.admin).await.status, StatusCode::NOT_FOUND);
+    let v1 = app
+        .get(&format!("/api/v1/jobs/{id}/script/versions/1"), &app.admin)
+        .await
+        .body;
+    assert_eq!(
+        (
+            v1["source"].as_str(),
+            v1["interpreter"].as_str(),
+            v1["note"].as_str()
+        ),
+        (Some("#!/bin/bash\necho v1"), Some("bash"), Some("first"))
+    );
+    assert_eq!(
+        app.get(&format!("/api/v1/jobs/{id}/script/versions/9"), &app.admin)
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
 
-    let rolled = app.call("POST", &format!("/api/v1/jobs/{id}/script/versions/1/rollback"), Some(&app.admin), None).await;
+    let rolled = app
+        .call(
+            "POST",
+            &format!("/api/v1/jobs/{id}/script/versions/1/rollback"),
+            Some(&app.admin),
+            None,
+        )
+        .await;
     assert_eq!(rolled.status, StatusCode::OK, "{}", rolled.body);
-    assert_eq!((rolled.body["handler"]["script_version"].as_i64(), rolled.body["handler"]["source"].as_str()), (Some(3), Some("#!/bin/bash\necho v1")));
+    assert_eq!(
+        (
+            rolled.body["handler"]["script_version"].as_i64(),
+            rolled.body["handler"]["source"].as_str()
+        ),
+        (Some(3), Some("#!/bin/bash\necho v1"))
+    );
     assert_eq!(rolled.body["handler"]["interpreter"], "bash");
-    assert_eq!(rolled.body["schedule"]["type"], "fixed_rate", "roll back changes only the script");
+    assert_eq!(
+        rolled.body["schedule"]["type"], "fixed_rate",
+        "roll back changes only the script"
+    );
 
     // Enable/disable, filters, paging.
-    let r = app.call("POST", &format!("/api/v1/jobs/{id}/disable"), Some(&app.admin), None).await;
-    assert_eq!((r.body["enabled"].as_bool(), r.body["next_fire_ms"].as_i64()), (Some(false), None));
-    let r = app.call("POST", &format!("/api/v1/jobs/{id}/enable"), Some(&app.admin), None).await;
+    let r = app
+        .call(
+            "POST",
+            &format!("/api/v1/jobs/{id}/disable"),
+            Some(&app.admin),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (r.body["enabled"].as_bool(), r.body["next_fire_ms"].as_i64()),
+        (Some(false), None)
+    );
+    let r = app
+        .call(
+            "POST",
+            &format!("/api/v1/jobs/{id}/enable"),
+            Some(&app.admin),
+            None,
+        )
+        .await;
     assert!(r.body["next_fire_ms"].as_i64().is_some());
     for i in 0..5 {
         app.job(&app.admin, g, &format!("bulk {i}")).await;
     }
-    let page = app.get(&format!("/api/v1/jobs?group_id={g}&limit=3&offset=3"), &app.admin).await.body;
-    assert_eq!((page["total"].as_i64(), page["items"].as_array().unwrap().len()), (Some(7), 3));
-    let search = app.get("/api/v1/jobs?q=bulk&schedule_type=cron", &app.admin).await.body;
+    let page = app
+        .get(
+            &format!("/api/v1/jobs?group_id={g}&limit=3&offset=3"),
+            &app.admin,
+        )
+        .await
+        .body;
+    assert_eq!(
+        (
+            page["total"].as_i64(),
+            page["items"].as_array().unwrap().len()
+        ),
+        (Some(7), 3)
+    );
+    let search = app
+        .get("/api/v1/jobs?q=bulk&schedule_type=cron", &app.admin)
+        .await
+        .body;
     assert_eq!(search["total"], 5);
-    let fixed = app.get("/api/v1/jobs?schedule_type=fixed_rate", &app.admin).await.body;
+    let fixed = app
+        .get("/api/v1/jobs?schedule_type=fixed_rate", &app.admin)
+        .await
+        .body;
     assert_eq!(fixed["total"], 1);
 
     // Deleting a child that is still referenced is refused; the parent first.
-    let r = app.call("DELETE", &format!("/api/v1/jobs/{child}"), Some(&app.admin), None).await;
+    let r = app
+        .call(
+            "DELETE",
+            &format!("/api/v1/jobs/{child}"),
+            Some(&app.admin),
+            None,
+        )
+        .await;
     assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
-    assert_eq!(app.call("DELETE", &format!("/api/v1/jobs/{id}"), Some(&app.admin), None).await.status, StatusCode::NO_CONTENT);
-    assert_eq!(app.call("DELETE", &format!("/api/v1/jobs/{child}"), Some(&app.admin), None).await.status, StatusCode::NO_CONTENT);
-    assert_eq!(app.get(&format!("/api/v1/jobs/{id}"), &app.admin).await.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        app.call(
+            "DELETE",
+            &format!("/api/v1/jobs/{id}"),
+            Some(&app.admin),
+            None
+        )
+        .await
+        .status,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        app.call(
+            "DELETE",
+            &format!("/api/v1/jobs/{child}"),
+            Some(&app.admin),
+            None
+        )
+        .await
+        .status,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        app.get(&format!("/api/v1/jobs/{id}"), &app.admin)
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
 }
 api_test!(jobs_round_trip_every_field);
 
@@ -97,60 +236,149 @@ async fn every_change_is_audited_with_before_and_after(app: &TestApp) {
     let id = app.job(&operator, g, "first name").await;
     let mut body = TestApp::job_body(g, "second name");
     body["timeout_s"] = json!(60);
-    app.call("PUT", &format!("/api/v1/jobs/{id}"), Some(&operator), Some(body)).await;
-    app.call("DELETE", &format!("/api/v1/jobs/{id}"), Some(&operator), None).await;
+    app.call(
+        "PUT",
+        &format!("/api/v1/jobs/{id}"),
+        Some(&operator),
+        Some(body),
+    )
+    .await;
+    app.call(
+        "DELETE",
+        &format!("/api/v1/jobs/{id}"),
+        Some(&operator),
+        None,
+    )
+    .await;
 
-    let rows = app.get(&format!("/api/v1/audit?object_type=job&object_id={id}"), &app.admin).await.body;
+    let rows = app
+        .get(
+            &format!("/api/v1/audit?object_type=job&object_id={id}"),
+            &app.admin,
+        )
+        .await
+        .body;
     let items = rows["items"].as_array().unwrap();
-    let actions: Vec<&str> = items.iter().map(|r| r["action"].as_str().unwrap()).collect();
+    let actions: Vec<&str> = items
+        .iter()
+        .map(|r| r["action"].as_str().unwrap())
+        .collect();
     assert_eq!(actions, vec!["job.delete", "job.update", "job.create"]);
     let update = &items[1];
     assert_eq!(update["actor_name"], "otto");
     assert_eq!(update["actor_kind"], "user");
     assert_eq!(update["ip"], "127.0.0.1");
     assert_eq!(update["before"]["name"], "first name");
-    assert_eq!((update["after"]["name"].as_str(), update["after"]["timeout_s"].as_i64()), (Some("second name"), Some(60)));
+    assert_eq!(
+        (
+            update["after"]["name"].as_str(),
+            update["after"]["timeout_s"].as_i64()
+        ),
+        (Some("second name"), Some(60))
+    );
     assert!(items[0]["after"].is_null() && items[0]["before"]["name"] == "second name");
     assert!(!update["request_id"].as_str().unwrap().is_empty());
 
-    let groups = app.get("/api/v1/audit?action=group.create", &app.admin).await.body;
+    let groups = app
+        .get("/api/v1/audit?action=group.create", &app.admin)
+        .await
+        .body;
     assert_eq!(groups["total"], 1);
-    let users = app.get("/api/v1/audit?object_type=user&actor=admin", &app.admin).await.body;
-    assert!(users["items"].as_array().unwrap().iter().all(|r| !r.to_string().contains("password_hash")));
+    let users = app
+        .get("/api/v1/audit?object_type=user&actor=admin", &app.admin)
+        .await
+        .body;
+    assert!(
+        users["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| !r.to_string().contains("password_hash"))
+    );
 }
 api_test!(every_change_is_audited_with_before_and_after);
 
 async fn cron_preview_lists_fire_times_or_says_what_is_wrong(app: &TestApp) {
-    let ok = app.post("/api/v1/cron/preview", &app.admin, json!({"expr": "0 0/5 * * * ?", "timezone": "Europe/Berlin", "count": 3})).await;
+    let ok = app
+        .post(
+            "/api/v1/cron/preview",
+            &app.admin,
+            json!({"expr": "0 0/5 * * * ?", "timezone": "Europe/Berlin", "count": 3}),
+        )
+        .await;
     assert_eq!(ok.status, StatusCode::OK, "{}", ok.body);
-    let times: Vec<i64> = ok.body["next_ms"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
+    let times: Vec<i64> = ok.body["next_ms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_i64().unwrap())
+        .collect();
     assert_eq!(times.len(), 3);
     assert!(times.windows(2).all(|w| w[1] - w[0] == 300_000));
     assert!(times[0] > app.now_ms() && times[0] % 300_000 == 0);
-    let crontab = app.post("/api/v1/cron/preview", &app.admin, json!({"expr": "*/5 * * * *"})).await;
-    assert_eq!(crontab.status, StatusCode::OK, "five-field crontab: {}", crontab.body);
+    let crontab = app
+        .post(
+            "/api/v1/cron/preview",
+            &app.admin,
+            json!({"expr": "*/5 * * * *"}),
+        )
+        .await;
+    assert_eq!(
+        crontab.status,
+        StatusCode::OK,
+        "five-field crontab: {}",
+        crontab.body
+    );
     for (body, field) in [
         (json!({"expr": "0 0 25 * * ?"}), "expr"),
         (json!({"expr": "not cron"}), "expr"),
-        (json!({"expr": "0 * * * * ?", "timezone": "Moon/Base"}), "timezone"),
+        (
+            json!({"expr": "0 * * * * ?", "timezone": "Moon/Base"}),
+            "timezone",
+        ),
         (json!({"expr": "0 * * * * ?", "count": 0}), "count"),
         (json!({"expr": "0 * * * * ?", "count": 1000}), "count"),
     ] {
-        let r = app.post("/api/v1/cron/preview", &app.admin, body.clone()).await;
-        assert_eq!((r.status, r.field()), (StatusCode::UNPROCESSABLE_ENTITY, Some(field)), "{body}: {}", r.body);
+        let r = app
+            .post("/api/v1/cron/preview", &app.admin, body.clone())
+            .await;
+        assert_eq!(
+            (r.status, r.field()),
+            (StatusCode::UNPROCESSABLE_ENTITY, Some(field)),
+            "{body}: {}",
+            r.body
+        );
     }
-    let bad = app.post("/api/v1/cron/preview", &app.admin, json!({"expr": "0 0 25 * * ?"})).await;
+    let bad = app
+        .post(
+            "/api/v1/cron/preview",
+            &app.admin,
+            json!({"expr": "0 0 25 * * ?"}),
+        )
+        .await;
     assert_eq!(bad.code(), "invalid_cron");
-    assert!(bad.body["error"]["message"].as_str().unwrap().contains("25"));
+    assert!(
+        bad.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("25")
+    );
 }
 api_test!(cron_preview_lists_fire_times_or_says_what_is_wrong);
 
 async fn runs_are_listed_filtered_paged_and_scoped(app: &TestApp) {
     let (a, b) = (app.group("runs-a").await, app.group("runs-b").await);
-    let (ja, jb) = (app.job(&app.admin, a, "ja").await, app.job(&app.admin, b, "jb").await);
+    let (ja, jb) = (
+        app.job(&app.admin, a, "ja").await,
+        app.job(&app.admin, b, "jb").await,
+    );
     let now = app.now_ms();
-    let runs: Vec<(i64, i64, &str, i64)> =
-        vec![(ja, a, "succeeded", now - 3000), (ja, a, "failed", now - 2000), (jb, b, "running", now - 1000), (ja, a, "pending", now)];
+    let runs: Vec<(i64, i64, &str, i64)> = vec![
+        (ja, a, "succeeded", now - 3000),
+        (ja, a, "failed", now - 2000),
+        (jb, b, "running", now - 1000),
+        (ja, a, "pending", now),
+    ];
     let ids = app
         .state
         .db
@@ -182,23 +410,72 @@ async fn runs_are_listed_filtered_paged_and_scoped(app: &TestApp) {
     let all = app.get("/api/v1/runs", &app.admin).await.body;
     assert_eq!(all["total"], 4);
     assert_eq!(all["items"][0]["id"].as_i64(), Some(ids[3]), "newest first");
-    let failed = app.get(&format!("/api/v1/runs?job_id={ja}&status=failed"), &app.admin).await.body;
-    assert_eq!((failed["total"].as_i64(), failed["items"][0]["id"].as_i64()), (Some(1), Some(ids[1])));
-    let ranged = app.get(&format!("/api/v1/runs?from_ms={}&to_ms={}", now - 2500, now), &app.admin).await.body;
+    let failed = app
+        .get(
+            &format!("/api/v1/runs?job_id={ja}&status=failed"),
+            &app.admin,
+        )
+        .await
+        .body;
+    assert_eq!(
+        (failed["total"].as_i64(), failed["items"][0]["id"].as_i64()),
+        (Some(1), Some(ids[1]))
+    );
+    let ranged = app
+        .get(
+            &format!("/api/v1/runs?from_ms={}&to_ms={}", now - 2500, now),
+            &app.admin,
+        )
+        .await
+        .body;
     assert_eq!(ranged["total"], 2);
-    let paged = app.get("/api/v1/runs?limit=1&offset=1", &app.admin).await.body;
+    let paged = app
+        .get("/api/v1/runs?limit=1&offset=1", &app.admin)
+        .await
+        .body;
     assert_eq!(paged["items"][0]["id"].as_i64(), Some(ids[2]));
-    let one = app.get(&format!("/api/v1/runs/{}", ids[0]), &app.admin).await.body;
-    assert_eq!((one["status"].as_str(), one["job_id"].as_i64(), one["attempt"].as_i64()), (Some("succeeded"), Some(ja), Some(1)));
+    let one = app
+        .get(&format!("/api/v1/runs/{}", ids[0]), &app.admin)
+        .await
+        .body;
+    assert_eq!(
+        (
+            one["status"].as_str(),
+            one["job_id"].as_i64(),
+            one["attempt"].as_i64()
+        ),
+        (Some("succeeded"), Some(ja), Some(1))
+    );
     assert!(one.get("usage").is_some() && one.get("agent").is_some());
 
     let (_, viewer) = app.user("rita", "viewer", &[b]).await;
     assert_eq!(app.get("/api/v1/runs", &viewer).await.body["total"], 1);
-    assert_eq!(app.get(&format!("/api/v1/runs/{}", ids[0]), &viewer).await.status, StatusCode::FORBIDDEN);
-    assert_eq!(app.get("/api/v1/runs/999999", &app.admin).await.status, StatusCode::NOT_FOUND);
-    for query in ["status=exploded", "limit=0", "limit=100000", "offset=-1", "job_id=abc", "from_ms=10&to_ms=5", "colour=red"] {
+    assert_eq!(
+        app.get(&format!("/api/v1/runs/{}", ids[0]), &viewer)
+            .await
+            .status,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        app.get("/api/v1/runs/999999", &app.admin).await.status,
+        StatusCode::NOT_FOUND
+    );
+    for query in [
+        "status=exploded",
+        "limit=0",
+        "limit=100000",
+        "offset=-1",
+        "job_id=abc",
+        "from_ms=10&to_ms=5",
+        "colour=red",
+    ] {
         let r = app.get(&format!("/api/v1/runs?{query}"), &app.admin).await;
-        assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{query}: {}", r.body);
+        assert_eq!(
+            r.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{query}: {}",
+            r.body
+        );
     }
 }
 api_test!(runs_are_listed_filtered_paged_and_scoped);
@@ -207,17 +484,37 @@ async fn docs_health_and_readiness_are_served(app: &TestApp) {
     let doc = app.call("GET", "/api/v1/openapi.json", None, None).await;
     assert_eq!(doc.status, StatusCode::OK);
     assert!(doc.body["paths"]["/api/v1/jobs"]["post"].is_object());
-    let page = app.client.get(format!("{}/api/docs/", app.base)).send().await.unwrap();
+    let page = app
+        .client
+        .get(format!("{}/api/docs/", app.base))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(page.status(), StatusCode::OK);
     let html = page.text().await.unwrap();
     assert!(html.contains("swagger-ui"), "{html}");
-    let css = app.client.get(format!("{}/api/docs/swagger-ui.css", app.base)).send().await.unwrap();
-    assert_eq!(css.status(), StatusCode::OK, "assets are vendored into the binary");
-    assert_eq!(app.call("GET", "/healthz", None, None).await.status, StatusCode::OK);
+    let css = app
+        .client
+        .get(format!("{}/api/docs/swagger-ui.css", app.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        css.status(),
+        StatusCode::OK,
+        "assets are vendored into the binary"
+    );
+    assert_eq!(
+        app.call("GET", "/healthz", None, None).await.status,
+        StatusCode::OK
+    );
     let ready = app.call("GET", "/readyz", None, None).await;
     assert_eq!(ready.status, StatusCode::OK);
     assert!(ready.body["database"].is_string());
     let unknown = app.get("/api/v1/does-not-exist", &app.admin).await;
-    assert_eq!((unknown.status, unknown.code()), (StatusCode::NOT_FOUND, "not_found"));
+    assert_eq!(
+        (unknown.status, unknown.code()),
+        (StatusCode::NOT_FOUND, "not_found")
+    );
 }
 api_test!(docs_health_and_readiness_are_served);

@@ -16,35 +16,56 @@ fn admin() -> Command {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn run(cmd: &mut Command) -> (i32, String, String) {
     let out = cmd.output().unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 #[test]
 fn invalid_config_exits_2_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
-    let (code, _, err) = run(admin().arg("migrate").env("JOBFLEET_LISTEN", "localhost:notaport").current_dir(dir.path()));
+    let (code, _, err) = run(admin()
+        .arg("migrate")
+        .env("JOBFLEET_LISTEN", "localhost:notaport")
+        .current_dir(dir.path()));
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("`listen`") && err.contains("JOBFLEET_LISTEN"), "{err}");
+    assert!(
+        err.contains("`listen`") && err.contains("JOBFLEET_LISTEN"),
+        "{err}"
+    );
 
     let file = dir.path().join("admin.toml");
     std::fs::write(&file, "listen = \"127.0.0.1:1\"\ndatabse_url = \"x\"\n").unwrap();
     let (code, _, err) = run(admin().args(["--config", file.to_str().unwrap(), "migrate"]));
     assert_eq!(code, 2);
-    assert!(err.contains("databse_url") && err.contains("unknown key"), "{err}");
+    assert!(
+        err.contains("databse_url") && err.contains("unknown key"),
+        "{err}"
+    );
 
-    let (code, _, err) = run(admin().args(["--database-url", "sqlite:///no/such/folder/x.db", "migrate"]));
+    let (code, _, err) =
+        run(admin().args(["--database-url", "sqlite:///no/such/folder/x.db", "migrate"]));
     assert_eq!(code, 1);
     assert!(err.contains("does not exist"), "{err}");
 
     let (code, _, err) = run(admin().args(["--database-url", "oracle://x", "migrate"]));
     assert_eq!(code, 2);
     assert!(err.contains("database_url"), "{err}");
-    assert!(!dir.path().join("data").exists(), "nothing was created on bad config");
+    assert!(
+        !dir.path().join("data").exists(),
+        "nothing was created on bad config"
+    );
 }
 
 #[test]
@@ -54,28 +75,88 @@ fn migrate_and_user_commands_work_on_a_fresh_database() {
     let (code, out, err) = run(admin().args(["--database-url", &url, "migrate"]));
     assert_eq!(code, 0, "{out}{err}");
     let mut child = admin()
-        .args(["--database-url", &url, "user", "add", "bob", "--role", "operator", "--password-stdin"])
+        .args([
+            "--database-url",
+            &url,
+            "user",
+            "add",
+            "bob",
+            "--role",
+            "operator",
+            "--password-stdin",
+        ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(b"bob-password-1\n").unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"bob-password-1\n")
+        .unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains("created user `bob`"));
 
-    let (code, _, err) = run(admin().args(["--database-url", &url, "user", "add", "eve", "--role", "god", "--password", "long-password"]));
+    let (code, _, err) = run(admin().args([
+        "--database-url",
+        &url,
+        "user",
+        "add",
+        "eve",
+        "--role",
+        "god",
+        "--password",
+        "long-password",
+    ]));
     assert_eq!(code, 2, "{err}");
-    let (code, _, err) = run(admin().args(["--database-url", &url, "user", "add", "bob", "--password", "long-password"]));
+    let (code, _, err) = run(admin().args([
+        "--database-url",
+        &url,
+        "user",
+        "add",
+        "bob",
+        "--password",
+        "long-password",
+    ]));
     assert_eq!(code, 1);
     assert!(err.contains("already exists"), "{err}");
-    let (code, _, err) = run(admin().args(["--database-url", &url, "user", "add", "weak", "--password", "short"]));
+    let (code, _, err) = run(admin().args([
+        "--database-url",
+        &url,
+        "user",
+        "add",
+        "weak",
+        "--password",
+        "short",
+    ]));
     assert_eq!(code, 1);
     assert!(err.contains("at least 8"), "{err}");
-    let (code, _, err) = run(admin().args(["--database-url", &url, "user", "passwd", "nobody", "--password", "long-password"]));
+    let (code, _, err) = run(admin().args([
+        "--database-url",
+        &url,
+        "user",
+        "passwd",
+        "nobody",
+        "--password",
+        "long-password",
+    ]));
     assert_eq!(code, 1, "{err}");
-    let (code, _, _) = run(admin().args(["--database-url", &url, "user", "passwd", "bob", "--password", "bob-password-2"]));
+    let (code, _, _) = run(admin().args([
+        "--database-url",
+        &url,
+        "user",
+        "passwd",
+        "bob",
+        "--password",
+        "bob-password-2",
+    ]));
     assert_eq!(code, 0);
 }
 
@@ -103,7 +184,10 @@ async fn first_start_prints_a_password_that_logs_in_and_sigterm_stops_cleanly() 
             if reader.read_line(&mut line).unwrap() == 0 {
                 panic!("the admin exited before printing a password");
             }
-            if let Some(p) = line.trim().strip_prefix("jobfleet: created user `admin` with password: ") {
+            if let Some(p) = line
+                .trim()
+                .strip_prefix("jobfleet: created user `admin` with password: ")
+            {
                 return p.to_owned();
             }
         }
@@ -121,18 +205,28 @@ async fn first_start_prints_a_password_that_logs_in_and_sigterm_stops_cleanly() 
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let client = reqwest::Client::new();
-    let r = client.post(format!("{base}/api/v1/auth/token")).json(&json!({"username": "admin", "password": password})).send().await.unwrap();
+    let r = client
+        .post(format!("{base}/api/v1/auth/token"))
+        .json(&json!({"username": "admin", "password": password}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     assert!(dir.path().join("data/jobfleet.db").exists());
 
     nix_kill(child.id(), "TERM");
-    let status = tokio::task::spawn_blocking(move || child.wait().unwrap()).await.unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
     assert!(status.success(), "exit after SIGTERM: {status:?}");
     let (code, _, _) = run(admin().args(["healthcheck", "--url", &base]));
     assert_eq!(code, 1, "healthcheck fails once the admin is gone");
 }
 
 fn nix_kill(pid: u32, signal: &str) {
-    let status = Command::new("kill").args([&format!("-{signal}"), &pid.to_string()]).status().unwrap();
+    let status = Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
 }

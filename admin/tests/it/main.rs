@@ -1,6 +1,10 @@
 //! Integration tests: the admin built in-process on a loopback port, driven over real HTTP,
 //! on SQLite and (with `--features mysql`) on MariaDB.
-#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail by panicking")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests fail by panicking"
+)]
 
 mod support;
 

@@ -53,7 +53,9 @@ pub struct Response {
 impl Response {
     /// The error code of an error body.
     pub fn code(&self) -> &str {
-        self.body["error"]["code"].as_str().unwrap_or_else(|| panic!("not an error body: {} {}", self.status, self.body))
+        self.body["error"]["code"]
+            .as_str()
+            .unwrap_or_else(|| panic!("not an error body: {} {}", self.status, self.body))
     }
 
     pub fn field(&self) -> Option<&str> {
@@ -85,20 +87,45 @@ impl TestApp {
         let mut vars = vec![
             ("JOBFLEET_LISTEN".to_owned(), "127.0.0.1:0".to_owned()),
             ("JOBFLEET_DATABASE_URL".to_owned(), db.url_string()),
-            ("JOBFLEET_JWT_SECRET".to_owned(), "test-secret-test-secret-test-secret-000".to_owned()),
-            ("JOBFLEET_DB_CONNECT_TIMEOUT_MS".to_owned(), "2000".to_owned()),
+            (
+                "JOBFLEET_JWT_SECRET".to_owned(),
+                "test-secret-test-secret-test-secret-000".to_owned(),
+            ),
+            (
+                "JOBFLEET_DB_CONNECT_TIMEOUT_MS".to_owned(),
+                "2000".to_owned(),
+            ),
             ("JOBFLEET_MAX_BODY_BYTES".to_owned(), "65536".to_owned()),
         ];
         vars.extend(env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
-        let config = Config::load(&Sources { env: vars, ..Default::default() }).unwrap();
+        let config = Config::load(&Sources {
+            env: vars,
+            ..Default::default()
+        })
+        .unwrap();
         let clock = ManualClock::new(chrono::Utc::now().timestamp_millis());
-        let state = startup::prepare(config, Arc::new(clock.clone()), false).await.unwrap();
-        startup::bootstrap(&state, Some(ADMIN_PASSWORD.into())).await.unwrap();
+        let state = startup::prepare(config, Arc::new(clock.clone()), false)
+            .await
+            .unwrap();
+        startup::bootstrap(&state, Some(ADMIN_PASSWORD.into()))
+            .await
+            .unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let server = startup::start(state.clone(), listener).unwrap();
         let base = format!("http://{}", server.addr);
-        let client = reqwest::Client::builder().timeout(std::time::Duration::from_secs(20)).build().unwrap();
-        let mut app = Self { base, client, clock, state, admin: String::new(), _db: db, server };
+        let client = reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(20))
+            .build()
+            .unwrap();
+        let mut app = Self {
+            base,
+            client,
+            clock,
+            state,
+            admin: String::new(),
+            _db: db,
+            server,
+        };
         app.admin = app.login("admin", ADMIN_PASSWORD).await;
         app
     }
@@ -108,14 +135,29 @@ impl TestApp {
     }
 
     pub async fn login(&self, username: &str, password: &str) -> String {
-        let r = self.call("POST", "/api/v1/auth/token", None, Some(json!({"username": username, "password": password}))).await;
+        let r = self
+            .call(
+                "POST",
+                "/api/v1/auth/token",
+                None,
+                Some(json!({"username": username, "password": password})),
+            )
+            .await;
         assert_eq!(r.status, StatusCode::OK, "login {username}: {}", r.body);
         r.body["token"].as_str().unwrap().to_owned()
     }
 
     /// Sends a request with an optional bearer and JSON body; returns status and JSON body.
-    pub async fn call(&self, method: &str, path: &str, token: Option<&str>, body: Option<Value>) -> Response {
-        let mut request = self.client.request(method.parse().unwrap(), format!("{}{}", self.base, path));
+    pub async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> Response {
+        let mut request = self
+            .client
+            .request(method.parse().unwrap(), format!("{}{}", self.base, path));
         if let Some(t) = token {
             request = request.bearer_auth(t);
         }
@@ -126,7 +168,14 @@ impl TestApp {
     }
 
     /// Sends a raw body with a content type.
-    pub async fn raw(&self, method: &str, path: &str, token: &str, content_type: &str, body: impl Into<reqwest::Body>) -> Response {
+    pub async fn raw(
+        &self,
+        method: &str,
+        path: &str,
+        token: &str,
+        content_type: &str,
+        body: impl Into<reqwest::Body>,
+    ) -> Response {
         let request = self
             .client
             .request(method.parse().unwrap(), format!("{}{}", self.base, path))
@@ -140,7 +189,11 @@ impl TestApp {
         let response = request.send().await.unwrap();
         let status = response.status();
         let text = response.text().await.unwrap();
-        let body = if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
+        let body = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
+        };
         Response { status, body }
     }
 
@@ -154,7 +207,13 @@ impl TestApp {
 
     /// Creates a group as admin and returns its id.
     pub async fn group(&self, app_name: &str) -> i64 {
-        let r = self.post("/api/v1/groups", &self.admin, json!({"app_name": app_name, "title": app_name})).await;
+        let r = self
+            .post(
+                "/api/v1/groups",
+                &self.admin,
+                json!({"app_name": app_name, "title": app_name}),
+            )
+            .await;
         assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
         r.body["id"].as_i64().unwrap()
     }
@@ -163,10 +222,17 @@ impl TestApp {
     pub async fn user(&self, name: &str, role: &str, groups: &[i64]) -> (i64, String) {
         let password = format!("{name}-password");
         let r = self
-            .post("/api/v1/users", &self.admin, json!({"username": name, "password": password, "role": role, "groups": groups}))
+            .post(
+                "/api/v1/users",
+                &self.admin,
+                json!({"username": name, "password": password, "role": role, "groups": groups}),
+            )
             .await;
         assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
-        (r.body["id"].as_i64().unwrap(), self.login(name, &password).await)
+        (
+            r.body["id"].as_i64().unwrap(),
+            self.login(name, &password).await,
+        )
     }
 
     /// A minimal valid shell job in `group_id`.
@@ -179,15 +245,21 @@ impl TestApp {
     }
 
     pub async fn job(&self, token: &str, group_id: i64, name: &str) -> i64 {
-        let r = self.post("/api/v1/jobs", token, Self::job_body(group_id, name)).await;
+        let r = self
+            .post("/api/v1/jobs", token, Self::job_body(group_id, name))
+            .await;
         assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
         r.body["id"].as_i64().unwrap()
     }
 
     /// How many audit rows and jobs exist: a rejected request must change neither.
     pub async fn footprint(&self) -> (i64, i64) {
-        let audit = self.get("/api/v1/audit?limit=1", &self.admin).await.body["total"].as_i64().unwrap();
-        let jobs = self.get("/api/v1/jobs?limit=1", &self.admin).await.body["total"].as_i64().unwrap();
+        let audit = self.get("/api/v1/audit?limit=1", &self.admin).await.body["total"]
+            .as_i64()
+            .unwrap();
+        let jobs = self.get("/api/v1/jobs?limit=1", &self.admin).await.body["total"]
+            .as_i64()
+            .unwrap();
         (audit, jobs)
     }
 }
@@ -232,13 +304,19 @@ pub mod proxy {
                     let target = target.clone();
                     let task = tokio::spawn(async move {
                         if let Ok(mut outbound) = TcpStream::connect(&target).await {
-                            let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                            let _ =
+                                tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
                         }
                     });
                     conns2.lock().await.push(task);
                 }
             });
-            Self { port, down, connections, accept }
+            Self {
+                port,
+                down,
+                connections,
+                accept,
+            }
         }
 
         pub fn port(&self) -> u16 {

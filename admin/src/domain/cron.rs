@@ -1,44 +1,747 @@
-//! TEMPORARY shim with the agreed API until the Quartz engine lands (being written now).
-use chrono::{DateTime, Utc};
-use chrono_tz::Tz;
+//! The cron engine: Quartz expressions as XXL-Job users write them (seconds first, `?`, `L`,
+//! `W`, `LW`, `nL`, `n#k`, an optional year), plain 5-field crontab, and `@daily`-style macros,
+//! evaluated in an IANA time zone.
+//!
+//! The `cron` crate parses neither `L`/`W`/`#` nor 5-field crontab, ANDs day-of-month with
+//! day-of-week where Quartz forbids setting both, and iterates backwards across a DST fall-back;
+//! hence our own engine. Tests check it against `cron` and `croner` on thousands of generated
+//! expressions.
+//!
+//! Daylight saving follows vixie cron. Fields match local wall-clock time; results are UTC
+//! instants, always the first one strictly after the given instant.
+//! - Wall times skipped by a spring-forward: an expression whose hour field covers every hour
+//!   ("interval job") simply has no fire there; any other ("fixed-time job") fires once at the
+//!   first instant after the gap.
+//! - Wall times repeated by a fall-back: an interval job fires at every matching instant (both
+//!   passes); a fixed-time job fires only on the first pass.
+
+use std::fmt;
 use std::str::FromStr;
 
-#[derive(Debug, Clone, PartialEq)]
-pub struct CronExpr {
-    source: String,
-    inner: cron::Schedule,
-}
+use chrono::{
+    DateTime, Datelike, Duration, LocalResult, NaiveDate, NaiveDateTime, TimeZone, Timelike, Utc,
+};
+use chrono_tz::Tz;
 
+/// Years beyond this are not searched: a schedule that cannot fire before it never fires.
+const MAX_YEAR: i32 = 2199;
+const MIN_YEAR: i32 = 1970;
+
+/// What is wrong with an expression, and where.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field} (field {position}) `{token}`: {message}")]
 pub struct CronError {
+    /// `expression`, `second`, `minute`, `hour`, `day_of_month`, `month`, `day_of_week` or `year`.
     pub field: &'static str,
+    /// 1-based index of the field in the text as written; 0 for the whole expression.
     pub position: usize,
     pub token: String,
     pub message: String,
 }
 
+impl fmt::Display for CronError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.position == 0 {
+            write!(f, "{}", self.message)
+        } else {
+            write!(
+                f,
+                "{} (field {}) `{}`: {}",
+                self.field.replace('_', " "),
+                self.position,
+                self.token,
+                self.message
+            )
+        }
+    }
+}
+
+/// Day-of-month rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum DomRule {
+    /// Bit d set = day d (1..=31).
+    Days(u32),
+    /// `L` (offset 0) or `L-n`.
+    LastDay { offset: u32 },
+    /// `LW`.
+    LastWeekday,
+    /// `nW`.
+    NearestWeekday(u32),
+}
+
+/// Day-of-week rule; weekdays are Quartz numbers 1 = Sunday … 7 = Saturday.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum DowRule {
+    /// Bit w set = weekday w.
+    Days(u8),
+    /// `nL`: the last such weekday of the month.
+    Last(u8),
+    /// `n#k`: the k-th such weekday of the month.
+    Nth(u8, u32),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Days {
+    /// `None` = unrestricted (`*` or `?`).
+    dom: Option<DomRule>,
+    dow: Option<DowRule>,
+    /// Crontab semantics: when both are restricted, a day matches if either matches.
+    either: bool,
+}
+
+/// A parsed cron expression.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CronExpr {
+    source: String,
+    seconds: u64,
+    minutes: u64,
+    hours: u32,
+    months: u16,
+    days: Days,
+    /// Bit (y - 1970) set = year y allowed; `None` = every year.
+    years: Option<Vec<bool>>,
+}
+
+struct FieldSpec {
+    name: &'static str,
+    min: u32,
+    max: u32,
+    names: &'static [&'static str],
+    /// The first name maps to this number.
+    names_start: u32,
+}
+
+const SECOND: FieldSpec = FieldSpec {
+    name: "second",
+    min: 0,
+    max: 59,
+    names: &[],
+    names_start: 0,
+};
+const MINUTE: FieldSpec = FieldSpec {
+    name: "minute",
+    min: 0,
+    max: 59,
+    names: &[],
+    names_start: 0,
+};
+const HOUR: FieldSpec = FieldSpec {
+    name: "hour",
+    min: 0,
+    max: 23,
+    names: &[],
+    names_start: 0,
+};
+const DOM: FieldSpec = FieldSpec {
+    name: "day_of_month",
+    min: 1,
+    max: 31,
+    names: &[],
+    names_start: 0,
+};
+const MONTH: FieldSpec = FieldSpec {
+    name: "month",
+    min: 1,
+    max: 12,
+    names: &[
+        "JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC",
+    ],
+    names_start: 1,
+};
+const DOW_QUARTZ: FieldSpec = FieldSpec {
+    name: "day_of_week",
+    min: 1,
+    max: 7,
+    names: &["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"],
+    names_start: 1,
+};
+/// Crontab numbering: 0-7, 0 and 7 both Sunday; converted to Quartz numbers after parsing.
+const DOW_UNIX: FieldSpec = FieldSpec {
+    name: "day_of_week",
+    min: 0,
+    max: 7,
+    names: &["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"],
+    names_start: 0,
+};
+const YEAR: FieldSpec = FieldSpec {
+    name: "year",
+    min: MIN_YEAR as u32,
+    max: MAX_YEAR as u32,
+    names: &[],
+    names_start: 0,
+};
+
+/// Parsing context of one field: its spec, its 1-based position, and its text.
+struct Field<'a> {
+    spec: &'a FieldSpec,
+    position: usize,
+    text: &'a str,
+}
+
+impl Field<'_> {
+    fn err(&self, token: &str, message: impl Into<String>) -> CronError {
+        CronError {
+            field: self.spec.name,
+            position: self.position,
+            token: token.to_owned(),
+            message: message.into(),
+        }
+    }
+
+    fn value(&self, token: &str) -> Result<u32, CronError> {
+        let upper = token.to_ascii_uppercase();
+        if let Some(i) = self.spec.names.iter().position(|n| *n == upper) {
+            return Ok(self.spec.names_start + i as u32);
+        }
+        let n: u32 = token.parse().map_err(|_| {
+            let hint = if self.spec.names.is_empty() {
+                String::new()
+            } else {
+                format!(" or a name ({})", self.spec.names.join(", "))
+            };
+            self.err(token, format!("`{token}` is not a number{hint}"))
+        })?;
+        if n < self.spec.min || n > self.spec.max {
+            return Err(self.err(
+                token,
+                format!(
+                    "value {n} is out of range {}-{}",
+                    self.spec.min, self.spec.max
+                ),
+            ));
+        }
+        Ok(n)
+    }
+
+    /// Parses a list of `*`, `n`, `a-b`, with optional `/step`, into the allowed values.
+    fn values(&self) -> Result<Vec<bool>, CronError> {
+        let mut allowed = vec![false; self.spec.max as usize + 1];
+        if self.text.is_empty() {
+            return Err(self.err(self.text, "is empty"));
+        }
+        for item in self.text.split(',') {
+            if item.is_empty() {
+                return Err(self.err(self.text, "has an empty list item"));
+            }
+            let (range, step) = match item.split_once('/') {
+                Some((r, s)) => {
+                    let step: u32 = s
+                        .parse()
+                        .map_err(|_| self.err(item, format!("step `{s}` is not a number")))?;
+                    if step == 0 {
+                        return Err(self.err(item, "step must be at least 1"));
+                    }
+                    if step > self.spec.max {
+                        return Err(self.err(
+                            item,
+                            format!("step {step} is larger than the field's range"),
+                        ));
+                    }
+                    (r, Some(step))
+                }
+                None => (item, None),
+            };
+            if range == "?" && !matches!(self.spec.name, "day_of_month" | "day_of_week") {
+                return Err(self.err(item, "`?` is only allowed in day-of-month or day-of-week"));
+            }
+            let (start, end) = if range == "*" || range == "?" {
+                (self.spec.min, self.spec.max)
+            } else if let Some((a, b)) = range.split_once('-') {
+                (self.value(a)?, self.value(b)?)
+            } else {
+                let v = self.value(range)?;
+                // Quartz: `a/n` runs from a to the end of the range.
+                (v, if step.is_some() { self.spec.max } else { v })
+            };
+            let step = step.unwrap_or(1);
+            let span = self.spec.max - self.spec.min + 1;
+            // Wrap-around ranges (`22-2`, `FRI-MON`) are allowed, as in Quartz.
+            let length = if end >= start {
+                end - start
+            } else {
+                end + span - start
+            };
+            let mut offset = 0;
+            while offset <= length {
+                let mut v = start + offset;
+                if v > self.spec.max {
+                    v -= span;
+                }
+                allowed[v as usize] = true;
+                offset += step;
+            }
+        }
+        Ok(allowed)
+    }
+
+    fn bits(&self) -> Result<u64, CronError> {
+        Ok(self
+            .values()?
+            .iter()
+            .enumerate()
+            .filter(|(_, on)| **on)
+            .fold(0, |acc, (i, _)| acc | (1 << i)))
+    }
+}
+
+fn is_unrestricted(text: &str) -> bool {
+    text == "*" || text == "?"
+}
+
+fn parse_dom(field: &Field<'_>) -> Result<Option<DomRule>, CronError> {
+    let text = field.text.to_ascii_uppercase();
+    if is_unrestricted(&text) {
+        return Ok(None);
+    }
+    if text == "L" {
+        return Ok(Some(DomRule::LastDay { offset: 0 }));
+    }
+    if text == "LW" || text == "WL" {
+        return Ok(Some(DomRule::LastWeekday));
+    }
+    if let Some(offset) = text.strip_prefix("L-") {
+        let n: u32 = offset
+            .parse()
+            .map_err(|_| field.err(field.text, "`L-n` needs a number of days n"))?;
+        if n > 30 {
+            return Err(field.err(
+                field.text,
+                "`L-n` allows at most 30 days before the last day",
+            ));
+        }
+        return Ok(Some(DomRule::LastDay { offset: n }));
+    }
+    if let Some(day) = text.strip_suffix('W') {
+        if day.contains([',', '-', '/', '*']) {
+            return Err(field.err(
+                field.text,
+                "`W` applies to a single day, not a list or range",
+            ));
+        }
+        return Ok(Some(DomRule::NearestWeekday(field.value(day)?)));
+    }
+    if text.contains('L') || text.contains('W') || text.contains('#') {
+        return Err(field.err(
+            field.text,
+            "`L` and `W` must stand alone (`L`, `L-3`, `LW`, `15W`); `#` belongs in day-of-week",
+        ));
+    }
+    Ok(Some(DomRule::Days(field.bits()? as u32)))
+}
+
+fn parse_dow(field: &Field<'_>, unix: bool) -> Result<Option<DowRule>, CronError> {
+    let text = field.text.to_ascii_uppercase();
+    if is_unrestricted(&text) {
+        return Ok(None);
+    }
+    let to_quartz = |v: u32| -> u8 { if unix { (v % 7 + 1) as u8 } else { v as u8 } };
+    if text == "L" {
+        // Quartz: a bare `L` in day-of-week is its last day, Saturday.
+        return Ok(Some(DowRule::Days(1 << 7)));
+    }
+    if let Some((day, nth)) = text.split_once('#') {
+        let k: u32 = nth.parse().map_err(|_| {
+            field.err(
+                field.text,
+                format!("`#{nth}` needs an occurrence number 1-5"),
+            )
+        })?;
+        if !(1..=5).contains(&k) {
+            return Err(field.err(field.text, format!("occurrence #{k} is out of range 1-5")));
+        }
+        return Ok(Some(DowRule::Nth(to_quartz(field.value(day)?), k)));
+    }
+    if let Some(day) = text.strip_suffix('L') {
+        if day.contains([',', '-', '/', '*']) {
+            return Err(field.err(
+                field.text,
+                "`L` in day-of-week applies to a single weekday, e.g. `6L` or `FRIL`",
+            ));
+        }
+        return Ok(Some(DowRule::Last(to_quartz(field.value(day)?))));
+    }
+    if text.contains('W') && !field.spec.names.iter().any(|n| text.contains(n))
+        || text.contains('L')
+    {
+        return Err(field.err(
+            field.text,
+            "`W` is not allowed in day-of-week; `L` only as `nL`",
+        ));
+    }
+    let values = field.values()?;
+    let mut bits = 0u8;
+    for (v, on) in values.iter().enumerate() {
+        if *on {
+            bits |= 1 << to_quartz(v as u32);
+        }
+    }
+    Ok(Some(DowRule::Days(bits)))
+}
+
+fn macro_expansion(text: &str) -> Option<&'static str> {
+    Some(match text.to_ascii_lowercase().as_str() {
+        "@yearly" | "@annually" => "0 0 0 1 1 ?",
+        "@monthly" => "0 0 0 1 * ?",
+        "@weekly" => "0 0 0 ? * 1",
+        "@daily" | "@midnight" => "0 0 0 * * ?",
+        "@hourly" => "0 0 * * * ?",
+        _ => return None,
+    })
+}
+
+fn days_in_month(year: i32, month: u32) -> u32 {
+    let (next_year, next_month) = if month == 12 {
+        (year + 1, 1)
+    } else {
+        (year, month + 1)
+    };
+    NaiveDate::from_ymd_opt(next_year, next_month, 1)
+        .and_then(|d| d.pred_opt())
+        .map_or(28, |d| d.day())
+}
+
+/// Quartz weekday (1 = Sunday) of a date.
+fn quartz_weekday(date: NaiveDate) -> u8 {
+    date.weekday().num_days_from_sunday() as u8 + 1
+}
+
+fn is_weekday(date: NaiveDate) -> bool {
+    !matches!(date.weekday(), chrono::Weekday::Sat | chrono::Weekday::Sun)
+}
+
+impl DomRule {
+    fn matches(&self, date: NaiveDate) -> bool {
+        let (year, month, day) = (date.year(), date.month(), date.day());
+        let last = days_in_month(year, month);
+        match self {
+            DomRule::Days(bits) => bits & (1 << day) != 0,
+            DomRule::LastDay { offset } => last
+                .checked_sub(*offset)
+                .is_some_and(|d| d >= 1 && d == day),
+            DomRule::LastWeekday => {
+                let mut d = last;
+                while let Some(candidate) = NaiveDate::from_ymd_opt(year, month, d) {
+                    if is_weekday(candidate) {
+                        return d == day;
+                    }
+                    d -= 1;
+                }
+                false
+            }
+            DomRule::NearestWeekday(target) => {
+                let Some(target_date) = NaiveDate::from_ymd_opt(year, month, *target) else {
+                    return false;
+                };
+                // Quartz: the nearest weekday within the same month.
+                let chosen = match target_date.weekday() {
+                    chrono::Weekday::Sat if *target > 1 => target - 1,
+                    chrono::Weekday::Sat => target + 2,
+                    chrono::Weekday::Sun if *target < last => target + 1,
+                    chrono::Weekday::Sun => target - 2,
+                    _ => *target,
+                };
+                chosen == day
+            }
+        }
+    }
+
+    /// Whether the rule can match in some month of `months` (checked with leap-year February).
+    fn possible_in(&self, months: u16) -> bool {
+        let longest = (1..=12u32)
+            .filter(|m| months & (1 << m) != 0)
+            .map(|m| days_in_month(2000, m))
+            .max()
+            .unwrap_or(0);
+        match self {
+            DomRule::Days(bits) => (1..=longest).any(|d| bits & (1 << d) != 0),
+            DomRule::LastDay { offset } => longest > *offset,
+            DomRule::LastWeekday => longest > 0,
+            DomRule::NearestWeekday(day) => *day <= longest,
+        }
+    }
+}
+
+impl DowRule {
+    fn matches(&self, date: NaiveDate) -> bool {
+        let weekday = quartz_weekday(date);
+        match self {
+            DowRule::Days(bits) => bits & (1 << weekday) != 0,
+            DowRule::Last(w) => {
+                *w == weekday && date.day() + 7 > days_in_month(date.year(), date.month())
+            }
+            DowRule::Nth(w, k) => *w == weekday && (date.day() - 1) / 7 + 1 == *k,
+        }
+    }
+}
+
+impl Days {
+    fn matches(&self, date: NaiveDate) -> bool {
+        match (&self.dom, &self.dow) {
+            (None, None) => true,
+            (Some(dom), None) => dom.matches(date),
+            (None, Some(dow)) => dow.matches(date),
+            (Some(dom), Some(dow)) => {
+                if self.either {
+                    dom.matches(date) || dow.matches(date)
+                } else {
+                    dom.matches(date) && dow.matches(date)
+                }
+            }
+        }
+    }
+}
+
+/// The next allowed value `>= from` in a bitset, if any.
+fn next_bit(bits: u64, from: u32, max: u32) -> Option<u32> {
+    (from..=max).find(|v| bits & (1 << v) != 0)
+}
+
 impl CronExpr {
+    /// Parses Quartz 6-field (`sec min hour dom month dow`), 7-field (`… year`), 5-field crontab
+    /// (`min hour dom month dow`) or a macro (`@daily`, `@hourly`, …).
+    ///
+    /// # Errors
+    /// A [`CronError`] naming the field, its position and the offending text.
     pub fn parse(expr: &str) -> Result<CronExpr, CronError> {
-        let inner = cron::Schedule::from_str(expr).map_err(|e| CronError {
+        let whole = |message: String| CronError {
             field: "expression",
             position: 0,
             token: expr.to_owned(),
-            message: e.to_string(),
-        })?;
+            message,
+        };
+        let trimmed = expr.trim();
+        if trimmed.is_empty() {
+            return Err(whole("the expression is empty".into()));
+        }
+        let expanded = if trimmed.starts_with('@') {
+            macro_expansion(trimmed).ok_or_else(|| {
+                whole(format!("unknown macro `{trimmed}`; known: @yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly"))
+            })?
+        } else {
+            trimmed
+        };
+        let parts: Vec<&str> = expanded.split_whitespace().collect();
+        let unix = parts.len() == 5;
+        // Crontab has no seconds field: pretend a `0` and shift positions so errors point at the user's text.
+        let (texts, shift): (Vec<&str>, usize) = match parts.len() {
+            5 => (
+                std::iter::once("0").chain(parts.iter().copied()).collect(),
+                0,
+            ),
+            6 | 7 => (parts.clone(), 1),
+            n => {
+                return Err(whole(format!(
+                    "found {n} fields; expected 6 (sec min hour day-of-month month day-of-week), 7 (… year) or 5 (crontab: min hour day-of-month month day-of-week)"
+                )));
+            }
+        };
+        let field = |i: usize, spec: &'static FieldSpec| Field {
+            spec,
+            position: i + shift,
+            text: texts[i],
+        };
+        let seconds = field(0, &SECOND);
+        let seconds = if unix { 1 } else { seconds.bits()? };
+        let minutes = field(1, &MINUTE).bits()?;
+        let hours = field(2, &HOUR).bits()? as u32;
+        let dom_field = field(3, &DOM);
+        let month_field = field(4, &MONTH);
+        let dow_field = field(5, if unix { &DOW_UNIX } else { &DOW_QUARTZ });
+        let months = month_field.bits()? as u16;
+        let dom = parse_dom(&dom_field)?;
+        let dow = parse_dow(&dow_field, unix)?;
+        if !unix {
+            match (dom_field.text, dow_field.text) {
+                ("?", "?") => {
+                    return Err(dom_field.err(
+                        "?",
+                        "`?` may stand in day-of-month or day-of-week, not both",
+                    ));
+                }
+                (d, w) if dom.is_some() && dow.is_some() && d != "?" && w != "?" => {
+                    return Err(dow_field.err(
+                        w,
+                        "specifying both a day-of-month and a day-of-week is not supported; put `?` in one of them",
+                    ));
+                }
+                _ => {}
+            }
+        }
+        if let Some(rule) = &dom
+            && !rule.possible_in(months)
+        {
+            return Err(dom_field.err(
+                dom_field.text,
+                "never matches any day of the selected months",
+            ));
+        }
+        let years = if texts.len() == 7 {
+            let year_field = field(6, &YEAR);
+            if is_unrestricted(year_field.text) {
+                None
+            } else {
+                let values = year_field.values()?;
+                Some(values.into_iter().skip(MIN_YEAR as usize).collect())
+            }
+        } else {
+            None
+        };
         Ok(CronExpr {
-            source: expr.trim().to_owned(),
-            inner,
+            source: trimmed.split_whitespace().collect::<Vec<_>>().join(" "),
+            seconds,
+            minutes,
+            hours,
+            months,
+            // vixie cron: a day field starting with `*` (even `*/2`) makes the two combine with AND.
+            days: Days {
+                dom,
+                dow,
+                either: unix
+                    && !dom_field.text.starts_with('*')
+                    && !dow_field.text.starts_with('*'),
+            },
+            years,
         })
     }
 
-    pub fn next_after(&self, after: DateTime<Utc>, tz: Tz) -> Option<DateTime<Utc>> {
-        self.inner
-            .after(&after.with_timezone(&tz))
-            .next()
-            .map(|t| t.with_timezone(&Utc))
+    fn year_allowed(&self, year: i32) -> bool {
+        match &self.years {
+            None => (MIN_YEAR..=MAX_YEAR).contains(&year),
+            Some(bits) => usize::try_from(year - MIN_YEAR)
+                .ok()
+                .and_then(|i| bits.get(i))
+                .copied()
+                .unwrap_or(false),
+        }
     }
 
+    /// An "interval job" in vixie-cron terms: its hour field covers every hour.
+    fn every_hour(&self) -> bool {
+        self.hours == (1 << 24) - 1
+    }
+
+    /// The first local wall time `>= from` that matches the fields, ignoring time zones.
+    fn next_local(&self, from: NaiveDateTime) -> Option<NaiveDateTime> {
+        let mut t = from;
+        loop {
+            let year = t.year();
+            if year > MAX_YEAR {
+                return None;
+            }
+            if !self.year_allowed(year) {
+                let next_year = (year + 1..=MAX_YEAR).find(|y| self.year_allowed(*y))?;
+                t = NaiveDate::from_ymd_opt(next_year, 1, 1)?.and_hms_opt(0, 0, 0)?;
+                continue;
+            }
+            if self.months & (1 << t.month()) == 0 {
+                t = match next_bit(u64::from(self.months), t.month() + 1, 12) {
+                    Some(m) => NaiveDate::from_ymd_opt(year, m, 1)?.and_hms_opt(0, 0, 0)?,
+                    None => NaiveDate::from_ymd_opt(year + 1, 1, 1)?.and_hms_opt(0, 0, 0)?,
+                };
+                continue;
+            }
+            if !self.days.matches(t.date()) {
+                t = t.date().succ_opt()?.and_hms_opt(0, 0, 0)?;
+                continue;
+            }
+            let Some(hour) = next_bit(u64::from(self.hours), t.hour(), 23) else {
+                t = t.date().succ_opt()?.and_hms_opt(0, 0, 0)?;
+                continue;
+            };
+            if hour != t.hour() {
+                t = t.date().and_hms_opt(hour, 0, 0)?;
+            }
+            let Some(minute) = next_bit(self.minutes, t.minute(), 59) else {
+                t = t.date().and_hms_opt(t.hour(), 0, 0)? + Duration::hours(1);
+                continue;
+            };
+            if minute != t.minute() {
+                t = t.date().and_hms_opt(t.hour(), minute, 0)?;
+            }
+            let Some(second) = next_bit(self.seconds, t.second(), 59) else {
+                t = t.date().and_hms_opt(t.hour(), t.minute(), 0)? + Duration::minutes(1);
+                continue;
+            };
+            return t.date().and_hms_opt(t.hour(), t.minute(), second);
+        }
+    }
+
+    /// The first local wall time after `gap_time` that exists in `tz` (the end of a DST gap).
+    fn end_of_gap(gap_time: NaiveDateTime, tz: Tz) -> Option<DateTime<Utc>> {
+        let mut probe = gap_time.with_second(0)?;
+        for _ in 0..(4 * 60) {
+            probe += Duration::minutes(1);
+            if let Some(t) = tz.from_local_datetime(&probe).earliest() {
+                return Some(t.with_timezone(&Utc));
+            }
+        }
+        None
+    }
+
+    /// The first fire time strictly after `after`, evaluated in `tz`, as UTC; `None` if the
+    /// expression never fires again (before the year 2200).
+    pub fn next_after(&self, after: DateTime<Utc>, tz: Tz) -> Option<DateTime<Utc>> {
+        let after = after.with_nanosecond(0)?;
+        let local_after = after.with_timezone(&tz).naive_local();
+        let mut best = self.next_from_local(local_after + Duration::seconds(1), after, tz);
+        // After the first pass of a fall-back, an interval job's second-pass fires at wall times
+        // up to `local_after` are still in the future.
+        if self.every_hour()
+            && let LocalResult::Ambiguous(_, second_pass) = tz.from_local_datetime(&local_after)
+            && after < second_pass.with_timezone(&Utc)
+        {
+            let mut start = local_after;
+            while matches!(
+                tz.from_local_datetime(&(start - Duration::minutes(1))),
+                LocalResult::Ambiguous(..)
+            ) {
+                start -= Duration::minutes(1);
+            }
+            let start = start.with_second(0)?;
+            if let Some(t) = self.next_local(start).filter(|t| *t <= local_after)
+                && let Some(instant) = tz
+                    .from_local_datetime(&t)
+                    .latest()
+                    .map(|i| i.with_timezone(&Utc))
+                && instant > after
+            {
+                best = Some(best.map_or(instant, |b| b.min(instant)));
+            }
+        }
+        best
+    }
+
+    fn next_from_local(
+        &self,
+        from: NaiveDateTime,
+        after: DateTime<Utc>,
+        tz: Tz,
+    ) -> Option<DateTime<Utc>> {
+        let mut cursor = from;
+        loop {
+            let local = self.next_local(cursor)?;
+            cursor = local + Duration::seconds(1);
+            let candidate = match tz.from_local_datetime(&local) {
+                LocalResult::Single(t) => Some(t.with_timezone(&Utc)),
+                LocalResult::Ambiguous(first, second) => {
+                    let (first, second) = (first.with_timezone(&Utc), second.with_timezone(&Utc));
+                    if first > after {
+                        Some(first)
+                    } else if self.every_hour() && second > after {
+                        Some(second)
+                    } else {
+                        None
+                    }
+                }
+                LocalResult::None if self.every_hour() => None,
+                LocalResult::None => Self::end_of_gap(local, tz),
+            };
+            if let Some(t) = candidate.filter(|t| *t > after) {
+                return Some(t);
+            }
+        }
+    }
+
+    /// The next `count` fire times after `after`.
     pub fn upcoming(&self, after: DateTime<Utc>, tz: Tz, count: usize) -> Vec<DateTime<Utc>> {
         let mut out = Vec::with_capacity(count);
         let mut cursor = after;
@@ -55,8 +758,590 @@ impl CronExpr {
     }
 }
 
-impl std::fmt::Display for CronExpr {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl fmt::Display for CronExpr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.source)
+    }
+}
+
+impl FromStr for CronExpr {
+    type Err = CronError;
+
+    fn from_str(s: &str) -> Result<Self, CronError> {
+        CronExpr::parse(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono_tz::{America, Australia, Europe};
+
+    fn utc(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    fn next(expr: &str, after: &str) -> String {
+        CronExpr::parse(expr)
+            .unwrap()
+            .next_after(utc(after), Tz::UTC)
+            .unwrap()
+            .to_rfc3339()
+    }
+
+    fn times(expr: &str, tz: Tz, after: &str, n: usize) -> Vec<String> {
+        CronExpr::parse(expr)
+            .unwrap()
+            .upcoming(utc(after), tz, n)
+            .iter()
+            .map(|t| t.with_timezone(&tz).to_rfc3339())
+            .collect()
+    }
+
+    #[test]
+    fn quartz_examples_xxl_job_users_write() {
+        assert_eq!(
+            next("0 0/5 * * * ?", "2026-03-01T10:02:00Z"),
+            "2026-03-01T10:05:00+00:00"
+        );
+        assert_eq!(
+            next("0 15 10 L * ?", "2026-02-01T00:00:00Z"),
+            "2026-02-28T10:15:00+00:00"
+        );
+        assert_eq!(
+            next("0 15 10 L * ?", "2028-02-01T00:00:00Z"),
+            "2028-02-29T10:15:00+00:00"
+        );
+        // The third Friday of November 2026 is the 20th.
+        assert_eq!(
+            next("0 15 10 ? * 6#3", "2026-11-01T00:00:00Z"),
+            "2026-11-20T10:15:00+00:00"
+        );
+        // The last weekday of January 2026 is Friday the 30th (the 31st is a Saturday).
+        assert_eq!(
+            next("0 0 12 LW * ?", "2026-01-01T00:00:00Z"),
+            "2026-01-30T12:00:00+00:00"
+        );
+        // 2026-11-22 is a Sunday.
+        assert_eq!(
+            next("0 0 9 ? * MON-FRI", "2026-11-21T10:00:00Z"),
+            "2026-11-23T09:00:00+00:00"
+        );
+        // The last Friday of November 2026 is the 27th; 2025 is excluded by the year field.
+        assert_eq!(
+            next("0 15 10 ? * 6L 2026-2030", "2025-11-01T00:00:00Z"),
+            "2026-01-30T10:15:00+00:00"
+        );
+        assert_eq!(
+            next("0 0 12 1/5 * ?", "2026-01-01T12:00:00Z"),
+            "2026-01-06T12:00:00+00:00"
+        );
+        assert_eq!(
+            next("0 11 11 11 11 ?", "2026-11-22T00:00:00Z"),
+            "2027-11-11T11:11:00+00:00"
+        );
+        assert_eq!(
+            next("0 0 0 L-2 * ?", "2026-04-01T00:00:00Z"),
+            "2026-04-28T00:00:00+00:00"
+        );
+        assert_eq!(
+            next("0 0 0 ? * FRIL", "2026-11-01T00:00:00Z"),
+            "2026-11-27T00:00:00+00:00"
+        );
+        assert_eq!(
+            next("0 0 0 ? * L", "2026-11-22T00:00:00Z"),
+            "2026-11-28T00:00:00+00:00",
+            "bare L = Saturday"
+        );
+        assert_eq!(
+            next("0 0 22-2 * * ?", "2026-01-01T02:30:00Z"),
+            "2026-01-01T22:00:00+00:00",
+            "wrap-around hours"
+        );
+        assert_eq!(
+            next("0 0 0 ? * FRI-MON", "2026-11-24T00:00:00Z"),
+            "2026-11-27T00:00:00+00:00",
+            "wrap-around days"
+        );
+    }
+
+    #[test]
+    fn nearest_weekday_stays_in_the_month() {
+        // 2026-08-15 is a Saturday → Friday the 14th.
+        assert_eq!(
+            next("0 0 0 15W * ?", "2026-08-01T00:00:00Z"),
+            "2026-08-14T00:00:00+00:00"
+        );
+        // 2026-11-01 is a Sunday → Monday the 2nd.
+        assert_eq!(
+            next("0 0 0 1W * ?", "2026-10-31T00:00:00Z"),
+            "2026-11-02T00:00:00+00:00"
+        );
+        // 2026-08-01 is a Saturday → Monday the 3rd, not Friday July 31st.
+        assert_eq!(
+            next("0 0 0 1W * ?", "2026-07-15T00:00:00Z"),
+            "2026-08-03T00:00:00+00:00"
+        );
+        // 2026-05-31 is a Sunday → Friday the 29th.
+        assert_eq!(
+            next("0 0 0 31W * ?", "2026-05-01T00:00:00Z"),
+            "2026-05-29T00:00:00+00:00"
+        );
+        // 31W never fires in 30-day months: after May comes July.
+        assert_eq!(
+            next("0 0 0 31W * ?", "2026-05-30T00:00:00Z"),
+            "2026-07-31T00:00:00+00:00"
+        );
+    }
+
+    #[test]
+    fn crontab_five_fields_and_macros() {
+        assert_eq!(
+            next("*/5 * * * *", "2026-03-01T10:02:30Z"),
+            "2026-03-01T10:05:00+00:00"
+        );
+        // Unix numbering: 1-5 = Monday-Friday; 0 and 7 are Sunday.
+        assert_eq!(
+            next("0 9 * * 1-5", "2026-11-21T10:00:00Z"),
+            "2026-11-23T09:00:00+00:00"
+        );
+        assert_eq!(
+            next("0 9 * * 0", "2026-11-20T10:00:00Z"),
+            "2026-11-22T09:00:00+00:00"
+        );
+        assert_eq!(
+            next("0 9 * * 7", "2026-11-20T10:00:00Z"),
+            "2026-11-22T09:00:00+00:00"
+        );
+        // Both restricted: either matches (the 1st, or any Monday).
+        assert_eq!(
+            next("0 0 1 * MON", "2026-11-02T01:00:00Z"),
+            "2026-11-09T00:00:00+00:00"
+        );
+        assert_eq!(
+            next("0 0 1 * MON", "2026-11-30T01:00:00Z"),
+            "2026-12-01T00:00:00+00:00"
+        );
+        assert_eq!(
+            next("@daily", "2026-03-01T10:00:00Z"),
+            "2026-03-02T00:00:00+00:00"
+        );
+        assert_eq!(
+            next("@hourly", "2026-03-01T10:00:00Z"),
+            "2026-03-01T11:00:00+00:00"
+        );
+        assert_eq!(
+            next("@weekly", "2026-11-20T10:00:00Z"),
+            "2026-11-22T00:00:00+00:00"
+        );
+        assert_eq!(
+            next("@yearly", "2026-03-01T10:00:00Z"),
+            "2027-01-01T00:00:00+00:00"
+        );
+        assert_eq!(
+            CronExpr::parse("  0   0/5 * *  * ? ").unwrap().to_string(),
+            "0 0/5 * * * ?"
+        );
+    }
+
+    #[test]
+    fn results_are_strictly_after_and_past_years_never_fire() {
+        assert_eq!(
+            next("0 0 12 * * ?", "2026-01-01T12:00:00Z"),
+            "2026-01-02T12:00:00+00:00"
+        );
+        assert_eq!(
+            next("* * * * * ?", "2026-01-01T12:00:00.500Z"),
+            "2026-01-01T12:00:01+00:00"
+        );
+        let past = CronExpr::parse("0 0 0 1 1 ? 2020").unwrap();
+        assert_eq!(past.next_after(utc("2026-01-01T00:00:00Z"), Tz::UTC), None);
+        // Leap day only: four years apart.
+        assert_eq!(
+            next("0 0 0 29 2 ?", "2024-03-01T00:00:00Z"),
+            "2028-02-29T00:00:00+00:00"
+        );
+    }
+
+    fn rejected(expr: &str) -> CronError {
+        CronExpr::parse(expr).unwrap_err()
+    }
+
+    #[test]
+    fn errors_say_what_and_where() {
+        let e = rejected("0 0 25 * * ?");
+        assert_eq!((e.field, e.position, e.token.as_str()), ("hour", 3, "25"));
+        assert_eq!(
+            e.to_string(),
+            "hour (field 3) `25`: value 25 is out of range 0-23"
+        );
+        let e = rejected("0 61 * * * ?");
+        assert_eq!((e.field, e.position), ("minute", 2));
+        let e = rejected("61 * * * *");
+        assert_eq!(
+            (e.field, e.position),
+            ("minute", 1),
+            "crontab positions count from its first field"
+        );
+        let e = rejected("* * * *");
+        assert!(e.message.contains("found 4 fields"), "{e}");
+        assert_eq!(rejected("").field, "expression");
+        assert_eq!(rejected("0 0/0 * * * ?").field, "minute");
+        assert_eq!(rejected("0 0 12 ? * MON#6").field, "day_of_week");
+        assert_eq!(rejected("0 0 12 ? * MON#x").field, "day_of_week");
+        assert_eq!(rejected("0 0 12 1,L * ?").field, "day_of_month");
+        assert_eq!(rejected("0 0 12 1-5W * ?").field, "day_of_month");
+        assert_eq!(rejected("0 0 12 ? * 2W").field, "day_of_week");
+        assert_eq!(rejected("0 0 12 ? * ?").field, "day_of_month", "both `?`");
+        assert_eq!(rejected("0 0 12 ? FOO *").field, "month");
+        assert_eq!(rejected("0 0 12 ? * 8").field, "day_of_week");
+        assert_eq!(
+            rejected("0 0 12 1 * MON").field,
+            "day_of_week",
+            "Quartz forbids both days"
+        );
+        assert_eq!(rejected("0 0 12 * * ? 1969").field, "year");
+        assert_eq!(rejected("0 0 12 * * ? 2300").field, "year");
+        assert_eq!(rejected("@fortnightly").field, "expression");
+        assert_eq!(rejected("0 0 12 L-31 * ?").field, "day_of_month");
+        assert_eq!(rejected("0 0 0 1,,2 * ?").field, "day_of_month");
+        assert_eq!(rejected("0 0 0 a-b * ?").field, "day_of_month");
+        let never = rejected("0 0 12 31 2 ?");
+        assert_eq!(
+            (never.field, never.message.as_str()),
+            (
+                "day_of_month",
+                "never matches any day of the selected months"
+            )
+        );
+        assert_eq!(rejected("0 0 0 30 FEB ?").field, "day_of_month");
+        assert_eq!(rejected("0 0 0 31 4,6,9,11 ?").field, "day_of_month");
+        assert!(
+            CronExpr::parse("0 0 0 31 1,4 ?").is_ok(),
+            "January has a 31st"
+        );
+    }
+
+    #[test]
+    fn spring_forward_fixed_time_fires_once_after_the_gap() {
+        // New York skips 02:00-03:00 on 2026-03-08.
+        let got = times("0 30 2 * * ?", America::New_York, "2026-03-07T12:00:00Z", 3);
+        assert_eq!(
+            got,
+            vec![
+                "2026-03-08T03:00:00-04:00",
+                "2026-03-09T02:30:00-04:00",
+                "2026-03-10T02:30:00-04:00"
+            ]
+        );
+        let got = times(
+            "0 0/20 2 * * ?",
+            America::New_York,
+            "2026-03-08T06:00:00Z",
+            2,
+        );
+        assert_eq!(
+            got,
+            vec!["2026-03-08T03:00:00-04:00", "2026-03-09T02:00:00-04:00"],
+            "several gap times fire once"
+        );
+        // Berlin skips 02:00-03:00 on 2026-03-29.
+        let got = times("0 30 2 * * ?", Europe::Berlin, "2026-03-28T12:00:00Z", 2);
+        assert_eq!(
+            got,
+            vec!["2026-03-29T03:00:00+02:00", "2026-03-30T02:30:00+02:00"]
+        );
+    }
+
+    #[test]
+    fn spring_forward_interval_jobs_skip_the_missing_hour() {
+        let got = times(
+            "0 0/30 * * * ?",
+            America::New_York,
+            "2026-03-08T06:15:00Z",
+            4,
+        );
+        assert_eq!(
+            got,
+            vec![
+                "2026-03-08T01:30:00-05:00",
+                "2026-03-08T03:00:00-04:00",
+                "2026-03-08T03:30:00-04:00",
+                "2026-03-08T04:00:00-04:00"
+            ]
+        );
+    }
+
+    #[test]
+    fn fall_back_fixed_time_fires_once_interval_jobs_fire_in_both_passes() {
+        // New York repeats 01:00-02:00 on 2026-11-01.
+        let got = times("0 30 1 * * ?", America::New_York, "2026-10-31T12:00:00Z", 2);
+        assert_eq!(
+            got,
+            vec!["2026-11-01T01:30:00-04:00", "2026-11-02T01:30:00-05:00"]
+        );
+        let got = times(
+            "0 0/30 * * * ?",
+            America::New_York,
+            "2026-11-01T04:45:00Z",
+            6,
+        );
+        assert_eq!(
+            got,
+            vec![
+                "2026-11-01T01:00:00-04:00",
+                "2026-11-01T01:30:00-04:00",
+                "2026-11-01T01:00:00-05:00",
+                "2026-11-01T01:30:00-05:00",
+                "2026-11-01T02:00:00-05:00",
+                "2026-11-01T02:30:00-05:00",
+            ]
+        );
+        // Starting inside the first pass still finds the second pass.
+        let got = times(
+            "0 0/30 * * * ?",
+            America::New_York,
+            "2026-11-01T05:40:00Z",
+            2,
+        );
+        assert_eq!(
+            got,
+            vec!["2026-11-01T01:00:00-05:00", "2026-11-01T01:30:00-05:00"]
+        );
+        // Berlin repeats 02:00-03:00 on 2026-10-25.
+        let got = times("0 15 2 * * ?", Europe::Berlin, "2026-10-24T12:00:00Z", 2);
+        assert_eq!(
+            got,
+            vec!["2026-10-25T02:15:00+02:00", "2026-10-26T02:15:00+01:00"]
+        );
+    }
+
+    #[test]
+    fn half_hour_dst_and_strictly_increasing_results_across_transitions() {
+        // Lord Howe moves by 30 minutes: 02:00 → 02:30 on 2026-10-04.
+        let got = times(
+            "0 15 2 * * ?",
+            Australia::Lord_Howe,
+            "2026-10-03T00:00:00Z",
+            2,
+        );
+        assert_eq!(
+            got,
+            vec!["2026-10-04T02:30:00+11:00", "2026-10-05T02:15:00+11:00"]
+        );
+        for tz in [America::New_York, Europe::Berlin, Australia::Lord_Howe] {
+            for expr in [
+                "0 0/7 * * * ?",
+                "0 30 1,2,3 * * ?",
+                "0 0 * * * ?",
+                "13 */11 0-4 * * ?",
+            ] {
+                let e = CronExpr::parse(expr).unwrap();
+                for start in [
+                    "2026-03-07T00:00:00Z",
+                    "2026-10-03T00:00:00Z",
+                    "2026-10-31T00:00:00Z",
+                ] {
+                    let all = e.upcoming(utc(start), tz, 400);
+                    assert!(
+                        all.windows(2).all(|w| w[0] < w[1]),
+                        "{expr} in {tz} from {start}"
+                    );
+                    // No fire is lost: starting just before any fire finds that fire.
+                    for t in &all {
+                        assert_eq!(
+                            e.next_after(*t - Duration::seconds(1), tz),
+                            Some(*t),
+                            "{expr} in {tz} before {t}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// A small seeded generator so failures reproduce.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        fn below(&mut self, n: u32) -> u32 {
+            (self.next() % u64::from(n)) as u32
+        }
+
+        fn field(&mut self, min: u32, max: u32) -> String {
+            let span = max - min + 1;
+            match self.below(6) {
+                0 => "*".into(),
+                1 => (min + self.below(span)).to_string(),
+                2 => {
+                    let a = min + self.below(span);
+                    let b = a + self.below(max - a + 1);
+                    format!("{a}-{b}")
+                }
+                3 => format!("*/{}", 1 + self.below(span.min(15))),
+                4 => {
+                    let a = min + self.below(span);
+                    format!("{a}/{}", 1 + self.below(span.min(15)))
+                }
+                _ => {
+                    let mut items: Vec<u32> = (0..1 + self.below(4))
+                        .map(|_| min + self.below(span))
+                        .collect();
+                    items.sort_unstable();
+                    items.dedup();
+                    items
+                        .iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                }
+            }
+        }
+    }
+
+    fn starts() -> Vec<DateTime<Utc>> {
+        [
+            "2026-01-01T00:00:00Z",
+            "2026-02-27T23:59:59Z",
+            "2027-06-15T12:34:56Z",
+            "2028-12-31T23:00:00Z",
+        ]
+        .iter()
+        .map(|s| utc(s))
+        .collect()
+    }
+
+    #[test]
+    fn agrees_with_the_cron_crate_on_generated_quartz_expressions() {
+        let mut rng = Rng(0x5eed_1234_abcd_0001);
+        let mut compared = 0;
+        for _ in 0..1500 {
+            let (dom, dow) = if rng.below(2) == 0 {
+                (rng.field(1, 31), "?".to_owned())
+            } else {
+                ("?".to_owned(), rng.field(1, 7))
+            };
+            let mut expr = format!(
+                "{} {} {} {dom} {} {dow}",
+                rng.field(0, 59),
+                rng.field(0, 59),
+                rng.field(0, 23),
+                rng.field(1, 12)
+            );
+            if rng.below(4) == 0 {
+                expr.push_str(&format!(" {}", rng.field(2026, 2032)));
+            }
+            let Ok(ours) = CronExpr::parse(&expr) else {
+                // Only statically impossible day/month combinations are refused: the reference must never fire them.
+                let reference = cron::Schedule::from_str(&expr).unwrap();
+                assert!(
+                    reference.after(&starts()[0]).next().is_none(),
+                    "we refused {expr}, which fires"
+                );
+                continue;
+            };
+            let reference = cron::Schedule::from_str(&expr)
+                .unwrap_or_else(|e| panic!("cron crate refused {expr}: {e}"));
+            for start in starts() {
+                let theirs: Vec<DateTime<Utc>> = reference.after(&start).take(12).collect();
+                let mine = ours.upcoming(start, Tz::UTC, 12);
+                assert_eq!(mine, theirs, "{expr} after {start}");
+                compared += 1;
+            }
+        }
+        assert!(compared > 4000, "compared {compared} series");
+    }
+
+    #[test]
+    fn agrees_with_croner_on_l_w_hash_and_crontab() {
+        use croner::parser::{CronParser, Seconds};
+        let quartz = CronParser::builder()
+            .seconds(Seconds::Required)
+            .alternative_weekdays(true)
+            .sloppy_ranges(true)
+            .build();
+        let crontab = CronParser::builder().sloppy_ranges(true).build();
+        let mut rng = Rng(0x0dd_ba11_cafe_f00d);
+        let mut compared = 0;
+        for _ in 0..1200 {
+            let time = format!(
+                "{} {} {}",
+                rng.below(60),
+                rng.field(0, 59),
+                rng.field(0, 23)
+            );
+            let special = match rng.below(7) {
+                0 => ("L".to_owned(), "?".to_owned()),
+                1 => (format!("{}W", 1 + rng.below(28)), "?".to_owned()),
+                2 => ("LW".to_owned(), "?".to_owned()),
+                3 => (format!("L-{}", rng.below(10)), "?".to_owned()),
+                4 => ("?".to_owned(), format!("{}L", 1 + rng.below(7))),
+                5 => (
+                    "?".to_owned(),
+                    format!("{}#{}", 1 + rng.below(7), 1 + rng.below(5)),
+                ),
+                _ => ("?".to_owned(), rng.field(1, 7)),
+            };
+            let expr = format!("{time} {} {} {}", special.0, rng.field(1, 12), special.1);
+            let ours = CronExpr::parse(&expr).unwrap_or_else(|e| panic!("{expr}: {e}"));
+            let Ok(reference) = quartz.parse(&expr) else {
+                continue;
+            };
+            for start in starts() {
+                let theirs: Vec<DateTime<Utc>> = reference.iter_after(start).take(8).collect();
+                assert_eq!(
+                    ours.upcoming(start, Tz::UTC, 8),
+                    theirs,
+                    "{expr} after {start}"
+                );
+                compared += 1;
+            }
+        }
+        for _ in 0..800 {
+            let dom = if rng.below(3) == 0 {
+                rng.field(1, 31)
+            } else {
+                "*".to_owned()
+            };
+            let dow = if rng.below(3) == 0 {
+                rng.field(0, 6)
+            } else {
+                "*".to_owned()
+            };
+            let expr = format!(
+                "{} {} {dom} {} {dow}",
+                rng.field(0, 59),
+                rng.field(0, 23),
+                rng.field(1, 12)
+            );
+            // Known difference: with `*/n` in one day field and the other restricted, vixie cron
+            // (and we) AND the two; croner ORs them. Debian's cron is the reference users know.
+            if dom != "*" && dow != "*" && (dom.starts_with('*') || dow.starts_with('*')) {
+                continue;
+            }
+            let Ok(ours) = CronExpr::parse(&expr) else {
+                continue;
+            };
+            let reference = crontab
+                .parse(&expr)
+                .unwrap_or_else(|e| panic!("croner refused {expr}: {e}"));
+            for start in starts() {
+                let theirs: Vec<DateTime<Utc>> = reference.iter_after(start).take(8).collect();
+                assert_eq!(
+                    ours.upcoming(start, Tz::UTC, 8),
+                    theirs,
+                    "{expr} after {start}"
+                );
+                compared += 1;
+            }
+        }
+        assert!(compared > 5000, "compared {compared} series");
     }
 }

@@ -120,15 +120,26 @@ pub async fn bootstrap(
     match &outcome {
         Bootstrap::CreatedWithRandomPassword(password) => {
             // Printed, not logged: it must reach the person starting the admin and nowhere else.
-            println!("jobfleet: created user `admin` with password: {password}");
-            println!("jobfleet: change it after logging in; it is not shown again");
+            announce(&format!(
+                "jobfleet: created user `admin` with password: {password}"
+            ));
+            announce("jobfleet: change it after logging in; it is not shown again");
         }
-        Bootstrap::CreatedWithGivenPassword => println!(
-            "jobfleet: created user `admin` with the password from JOBFLEET_ADMIN_PASSWORD"
+        Bootstrap::CreatedWithGivenPassword => announce(
+            "jobfleet: created user `admin` with the password from JOBFLEET_ADMIN_PASSWORD",
         ),
         Bootstrap::Existing => {}
     }
     Ok(outcome)
+}
+
+/// Prints a line for the person who started the admin. A closed stdout (a daemon, a pipe whose
+/// reader left) must not take the server down, so write errors are ignored, unlike `println!`.
+pub fn announce(line: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
 }
 
 /// A server running in the background (tests and `serve`).
@@ -178,7 +189,10 @@ pub async fn serve(
         .with_context(|| format!("binding {listen} (config key `listen`)"))?;
     let running = start(state.clone(), listener)?;
     tracing::info!(addr = %running.addr, database = ?state.db.url(), "jobfleet admin listening");
-    println!("jobfleet: admin listening on http://{}", running.addr);
+    announce(&format!(
+        "jobfleet: admin listening on http://{}",
+        running.addr
+    ));
     stop.await;
     tracing::info!("Shutting down");
     running.handle.stop(true).await;

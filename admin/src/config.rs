@@ -292,6 +292,12 @@ impl Config {
             ));
         }
         let access_token = get("access_token").filter(|s| !s.is_empty());
+        if access_token.is_none() && matches!(database_url, DbUrl::Mysql(_)) {
+            return Err(fail(
+                "access_token",
+                "required with MySQL: agents and every admin of a cluster must share it (set JOBFLEET_ACCESS_TOKEN)".into(),
+            ));
+        }
         if let Some(token) = &access_token
             && (token.len() < 8 || token.chars().any(|c| c.is_control() || c.is_whitespace()))
         {

@@ -87,6 +87,11 @@ fn json_error(err: JsonPayloadError) -> Error {
     }
 }
 
+/// The error for a JSON body parsed by hand (where an empty body is allowed).
+pub fn body_error(e: serde_json::Error) -> Error {
+    json_error(JsonPayloadError::Deserialize(e))
+}
+
 fn query_error(err: QueryPayloadError) -> Error {
     let message = match &err {
         QueryPayloadError::Deserialize(e) => e.to_string(),
@@ -146,6 +151,7 @@ pub fn configure(cfg: &mut web::ServiceConfig, state: web::Data<AppState>) {
                 .route("/healthz", web::get().to(api::meta::healthz))
                 .route("/readyz", web::get().to(api::meta::readyz))
                 .configure(api::docs::configure)
+                .configure(crate::rpc::configure)
                 .service(web::scope("/api/v1").configure(api::configure).default_service(web::to(api_not_found))),
         );
 }

@@ -4,12 +4,15 @@
 pub mod api;
 pub mod audit;
 pub mod auth;
+pub mod callback;
 pub mod clock;
 pub mod config;
 pub mod db;
+pub mod dispatch;
 pub mod domain;
 pub mod error;
 pub mod http;
+pub mod rpc;
 pub mod service;
 pub mod startup;
 #[doc(hidden)]

@@ -14,6 +14,7 @@ use crate::auth::rate_limit::RateLimiter;
 use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::db::{Db, DbUrl, migrate};
+use crate::dispatch::client::AgentClient;
 use crate::service::users::{Bootstrap, bootstrap_admin};
 
 /// Everything request handlers and workers share. Passed explicitly; there is no global.
@@ -25,6 +26,9 @@ pub struct AppState {
     pub jwt_ttl_ms: i64,
     pub login_limiter: RateLimiter,
     pub config: Arc<Config>,
+    /// The token agents must present, and that we present to them.
+    pub access_token: String,
+    pub agents: AgentClient,
 }
 
 /// Failed logins allowed per client and user name within the window below.
@@ -95,6 +99,17 @@ pub async fn prepare(
         (None, DbUrl::Sqlite(path)) => persisted_secret(path, "jwt.secret")?,
         (None, DbUrl::Mysql(_)) => anyhow::bail!("config key `jwt_secret` is required with MySQL"),
     };
+    let access_token = match (&config.access_token, &config.database_url) {
+        (Some(token), _) => token.clone(),
+        (None, DbUrl::Sqlite(path)) => persisted_secret(path, "access.token")?,
+        (None, DbUrl::Mysql(_)) => {
+            anyhow::bail!("config key `access_token` is required with MySQL")
+        }
+    };
+    // reqwest panics without a process-wide rustls provider; installing twice is harmless.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let agents = AgentClient::new(access_token.clone(), std::time::Duration::from_secs(3))
+        .context("HTTP client for agents")?;
     let jwt_ttl_ms = i64::try_from(config.jwt_ttl.as_millis()).context("jwt_ttl")?;
     Ok(web::Data::new(AppState {
         db,
@@ -103,6 +118,8 @@ pub async fn prepare(
         jwt_ttl_ms,
         login_limiter: RateLimiter::new(LOGIN_FAILURES_ALLOWED, LOGIN_WINDOW_MS),
         config: Arc::new(config),
+        access_token,
+        agents,
     }))
 }
 

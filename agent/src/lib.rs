@@ -1,2 +1,33 @@
-//! jobfleet agent library: the admin ↔ agent wire protocol and the agent daemon.
-pub mod protocol {}
+//! jobfleet agent. The `protocol` module is the admin ↔ agent wire protocol (serde only, used by
+//! both sides); everything else is the daemon, behind the default `daemon` feature.
+
+pub mod protocol;
+
+#[cfg(feature = "daemon")]
+pub mod admin_client;
+#[cfg(feature = "daemon")]
+pub mod callback;
+#[cfg(feature = "daemon")]
+pub mod config;
+#[cfg(feature = "daemon")]
+pub mod daemon;
+#[cfg(feature = "daemon")]
+pub mod error;
+#[cfg(feature = "daemon")]
+pub mod host;
+#[cfg(feature = "daemon")]
+pub mod logs;
+#[cfg(feature = "daemon")]
+pub mod registry;
+#[cfg(feature = "daemon")]
+pub mod runner;
+#[cfg(feature = "daemon")]
+pub mod server;
+#[cfg(feature = "daemon")]
+pub mod spool;
+
+/// Milliseconds since the Unix epoch.
+#[cfg(feature = "daemon")]
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}

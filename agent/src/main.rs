@@ -1,1 +1,44 @@
-fn main() {}
+//! `jobfleet-agent`: parses the command line and runs the daemon.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use jobfleet_agent::config::{Cli, Config};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let config = match Config::load(&cli, std::env::vars().collect()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("jobfleet-agent: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| config.log.clone());
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_target(false)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("jobfleet-agent: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(jobfleet_agent::daemon::run(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e @ jobfleet_agent::error::Error::Refused(_)) => {
+            eprintln!("jobfleet-agent: {e}");
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            eprintln!("jobfleet-agent: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

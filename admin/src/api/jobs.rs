@@ -9,7 +9,7 @@ use crate::error::{ApiResult, ErrorBody};
 use crate::service::jobs::{
     CronPreviewRequest, CronPreviewResponse, JobQuery, JobView, ScriptVersionView,
 };
-use crate::service::runs::{RunQuery, RunView};
+use crate::service::runs::{LogPage, RunQuery, RunView, TriggerRequest};
 use crate::service::{self, Paged};
 use crate::startup::AppState;
 
@@ -175,4 +175,59 @@ pub async fn get_run(
     id: web::Path<i64>,
 ) -> ApiResult<HttpResponse> {
     Ok(HttpResponse::Ok().json(service::runs::get(&state, &caller.0, id.into_inner()).await?))
+}
+
+/// Run a job now, optionally with other params and on a chosen agent of its group.
+#[utoipa::path(post, path = "/api/v1/jobs/{id}/trigger", tag = "runs", security(("bearer" = [])), params(("id" = i64, Path)),
+    request_body = TriggerRequest,
+    responses((status = 201, body = RunView, description = "the run; `status` says whether an agent accepted it"),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn trigger(
+    state: web::Data<AppState>,
+    caller: ApiCaller,
+    id: web::Path<i64>,
+    body: web::Bytes,
+) -> ApiResult<HttpResponse> {
+    // An empty body means "defaults"; anything else must be a valid request.
+    let request = if body.iter().all(u8::is_ascii_whitespace) {
+        TriggerRequest::default()
+    } else {
+        serde_json::from_slice(&body).map_err(crate::http::body_error)?
+    };
+    Ok(HttpResponse::Created()
+        .json(service::runs::trigger(&state, &caller.0, id.into_inner(), request).await?))
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct LogQuery {
+    /// First line to return, 1-based; default 1.
+    pub from_line: Option<i64>,
+}
+
+/// A page of a run's log, live while it runs.
+#[utoipa::path(get, path = "/api/v1/runs/{id}/log", tag = "runs", security(("bearer" = [])), params(("id" = i64, Path), LogQuery),
+    responses((status = 200, body = LogPage), (status = 502, body = ErrorBody, description = "the agent is unreachable")))]
+pub async fn run_log(
+    state: web::Data<AppState>,
+    caller: ApiCaller,
+    id: web::Path<i64>,
+    q: web::Query<LogQuery>,
+) -> ApiResult<HttpResponse> {
+    Ok(HttpResponse::Ok().json(
+        service::runs::log(&state, &caller.0, id.into_inner(), q.from_line.unwrap_or(1)).await?,
+    ))
+}
+
+/// Kill a running run (its whole process tree on the agent).
+#[utoipa::path(post, path = "/api/v1/runs/{id}/kill", tag = "runs", security(("bearer" = [])), params(("id" = i64, Path)),
+    responses((status = 202, body = RunView), (status = 409, body = ErrorBody), (status = 502, body = ErrorBody)))]
+pub async fn kill_run(
+    state: web::Data<AppState>,
+    caller: ApiCaller,
+    id: web::Path<i64>,
+) -> ApiResult<HttpResponse> {
+    Ok(HttpResponse::Accepted()
+        .json(service::runs::kill(&state, &caller.0, id.into_inner()).await?))
 }

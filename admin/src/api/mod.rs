@@ -47,7 +47,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             "/jobs/{id}/script/versions/{version}/rollback",
             web::post().to(jobs::rollback_script),
         )
+        .route("/jobs/{id}/trigger", web::post().to(jobs::trigger))
         .route("/runs", web::get().to(jobs::list_runs))
+        .route("/runs/{id}/log", web::get().to(jobs::run_log))
+        .route("/runs/{id}/kill", web::post().to(jobs::kill_run))
         .route("/runs/{id}", web::get().to(jobs::get_run))
         .route("/agents", web::get().to(admin::list_agents))
         .route("/users", web::get().to(admin::list_users))

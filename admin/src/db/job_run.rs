@@ -127,6 +127,62 @@ pub fn insert(conn: &mut AnyConnection, new: &NewJobRun) -> Result<i64, Error> {
     Ok(last_insert_id(conn)?)
 }
 
+/// The trigger's outcome: sent to `agent` (running) or not (failed, with why).
+pub fn record_trigger(
+    conn: &mut AnyConnection,
+    id: i64,
+    agent: Option<&str>,
+    accepted: bool,
+    message: &str,
+    now_ms: i64,
+) -> Result<(), Error> {
+    let status = if accepted { "running" } else { "failed" };
+    diesel::update(
+        job_run::table
+            .find(id)
+            .filter(job_run::status.eq("pending")),
+    )
+    .set((
+        job_run::status.eq(status),
+        job_run::agent_address.eq(agent),
+        job_run::trigger_msg.eq(message),
+        job_run::triggered_ms.eq(now_ms),
+        job_run::finished_ms.eq(if accepted { None } else { Some(now_ms) }),
+    ))
+    .execute(conn)?;
+    Ok(())
+}
+
+/// A run's result as reported by its agent.
+#[derive(Debug, Clone, AsChangeset)]
+#[diesel(table_name = job_run)]
+pub struct RunResult {
+    pub status: String,
+    pub started_ms: Option<i64>,
+    pub finished_ms: Option<i64>,
+    pub handle_code: Option<i32>,
+    pub handle_msg: Option<String>,
+    pub exit_code: Option<i32>,
+    pub term_signal: Option<i32>,
+    pub cpu_ms: Option<i64>,
+    pub max_rss_kb: Option<i64>,
+    pub oom_killed: Option<bool>,
+    pub limits_mode: Option<String>,
+}
+
+/// Stores a result unless the run already has a final one: a repeated or late report changes
+/// nothing. Returns whether this call stored it.
+pub fn record_result(conn: &mut AnyConnection, id: i64, result: &RunResult) -> Result<bool, Error> {
+    let n = diesel::update(
+        job_run::table
+            .find(id)
+            .filter(job_run::status.eq_any(["pending", "running"])),
+    )
+    .set(result)
+    .execute(conn)?;
+    Ok(n > 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -176,5 +232,48 @@ mod tests {
         };
         assert_eq!(count(conn, &ranged).unwrap(), 1);
         assert!(matches!(get(conn, 9999), Err(Error::NotFound(_))));
+    });
+
+    storage_test!(results_are_stored_once, |conn| {
+        let id = insert(conn, &run(3, None, 0)).unwrap();
+        record_trigger(conn, id, Some("http://a:1/"), true, "ok", 10).unwrap();
+        let running = get(conn, id).unwrap();
+        assert_eq!(
+            (running.status.as_str(), running.agent_address.as_deref()),
+            ("running", Some("http://a:1/"))
+        );
+        let result = RunResult {
+            status: "succeeded".into(),
+            started_ms: Some(11),
+            finished_ms: Some(20),
+            handle_code: Some(200),
+            handle_msg: Some("exit code 0".into()),
+            exit_code: Some(0),
+            term_signal: None,
+            cpu_ms: Some(5),
+            max_rss_kb: Some(1024),
+            oom_killed: Some(false),
+            limits_mode: Some("cgroup_v1".into()),
+        };
+        assert!(record_result(conn, id, &result).unwrap());
+        let late = RunResult {
+            status: "failed".into(),
+            ..result.clone()
+        };
+        assert!(
+            !record_result(conn, id, &late).unwrap(),
+            "a final run keeps its result"
+        );
+        assert_eq!(get(conn, id).unwrap().status, "succeeded");
+        assert!(!record_result(conn, 424242, &result).unwrap());
+        let failed = insert(conn, &run(3, None, 0)).unwrap();
+        record_trigger(conn, failed, None, false, "no live agent", 30).unwrap();
+        assert_eq!(
+            (
+                get(conn, failed).unwrap().status.as_str(),
+                get(conn, failed).unwrap().finished_ms
+            ),
+            ("failed", Some(30))
+        );
     });
 }

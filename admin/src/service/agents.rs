@@ -65,3 +65,82 @@ pub async fn list(state: &AppState, actor: &Actor) -> Result<Vec<AgentView>, Err
         })
         .await
 }
+
+/// A registration or heartbeat from an agent (or an XXL-Job executor).
+///
+/// # Errors
+/// `invalid_field` for a malformed registration.
+pub async fn register(
+    state: &AppState,
+    param: jobfleet_agent::protocol::RegistryParam,
+) -> Result<(), Error> {
+    let (app_name, address) = check_registration(&param)?;
+    let now = state.clock.now_ms();
+    let metrics = param
+        .metrics
+        .as_ref()
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(|e| Error::Internal(e.into()))?;
+    state
+        .db
+        .run(move |conn| {
+            agent::upsert(
+                conn,
+                &agent::Heartbeat {
+                    app_name: &app_name,
+                    address: &address,
+                    version: param.agent_version.as_deref().unwrap_or("xxl-job"),
+                    hostname: param.hostname.as_deref().unwrap_or(""),
+                    metrics: metrics.as_deref().unwrap_or("{}"),
+                    limits_mode: param.limits_mode.as_deref().unwrap_or(""),
+                    now_ms: now,
+                },
+            )
+        })
+        .await
+}
+
+/// Graceful deregistration.
+pub async fn deregister(
+    state: &AppState,
+    param: jobfleet_agent::protocol::RegistryParam,
+) -> Result<(), Error> {
+    let (app_name, address) = check_registration(&param)?;
+    state
+        .db
+        .run(move |conn| agent::remove(conn, &app_name, &address).map(|_| ()))
+        .await
+}
+
+fn check_registration(
+    param: &jobfleet_agent::protocol::RegistryParam,
+) -> Result<(String, String), Error> {
+    if param.registry_group != jobfleet_agent::protocol::REGISTRY_GROUP_EXECUTOR {
+        return Err(Error::invalid("registryGroup", "must be EXECUTOR"));
+    }
+    let app_name = crate::service::groups::check_app_name(&param.registry_key).map_err(|_| {
+        Error::invalid(
+            "registryKey",
+            "must be an app name of letters, digits, `-`, `_`, `.` (at most 64)",
+        )
+    })?;
+    let value = param.registry_value.trim();
+    let parsed = url::Url::parse(value)
+        .map_err(|e| Error::invalid("registryValue", format!("not a URL: {e}")))?;
+    if !matches!(parsed.scheme(), "http" | "https")
+        || parsed.host_str().is_none()
+        || value.len() > 255
+    {
+        return Err(Error::invalid(
+            "registryValue",
+            "must be the agent's http(s) base URL",
+        ));
+    }
+    let address = if value.ends_with('/') {
+        value.to_owned()
+    } else {
+        format!("{value}/")
+    };
+    Ok((app_name, address))
+}

@@ -136,3 +136,238 @@ pub async fn get(state: &AppState, actor: &Actor, id: i64) -> Result<RunView, Er
     actor.read_group(row.group_id)?;
     Ok(view(row))
 }
+
+/// `POST /api/v1/jobs/{id}/trigger`: optional params (default: the job's) and agent address.
+#[derive(Debug, Default, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TriggerRequest {
+    pub params: Option<String>,
+    /// Base URL of one of the group's agents; default: the group's live agents in order.
+    pub address: Option<String>,
+}
+
+/// The agents a run of `group` may go to right now: its manual list, or its live agents.
+fn candidates(
+    conn: &mut crate::db::AnyConnection,
+    group_id: i64,
+    now: i64,
+) -> Result<Vec<String>, Error> {
+    let group = crate::db::executor_group::get(conn, group_id)?;
+    if group.address_mode == "manual" {
+        return Ok(group
+            .addresses
+            .split(',')
+            .filter(|a| !a.is_empty())
+            .map(str::to_owned)
+            .collect());
+    }
+    Ok(crate::db::agent::list_live(
+        conn,
+        &group.app_name,
+        now - crate::service::agents::DEAD_AFTER_MS,
+    )?
+    .into_iter()
+    .map(|a| a.address)
+    .collect())
+}
+
+fn normalize_address(raw: &str) -> String {
+    if raw.ends_with('/') {
+        raw.to_owned()
+    } else {
+        format!("{raw}/")
+    }
+}
+
+/// Creates a run of the job now and hands it to an agent. The run row (and its audit row) is
+/// committed before the agent is called, so a crash in between leaves a visible pending run.
+pub async fn trigger(
+    state: &AppState,
+    actor: &Actor,
+    job_id: i64,
+    request: TriggerRequest,
+) -> Result<RunView, Error> {
+    if let Some(p) = &request.params {
+        crate::domain::job::check_text("params", p, crate::domain::job::MAX_PARAMS_BYTES)?;
+    }
+    let wanted = request.address.as_deref().map(|a| {
+        let ok = (a.starts_with("http://") || a.starts_with("https://"))
+            && a.len() <= 255
+            && url::Url::parse(a).is_ok();
+        if ok {
+            Ok(normalize_address(a))
+        } else {
+            Err(Error::invalid(
+                "address",
+                "must be an agent base URL such as http://10.0.0.5:9999/",
+            ))
+        }
+    });
+    let wanted = wanted.transpose()?;
+    let now = state.clock.now_ms();
+    let actor_owned = actor.clone();
+    let (job, run, targets) = state
+        .db
+        .transaction(move |conn| {
+            let job = crate::db::job::get(conn, job_id)?;
+            actor_owned.write_group(job.group_id)?;
+            let mut targets = candidates(conn, job.group_id, now)?;
+            if let Some(address) = &wanted {
+                if !targets.contains(address) {
+                    return Err(Error::invalid(
+                        "address",
+                        format!("{address} is not a live agent of this job's group"),
+                    ));
+                }
+                targets = vec![address.clone()];
+            }
+            let run_id = job_run::insert(
+                conn,
+                &job_run::NewJobRun {
+                    job_id,
+                    group_id: job.group_id,
+                    first_run_id: None,
+                    attempt: 1,
+                    trigger_kind: "api".into(),
+                    fire_slot_ms: None,
+                    scheduled_ms: now,
+                    status: "pending".into(),
+                    params: request.params.clone().unwrap_or_else(|| job.params.clone()),
+                    shard_index: 0,
+                    shard_total: 1,
+                    created_ms: now,
+                },
+            )?;
+            let run = job_run::get(conn, run_id)?;
+            crate::audit::record(
+                conn,
+                &actor_owned,
+                now,
+                crate::audit::Entry::new("job.trigger", "job", job_id).after(&view(run.clone()))?,
+            )?;
+            Ok((job, run, targets))
+        })
+        .await?;
+    let trigger = crate::dispatch::trigger_param(&job, &run);
+    let mut outcome: (Option<String>, bool, String) =
+        (None, false, "no live agent in the job's group".into());
+    let mut reasons = Vec::new();
+    for address in &targets {
+        match state.agents.run(address, &trigger).await {
+            Ok(msg) => {
+                outcome = (
+                    Some(address.clone()),
+                    true,
+                    format!("accepted by {address}: {msg}"),
+                );
+                break;
+            }
+            Err(e) => {
+                tracing::warn!(run_id = run.id, agent = %address, error = %e, "Trigger not accepted");
+                reasons.push(format!("{address} {e}"));
+                // A refusal is the agent's answer (busy, discard later): do not shop it around.
+                if matches!(e, crate::dispatch::client::CallError::Refused(_)) {
+                    outcome = (Some(address.clone()), false, String::new());
+                    break;
+                }
+            }
+        }
+    }
+    if !outcome.1 && !reasons.is_empty() {
+        outcome.2 = reasons.join("; ");
+    }
+    let (agent, accepted, message) = outcome;
+    let at = state.clock.now_ms();
+    let run_id = run.id;
+    state
+        .db
+        .run(move |conn| {
+            job_run::record_trigger(conn, run_id, agent.as_deref(), accepted, &message, at)?;
+            Ok(view(job_run::get(conn, run_id)?))
+        })
+        .await
+}
+
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct LogPage {
+    pub from_line: i64,
+    pub to_line: i64,
+    pub content: String,
+    /// True once the run has finished and the last line was returned.
+    pub is_end: bool,
+}
+
+/// A page of a run's log, read from the agent that ran it.
+pub async fn log(
+    state: &AppState,
+    actor: &Actor,
+    run_id: i64,
+    from_line: i64,
+) -> Result<LogPage, Error> {
+    if from_line < 1 {
+        return Err(Error::invalid("from_line", "must be at least 1"));
+    }
+    let run = state.db.run(move |conn| job_run::get(conn, run_id)).await?;
+    actor.read_group(run.group_id)?;
+    let Some(address) = run.agent_address.clone() else {
+        return Ok(LogPage {
+            from_line,
+            to_line: from_line - 1,
+            content: String::new(),
+            is_end: true,
+        });
+    };
+    let param = jobfleet_agent::protocol::LogParam {
+        log_date_tim: run.created_ms,
+        log_id: run.id,
+        from_line_num: from_line,
+    };
+    let page = state
+        .agents
+        .log(&address, &param)
+        .await
+        .map_err(|e| Error::AgentUnreachable(format!("agent {address}: {e}")))?;
+    Ok(LogPage {
+        from_line: page.from_line_num,
+        to_line: page.to_line_num,
+        content: page.log_content,
+        is_end: page.is_end,
+    })
+}
+
+/// Asks the run's agent to kill it; the agent reports the run as killed through its callback.
+pub async fn kill(state: &AppState, actor: &Actor, run_id: i64) -> Result<RunView, Error> {
+    let run = state.db.run(move |conn| job_run::get(conn, run_id)).await?;
+    actor.write_group(run.group_id)?;
+    if run.status != "running" {
+        return Err(Error::Conflict {
+            field: None,
+            message: format!("run {run_id} is {}, not running", run.status),
+        });
+    }
+    let address = run.agent_address.clone().ok_or_else(|| Error::Conflict {
+        field: None,
+        message: "the run has no agent".into(),
+    })?;
+    state
+        .agents
+        .kill(&address, run.job_id)
+        .await
+        .map_err(|e| Error::AgentUnreachable(format!("agent {address}: {e}")))?;
+    let now = state.clock.now_ms();
+    let actor = actor.clone();
+    state
+        .db
+        .transaction(move |conn| {
+            let current = job_run::get(conn, run_id)?;
+            crate::audit::record(
+                conn,
+                &actor,
+                now,
+                crate::audit::Entry::new("run.kill", "run", run_id)
+                    .before(&view(current.clone()))?,
+            )?;
+            Ok(view(current))
+        })
+        .await
+}

@@ -8,6 +8,7 @@
 
 mod support;
 
+mod agent_e2e;
 mod api_auth;
 mod api_bad_input;
 mod api_groups_users_tokens;

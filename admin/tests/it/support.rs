@@ -96,6 +96,10 @@ impl TestApp {
                 "2000".to_owned(),
             ),
             ("JOBFLEET_MAX_BODY_BYTES".to_owned(), "65536".to_owned()),
+            (
+                "JOBFLEET_ACCESS_TOKEN".to_owned(),
+                "test-agent-token".to_owned(),
+            ),
         ];
         vars.extend(env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
         let config = Config::load(&Sources {
@@ -261,6 +265,217 @@ impl TestApp {
             .as_i64()
             .unwrap();
         (audit, jobs)
+    }
+}
+
+impl TestApp {
+    /// Stops the HTTP server (the admin "goes down"); the database stays.
+    pub async fn stop_server(&mut self) {
+        self.server.handle.stop(true).await;
+    }
+
+    /// Serves again on the same address.
+    pub async fn restart_server(&mut self) {
+        let listener = TcpListener::bind(self.server.addr).unwrap();
+        self.server = startup::start(self.state.clone(), listener).unwrap();
+    }
+
+    /// Creates a job from `body` (group filled in) and returns its id.
+    pub async fn job_from(&self, group_id: i64, mut body: Value) -> i64 {
+        body["group_id"] = json!(group_id);
+        if body.get("schedule").is_none() {
+            body["schedule"] = json!({"type": "none"});
+        }
+        let r = self.post("/api/v1/jobs", &self.admin, body).await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+        r.body["id"].as_i64().unwrap()
+    }
+
+    /// Triggers a job; returns the run as the trigger left it.
+    pub async fn trigger(&self, job_id: i64, body: Value) -> Value {
+        let r = self
+            .post(&format!("/api/v1/jobs/{job_id}/trigger"), &self.admin, body)
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+        r.body
+    }
+
+    pub async fn run(&self, run_id: i64) -> Value {
+        self.get(&format!("/api/v1/runs/{run_id}"), &self.admin)
+            .await
+            .body
+    }
+
+    /// Waits until the run has a final status and returns it.
+    pub async fn finished_run(&self, run_id: i64, within: std::time::Duration) -> Value {
+        wait_for(within, &format!("run {run_id} to finish"), || async {
+            let run = self.run(run_id).await;
+            let status = run["status"].as_str().unwrap_or_default().to_owned();
+            (status != "pending" && status != "running").then_some(run)
+        })
+        .await
+    }
+
+    /// The whole log of a run, as the API pages it.
+    pub async fn full_log(&self, run_id: i64) -> String {
+        let mut content = String::new();
+        let mut from = 1;
+        loop {
+            let page = self
+                .get(
+                    &format!("/api/v1/runs/{run_id}/log?from_line={from}"),
+                    &self.admin,
+                )
+                .await;
+            assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+            content.push_str(page.body["content"].as_str().unwrap());
+            let to = page.body["to_line"].as_i64().unwrap();
+            if page.body["is_end"].as_bool().unwrap() || to < from {
+                return content;
+            }
+            from = to + 1;
+        }
+    }
+
+    /// Waits until `address` is a live agent of the admin.
+    pub async fn wait_for_agent(&self, address: &str) {
+        wait_for(
+            std::time::Duration::from_secs(20),
+            &format!("agent {address} to register"),
+            || async {
+                let agents = self.get("/api/v1/agents", &self.admin).await.body;
+                agents
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|a| a["address"] == address && a["live"] == true)
+                    .then_some(())
+            },
+        )
+        .await
+    }
+}
+
+/// Polls `check` until it yields a value or `within` passes (then fails, naming `what`).
+pub async fn wait_for<T, F, Fut>(within: std::time::Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// A real `jobfleet-agent` process on loopback.
+pub struct AgentProc {
+    child: Option<std::process::Child>,
+    pub port: u16,
+    pub address: String,
+    pub data_dir: std::path::PathBuf,
+    admins: String,
+    group: String,
+}
+
+/// The agent binary next to this test binary; `cargo build --workspace --bins` puts it there.
+pub fn agent_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().and_then(std::path::Path::parent).unwrap();
+    let bin = dir.join("jobfleet-agent");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build --workspace --bins` before the tests",
+        bin.display()
+    );
+    bin
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl AgentProc {
+    pub fn start(admins: &str, group: &str, data_dir: &std::path::Path) -> Self {
+        let port = free_port();
+        let mut agent = Self {
+            child: None,
+            port,
+            address: format!("http://127.0.0.1:{port}/"),
+            data_dir: data_dir.to_owned(),
+            admins: admins.to_owned(),
+            group: group.to_owned(),
+        };
+        agent.spawn();
+        agent
+    }
+
+    fn spawn(&mut self) {
+        let child = std::process::Command::new(agent_binary())
+            .arg("--allow-root")
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("JOBFLEET_AGENT_ADMINS", &self.admins)
+            .env("JOBFLEET_AGENT_GROUP", &self.group)
+            .env("JOBFLEET_AGENT_LISTEN", format!("127.0.0.1:{}", self.port))
+            .env("JOBFLEET_AGENT_TOKEN", "test-agent-token")
+            .env("JOBFLEET_AGENT_DATA_DIR", &self.data_dir)
+            .env("JOBFLEET_AGENT_HEARTBEAT_INTERVAL_S", "1")
+            .env("JOBFLEET_AGENT_KILL_GRACE_MS", "500")
+            .env("JOBFLEET_AGENT_SHUTDOWN_GRACE_S", "10")
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+    }
+
+    /// Starts the agent again with the same port and data folder.
+    pub fn restart(&mut self) {
+        self.spawn();
+    }
+
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+    }
+
+    /// SIGTERM and wait for the exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().unwrap();
+        let pid = nix_pid(child.id());
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap();
+        child.wait().unwrap()
+    }
+
+    pub fn spool_files(&self) -> usize {
+        std::fs::read_dir(self.data_dir.join("spool")).map_or(0, |d| d.count())
+    }
+}
+
+fn nix_pid(pid: u32) -> String {
+    pid.to_string()
+}
+
+impl Drop for AgentProc {
+    fn drop(&mut self) {
+        self.kill9();
     }
 }
 

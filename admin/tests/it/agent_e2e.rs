@@ -1,0 +1,468 @@
+//! The real admin and real `jobfleet-agent` processes on loopback: registration, shell and
+//! script jobs, limits, timeouts, kills, block strategies, and results that survive outages.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::support::{AgentProc, TestApp, wait_for};
+
+const RUN_WITHIN: Duration = Duration::from_secs(30);
+
+async fn app_with_agent(app_name: &str) -> (TestApp, tempfile::TempDir, AgentProc, i64) {
+    let app = TestApp::sqlite().await;
+    let group = app.group(app_name).await;
+    let dir = tempfile::tempdir().unwrap();
+    let agent = AgentProc::start(&app.base, app_name, &dir.path().join("agent"));
+    app.wait_for_agent(&agent.address).await;
+    (app, dir, agent, group)
+}
+
+fn cgroups_enforced(run: &Value) -> bool {
+    run["usage"]["limits_mode"]
+        .as_str()
+        .is_some_and(|m| m.starts_with("cgroup"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shell_and_script_jobs_run_with_their_context_and_log() {
+    let (app, _dir, agent, g) = app_with_agent("e2e-basic").await;
+    let agents = app.get("/api/v1/agents", &app.admin).await.body;
+    let me = &agents.as_array().unwrap()[0];
+    assert!(
+        me["metrics"]["memTotalMb"].as_u64().unwrap() > 0,
+        "heartbeats carry host metrics: {me}"
+    );
+    assert_eq!(me["version"], env!("CARGO_PKG_VERSION"));
+
+    let shell = app
+        .job_from(g, json!({"name": "shell", "params": "--full", "handler": {"type": "shell", "command": "echo \"run=$JOBFLEET_RUN_ID job=$JOBFLEET_JOB_ID params=$JOBFLEET_PARAMS shard=$JOBFLEET_SHARD_INDEX/$JOBFLEET_SHARD_TOTAL attempt=$JOBFLEET_ATTEMPT arg1=$1\""}}))
+        .await;
+    let run = app.trigger(shell, json!({})).await;
+    assert_eq!(
+        (run["status"].as_str(), run["agent"].as_str()),
+        (Some("running"), Some(agent.address.as_str())),
+        "{run}"
+    );
+    let id = run["id"].as_i64().unwrap();
+    let done = app.finished_run(id, RUN_WITHIN).await;
+    assert_eq!(
+        (done["status"].as_str(), done["exit_code"].as_i64()),
+        (Some("succeeded"), Some(0)),
+        "{done}"
+    );
+    assert!(done["usage"]["cpu_ms"].is_number() && done["started_ms"].is_number());
+    assert_eq!(
+        app.full_log(id).await,
+        format!("run={id} job={shell} params=--full shard=0/1 attempt=1 arg1=--full\n")
+    );
+
+    let bash = app.job_from(g, json!({"name": "bash", "handler": {"type": "script", "source": "#!/bin/bash\nfor i in 1 2 3; do echo line $i; done\necho \"args: $1 $2 $3\""}})).await;
+    let id = app.trigger(bash, json!({"params": "custom"})).await["id"]
+        .as_i64()
+        .unwrap();
+    assert_eq!(
+        app.finished_run(id, RUN_WITHIN).await["status"],
+        "succeeded"
+    );
+    assert_eq!(
+        app.full_log(id).await,
+        "line 1\nline 2\nline 3\nargs: custom 0 1\n"
+    );
+
+    let python = app.job_from(g, json!({"name": "python", "handler": {"type": "script", "interpreter": "python3", "source": "import os, sys\nprint('py', sys.argv[1], os.environ['JOBFLEET_RUN_ID'])\nsys.exit(3)"}})).await;
+    let id = app.trigger(python, json!({"params": "p"})).await["id"]
+        .as_i64()
+        .unwrap();
+    let done = app.finished_run(id, RUN_WITHIN).await;
+    assert_eq!(
+        (done["status"].as_str(), done["exit_code"].as_i64()),
+        (Some("failed"), Some(3))
+    );
+    assert_eq!(app.full_log(id).await, format!("py p {id}\n"));
+
+    // pwsh is not installed on these machines: a clear failed result, not a hang.
+    let pwsh = app.job_from(g, json!({"name": "pwsh", "handler": {"type": "script", "interpreter": "pwsh", "source": "Write-Output hi"}})).await;
+    let id = app.trigger(pwsh, json!({})).await["id"].as_i64().unwrap();
+    let done = app.finished_run(id, RUN_WITHIN).await;
+    assert_eq!(done["status"], "failed");
+    assert!(
+        done["handle_msg"]
+            .as_str()
+            .unwrap()
+            .contains("`pwsh` is not installed"),
+        "{done}"
+    );
+    assert!(
+        std::fs::read_dir(agent.data_dir.join("scripts"))
+            .unwrap()
+            .next()
+            .is_none(),
+        "script files are removed after runs"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_are_enforced_and_reported() {
+    let (app, _dir, _agent, g) = app_with_agent("e2e-limits").await;
+    let oom = app
+        .job_from(g, json!({"name": "oom", "limits": {"memory_mb": 64}, "handler": {"type": "script", "interpreter": "python3", "source": "x = bytearray(300 * 1024 * 1024)\nprint('allocated')"}}))
+        .await;
+    let id = app.trigger(oom, json!({})).await["id"].as_i64().unwrap();
+    let done = app.finished_run(id, RUN_WITHIN).await;
+    assert_eq!(done["status"], "failed", "{done}");
+    assert!(!app.full_log(id).await.contains("allocated"));
+    if cgroups_enforced(&done) {
+        assert_eq!(done["usage"]["oom_killed"], true, "{done}");
+        assert!(
+            done["usage"]["max_rss_kb"].as_i64().unwrap() <= 64 * 1024 + 1024,
+            "{done}"
+        );
+    }
+
+    let forks = app
+        .job_from(g, json!({"name": "forks", "limits": {"pids": 8}, "handler": {"type": "shell", "command": "n=0; for i in $(seq 1 40); do sleep 3 & n=$((n+1)); done; wait; echo forked $n"}}))
+        .await;
+    let id = app.trigger(forks, json!({})).await["id"].as_i64().unwrap();
+    let done = app.finished_run(id, RUN_WITHIN).await;
+    let log = app.full_log(id).await;
+    if cgroups_enforced(&done) {
+        assert!(
+            log.contains("fork") || log.contains("Resource temporarily unavailable"),
+            "the fork loop hit the pids limit: {log}"
+        );
+    }
+
+    let busy = app
+        .job_from(g, json!({"name": "busy", "limits": {"cpu": 0.2}, "handler": {"type": "script", "interpreter": "python3", "source": "import time\nt = time.time()\nwhile time.time() - t < 2.0:\n    pass\nprint('spun')"}}))
+        .await;
+    let id = app.trigger(busy, json!({})).await["id"].as_i64().unwrap();
+    let done = app.finished_run(id, RUN_WITHIN).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    if cgroups_enforced(&done) {
+        let cpu_ms = done["usage"]["cpu_ms"].as_i64().unwrap();
+        let wall_ms = done["finished_ms"].as_i64().unwrap() - done["started_ms"].as_i64().unwrap();
+        // 20% of a core; unthrottled it would be close to 100%. Generous bound for busy machines.
+        assert!(
+            cpu_ms * 100 < wall_ms * 50,
+            "cpu {cpu_ms} ms over {wall_ms} ms wall is not throttled"
+        );
+    }
+}
+
+fn pid_alive(pid: i64) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+        && std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeouts_and_kills_stop_the_whole_tree() {
+    let (app, _dir, _agent, g) = app_with_agent("e2e-kill").await;
+    let tree = "sleep 300 & echo grandchild $!; sleep 300";
+    let slow = app
+        .job_from(
+            g,
+            json!({"name": "slow", "timeout_s": 1, "handler": {"type": "shell", "command": tree}}),
+        )
+        .await;
+    let id = app.trigger(slow, json!({})).await["id"].as_i64().unwrap();
+    let done = app.finished_run(id, RUN_WITHIN).await;
+    assert_eq!(done["status"], "timed_out", "{done}");
+    let log = app.full_log(id).await;
+    let grandchild: i64 = log
+        .lines()
+        .find_map(|l| l.strip_prefix("grandchild "))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    wait_for(Duration::from_secs(5), "the grandchild to die", || async {
+        (!pid_alive(grandchild)).then_some(())
+    })
+    .await;
+
+    let endless = app
+        .job_from(
+            g,
+            json!({"name": "endless", "handler": {"type": "shell", "command": tree}}),
+        )
+        .await;
+    let id = app.trigger(endless, json!({})).await["id"]
+        .as_i64()
+        .unwrap();
+    let grandchild: i64 = wait_for(
+        Duration::from_secs(10),
+        "the grandchild to start",
+        || async {
+            let log = app.full_log(id).await;
+            log.lines()
+                .find_map(|l| l.strip_prefix("grandchild "))
+                .and_then(|p| p.trim().parse().ok())
+        },
+    )
+    .await;
+    let killed = app
+        .call(
+            "POST",
+            &format!("/api/v1/runs/{id}/kill"),
+            Some(&app.admin),
+            None,
+        )
+        .await;
+    assert_eq!(killed.status, StatusCode::ACCEPTED, "{}", killed.body);
+    assert_eq!(app.finished_run(id, RUN_WITHIN).await["status"], "killed");
+    wait_for(Duration::from_secs(5), "the grandchild to die", || async {
+        (!pid_alive(grandchild)).then_some(())
+    })
+    .await;
+    let again = app
+        .call(
+            "POST",
+            &format!("/api/v1/runs/{id}/kill"),
+            Some(&app.admin),
+            None,
+        )
+        .await;
+    assert_eq!(
+        again.status,
+        StatusCode::CONFLICT,
+        "a finished run cannot be killed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn block_strategies_serial_discard_and_cover() {
+    let (app, _dir, _agent, g) = app_with_agent("e2e-block").await;
+    let body = |name: &str, strategy: &str| json!({"name": name, "block_strategy": strategy, "handler": {"type": "shell", "command": "echo start; sleep 1; echo end"}});
+
+    let serial = app.job_from(g, body("serial", "serial")).await;
+    let first = app.trigger(serial, json!({})).await["id"].as_i64().unwrap();
+    let second = app.trigger(serial, json!({})).await;
+    assert_eq!(
+        second["status"], "running",
+        "queued runs are accepted: {second}"
+    );
+    let (a, b) = (
+        app.finished_run(first, RUN_WITHIN).await,
+        app.finished_run(second["id"].as_i64().unwrap(), RUN_WITHIN)
+            .await,
+    );
+    assert_eq!(
+        (a["status"].as_str(), b["status"].as_str()),
+        (Some("succeeded"), Some("succeeded"))
+    );
+    assert!(
+        b["started_ms"].as_i64().unwrap() >= a["finished_ms"].as_i64().unwrap() - 50,
+        "serial runs do not overlap: {a} {b}"
+    );
+
+    let discard = app.job_from(g, body("discard", "discard_later")).await;
+    let first = app.trigger(discard, json!({})).await["id"]
+        .as_i64()
+        .unwrap();
+    let rejected = app.trigger(discard, json!({})).await;
+    assert_eq!(rejected["status"], "failed", "{rejected}");
+    assert!(
+        rejected["trigger_msg"]
+            .as_str()
+            .unwrap()
+            .contains("Discard Later"),
+        "{rejected}"
+    );
+    assert_eq!(
+        app.finished_run(first, RUN_WITHIN).await["status"],
+        "succeeded"
+    );
+
+    let cover = app.job_from(g, body("cover", "cover_early")).await;
+    let first = app.trigger(cover, json!({})).await["id"].as_i64().unwrap();
+    wait_for(
+        Duration::from_secs(10),
+        "the first run to start",
+        || async { app.full_log(first).await.contains("start").then_some(()) },
+    )
+    .await;
+    let second = app.trigger(cover, json!({})).await["id"].as_i64().unwrap();
+    assert_eq!(
+        app.finished_run(first, RUN_WITHIN).await["status"],
+        "killed"
+    );
+    assert_eq!(
+        app.finished_run(second, RUN_WITHIN).await["status"],
+        "succeeded"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn results_survive_an_admin_outage_and_an_agent_crash() {
+    let (mut app, _dir, mut agent, g) = app_with_agent("e2e-durable").await;
+    let job = app.job_from(g, json!({"name": "short", "handler": {"type": "shell", "command": "sleep 1; echo finished"}})).await;
+
+    // The admin goes away while the run finishes; the result waits in the spool.
+    let id = app.trigger(job, json!({})).await["id"].as_i64().unwrap();
+    app.stop_server().await;
+    wait_for(
+        Duration::from_secs(15),
+        "the result to be spooled",
+        || async { (agent.spool_files() > 0).then_some(()) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await; // a few failed deliveries while the admin is down
+    app.restart_server().await;
+    assert_eq!(
+        app.finished_run(id, RUN_WITHIN).await["status"],
+        "succeeded"
+    );
+    wait_for(Duration::from_secs(10), "the spool to drain", || async {
+        (agent.spool_files() == 0).then_some(())
+    })
+    .await;
+
+    // The agent is killed -9 after the run ended but before it could report, then restarted.
+    let id = app.trigger(job, json!({})).await["id"].as_i64().unwrap();
+    app.stop_server().await;
+    wait_for(
+        Duration::from_secs(15),
+        "the result to be spooled",
+        || async { (agent.spool_files() > 0).then_some(()) },
+    )
+    .await;
+    agent.kill9();
+    agent.restart();
+    app.restart_server().await;
+    let done = app.finished_run(id, RUN_WITHIN).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    wait_for(Duration::from_secs(10), "the spool to drain", || async {
+        (agent.spool_files() == 0).then_some(())
+    })
+    .await;
+    assert_eq!(app.full_log(id).await, "finished\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_first_admin_fails_over_to_the_second() {
+    let app = TestApp::sqlite().await;
+    let g = app.group("e2e-failover").await;
+    let dead = format!("http://127.0.0.1:{}", crate::support::free_port());
+    let dir = tempfile::tempdir().unwrap();
+    let agent = AgentProc::start(
+        &format!("{dead},{}", app.base),
+        "e2e-failover",
+        &dir.path().join("agent"),
+    );
+    app.wait_for_agent(&agent.address).await;
+    let job = app
+        .job_from(
+            g,
+            json!({"name": "via second", "handler": {"type": "shell", "command": "echo ok"}}),
+        )
+        .await;
+    let id = app.trigger(job, json!({})).await["id"].as_i64().unwrap();
+    assert_eq!(
+        app.finished_run(id, RUN_WITHIN).await["status"],
+        "succeeded"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_the_running_job_finish_and_deregisters() {
+    let (app, _dir, mut agent, g) = app_with_agent("e2e-term").await;
+    let job = app.job_from(g, json!({"name": "finishing", "handler": {"type": "shell", "command": "sleep 2; echo graceful"}})).await;
+    let id = app.trigger(job, json!({})).await["id"].as_i64().unwrap();
+    wait_for(Duration::from_secs(10), "the run to start", || async {
+        (app.run(id).await["started_ms"].is_number() || agent.spool_files() == 0).then_some(())
+    })
+    .await;
+    let status = tokio::task::spawn_blocking(move || {
+        let status = agent.terminate();
+        (status, agent)
+    })
+    .await
+    .unwrap();
+    assert!(status.0.success(), "{:?}", status.0);
+    let done = app.finished_run(id, RUN_WITHIN).await;
+    assert_eq!(
+        done["status"], "succeeded",
+        "the running job finished within the grace period: {done}"
+    );
+    let agents = app.get("/api/v1/agents", &app.admin).await.body;
+    assert!(
+        agents.as_array().unwrap().is_empty(),
+        "deregistered: {agents}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trigger_errors_are_clear() {
+    let (app, _dir, agent, g) = app_with_agent("e2e-errors").await;
+    let job = app
+        .job_from(
+            g,
+            json!({"name": "x", "handler": {"type": "shell", "command": "true"}}),
+        )
+        .await;
+    let r = app
+        .post(
+            &format!("/api/v1/jobs/{job}/trigger"),
+            &app.admin,
+            json!({"address": "http://10.9.9.9:1/"}),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.field()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("address"))
+    );
+    let r = app
+        .post(
+            &format!("/api/v1/jobs/{job}/trigger"),
+            &app.admin,
+            json!({"params": 5}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
+    let r = app
+        .raw(
+            "POST",
+            &format!("/api/v1/jobs/{job}/trigger"),
+            &app.admin,
+            "application/json",
+            "{oops",
+        )
+        .await;
+    assert_eq!(r.code(), "invalid_json");
+    let r = app
+        .post(
+            &format!("/api/v1/jobs/{job}/trigger"),
+            &app.admin,
+            json!({"address": agent.address}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED);
+    let (_, viewer) = app.user("viewer-e2e", "viewer", &[g]).await;
+    assert_eq!(
+        app.post(&format!("/api/v1/jobs/{job}/trigger"), &viewer, json!({}))
+            .await
+            .status,
+        StatusCode::FORBIDDEN
+    );
+    let r = app.get("/api/v1/runs/1/log?from_line=0", &app.admin).await;
+    assert_eq!(r.field(), Some("from_line"));
+    // A group without live agents: the run is recorded as failed, with the reason.
+    let empty = app.group("e2e-empty").await;
+    let orphan = app
+        .job_from(
+            empty,
+            json!({"name": "orphan", "handler": {"type": "shell", "command": "true"}}),
+        )
+        .await;
+    let run = app.trigger(orphan, json!({})).await;
+    assert_eq!(run["status"], "failed");
+    assert!(
+        run["trigger_msg"]
+            .as_str()
+            .unwrap()
+            .contains("no live agent"),
+        "{run}"
+    );
+}

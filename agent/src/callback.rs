@@ -1,0 +1,53 @@
+//! Drains the spool: sends results in batches to any live admin, with backoff while none
+//! answers, and deletes a result only after an admin acknowledged it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::admin_client::AdminClient;
+use crate::protocol::admin_path;
+use crate::spool::Spool;
+
+const BATCH: usize = 100;
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// Sends what is spooled now; returns how many results were acknowledged.
+pub async fn drain_once(client: &AdminClient, spool: &Spool) -> Result<usize, String> {
+    let pending = spool
+        .pending()
+        .map_err(|e| format!("reading the spool: {e}"))?;
+    let mut sent = 0;
+    for batch in pending.chunks(BATCH) {
+        client.post(admin_path::CALLBACK, &batch).await?;
+        spool
+            .ack(batch)
+            .map_err(|e| format!("removing acknowledged results: {e}"))?;
+        sent += batch.len();
+    }
+    Ok(sent)
+}
+
+/// Runs forever: wakes on new results, retries with growing backoff while admins are away.
+pub async fn drain_forever(client: Arc<AdminClient>, spool: Spool, wake: Arc<Notify>) {
+    let mut backoff = Duration::from_millis(500);
+    loop {
+        let woken = wake.notified();
+        match drain_once(&client, &spool).await {
+            Ok(n) => {
+                if n > 0 {
+                    tracing::debug!(results = n, "Results delivered");
+                }
+                backoff = Duration::from_millis(500);
+                // Also look again now and then, in case a spool write raced the wake-up.
+                let _ = tokio::time::timeout(Duration::from_secs(5), woken).await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "Results not delivered yet");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+        }
+    }
+}

@@ -1,0 +1,432 @@
+//! Agent configuration: defaults < TOML file (`--config`, `JOBFLEET_AGENT_CONFIG`) <
+//! `JOBFLEET_AGENT_*` environment < flags. Errors name the key and where its value came from.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Parser;
+
+#[derive(Debug, Parser, Default)]
+#[command(
+    name = "jobfleet-agent",
+    version,
+    about = "jobfleet agent: registers with the admin and runs shell and script jobs"
+)]
+pub struct Cli {
+    /// TOML config file (also JOBFLEET_AGENT_CONFIG).
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// Admin base URLs, comma-separated, tried in order (JOBFLEET_AGENT_ADMINS).
+    #[arg(long)]
+    pub admins: Option<String>,
+    /// The group's app name (JOBFLEET_AGENT_GROUP).
+    #[arg(long)]
+    pub group: Option<String>,
+    /// Address to listen on, HOST:PORT (JOBFLEET_AGENT_LISTEN).
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// Base URL the admin should use to reach this agent (JOBFLEET_AGENT_ADVERTISE).
+    #[arg(long)]
+    pub advertise: Option<String>,
+    /// Access token shared with the admin (JOBFLEET_AGENT_TOKEN).
+    #[arg(long)]
+    pub token: Option<String>,
+    /// Folder for logs, spool and scripts (JOBFLEET_AGENT_DATA_DIR).
+    #[arg(long)]
+    pub data_dir: Option<String>,
+    /// Run jobs as this user (needs root).
+    #[arg(long)]
+    pub run_as: Option<String>,
+    /// Allow running as root.
+    #[arg(long)]
+    pub allow_root: bool,
+}
+
+const KEYS: &[(&str, Option<&str>)] = &[
+    ("admins", Some("http://127.0.0.1:8080/")),
+    ("group", None),
+    ("listen", Some("0.0.0.0:9999")),
+    ("advertise", None),
+    ("token", None),
+    ("data_dir", Some("agent-data")),
+    ("log_dir", None),
+    ("spool_dir", None),
+    ("run_as", None),
+    ("cgroup_parent", None),
+    ("max_concurrent", Some("64")),
+    ("log_retention_days", Some("7")),
+    ("heartbeat_interval_s", Some("10")),
+    ("kill_grace_ms", Some("3000")),
+    ("shutdown_grace_s", Some("30")),
+    ("allow_root", Some("false")),
+    ("log", Some("info")),
+];
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("config key `{key}` ({origin}): {message}")]
+pub struct ConfigError {
+    pub key: String,
+    pub origin: String,
+    pub message: String,
+}
+
+#[derive(Clone)]
+pub struct Config {
+    pub admins: Vec<String>,
+    pub group: String,
+    pub listen: SocketAddr,
+    pub advertise: Option<String>,
+    pub token: Option<String>,
+    pub data_dir: PathBuf,
+    pub log_dir: PathBuf,
+    pub spool_dir: PathBuf,
+    pub run_as: Option<String>,
+    pub cgroup_parent: Option<String>,
+    pub max_concurrent: usize,
+    pub log_retention_days: u32,
+    pub heartbeat_interval: Duration,
+    pub kill_grace: Duration,
+    pub shutdown_grace: Duration,
+    pub allow_root: bool,
+    pub log: String,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("admins", &self.admins)
+            .field("group", &self.group)
+            .field("listen", &self.listen)
+            .field("advertise", &self.advertise)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("data_dir", &self.data_dir)
+            .field("max_concurrent", &self.max_concurrent)
+            .finish_non_exhaustive()
+    }
+}
+
+type Raw = BTreeMap<&'static str, (String, String)>;
+
+fn known(name: &str) -> Option<&'static str> {
+    KEYS.iter().map(|(k, _)| *k).find(|k| *k == name)
+}
+
+impl Config {
+    /// Layers the sources; `env` is the process environment (passed in so tests need not touch it).
+    ///
+    /// # Errors
+    /// The first invalid or unknown key, named with its source.
+    pub fn load(cli: &Cli, env: Vec<(String, String)>) -> Result<Config, ConfigError> {
+        let mut raw: Raw = BTreeMap::new();
+        for (key, default) in KEYS {
+            if let Some(v) = default {
+                raw.insert(key, ((*v).to_owned(), "the default".into()));
+            }
+        }
+        let file = cli.config.clone().or_else(|| {
+            env.iter()
+                .find(|(k, _)| k == "JOBFLEET_AGENT_CONFIG")
+                .map(|(_, v)| PathBuf::from(v))
+        });
+        if let Some(path) = &file {
+            read_file(path, &mut raw)?;
+        }
+        for (var, value) in &env {
+            let Some(suffix) = var.strip_prefix("JOBFLEET_AGENT_") else {
+                continue;
+            };
+            if suffix == "CONFIG" {
+                continue;
+            }
+            match known(&suffix.to_ascii_lowercase()) {
+                Some(key) => {
+                    raw.insert(key, (value.clone(), format!("environment variable {var}")));
+                }
+                None => {
+                    return Err(ConfigError {
+                        key: suffix.to_ascii_lowercase(),
+                        origin: format!("environment variable {var}"),
+                        message: "unknown setting".into(),
+                    });
+                }
+            }
+        }
+        let flags = [
+            ("admins", cli.admins.clone()),
+            ("group", cli.group.clone()),
+            ("listen", cli.listen.clone()),
+            ("advertise", cli.advertise.clone()),
+            ("token", cli.token.clone()),
+            ("data_dir", cli.data_dir.clone()),
+            ("run_as", cli.run_as.clone()),
+            ("allow_root", cli.allow_root.then(|| "true".to_owned())),
+        ];
+        for (key, value) in flags {
+            if let Some(v) = value {
+                raw.insert(
+                    known(key).unwrap_or("log"),
+                    (v, format!("flag --{}", key.replace('_', "-"))),
+                );
+            }
+        }
+        validate(&raw)
+    }
+}
+
+fn read_file(path: &Path, raw: &mut Raw) -> Result<(), ConfigError> {
+    let origin = format!("config file {}", path.display());
+    let err = |key: &str, message: String| ConfigError {
+        key: key.to_owned(),
+        origin: origin.clone(),
+        message,
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| err("config", format!("cannot read the file: {e}")))?;
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| err("config", format!("not valid TOML: {e}")))?;
+    for (key, value) in table {
+        let k = known(&key).ok_or_else(|| err(&key, "unknown key".into()))?;
+        let text = match value {
+            toml::Value::String(s) => s,
+            toml::Value::Integer(i) => i.to_string(),
+            toml::Value::Boolean(b) => b.to_string(),
+            toml::Value::Array(items) if k == "admins" => items
+                .iter()
+                .map(|v| {
+                    v.as_str()
+                        .map(str::to_owned)
+                        .ok_or_else(|| err(&key, "expected a list of URLs".into()))
+                })
+                .collect::<Result<Vec<_>, _>>()?
+                .join(","),
+            other => return Err(err(&key, format!("unexpected {}", other.type_str()))),
+        };
+        raw.insert(k, (text, origin.clone()));
+    }
+    Ok(())
+}
+
+fn validate(raw: &Raw) -> Result<Config, ConfigError> {
+    let fail = |key: &str, message: String| ConfigError {
+        key: key.to_owned(),
+        origin: raw
+            .get(key)
+            .map_or_else(|| "the default".to_owned(), |(_, o)| o.clone()),
+        message,
+    };
+    let get = |key: &str| {
+        raw.get(key)
+            .map(|(v, _)| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+    };
+    let number = |key: &str, min: u64, max: u64| -> Result<u64, ConfigError> {
+        let text = get(key).unwrap_or_default();
+        let n: u64 = text
+            .parse()
+            .map_err(|_| fail(key, format!("`{text}` is not a whole number")))?;
+        if !(min..=max).contains(&n) {
+            return Err(fail(key, format!("{n} is out of range {min}..={max}")));
+        }
+        Ok(n)
+    };
+    let url = |key: &str, text: &str| -> Result<String, ConfigError> {
+        let ok = (text.starts_with("http://") || text.starts_with("https://"))
+            && text.len() > 8
+            && !text.contains(char::is_whitespace);
+        if !ok {
+            return Err(fail(key, format!("`{text}` is not an http(s) URL")));
+        }
+        Ok(if text.ends_with('/') {
+            text.to_owned()
+        } else {
+            format!("{text}/")
+        })
+    };
+    let admins = get("admins")
+        .unwrap_or_default()
+        .split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| url("admins", s.trim()))
+        .collect::<Result<Vec<_>, _>>()?;
+    if admins.is_empty() {
+        return Err(fail("admins", "at least one admin URL is required".into()));
+    }
+    let group = get("group").ok_or_else(|| {
+        fail(
+            "group",
+            "is required: the app name of this agent's executor group".into(),
+        )
+    })?;
+    if group.len() > 64
+        || !group
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    {
+        return Err(fail(
+            "group",
+            "may contain only letters, digits, `-`, `_` and `.` (at most 64)".into(),
+        ));
+    }
+    let listen_text = get("listen").unwrap_or_default();
+    let listen: SocketAddr = listen_text
+        .parse()
+        .map_err(|_| fail("listen", format!("`{listen_text}` is not IP:PORT")))?;
+    let advertise = get("advertise").map(|a| url("advertise", &a)).transpose()?;
+    let token = get("token");
+    if token
+        .as_ref()
+        .is_some_and(|t| t.chars().any(|c| c.is_control() || c.is_whitespace()))
+    {
+        return Err(fail(
+            "token",
+            "must not contain spaces or control characters".into(),
+        ));
+    }
+    let data_dir = PathBuf::from(get("data_dir").unwrap_or_else(|| "agent-data".into()));
+    let log_dir = get("log_dir").map_or_else(|| data_dir.join("logs"), PathBuf::from);
+    let spool_dir = get("spool_dir").map_or_else(|| data_dir.join("spool"), PathBuf::from);
+    let allow_root = match get("allow_root").as_deref() {
+        Some("true") => true,
+        Some("false") | None => false,
+        Some(other) => {
+            return Err(fail(
+                "allow_root",
+                format!("`{other}` is not true or false"),
+            ));
+        }
+    };
+    let log = get("log").unwrap_or_else(|| "info".into());
+    tracing_subscriber::EnvFilter::try_new(&log)
+        .map_err(|e| fail("log", format!("not a valid filter: {e}")))?;
+    Ok(Config {
+        admins,
+        group,
+        listen,
+        advertise,
+        token,
+        data_dir,
+        log_dir,
+        spool_dir,
+        run_as: get("run_as"),
+        cgroup_parent: get("cgroup_parent"),
+        max_concurrent: number("max_concurrent", 1, 10_000)? as usize,
+        log_retention_days: number("log_retention_days", 1, 3650)? as u32,
+        heartbeat_interval: Duration::from_secs(number("heartbeat_interval_s", 1, 3600)?),
+        kill_grace: Duration::from_millis(number("kill_grace_ms", 0, 600_000)?),
+        shutdown_grace: Duration::from_secs(number("shutdown_grace_s", 0, 86_400)?),
+        allow_root,
+        log,
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn layers_and_defaults() {
+        let c = Config::load(
+            &Cli::default(),
+            env(&[
+                ("JOBFLEET_AGENT_GROUP", "g"),
+                ("JOBFLEET_AGENT_ADMINS", "http://a:1,http://b:2/"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            c.admins,
+            vec!["http://a:1/".to_owned(), "http://b:2/".to_owned()]
+        );
+        assert_eq!(c.log_dir, PathBuf::from("agent-data/logs"));
+        let cli = Cli {
+            group: Some("flag-group".into()),
+            ..Cli::default()
+        };
+        assert_eq!(
+            Config::load(&cli, env(&[("JOBFLEET_AGENT_GROUP", "g")]))
+                .unwrap()
+                .group,
+            "flag-group"
+        );
+        assert!(
+            !format!(
+                "{:?}",
+                Config::load(
+                    &Cli::default(),
+                    env(&[
+                        ("JOBFLEET_AGENT_GROUP", "g"),
+                        ("JOBFLEET_AGENT_TOKEN", "s3cret")
+                    ])
+                )
+                .unwrap()
+            )
+            .contains("s3cret")
+        );
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        for (pairs, key) in [
+            (vec![("JOBFLEET_AGENT_ADMINS", "http://a:1")], "group"),
+            (
+                vec![
+                    ("JOBFLEET_AGENT_GROUP", "g"),
+                    ("JOBFLEET_AGENT_ADMINS", "ftp://x"),
+                ],
+                "admins",
+            ),
+            (
+                vec![
+                    ("JOBFLEET_AGENT_GROUP", "g"),
+                    ("JOBFLEET_AGENT_LISTEN", "nowhere"),
+                ],
+                "listen",
+            ),
+            (
+                vec![
+                    ("JOBFLEET_AGENT_GROUP", "g"),
+                    ("JOBFLEET_AGENT_MAX_CONCURRENT", "0"),
+                ],
+                "max_concurrent",
+            ),
+            (vec![("JOBFLEET_AGENT_GROUP", "<g>")], "group"),
+            (
+                vec![
+                    ("JOBFLEET_AGENT_GROUP", "g"),
+                    ("JOBFLEET_AGENT_COLOUR", "red"),
+                ],
+                "colour",
+            ),
+        ] {
+            let err = Config::load(&Cli::default(), env(&pairs)).unwrap_err();
+            assert_eq!(err.key, key, "{pairs:?}: {err}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("agent.toml");
+        std::fs::write(
+            &file,
+            "group = \"g\"\nadmins = [\"http://a:1\"]\nmax_concurent = 3\n",
+        )
+        .unwrap();
+        let err = Config::load(
+            &Cli {
+                config: Some(file),
+                ..Cli::default()
+            },
+            Vec::new(),
+        )
+        .unwrap_err();
+        assert_eq!(err.key, "max_concurent");
+    }
+}

@@ -1,0 +1,202 @@
+//! Wiring and lifecycle: folders, limits detection, the HTTP server, registration, the result
+//! drain, log retention, and graceful shutdown on SIGTERM.
+
+use std::net::{IpAddr, SocketAddr, TcpListener, UdpSocket};
+use std::os::unix::fs::DirBuilderExt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::{App, HttpServer, web};
+
+use crate::admin_client::AdminClient;
+use crate::callback;
+use crate::config::Config;
+use crate::error::Error;
+use crate::logs::Logs;
+use crate::registry::Registration;
+use crate::runner::{Runner, RunnerConfig, limits};
+use crate::server::{self, ServerState};
+use crate::spool::Spool;
+
+/// Resolves the run-as user to uid/gid.
+fn resolve_user(name: &str) -> Result<(u32, u32), Error> {
+    match nix::unistd::User::from_name(name) {
+        Ok(Some(user)) => Ok((user.uid.as_raw(), user.gid.as_raw())),
+        Ok(None) => Err(Error::Refused(format!(
+            "config key `run_as`: no user named `{name}`"
+        ))),
+        Err(e) => Err(Error::Refused(format!(
+            "config key `run_as`: cannot look up `{name}`: {e}"
+        ))),
+    }
+}
+
+/// The address admins should use: the listen IP if specific, else the IP this host uses to
+/// reach the first admin (no packet is sent: connecting a UDP socket only picks a route).
+fn advertised(config: &Config, bound: SocketAddr) -> String {
+    if let Some(a) = &config.advertise {
+        return a.clone();
+    }
+    let ip = if bound.ip().is_unspecified() {
+        let admin_host = config.admins[0]
+            .split("://")
+            .nth(1)
+            .and_then(|rest| rest.split('/').next())
+            .map(|hostport| {
+                if hostport.contains(':') {
+                    hostport.to_owned()
+                } else {
+                    format!("{hostport}:80")
+                }
+            })
+            .unwrap_or_default();
+        UdpSocket::bind("0.0.0.0:0")
+            .and_then(|s| s.connect(admin_host.as_str()).map(|()| s))
+            .and_then(|s| s.local_addr())
+            .map_or(IpAddr::from([127, 0, 0, 1]), |a| a.ip())
+    } else {
+        bound.ip()
+    };
+    format!("http://{}/", SocketAddr::new(ip, bound.port()))
+}
+
+fn private_dir(path: &std::path::Path) -> Result<(), Error> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+        .map_err(Error::io(format!("creating {}", path.display())))
+}
+
+/// Runs the agent until SIGTERM or Ctrl-C.
+///
+/// # Errors
+/// Start-up failures: folders, the listener, the run-as user, root without `allow_root`.
+pub async fn run(config: Config) -> Result<(), Error> {
+    if nix::unistd::geteuid().is_root() && !config.allow_root {
+        return Err(Error::Refused(
+            "refusing to run as root: jobs would run as root too; set run_as, or pass --allow-root"
+                .into(),
+        ));
+    }
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(Error::io("watching SIGTERM"))?;
+    let run_as = config.run_as.as_deref().map(resolve_user).transpose()?;
+    let scripts_dir = config.data_dir.join("scripts");
+    for dir in [
+        &config.data_dir,
+        &config.log_dir,
+        &config.spool_dir,
+        &scripts_dir,
+    ] {
+        private_dir(dir)?;
+    }
+    if let Some((uid, gid)) = run_as {
+        std::os::unix::fs::chown(&scripts_dir, Some(uid), Some(gid))
+            .map_err(Error::io("handing the scripts folder to run_as"))?;
+    }
+    let listener = TcpListener::bind(config.listen).map_err(Error::io(format!(
+        "binding {} (config key `listen`)",
+        config.listen
+    )))?;
+    let bound = listener
+        .local_addr()
+        .map_err(Error::io("reading the bound address"))?;
+    // Run ids are unique per admin cluster, not per host: two agents on one host (or one per
+    // test) each get their own folder, named by the port only one of them can hold.
+    let parent = format!(
+        "{}/agent-{}",
+        config.cgroup_parent.as_deref().unwrap_or("jobfleet"),
+        bound.port()
+    );
+    let limits_mode = limits::detect(&parent);
+    let logs = Logs::new(config.log_dir.clone());
+    let spool = Spool::open(config.spool_dir.clone()).map_err(Error::io("opening the spool"))?;
+    let runner = Runner::new(
+        RunnerConfig {
+            scripts_dir,
+            max_concurrent: config.max_concurrent,
+            kill_grace: config.kill_grace,
+            run_as,
+            limits_mode,
+        },
+        logs.clone(),
+        spool.clone(),
+    );
+    let advertise = advertised(&config, bound);
+    let server_state = web::Data::new(ServerState {
+        runner: runner.clone(),
+        logs: logs.clone(),
+        token: config.token.clone(),
+    });
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(server_state.clone())
+            .configure(server::configure)
+    })
+    .workers(1)
+    .disable_signals()
+    .listen(listener)
+    .map_err(Error::io("starting the HTTP server"))?
+    .run();
+    let server_handle = server.handle();
+    let server_task = tokio::spawn(server);
+    tracing::info!(listen = %bound, %advertise, limits = runner.limits_mode(), "jobfleet agent started");
+    println!(
+        "jobfleet-agent: listening on {bound}, advertised as {advertise}, limits via {}",
+        runner.limits_mode()
+    );
+
+    let client = Arc::new(
+        AdminClient::new(config.admins.clone(), config.token.clone()).map_err(Error::Refused)?,
+    );
+    let registration = Arc::new(Registration {
+        client: client.clone(),
+        group: config.group.clone(),
+        advertise,
+        data_dir: config.data_dir.clone(),
+        runner: runner.clone(),
+    });
+    let beats = tokio::spawn(registration.clone().beat_forever(config.heartbeat_interval));
+    let drain = tokio::spawn(callback::drain_forever(
+        client.clone(),
+        spool.clone(),
+        runner.results.clone(),
+    ));
+    let retention_days = config.log_retention_days;
+    let retention_logs = logs.clone();
+    let retention = tokio::spawn(async move {
+        loop {
+            let removed = retention_logs.remove_older_than(retention_days, crate::now_ms());
+            if removed > 0 {
+                tracing::info!(folders = removed, "Removed old run logs");
+            }
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+        }
+    });
+
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    tracing::info!("Shutting down: no new runs; waiting for running ones");
+    beats.abort();
+    registration.deregister().await;
+    runner.shutdown(config.shutdown_grace).await;
+    drain.abort();
+    // One last attempt to deliver; whatever is left stays spooled for the next start.
+    if let Err(e) = tokio::time::timeout(
+        Duration::from_secs(5),
+        callback::drain_once(&client, &spool),
+    )
+    .await
+    .unwrap_or(Err("timed out".into()))
+    {
+        tracing::warn!(error = %e, "Results stay spooled until the next start");
+    }
+    retention.abort();
+    server_handle.stop(true).await;
+    let _ = server_task.await;
+    Ok(())
+}

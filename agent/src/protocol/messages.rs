@@ -1,0 +1,256 @@
+//! The messages of the executor protocol, with jobfleet's optional extras.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Register or heartbeat (`api/registry`) and deregister (`api/registryRemove`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RegistryParam {
+    /// Always `EXECUTOR` for agents.
+    pub registry_group: String,
+    /// The group's app name.
+    pub registry_key: String,
+    /// The agent's base URL, e.g. `http://10.0.0.5:9999/`.
+    pub registry_value: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<HostMetrics>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits_mode: Option<String>,
+}
+
+/// Host metrics an agent sends with each heartbeat.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HostMetrics {
+    pub cpu_pct: f64,
+    pub load1: f64,
+    pub mem_used_mb: u64,
+    pub mem_total_mb: u64,
+    pub disk_free_mb: u64,
+    pub running: u32,
+}
+
+/// `run`: start a job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TriggerParam {
+    pub job_id: i64,
+    #[serde(default)]
+    pub executor_handler: Option<String>,
+    #[serde(default)]
+    pub executor_params: Option<String>,
+    /// `SERIAL_EXECUTION`, `DISCARD_LATER` or `COVER_EARLY`.
+    #[serde(default)]
+    pub executor_block_strategy: Option<String>,
+    /// Seconds; 0 = none.
+    #[serde(default)]
+    pub executor_timeout: i64,
+    /// The run id.
+    pub log_id: i64,
+    /// Older executors spell it `logDateTim`, as callbacks still do.
+    #[serde(default, alias = "logDateTim")]
+    pub log_date_time: i64,
+    /// `GLUE_SHELL`, `GLUE_PYTHON`, `GLUE_NODEJS`, `GLUE_PHP`, `GLUE_POWERSHELL`, `BEAN`, `GLUE_GROOVY`.
+    #[serde(default)]
+    pub glue_type: Option<String>,
+    #[serde(default)]
+    pub glue_source: Option<String>,
+    #[serde(default)]
+    pub glue_updatetime: i64,
+    #[serde(default)]
+    pub broadcast_index: i32,
+    #[serde(default = "one")]
+    pub broadcast_total: i32,
+    /// jobfleet: interpreter for a script (`bash`, `python3`, `perl`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interpreter: Option<String>,
+    /// jobfleet: resource limits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<Limits>,
+    /// jobfleet: extra environment for the process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<BTreeMap<String, String>>,
+    /// jobfleet: 1 for the first attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduled_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_as: Option<String>,
+}
+
+fn one() -> i32 {
+    1
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Limits {
+    /// CPU cores, e.g. 0.5.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids: Option<i64>,
+}
+
+/// `idleBeat` and `kill` both carry just the job id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobIdParam {
+    pub job_id: i64,
+}
+
+/// `log`: read a run's log from a line on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LogParam {
+    #[serde(default)]
+    pub log_date_tim: i64,
+    pub log_id: i64,
+    pub from_line_num: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LogResult {
+    pub from_line_num: i64,
+    pub to_line_num: i64,
+    pub log_content: String,
+    /// True once the run has finished and the last line was returned.
+    pub is_end: bool,
+}
+
+/// A finished run's result (`api/callback` takes a list of these).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HandleCallbackParam {
+    pub log_id: i64,
+    /// Spelled so by XXL-Job.
+    #[serde(default)]
+    pub log_date_tim: i64,
+    /// 200 success, 500 failure, 502 timeout.
+    pub handle_code: i32,
+    #[serde(default)]
+    pub handle_msg: Option<String>,
+    /// jobfleet: `succeeded`, `failed`, `timed_out`, `killed`, `oom_killed`, `rejected`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits_mode: Option<String>,
+    /// jobfleet: the attempt this result belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<i32>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    pub cpu_ms: u64,
+    pub max_rss_kb: u64,
+    pub oom_killed: bool,
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::super::Envelope;
+    use super::*;
+
+    /// A trigger as an XXL-Job 2.4 admin sends it (nulls written out, no jobfleet extras).
+    const XXL_TRIGGER: &str = r##"{"jobId":1,"executorHandler":"","executorParams":null,"executorBlockStrategy":"SERIAL_EXECUTION","executorTimeout":0,"logId":42,"logDateTime":1732270000000,"glueType":"GLUE_SHELL","glueSource":"#!/bin/bash\necho hi","glueUpdatetime":1732260000000,"broadcastIndex":0,"broadcastTotal":1}"##;
+    /// A callback as a Java executor sends it (legacy `executeResult` included, nulls omitted).
+    const XXL_CALLBACK: &str = r#"[{"logId":42,"logDateTim":1732270000000,"handleCode":200,"executeResult":{"code":200,"msg":null}}]"#;
+    const XXL_REGISTRY: &str = r#"{"registryGroup":"EXECUTOR","registryKey":"xxl-job-executor-sample","registryValue":"http://10.0.0.5:9999/"}"#;
+
+    #[test]
+    fn reads_xxl_job_messages() {
+        let trigger: TriggerParam = serde_json::from_str(XXL_TRIGGER).unwrap();
+        assert_eq!(
+            (trigger.job_id, trigger.log_id, trigger.log_date_time),
+            (1, 42, 1_732_270_000_000)
+        );
+        assert_eq!(trigger.executor_params, None);
+        assert_eq!(trigger.limits, None);
+        let callbacks: Vec<HandleCallbackParam> = serde_json::from_str(XXL_CALLBACK).unwrap();
+        assert_eq!(
+            (
+                callbacks[0].log_id,
+                callbacks[0].handle_code,
+                callbacks[0].handle_msg.as_deref()
+            ),
+            (42, 200, None)
+        );
+        let registry: RegistryParam = serde_json::from_str(XXL_REGISTRY).unwrap();
+        assert_eq!(registry.registry_key, "xxl-job-executor-sample");
+        let old: TriggerParam =
+            serde_json::from_str(r#"{"jobId":1,"logId":2,"logDateTim":3}"#).unwrap();
+        assert_eq!((old.log_date_time, old.broadcast_total), (3, 1));
+    }
+
+    #[test]
+    fn writes_xxl_job_field_names_and_skips_absent_extras() {
+        let cb = HandleCallbackParam {
+            log_id: 1,
+            log_date_tim: 2,
+            handle_code: 500,
+            handle_msg: Some("boom".into()),
+            status: None,
+            exit_code: None,
+            signal: None,
+            started_ms: None,
+            finished_ms: None,
+            usage: None,
+            limits_mode: None,
+            attempt: None,
+        };
+        assert_eq!(
+            serde_json::to_string(&cb).unwrap(),
+            r#"{"logId":1,"logDateTim":2,"handleCode":500,"handleMsg":"boom"}"#
+        );
+        let log = LogResult {
+            from_line_num: 1,
+            to_line_num: 3,
+            log_content: "a\n".into(),
+            is_end: true,
+        };
+        assert_eq!(
+            serde_json::to_string(&log).unwrap(),
+            r#"{"fromLineNum":1,"toLineNum":3,"logContent":"a\n","isEnd":true}"#
+        );
+    }
+
+    #[test]
+    fn envelopes_carry_content_and_data() {
+        let ok = serde_json::to_string(&Envelope::ok(5)).unwrap();
+        assert_eq!(ok, r#"{"code":200,"msg":null,"content":5,"data":5}"#);
+        let new_style: Envelope<i32> = serde_json::from_str(r#"{"code":200,"data":7}"#).unwrap();
+        assert_eq!(new_style.payload(), Some(7));
+        let failed: Envelope<LogResult> =
+            serde_json::from_str(r#"{"code":500,"msg":"The access token is wrong."}"#).unwrap();
+        assert!(!failed.is_ok());
+        assert_eq!(
+            serde_json::to_string(&Envelope::<()>::success()).unwrap(),
+            r#"{"code":200,"msg":null}"#
+        );
+    }
+}

@@ -1,0 +1,36 @@
+//! Every type that crosses the wire between admin and agent, defined once and used by both.
+//!
+//! This is XXL-Job 2.4's executor protocol: camelCase JSON, a `{code, msg, content}` envelope
+//! answered with HTTP 200 even on failure, and the `XXL-JOB-ACCESS-TOKEN` header. jobfleet's
+//! additions are optional fields, skipped when absent, so XXL-Job peers ignore them and we accept
+//! messages without them. Depends on serde only.
+
+mod envelope;
+mod messages;
+
+pub use envelope::{CODE_FAIL, CODE_OK, CODE_TIMEOUT, Envelope};
+pub use messages::*;
+
+/// Header carrying the shared access token, both directions.
+pub const ACCESS_TOKEN_HEADER: &str = "XXL-JOB-ACCESS-TOKEN";
+/// What XXL-Job answers for a missing or wrong token.
+pub const WRONG_TOKEN_MSG: &str = "The access token is wrong.";
+
+/// Paths on the admin, relative to its base URL (XXL-Job clients append `api/…`).
+pub mod admin_path {
+    pub const REGISTRY: &str = "api/registry";
+    pub const REGISTRY_REMOVE: &str = "api/registryRemove";
+    pub const CALLBACK: &str = "api/callback";
+}
+
+/// Paths on the agent, relative to its registered address.
+pub mod agent_path {
+    pub const BEAT: &str = "beat";
+    pub const IDLE_BEAT: &str = "idleBeat";
+    pub const RUN: &str = "run";
+    pub const KILL: &str = "kill";
+    pub const LOG: &str = "log";
+}
+
+/// `registryGroup` of an executor registration.
+pub const REGISTRY_GROUP_EXECUTOR: &str = "EXECUTOR";

@@ -1,0 +1,647 @@
+//! The in-flight table: which run each job has going and what is queued behind it, the block
+//! strategies, and the supervision of each run as its own task that awaits the child's exit.
+
+pub mod kill;
+pub mod limits;
+pub mod script;
+pub mod spawn;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{Notify, oneshot};
+
+use crate::logs::Logs;
+use crate::protocol::{
+    CODE_FAIL, CODE_OK, CODE_TIMEOUT, HandleCallbackParam, Limits, TriggerParam, Usage,
+};
+use crate::spool::Spool;
+
+/// Longest timeout a trigger may ask for: a week.
+pub const MAX_TIMEOUT_S: i64 = 7 * 24 * 3600;
+/// Largest script source accepted.
+pub const MAX_SOURCE_BYTES: usize = 1024 * 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Block {
+    Serial,
+    DiscardLater,
+    CoverEarly,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StopReason {
+    Killed,
+    CoveredBy,
+    Shutdown,
+}
+
+/// A validated trigger, ready to start.
+#[derive(Debug)]
+struct Prepared {
+    trigger: TriggerParam,
+    interpreter: &'static str,
+    block: Block,
+    limits: Limits,
+}
+
+struct Current {
+    run_id: i64,
+    stop: Option<oneshot::Sender<StopReason>>,
+}
+
+#[derive(Default)]
+struct JobState {
+    current: Option<Current>,
+    queue: VecDeque<Prepared>,
+}
+
+struct State {
+    jobs: HashMap<i64, JobState>,
+    running: usize,
+    accepting: bool,
+}
+
+pub struct RunnerConfig {
+    pub scripts_dir: PathBuf,
+    pub max_concurrent: usize,
+    pub kill_grace: Duration,
+    pub run_as: Option<(u32, u32)>,
+    pub limits_mode: limits::Mode,
+}
+
+pub struct Runner {
+    state: Mutex<State>,
+    config: RunnerConfig,
+    logs: Logs,
+    spool: Spool,
+    /// Woken when a result lands in the spool.
+    pub results: Arc<Notify>,
+    /// Woken when a run finishes (shutdown waits on it).
+    finished: Notify,
+}
+
+fn block_of(name: Option<&str>) -> Result<Block, String> {
+    match name.unwrap_or("SERIAL_EXECUTION") {
+        "SERIAL_EXECUTION" | "" => Ok(Block::Serial),
+        "DISCARD_LATER" => Ok(Block::DiscardLater),
+        "COVER_EARLY" => Ok(Block::CoverEarly),
+        other => Err(format!("unknown executorBlockStrategy `{other}`")),
+    }
+}
+
+fn validate(trigger: TriggerParam) -> Result<Prepared, String> {
+    if trigger.log_id <= 0 {
+        return Err(format!("invalid logId {}", trigger.log_id));
+    }
+    if !(0..=MAX_TIMEOUT_S).contains(&trigger.executor_timeout) {
+        return Err(format!(
+            "executorTimeout must be between 0 and {MAX_TIMEOUT_S} seconds (got {})",
+            trigger.executor_timeout
+        ));
+    }
+    if trigger.broadcast_total < 1
+        || trigger.broadcast_index < 0
+        || trigger.broadcast_index >= trigger.broadcast_total
+    {
+        return Err(format!(
+            "invalid shard {}/{}",
+            trigger.broadcast_index, trigger.broadcast_total
+        ));
+    }
+    let limits = trigger.limits.clone().unwrap_or_default();
+    if limits
+        .cpu
+        .is_some_and(|c| !c.is_finite() || c <= 0.0 || c > 1024.0)
+    {
+        return Err("limits.cpu must be between 0 and 1024 cores".into());
+    }
+    if limits.memory_mb.is_some_and(|m| m < 4) {
+        return Err("limits.memoryMb must be at least 4".into());
+    }
+    if limits.pids.is_some_and(|p| p < 1) {
+        return Err("limits.pids must be at least 1".into());
+    }
+    if trigger
+        .glue_source
+        .as_ref()
+        .is_some_and(|s| s.len() > MAX_SOURCE_BYTES)
+    {
+        return Err(format!(
+            "glueSource is larger than {MAX_SOURCE_BYTES} bytes"
+        ));
+    }
+    if trigger
+        .glue_source
+        .as_ref()
+        .is_some_and(|s| s.contains('\0'))
+        || trigger
+            .executor_params
+            .as_ref()
+            .is_some_and(|s| s.contains('\0'))
+    {
+        return Err("glueSource and executorParams must not contain NUL".into());
+    }
+    let block = block_of(trigger.executor_block_strategy.as_deref())?;
+    let interpreter = script::interpreter_for(&trigger)?;
+    Ok(Prepared {
+        trigger,
+        interpreter,
+        block,
+        limits,
+    })
+}
+
+impl Runner {
+    pub fn new(config: RunnerConfig, logs: Logs, spool: Spool) -> Arc<Self> {
+        Arc::new(Self {
+            state: Mutex::new(State {
+                jobs: HashMap::new(),
+                running: 0,
+                accepting: true,
+            }),
+            config,
+            logs,
+            spool,
+            results: Arc::new(Notify::new()),
+            finished: Notify::new(),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub fn limits_mode(&self) -> &'static str {
+        self.config.limits_mode.name()
+    }
+
+    /// Accepts a trigger (starts it, queues it, or replaces the running one) or says why not.
+    /// Nothing is spawned for a rejected trigger.
+    pub fn submit(self: &Arc<Self>, trigger: TriggerParam) -> Result<String, String> {
+        let prepared = validate(trigger)?;
+        let job_id = prepared.trigger.job_id;
+        let mut state = self.lock();
+        if !state.accepting {
+            return Err("the agent is shutting down".into());
+        }
+        let busy = state.jobs.get(&job_id).is_some_and(|j| j.current.is_some());
+        if busy {
+            match prepared.block {
+                Block::DiscardLater => {
+                    return Err(
+                        "block strategy effect: Discard Later (a run of this job is in progress)"
+                            .into(),
+                    );
+                }
+                Block::Serial => {
+                    let job = state.jobs.entry(job_id).or_default();
+                    job.queue.push_back(prepared);
+                    return Ok(format!(
+                        "queued behind the running run ({} waiting)",
+                        job.queue.len()
+                    ));
+                }
+                Block::CoverEarly => {
+                    let job = state.jobs.entry(job_id).or_default();
+                    job.queue.clear();
+                    if let Some(stop) = job.current.as_mut().and_then(|c| c.stop.take()) {
+                        let _ = stop.send(StopReason::CoveredBy);
+                    }
+                    // The covered run frees the slot when it exits; the new run starts then.
+                    job.queue.push_back(prepared);
+                    return Ok("replacing the running run (cover early)".into());
+                }
+            }
+        }
+        if state.running >= self.config.max_concurrent {
+            return Err(format!(
+                "the agent is at its limit of {} concurrent runs",
+                self.config.max_concurrent
+            ));
+        }
+        self.start(&mut state, prepared);
+        Ok("started".into())
+    }
+
+    fn start(self: &Arc<Self>, state: &mut State, prepared: Prepared) {
+        let (stop_tx, stop_rx) = oneshot::channel();
+        state.running += 1;
+        let job = state.jobs.entry(prepared.trigger.job_id).or_default();
+        job.current = Some(Current {
+            run_id: prepared.trigger.log_id,
+            stop: Some(stop_tx),
+        });
+        let runner = self.clone();
+        tokio::spawn(async move {
+            let job_id = prepared.trigger.job_id;
+            let run_id = prepared.trigger.log_id;
+            let result = runner.execute(prepared, stop_rx).await;
+            if let Err(e) = runner.spool.put(&result) {
+                // The result exists only in memory now; say so loudly and keep trying.
+                tracing::error!(run_id, error = %e, "Cannot spool a result; retrying");
+                let mut delay = Duration::from_millis(100);
+                while runner.spool.put(&result).is_err() {
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(10));
+                }
+            }
+            runner.results.notify_one();
+            runner.finish(job_id);
+        });
+    }
+
+    fn finish(self: &Arc<Self>, job_id: i64) {
+        let mut state = self.lock();
+        state.running = state.running.saturating_sub(1);
+        let next = state.jobs.get_mut(&job_id).and_then(|job| {
+            job.current = None;
+            job.queue.pop_front()
+        });
+        match next {
+            Some(prepared) if state.accepting => self.start(&mut state, prepared),
+            Some(prepared) => {
+                // Shutting down: the queued trigger never ran; report it so the admin can retry elsewhere.
+                let result = rejected(
+                    &prepared.trigger,
+                    "the agent shut down before this queued run started",
+                );
+                let _ = self.spool.put(&result);
+                self.results.notify_one();
+            }
+            None => {
+                if state
+                    .jobs
+                    .get(&job_id)
+                    .is_some_and(|j| j.queue.is_empty() && j.current.is_none())
+                {
+                    state.jobs.remove(&job_id);
+                }
+            }
+        }
+        drop(state);
+        self.finished.notify_waiters();
+    }
+
+    /// Kills the job's running run and drops its queue. Returns whether anything was running.
+    pub fn kill_job(&self, job_id: i64) -> bool {
+        let mut state = self.lock();
+        let Some(job) = state.jobs.get_mut(&job_id) else {
+            return false;
+        };
+        job.queue.clear();
+        match job.current.as_mut().and_then(|c| c.stop.take()) {
+            Some(stop) => {
+                let _ = stop.send(StopReason::Killed);
+                true
+            }
+            None => job.current.is_some(),
+        }
+    }
+
+    /// Whether a run of this job is running or queued here (for `idleBeat`).
+    pub fn job_busy(&self, job_id: i64) -> bool {
+        self.lock()
+            .jobs
+            .get(&job_id)
+            .is_some_and(|j| j.current.is_some() || !j.queue.is_empty())
+    }
+
+    /// Whether the run is still running or queued (its log may still grow).
+    pub fn run_live(&self, run_id: i64) -> bool {
+        self.lock().jobs.values().any(|j| {
+            j.current.as_ref().is_some_and(|c| c.run_id == run_id)
+                || j.queue.iter().any(|p| p.trigger.log_id == run_id)
+        })
+    }
+
+    pub fn running(&self) -> usize {
+        self.lock().running
+    }
+
+    /// Stops accepting triggers, waits up to `grace` for running runs, then kills the rest.
+    pub async fn shutdown(self: &Arc<Self>, grace: Duration) {
+        self.lock().accepting = false;
+        let deadline = Instant::now() + grace;
+        loop {
+            let waiter = self.finished.notified();
+            if self.running() == 0 {
+                return;
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
+            let _ = tokio::time::timeout(deadline - Instant::now(), waiter).await;
+        }
+        {
+            let mut state = self.lock();
+            for job in state.jobs.values_mut() {
+                job.queue.clear();
+                if let Some(stop) = job.current.as_mut().and_then(|c| c.stop.take()) {
+                    let _ = stop.send(StopReason::Shutdown);
+                }
+            }
+        }
+        while self.running() > 0 {
+            let waiter = self.finished.notified();
+            if self.running() == 0 {
+                break;
+            }
+            let _ = tokio::time::timeout(Duration::from_secs(1), waiter).await;
+        }
+    }
+
+    /// Runs one trigger to completion and describes the outcome.
+    async fn execute(
+        self: &Arc<Self>,
+        prepared: Prepared,
+        mut stop_rx: oneshot::Receiver<StopReason>,
+    ) -> HandleCallbackParam {
+        let trigger = &prepared.trigger;
+        let run_id = trigger.log_id;
+        let started_ms = crate::now_ms();
+        let log_path = self.logs.path(run_id, trigger.log_date_time);
+        let log = match log_path
+            .parent()
+            .map(std::fs::create_dir_all)
+            .transpose()
+            .and_then(|_| {
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&log_path)
+            }) {
+            Ok(f) => f,
+            Err(e) => {
+                return failed(
+                    trigger,
+                    started_ms,
+                    format!("cannot open the run's log file: {e}"),
+                    self.limits_mode(),
+                );
+            }
+        };
+        let note = |text: &str| {
+            use std::io::Write;
+            let _ = writeln!(&log, "[jobfleet-agent] {text}");
+        };
+        let Some(program) = script::which(prepared.interpreter) else {
+            let msg = format!(
+                "interpreter `{}` is not installed on this agent",
+                prepared.interpreter
+            );
+            note(&msg);
+            return failed(trigger, started_ms, msg, self.limits_mode());
+        };
+        let source = trigger.glue_source.clone().unwrap_or_default();
+        let owner = self.config.run_as;
+        let script_path = match script::write_source(
+            &self.config.scripts_dir,
+            run_id,
+            prepared.interpreter,
+            &source,
+            owner,
+        ) {
+            Ok(p) => p,
+            Err(e) => {
+                return failed(
+                    trigger,
+                    started_ms,
+                    format!("cannot write the script: {e}"),
+                    self.limits_mode(),
+                );
+            }
+        };
+        let params = trigger.executor_params.clone().unwrap_or_default();
+        let args = vec![
+            script_path.to_string_lossy().into_owned(),
+            params.clone(),
+            trigger.broadcast_index.to_string(),
+            trigger.broadcast_total.to_string(),
+        ];
+        let mut env: BTreeMap<String, String> = BTreeMap::new();
+        for key in ["PATH", "HOME", "LANG", "TZ", "USER"] {
+            if let Ok(v) = std::env::var(key) {
+                env.insert(key.to_owned(), v);
+            }
+        }
+        if let Some(extra) = &trigger.env {
+            env.extend(
+                extra
+                    .iter()
+                    .filter(|(k, _)| !k.starts_with("JOBFLEET_"))
+                    .map(|(k, v)| (k.clone(), v.clone())),
+            );
+        }
+        env.insert("JOBFLEET_JOB_ID".into(), trigger.job_id.to_string());
+        env.insert("JOBFLEET_RUN_ID".into(), run_id.to_string());
+        env.insert("JOBFLEET_PARAMS".into(), params);
+        env.insert(
+            "JOBFLEET_SHARD_INDEX".into(),
+            trigger.broadcast_index.to_string(),
+        );
+        env.insert(
+            "JOBFLEET_SHARD_TOTAL".into(),
+            trigger.broadcast_total.to_string(),
+        );
+        env.insert(
+            "JOBFLEET_ATTEMPT".into(),
+            trigger.attempt.unwrap_or(1).to_string(),
+        );
+
+        let mut mode = self.config.limits_mode.clone();
+        let cgroup = match limits::RunCgroup::create(&mode, run_id, &prepared.limits) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(run_id, error = %e, "Cannot create the run's cgroup; falling back to rlimits");
+                mode = limits::Mode::Rlimit;
+                None
+            }
+        };
+        let isolation = spawn::Isolation {
+            cgroup_procs: cgroup
+                .as_ref()
+                .map(|c| c.procs.iter().map(spawn::raw_fd).collect())
+                .unwrap_or_default(),
+            rlimits: if cgroup.is_none() {
+                spawn::Isolation::rlimits_for(&prepared.limits)
+            } else {
+                Vec::new()
+            },
+            user: self.config.run_as,
+        };
+        let spec = spawn::Spec {
+            program: &program,
+            args: &args,
+            env: &env,
+            cwd: &self.config.scripts_dir,
+            log: &log,
+        };
+        let child = match spawn::spawn(&spec, isolation) {
+            Ok(c) => c,
+            Err(e) => {
+                let msg = format!("cannot start `{}`: {e}", prepared.interpreter);
+                note(&msg);
+                let _ = std::fs::remove_file(&script_path);
+                if let Some(c) = cgroup {
+                    c.remove();
+                }
+                return failed(trigger, started_ms, msg, mode.name());
+            }
+        };
+        let pid = child.id() as i32;
+        tracing::info!(run_id, job_id = trigger.job_id, pid, "Run started");
+        let mut waiter = tokio::task::spawn_blocking(move || spawn::wait(pid));
+        let timeout = (trigger.executor_timeout > 0)
+            .then(|| Duration::from_secs(trigger.executor_timeout as u64));
+        let deadline = async {
+            match timeout {
+                Some(t) => tokio::time::sleep(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        let mut stopped: Option<&'static str> = None;
+        let exit = tokio::select! {
+            exit = &mut waiter => exit,
+            () = deadline => {
+                stopped = Some("timed_out");
+                note(&format!("timeout of {}s reached: stopping the run", trigger.executor_timeout));
+                self.stop_and_wait(pid, &mut waiter).await
+            }
+            reason = &mut stop_rx => {
+                stopped = Some(match reason {
+                    Ok(StopReason::CoveredBy) => { note("replaced by a newer run (cover early)"); "killed" }
+                    Ok(StopReason::Shutdown) => { note("the agent is shutting down"); "killed" }
+                    _ => { note("killed on request"); "killed" }
+                });
+                self.stop_and_wait(pid, &mut waiter).await
+            }
+        };
+        // Leftover grandchildren die with the run.
+        kill::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
+        let finished_ms = crate::now_ms();
+        let cg_usage = cgroup
+            .as_ref()
+            .map(limits::RunCgroup::usage)
+            .unwrap_or_default();
+        if let Some(c) = cgroup {
+            c.remove();
+        }
+        let _ = std::fs::remove_file(&script_path);
+        let exit = match exit {
+            Ok(Ok(exit)) => exit,
+            Ok(Err(e)) => {
+                return failed(
+                    trigger,
+                    started_ms,
+                    format!("cannot wait for the process: {e}"),
+                    mode.name(),
+                );
+            }
+            Err(e) => {
+                return failed(
+                    trigger,
+                    started_ms,
+                    format!("wait task failed: {e}"),
+                    mode.name(),
+                );
+            }
+        };
+        let usage = Usage {
+            cpu_ms: cg_usage.cpu_ms.unwrap_or(exit.cpu_ms),
+            max_rss_kb: cg_usage.max_rss_kb.unwrap_or(exit.max_rss_kb),
+            oom_killed: cg_usage.oom_killed,
+        };
+        let status = match stopped {
+            Some(s) => s,
+            None if usage.oom_killed => "oom_killed",
+            None if exit.code == Some(0) => "succeeded",
+            None => "failed",
+        };
+        let handle_code = match status {
+            "succeeded" => CODE_OK,
+            "timed_out" => CODE_TIMEOUT,
+            _ => CODE_FAIL,
+        };
+        let describe = match (exit.code, exit.signal) {
+            (Some(code), _) => format!("exit code {code}"),
+            (None, Some(sig)) => format!("killed by signal {sig}"),
+            _ => "ended".to_owned(),
+        };
+        let handle_msg = match status {
+            "succeeded" => describe,
+            "oom_killed" => format!(
+                "out of memory: the {} MB limit was hit ({describe})",
+                prepared.limits.memory_mb.unwrap_or(0)
+            ),
+            "timed_out" => format!("timed out after {}s ({describe})", trigger.executor_timeout),
+            "killed" => format!("killed ({describe})"),
+            _ => format!("failed: {describe}"),
+        };
+        tracing::info!(run_id, status, "Run finished");
+        HandleCallbackParam {
+            log_id: run_id,
+            log_date_tim: trigger.log_date_time,
+            handle_code,
+            handle_msg: Some(handle_msg),
+            status: Some(status.to_owned()),
+            exit_code: exit.code,
+            signal: exit.signal,
+            started_ms: Some(started_ms),
+            finished_ms: Some(finished_ms),
+            usage: Some(usage),
+            limits_mode: Some(mode.name().to_owned()),
+            attempt: trigger.attempt,
+        }
+    }
+
+    async fn stop_and_wait(
+        &self,
+        pgid: i32,
+        waiter: &mut tokio::task::JoinHandle<std::io::Result<spawn::Exit>>,
+    ) -> Result<std::io::Result<spawn::Exit>, tokio::task::JoinError> {
+        let exited = Arc::new(Notify::new());
+        let signal_exit = exited.clone();
+        let grace = self.config.kill_grace;
+        let killer = tokio::spawn(async move {
+            kill::terminate_group(pgid, grace, signal_exit.notified()).await
+        });
+        let exit = waiter.await;
+        exited.notify_one();
+        let _ = killer.await;
+        exit
+    }
+}
+
+fn failed(
+    trigger: &TriggerParam,
+    started_ms: i64,
+    msg: String,
+    limits_mode: &str,
+) -> HandleCallbackParam {
+    HandleCallbackParam {
+        log_id: trigger.log_id,
+        log_date_tim: trigger.log_date_time,
+        handle_code: CODE_FAIL,
+        handle_msg: Some(msg),
+        status: Some("failed".into()),
+        exit_code: None,
+        signal: None,
+        started_ms: Some(started_ms),
+        finished_ms: Some(crate::now_ms()),
+        usage: None,
+        limits_mode: Some(limits_mode.to_owned()),
+        attempt: trigger.attempt,
+    }
+}
+
+fn rejected(trigger: &TriggerParam, msg: &str) -> HandleCallbackParam {
+    HandleCallbackParam {
+        status: Some("rejected".into()),
+        ..failed(trigger, crate::now_ms(), msg.to_owned(), "none")
+    }
+}

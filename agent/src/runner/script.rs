@@ -1,0 +1,140 @@
+//! Turning a trigger into a program to run: the interpreter for its glue type, and the source
+//! written to a private file that is removed after the run.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use crate::protocol::TriggerParam;
+
+pub const INTERPRETERS: &[&str] = &["bash", "sh", "python3", "node", "php", "perl", "pwsh"];
+
+/// Which interpreter runs this trigger.
+///
+/// # Errors
+/// A message for glue types and interpreters this agent does not run.
+pub fn interpreter_for(trigger: &TriggerParam) -> Result<&'static str, String> {
+    let glue = trigger.glue_type.as_deref().unwrap_or("GLUE_SHELL");
+    let default = match glue {
+        "GLUE_SHELL" => "bash",
+        "GLUE_PYTHON" | "GLUE_PYTHON2" => "python3",
+        "GLUE_NODEJS" => "node",
+        "GLUE_PHP" => "php",
+        "GLUE_POWERSHELL" => "pwsh",
+        "BEAN" => {
+            let name = trigger.executor_handler.as_deref().unwrap_or_default();
+            return Err(format!(
+                "no handler named `{name}` on this agent: a jobfleet agent runs shell and script jobs only"
+            ));
+        }
+        "GLUE_GROOVY" => {
+            return Err("GLUE_GROOVY needs a Java executor; a jobfleet agent cannot run it".into());
+        }
+        other => return Err(format!("unknown glueType `{other}`")),
+    };
+    match trigger.interpreter.as_deref() {
+        None => Ok(default),
+        Some(name) => INTERPRETERS
+            .iter()
+            .find(|i| **i == name)
+            .copied()
+            .ok_or_else(|| {
+                format!(
+                    "unknown interpreter `{name}`; this agent runs {}",
+                    INTERPRETERS.join(", ")
+                )
+            }),
+    }
+}
+
+/// Finds `name` on PATH.
+pub fn which(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| {
+                m.is_file()
+                    && std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0
+            })
+        })
+}
+
+fn extension(interpreter: &str) -> &'static str {
+    match interpreter {
+        "python3" => "py",
+        "node" => "js",
+        "php" => "php",
+        "perl" => "pl",
+        "pwsh" => "ps1",
+        _ => "sh",
+    }
+}
+
+/// Writes the source to `<dir>/run-<id>.<ext>`, readable only by us (and the run-as user).
+pub fn write_source(
+    dir: &Path,
+    run_id: i64,
+    interpreter: &str,
+    source: &str,
+    owner: Option<(u32, u32)>,
+) -> std::io::Result<PathBuf> {
+    let path = dir.join(format!("run-{run_id}.{}", extension(interpreter)));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o700)
+        .open(&path)?;
+    file.write_all(source.as_bytes())?;
+    file.sync_all()?;
+    if let Some((uid, gid)) = owner {
+        std::os::unix::fs::chown(&path, Some(uid), Some(gid))?;
+    }
+    Ok(path)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn trigger(glue: &str, interpreter: Option<&str>) -> TriggerParam {
+        let mut t: TriggerParam =
+            serde_json::from_value(serde_json::json!({"jobId": 1, "logId": 1, "glueType": glue}))
+                .unwrap();
+        t.interpreter = interpreter.map(str::to_owned);
+        t
+    }
+
+    #[test]
+    fn glue_types_map_to_interpreters() {
+        assert_eq!(interpreter_for(&trigger("GLUE_SHELL", None)), Ok("bash"));
+        assert_eq!(
+            interpreter_for(&trigger("GLUE_SHELL", Some("sh"))),
+            Ok("sh")
+        );
+        assert_eq!(
+            interpreter_for(&trigger("GLUE_PYTHON", None)),
+            Ok("python3")
+        );
+        assert!(
+            interpreter_for(&trigger("GLUE_GROOVY", None))
+                .unwrap_err()
+                .contains("Java")
+        );
+        assert!(
+            interpreter_for(&trigger("BEAN", None))
+                .unwrap_err()
+                .contains("no handler")
+        );
+        assert!(
+            interpreter_for(&trigger("GLUE_SHELL", Some("cobol")))
+                .unwrap_err()
+                .contains("unknown interpreter")
+        );
+        assert!(interpreter_for(&trigger("GLUE_RUBY", None)).is_err());
+        assert!(which("sh").is_some());
+        assert!(which("no-such-interpreter-xyz").is_none());
+    }
+}

@@ -1,0 +1,356 @@
+//! The real agent binary: config errors, the root refusal, and bad input at every endpoint —
+//! each answered in XXL-Job's envelope, with no process spawned and nothing written outside
+//! the agent's own folders.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests fail by panicking"
+)]
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const TOKEN: &str = "agent-test-token";
+
+fn agent() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_jobfleet-agent"));
+    cmd.env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("RUST_LOG", "warn");
+    cmd
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Running {
+    child: Child,
+    base: String,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn start() -> Running {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let child = agent()
+        .arg("--allow-root")
+        .env(
+            "JOBFLEET_AGENT_ADMINS",
+            format!("http://127.0.0.1:{}", free_port()),
+        )
+        .env("JOBFLEET_AGENT_GROUP", "endpoints")
+        .env("JOBFLEET_AGENT_LISTEN", format!("127.0.0.1:{port}"))
+        .env("JOBFLEET_AGENT_TOKEN", TOKEN)
+        .env("JOBFLEET_AGENT_DATA_DIR", dir.path().join("data"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let running = Running {
+        child,
+        base: format!("http://127.0.0.1:{port}"),
+        dir,
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while post(&running, "beat", Some(TOKEN), "").await.is_none() {
+        assert!(Instant::now() < deadline, "the agent did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    running
+}
+
+async fn post(agent: &Running, path: &str, token: Option<&str>, body: &str) -> Option<Value> {
+    let mut request = reqwest::Client::new()
+        .post(format!("{}/{path}", agent.base))
+        .header("content-type", "application/json")
+        .body(body.to_owned());
+    if let Some(t) = token {
+        request = request.header("XXL-JOB-ACCESS-TOKEN", t);
+    }
+    let response = request.send().await.ok()?;
+    assert_eq!(
+        response.status(),
+        200,
+        "XXL-Job peers expect HTTP 200 with the outcome in `code`"
+    );
+    Some(response.json().await.unwrap())
+}
+
+fn trigger(overrides: Value) -> String {
+    let mut t = json!({"jobId": 1, "logId": 7, "logDateTime": 1_732_270_000_000_i64, "glueType": "GLUE_SHELL",
+        "glueSource": "touch /tmp/jobfleet-should-not-exist-$JOBFLEET_RUN_ID", "executorTimeout": 0,
+        "executorBlockStrategy": "SERIAL_EXECUTION", "broadcastIndex": 0, "broadcastTotal": 1});
+    for (k, v) in overrides.as_object().unwrap() {
+        t[k] = v.clone();
+    }
+    t.to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_an_envelope_error_and_spawns_nothing() {
+    let agent = start().await;
+    let cases: Vec<(&str, Option<&str>, String, &str)> = vec![
+        ("run", None, trigger(json!({})), "access token is wrong"),
+        (
+            "run",
+            Some("wrong"),
+            trigger(json!({})),
+            "access token is wrong",
+        ),
+        ("run", Some(TOKEN), "{not json".into(), "malformed"),
+        ("run", Some(TOKEN), r#"{"logId": 1}"#.into(), "malformed"),
+        (
+            "run",
+            Some(TOKEN),
+            trigger(json!({"glueType": "GLUE_COBOL"})),
+            "unknown glueType",
+        ),
+        (
+            "run",
+            Some(TOKEN),
+            trigger(json!({"glueType": "GLUE_GROOVY"})),
+            "Java",
+        ),
+        (
+            "run",
+            Some(TOKEN),
+            trigger(json!({"glueType": "BEAN", "executorHandler": "demoJobHandler"})),
+            "no handler named `demoJobHandler`",
+        ),
+        (
+            "run",
+            Some(TOKEN),
+            trigger(json!({"interpreter": "ruby"})),
+            "unknown interpreter",
+        ),
+        (
+            "run",
+            Some(TOKEN),
+            trigger(json!({"limits": {"memoryMb": -5}})),
+            "limits.memoryMb",
+        ),
+        (
+            "run",
+            Some(TOKEN),
+            trigger(json!({"limits": {"cpu": -1.0}})),
+            "limits.cpu",
+        ),
+        (
+            "run",
+            Some(TOKEN),
+            trigger(json!({"limits": {"pids": 0}})),
+            "limits.pids",
+        ),
+        (
+            "run",
+            Some(TOKEN),
+            trigger(json!({"executorTimeout": 99_999_999})),
+            "executorTimeout",
+        ),
+        (
+            "run",
+            Some(TOKEN),
+            trigger(json!({"executorTimeout": -1})),
+            "executorTimeout",
+        ),
+        (
+            "run",
+            Some(TOKEN),
+            trigger(json!({"logId": -3})),
+            "invalid logId",
+        ),
+        (
+            "run",
+            Some(TOKEN),
+            trigger(json!({"broadcastIndex": 5, "broadcastTotal": 2})),
+            "invalid shard",
+        ),
+        (
+            "run",
+            Some(TOKEN),
+            trigger(json!({"executorBlockStrategy": "SOMETIMES"})),
+            "executorBlockStrategy",
+        ),
+        (
+            "log",
+            Some(TOKEN),
+            r#"{"logId": "../../etc/passwd", "fromLineNum": 1, "logDateTim": 0}"#.into(),
+            "malformed",
+        ),
+        (
+            "log",
+            Some(TOKEN),
+            r#"{"logId": 999, "fromLineNum": 1, "logDateTim": 0}"#.into(),
+            "no log for run 999",
+        ),
+        (
+            "log",
+            Some(TOKEN),
+            r#"{"logId": 999, "fromLineNum": 0, "logDateTim": 0}"#.into(),
+            "fromLineNum",
+        ),
+        (
+            "kill",
+            Some("wrong"),
+            r#"{"jobId": 1}"#.into(),
+            "access token is wrong",
+        ),
+        ("idleBeat", Some(TOKEN), r#"{"job": 1}"#.into(), "malformed"),
+        ("nowhere", Some(TOKEN), "{}".into(), "unknown path"),
+    ];
+    for (path, token, body, expected) in cases {
+        let answer = post(&agent, path, token, &body).await.unwrap();
+        assert_eq!(answer["code"], 500, "{path} {body}: {answer}");
+        let msg = answer["msg"].as_str().unwrap_or_default();
+        assert!(
+            msg.contains(expected),
+            "{path} {body}: expected `{expected}` in `{msg}`"
+        );
+    }
+    assert!(
+        !std::path::Path::new("/tmp/jobfleet-should-not-exist-7").exists(),
+        "no process ran"
+    );
+    let scripts = std::fs::read_dir(agent.dir.path().join("data/scripts"))
+        .unwrap()
+        .count();
+    let logs = std::fs::read_dir(agent.dir.path().join("data/logs"))
+        .unwrap()
+        .count();
+    assert_eq!(
+        (scripts, logs),
+        (0, 0),
+        "nothing was written for rejected triggers"
+    );
+
+    // The same trigger, well-formed, runs; a line past the end of its log is an empty page.
+    let ok = post(
+        &agent,
+        "run",
+        Some(TOKEN),
+        &trigger(json!({"glueSource": "echo one; echo two", "logId": 8})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(ok["code"], 200, "{ok}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let page = loop {
+        let page = post(
+            &agent,
+            "log",
+            Some(TOKEN),
+            r#"{"logId": 8, "fromLineNum": 1, "logDateTim": 1732270000000}"#,
+        )
+        .await
+        .unwrap();
+        if page["content"]["isEnd"] == true {
+            break page;
+        }
+        assert!(Instant::now() < deadline, "the run did not finish: {page}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(page["content"]["logContent"], "one\ntwo\n");
+    let past = post(
+        &agent,
+        "log",
+        Some(TOKEN),
+        r#"{"logId": 8, "fromLineNum": 100, "logDateTim": 1732270000000}"#,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (
+            past["code"].as_i64(),
+            past["content"]["logContent"].as_str(),
+            past["content"]["isEnd"].as_bool()
+        ),
+        (Some(200), Some(""), Some(true))
+    );
+    let idle = post(&agent, "idleBeat", Some(TOKEN), r#"{"jobId": 1}"#)
+        .await
+        .unwrap();
+    assert_eq!(idle["code"], 200);
+}
+
+#[test]
+fn invalid_config_exits_2_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    for (env, key) in [
+        (
+            vec![("JOBFLEET_AGENT_ADMINS", "http://127.0.0.1:1")],
+            "group",
+        ),
+        (
+            vec![
+                ("JOBFLEET_AGENT_GROUP", "g"),
+                ("JOBFLEET_AGENT_ADMINS", "not a url"),
+            ],
+            "admins",
+        ),
+        (
+            vec![
+                ("JOBFLEET_AGENT_GROUP", "g"),
+                ("JOBFLEET_AGENT_LISTEN", "everywhere"),
+            ],
+            "listen",
+        ),
+        (
+            vec![
+                ("JOBFLEET_AGENT_GROUP", "g"),
+                ("JOBFLEET_AGENT_MAX_CONCURRENT", "-1"),
+            ],
+            "max_concurrent",
+        ),
+        (
+            vec![
+                ("JOBFLEET_AGENT_GROUP", "g"),
+                ("JOBFLEET_AGENT_SPEED", "fast"),
+            ],
+            "speed",
+        ),
+    ] {
+        let out = agent()
+            .arg("--allow-root")
+            .envs(env.clone())
+            .env("JOBFLEET_AGENT_DATA_DIR", dir.path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{env:?}: {stderr}");
+        assert!(stderr.contains(&format!("`{key}`")), "{env:?}: {stderr}");
+    }
+}
+
+#[test]
+fn refuses_root_unless_allowed() {
+    if !nix::unistd::geteuid().is_root() {
+        return; // the refusal is about root; as another user there is nothing to refuse
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = agent()
+        .env("JOBFLEET_AGENT_GROUP", "g")
+        .env(
+            "JOBFLEET_AGENT_LISTEN",
+            format!("127.0.0.1:{}", free_port()),
+        )
+        .env("JOBFLEET_AGENT_DATA_DIR", dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--allow-root"));
+}

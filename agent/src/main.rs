@@ -19,8 +19,8 @@ fn main() -> ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
         .with_target(false)
         .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    // One thread is plenty: the HTTP server has its own, and each run waits on a blocking thread.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {

@@ -69,12 +69,13 @@ async fn idle_beat(
 }
 
 async fn run(state: web::Data<ServerState>, req: HttpRequest, body: web::Bytes) -> HttpResponse {
+    let received = std::time::Instant::now();
     let trigger: TriggerParam = match accept(&state, &req, &body) {
         Ok(t) => t,
         Err(msg) => return fail(msg),
     };
     let run_id = trigger.log_id;
-    match state.runner.submit(trigger) {
+    match state.runner.submit(trigger, received) {
         Ok(msg) => reply(Envelope {
             code: 200,
             msg: Some(msg),

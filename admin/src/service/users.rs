@@ -107,6 +107,39 @@ fn check_groups(conn: &mut AnyConnection, groups: &[i64]) -> Result<(), Error> {
     Ok(())
 }
 
+/// Inserts a user with its grants and audit row; the caller holds the transaction.
+fn insert_audited(
+    conn: &mut AnyConnection,
+    actor: &Actor,
+    now: i64,
+    username: &str,
+    hash: &str,
+    role: Role,
+    groups: &[i64],
+) -> Result<UserView, Error> {
+    let id = user::insert(
+        conn,
+        &user::NewUser {
+            username,
+            password_hash: hash,
+            role: role.as_str(),
+            disabled: false,
+            password_changed_ms: now,
+            created_ms: now,
+            updated_ms: now,
+        },
+    )?;
+    user_group_grant::replace_for_user(conn, id, groups)?;
+    let created = load_view(conn, id)?;
+    audit::record(
+        conn,
+        actor,
+        now,
+        Entry::new("user.create", "user", id).after(&created)?,
+    )?;
+    Ok(created)
+}
+
 async fn hash_off_thread(password_text: String) -> Result<String, Error> {
     tokio::task::spawn_blocking(move || password::hash(&password_text))
         .await
@@ -129,27 +162,7 @@ pub async fn create(
         .db
         .transaction(move |conn| {
             check_groups(conn, &groups)?;
-            let id = user::insert(
-                conn,
-                &user::NewUser {
-                    username: &username,
-                    password_hash: &hash,
-                    role: request.role.as_str(),
-                    disabled: false,
-                    password_changed_ms: now,
-                    created_ms: now,
-                    updated_ms: now,
-                },
-            )?;
-            user_group_grant::replace_for_user(conn, id, &groups)?;
-            let created = load_view(conn, id)?;
-            audit::record(
-                conn,
-                &actor,
-                now,
-                Entry::new("user.create", "user", id).after(&created)?,
-            )?;
-            Ok(created)
+            insert_audited(conn, &actor, now, &username, &hash, request.role, &groups)
         })
         .await
 }
@@ -339,25 +352,7 @@ pub async fn bootstrap_admin(
             if user::count(conn)? > 0 {
                 return Ok(Bootstrap::Existing);
             }
-            let id = user::insert(
-                conn,
-                &user::NewUser {
-                    username: "admin",
-                    password_hash: &hash,
-                    role: Role::Admin.as_str(),
-                    disabled: false,
-                    password_changed_ms: now,
-                    created_ms: now,
-                    updated_ms: now,
-                },
-            )?;
-            let created = load_view(conn, id)?;
-            audit::record(
-                conn,
-                &system,
-                now,
-                Entry::new("user.create", "user", id).after(&created)?,
-            )?;
+            insert_audited(conn, &system, now, "admin", &hash, Role::Admin, &[])?;
             Ok(outcome)
         })
         .await

@@ -466,3 +466,32 @@ async fn trigger_errors_are_clear() {
         "{run}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_run_as_the_configured_user() {
+    if !nix::unistd::geteuid().is_root() {
+        return; // switching users needs root; CI runs as root
+    }
+    let app = TestApp::sqlite().await;
+    let g = app.group("e2e-runas").await;
+    let dir = tempfile::tempdir().unwrap();
+    let agent = AgentProc::start_with(
+        &app.base,
+        "e2e-runas",
+        &dir.path().join("agent"),
+        &[("JOBFLEET_AGENT_RUN_AS", "nobody")],
+    );
+    app.wait_for_agent(&agent.address).await;
+    let job = app
+        .job_from(
+            g,
+            json!({"name": "whoami", "handler": {"type": "shell", "command": "id -un"}}),
+        )
+        .await;
+    let id = app.trigger(job, json!({})).await["id"].as_i64().unwrap();
+    assert_eq!(
+        app.finished_run(id, RUN_WITHIN).await["status"],
+        "succeeded"
+    );
+    assert_eq!(app.full_log(id).await, "nobody\n");
+}

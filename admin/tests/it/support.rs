@@ -383,6 +383,7 @@ pub struct AgentProc {
     pub data_dir: std::path::PathBuf,
     admins: String,
     group: String,
+    extra_env: Vec<(String, String)>,
 }
 
 /// The agent binary next to this test binary; `cargo build --workspace --bins` puts it there.
@@ -408,6 +409,16 @@ pub fn free_port() -> u16 {
 
 impl AgentProc {
     pub fn start(admins: &str, group: &str, data_dir: &std::path::Path) -> Self {
+        Self::start_with(admins, group, data_dir, &[])
+    }
+
+    /// Starts with extra `JOBFLEET_AGENT_*` settings.
+    pub fn start_with(
+        admins: &str,
+        group: &str,
+        data_dir: &std::path::Path,
+        extra: &[(&str, &str)],
+    ) -> Self {
         let port = free_port();
         let mut agent = Self {
             child: None,
@@ -416,6 +427,10 @@ impl AgentProc {
             data_dir: data_dir.to_owned(),
             admins: admins.to_owned(),
             group: group.to_owned(),
+            extra_env: extra
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
         };
         agent.spawn();
         agent
@@ -435,6 +450,7 @@ impl AgentProc {
             .env("JOBFLEET_AGENT_KILL_GRACE_MS", "500")
             .env("JOBFLEET_AGENT_SHUTDOWN_GRACE_S", "10")
             .env("RUST_LOG", "warn")
+            .envs(self.extra_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(std::process::Stdio::null())
             .spawn()
             .unwrap();

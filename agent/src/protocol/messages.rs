@@ -157,6 +157,9 @@ pub struct HandleCallbackParam {
     pub usage: Option<Usage>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits_mode: Option<String>,
+    /// jobfleet: microseconds from the agent receiving the trigger to the process running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_latency_us: Option<u64>,
     /// jobfleet: the attempt this result belongs to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempt: Option<i32>,
@@ -221,6 +224,7 @@ mod tests {
             finished_ms: None,
             usage: None,
             limits_mode: None,
+            start_latency_us: None,
             attempt: None,
         };
         assert_eq!(

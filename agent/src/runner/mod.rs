@@ -41,6 +41,8 @@ enum StopReason {
 /// A validated trigger, ready to start.
 #[derive(Debug)]
 struct Prepared {
+    /// When the trigger reached us, for the start-latency figure.
+    received: Instant,
     trigger: TriggerParam,
     interpreter: &'static str,
     block: Block,
@@ -92,7 +94,7 @@ fn block_of(name: Option<&str>) -> Result<Block, String> {
     }
 }
 
-fn validate(trigger: TriggerParam) -> Result<Prepared, String> {
+fn validate(trigger: TriggerParam, received: Instant) -> Result<Prepared, String> {
     if trigger.log_id <= 0 {
         return Err(format!("invalid logId {}", trigger.log_id));
     }
@@ -147,6 +149,7 @@ fn validate(trigger: TriggerParam) -> Result<Prepared, String> {
     let block = block_of(trigger.executor_block_strategy.as_deref())?;
     let interpreter = script::interpreter_for(&trigger)?;
     Ok(Prepared {
+        received,
         trigger,
         interpreter,
         block,
@@ -182,8 +185,12 @@ impl Runner {
 
     /// Accepts a trigger (starts it, queues it, or replaces the running one) or says why not.
     /// Nothing is spawned for a rejected trigger.
-    pub fn submit(self: &Arc<Self>, trigger: TriggerParam) -> Result<String, String> {
-        let prepared = validate(trigger)?;
+    pub fn submit(
+        self: &Arc<Self>,
+        trigger: TriggerParam,
+        received: Instant,
+    ) -> Result<String, String> {
+        let prepared = validate(trigger, received)?;
         let job_id = prepared.trigger.job_id;
         let mut state = self.lock();
         if !state.accepting {
@@ -494,6 +501,8 @@ impl Runner {
             }
         };
         let pid = child.id() as i32;
+        let start_latency_us =
+            u64::try_from(prepared.received.elapsed().as_micros()).unwrap_or(u64::MAX);
         tracing::info!(run_id, job_id = trigger.job_id, pid, "Run started");
         let mut waiter = tokio::task::spawn_blocking(move || spawn::wait(pid));
         let timeout = (trigger.executor_timeout > 0)
@@ -595,6 +604,7 @@ impl Runner {
             finished_ms: Some(finished_ms),
             usage: Some(usage),
             limits_mode: Some(mode.name().to_owned()),
+            start_latency_us: Some(start_latency_us),
             attempt: trigger.attempt,
         }
     }
@@ -635,6 +645,7 @@ fn failed(
         finished_ms: Some(crate::now_ms()),
         usage: None,
         limits_mode: Some(limits_mode.to_owned()),
+        start_latency_us: None,
         attempt: trigger.attempt,
     }
 }

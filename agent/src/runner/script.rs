@@ -86,8 +86,8 @@ pub fn write_source(
         .truncate(true)
         .mode(0o700)
         .open(&path)?;
+    // No fsync: the file lives for one run, and a crash forgets the run anyway.
     file.write_all(source.as_bytes())?;
-    file.sync_all()?;
     if let Some((uid, gid)) = owner {
         std::os::unix::fs::chown(&path, Some(uid), Some(gid))?;
     }

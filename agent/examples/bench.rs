@@ -1,0 +1,184 @@
+//! Agent benchmark: idle RSS, RSS with 50 runs in flight, and trigger → process-start latency.
+//!
+//! Run: `cargo build --release -p jobfleet-agent && cargo run --release -p jobfleet-agent --example bench`
+//! It starts the release agent binary on loopback (no admin needed: results stay spooled),
+//! and reports figures for the README. Start latency is reported twice: as the agent measures
+//! it (trigger received → `spawn` returned, i.e. the process exec'd; carried in each result as
+//! `startLatencyUs`), and end to end from just before the `/run` request is sent to the job's
+//! first instruction (`date +%s%N` in `sh`), which adds the HTTP round trip, the shell's start
+//! and a fork of `date`.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a benchmark fails by panicking"
+)]
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn rss_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+fn now_ns() -> i128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i128
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .unwrap()
+        .join("jobfleet-agent");
+    assert!(
+        bin.exists(),
+        "build the agent first: cargo build --release -p jobfleet-agent"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = Command::new(&bin)
+        .arg("--allow-root")
+        .env("JOBFLEET_AGENT_ADMINS", "http://127.0.0.1:9/")
+        .env("JOBFLEET_AGENT_GROUP", "bench")
+        .env("JOBFLEET_AGENT_LISTEN", format!("127.0.0.1:{port}"))
+        .env("JOBFLEET_AGENT_DATA_DIR", dir.path())
+        .env("JOBFLEET_AGENT_MAX_CONCURRENT", "200")
+        .env("RUST_LOG", "error")
+        .envs(
+            std::env::var("BENCH_CGROUP_PARENT")
+                .ok()
+                .map(|p| ("JOBFLEET_AGENT_CGROUP_PARENT", p)),
+        )
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while client.post(format!("{base}/beat")).send().await.is_err() {
+        assert!(Instant::now() < deadline, "agent did not start");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle = rss_kb(child.id());
+
+    let mut next_id = 1;
+    let mut trigger = |job: i64, source: &str| {
+        next_id += 1;
+        serde_json::json!({"jobId": job, "logId": next_id, "logDateTime": 0, "glueType": "GLUE_SHELL", "interpreter": "sh",
+            "glueSource": source, "executorBlockStrategy": "SERIAL_EXECUTION", "broadcastIndex": 0, "broadcastTotal": 1})
+    };
+    // Latency: one run at a time, each its own job.
+    let mut latencies_ms = Vec::new();
+    for i in 0..300 {
+        let body = trigger(10_000 + i, "date +%s%N");
+        let sent = now_ns();
+        let answer: serde_json::Value = client
+            .post(format!("{base}/run"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(answer["code"], 200, "{answer}");
+        let run_id = body["logId"].as_i64().unwrap();
+        let started_ns: i128 = loop {
+            let page: serde_json::Value = client
+                .post(format!("{base}/log"))
+                .json(&serde_json::json!({"logId": run_id, "fromLineNum": 1, "logDateTim": 0}))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if let Some(n) = page["content"]["logContent"]
+                .as_str()
+                .and_then(|c| c.trim().parse().ok())
+            {
+                break n;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        };
+        latencies_ms.push((started_ns - sent) as f64 / 1e6);
+    }
+    latencies_ms.sort_by(f64::total_cmp);
+
+    // The agent's own measure: receive → process running, from the results it spooled.
+    let mut internal_ms: Vec<f64> = std::fs::read_dir(dir.path().join("spool"))
+        .unwrap()
+        .filter_map(|e| std::fs::read(e.unwrap().path()).ok())
+        .filter_map(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .filter_map(|v| v["startLatencyUs"].as_f64())
+        .map(|us| us / 1000.0)
+        .collect();
+    internal_ms.sort_by(f64::total_cmp);
+    assert!(
+        internal_ms.len() >= 290,
+        "results were spooled: {}",
+        internal_ms.len()
+    );
+
+    // 50 runs in flight.
+    for i in 0..50 {
+        let body = trigger(20_000 + i, "sleep 5");
+        let answer: serde_json::Value = client
+            .post(format!("{base}/run"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(answer["code"], 200, "{answer}");
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let busy = rss_kb(child.id());
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    println!(
+        "agent idle RSS:                 {:.1} MB",
+        idle as f64 / 1024.0
+    );
+    println!(
+        "agent RSS with 50 runs running: {:.1} MB",
+        busy as f64 / 1024.0
+    );
+    println!(
+        "trigger received -> process running, in the agent (n={}): median {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        internal_ms.len(),
+        percentile(&internal_ms, 0.5),
+        percentile(&internal_ms, 0.99),
+        internal_ms[internal_ms.len() - 1]
+    );
+    println!(
+        "request sent -> job's first instruction, end to end (n={}): median {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        latencies_ms.len(),
+        percentile(&latencies_ms, 0.5),
+        percentile(&latencies_ms, 0.99),
+        latencies_ms[latencies_ms.len() - 1]
+    );
+}

@@ -55,6 +55,7 @@ const KEYS: &[(&str, Option<&str>)] = &[
     ("spool_dir", None),
     ("run_as", None),
     ("cgroup_parent", None),
+    ("limits", Some("auto")),
     ("max_concurrent", Some("64")),
     ("log_retention_days", Some("7")),
     ("heartbeat_interval_s", Some("10")),
@@ -84,6 +85,8 @@ pub struct Config {
     pub spool_dir: PathBuf,
     pub run_as: Option<String>,
     pub cgroup_parent: Option<String>,
+    /// `false` forces setrlimit even where cgroups are writable.
+    pub use_cgroups: bool,
     pub max_concurrent: usize,
     pub log_retention_days: u32,
     pub heartbeat_interval: Duration,
@@ -298,6 +301,11 @@ fn validate(raw: &Raw) -> Result<Config, ConfigError> {
             ));
         }
     };
+    let use_cgroups = match get("limits").as_deref() {
+        Some("auto") | None => true,
+        Some("rlimit") => false,
+        Some(other) => return Err(fail("limits", format!("`{other}` is not auto or rlimit"))),
+    };
     let log = get("log").unwrap_or_else(|| "info".into());
     tracing_subscriber::EnvFilter::try_new(&log)
         .map_err(|e| fail("log", format!("not a valid filter: {e}")))?;
@@ -312,6 +320,7 @@ fn validate(raw: &Raw) -> Result<Config, ConfigError> {
         spool_dir,
         run_as: get("run_as"),
         cgroup_parent: get("cgroup_parent"),
+        use_cgroups,
         max_concurrent: number("max_concurrent", 1, 10_000)? as usize,
         log_retention_days: number("log_retention_days", 1, 3650)? as u32,
         heartbeat_interval: Duration::from_secs(number("heartbeat_interval_s", 1, 3600)?),
@@ -372,6 +381,23 @@ mod tests {
                 .unwrap()
             )
             .contains("s3cret")
+        );
+    }
+
+    #[test]
+    fn the_example_file_in_deploy_parses() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/agent.example.toml");
+        let c = Config::load(
+            &Cli {
+                config: Some(path),
+                ..Cli::default()
+            },
+            Vec::new(),
+        )
+        .unwrap();
+        assert_eq!(
+            (c.group.as_str(), c.admins.len(), c.use_cgroups),
+            ("default", 1, true)
         );
     }
 

@@ -93,6 +93,13 @@ pub async fn run(config: Config) -> Result<(), Error> {
         private_dir(dir)?;
     }
     if let Some((uid, gid)) = run_as {
+        // The run-as user must traverse the data folder to reach its own scripts folder
+        // (0700, its own); it can list nothing here, and logs and spool stay 0700 root's.
+        std::fs::set_permissions(
+            &config.data_dir,
+            std::os::unix::fs::PermissionsExt::from_mode(0o711),
+        )
+        .map_err(Error::io("opening the data folder to run_as"))?;
         std::os::unix::fs::chown(&scripts_dir, Some(uid), Some(gid))
             .map_err(Error::io("handing the scripts folder to run_as"))?;
     }
@@ -110,7 +117,11 @@ pub async fn run(config: Config) -> Result<(), Error> {
         config.cgroup_parent.as_deref().unwrap_or("jobfleet"),
         bound.port()
     );
-    let limits_mode = limits::detect(&parent);
+    let limits_mode = if config.use_cgroups {
+        limits::detect(&parent)
+    } else {
+        limits::Mode::Rlimit
+    };
     let logs = Logs::new(config.log_dir.clone());
     let spool = Spool::open(config.spool_dir.clone()).map_err(Error::io("opening the spool"))?;
     let runner = Runner::new(

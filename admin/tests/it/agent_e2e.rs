@@ -475,6 +475,12 @@ async fn jobs_run_as_the_configured_user() {
     let app = TestApp::sqlite().await;
     let g = app.group("e2e-runas").await;
     let dir = tempfile::tempdir().unwrap();
+    // The run-as user must be able to walk to the agent's folder, as on a real host.
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     let agent = AgentProc::start_with(
         &app.base,
         "e2e-runas",
@@ -494,4 +500,38 @@ async fn jobs_run_as_the_configured_user() {
         "succeeded"
     );
     assert_eq!(app.full_log(id).await, "nobody\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_cgroups_rlimits_hold_the_memory_limit() {
+    let app = TestApp::sqlite().await;
+    let g = app.group("e2e-rlimit").await;
+    let dir = tempfile::tempdir().unwrap();
+    let agent = AgentProc::start_with(
+        &app.base,
+        "e2e-rlimit",
+        &dir.path().join("agent"),
+        &[("JOBFLEET_AGENT_LIMITS", "rlimit")],
+    );
+    app.wait_for_agent(&agent.address).await;
+    let hog = app
+        .job_from(g, json!({"name": "hog", "limits": {"memory_mb": 64}, "handler": {"type": "script", "interpreter": "python3", "source": "x = bytearray(300 * 1024 * 1024)\nprint('allocated')"}}))
+        .await;
+    let id = app.trigger(hog, json!({})).await["id"].as_i64().unwrap();
+    let done = app.finished_run(id, RUN_WITHIN).await;
+    assert_eq!(
+        (
+            done["status"].as_str(),
+            done["usage"]["limits_mode"].as_str()
+        ),
+        (Some("failed"), Some("rlimit")),
+        "{done}"
+    );
+    assert!(app.full_log(id).await.contains("MemoryError"));
+    let small = app.job_from(g, json!({"name": "small", "limits": {"memory_mb": 64}, "handler": {"type": "shell", "command": "echo fits"}})).await;
+    let id = app.trigger(small, json!({})).await["id"].as_i64().unwrap();
+    assert_eq!(
+        app.finished_run(id, RUN_WITHIN).await["status"],
+        "succeeded"
+    );
 }

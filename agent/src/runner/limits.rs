@@ -199,21 +199,24 @@ impl RunCgroup {
                     let _ = write(&dir, "memory.memsw.limit_in_bytes", &bytes);
                     let _ = write(&dir, "memory.swappiness", "0");
                 }
-                if let Some(dir) = make(cpu)?
-                    && let Some(cores) = limits.cpu
-                {
-                    write(&dir, "cpu.cfs_period_us", &CPU_PERIOD_US.to_string())?;
-                    write(
-                        &dir,
-                        "cpu.cfs_quota_us",
-                        &((cores * CPU_PERIOD_US as f64) as u64)
-                            .max(1000)
-                            .to_string(),
-                    )?;
+                // Each v1 hierarchy joined is one more migration, and the kernel makes every
+                // migration wait for an RCU grace period (milliseconds). Join cpu/cpuacct and
+                // pids only when the run has that limit; CPU time then comes from wait4.
+                if let Some(cores) = limits.cpu {
+                    if let Some(dir) = make(cpu)? {
+                        write(&dir, "cpu.cfs_period_us", &CPU_PERIOD_US.to_string())?;
+                        write(
+                            &dir,
+                            "cpu.cfs_quota_us",
+                            &((cores * CPU_PERIOD_US as f64) as u64)
+                                .max(1000)
+                                .to_string(),
+                        )?;
+                    }
+                    make(cpuacct)?;
                 }
-                make(cpuacct)?;
-                if let Some(dir) = make(pids)?
-                    && let Some(max) = limits.pids
+                if let Some(max) = limits.pids
+                    && let Some(dir) = make(pids)?
                 {
                     write(&dir, "pids.max", &max.to_string())?;
                 }

@@ -11,7 +11,7 @@ listen=${JOBFLEET_LISTEN:-127.0.0.1:8080}
 agent_listen=${JOBFLEET_AGENT_LISTEN:-127.0.0.1:9999}
 first_start=false
 [ -f data/jobfleet.db ] || first_start=true
-password=${JOBFLEET_ADMIN_PASSWORD:-$(tr -dc 'A-Za-z0-9' </dev/urandom | head -c 16)}
+password=${JOBFLEET_ADMIN_PASSWORD:-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')}
 
 JOBFLEET_LISTEN=$listen JOBFLEET_ADMIN_PASSWORD=$password ./target/debug/jobfleet-admin serve >data/admin.out 2>&1 &
 admin_pid=$!

@@ -82,15 +82,22 @@ async fn main() {
     let idle = rss_kb(child.id());
 
     let mut next_id = 1;
-    let mut trigger = |job: i64, source: &str| {
+    let mut trigger = |job: i64, source: &str, limited: bool| {
         next_id += 1;
-        serde_json::json!({"jobId": job, "logId": next_id, "logDateTime": 0, "glueType": "GLUE_SHELL", "interpreter": "sh",
-            "glueSource": source, "executorBlockStrategy": "SERIAL_EXECUTION", "broadcastIndex": 0, "broadcastTotal": 1})
+        let mut t = serde_json::json!({"jobId": job, "logId": next_id, "logDateTime": 0, "glueType": "GLUE_SHELL", "interpreter": "sh",
+            "glueSource": source, "executorBlockStrategy": "SERIAL_EXECUTION", "broadcastIndex": 0, "broadcastTotal": 1});
+        if limited {
+            t["limits"] = serde_json::json!({"memoryMb": 256});
+        }
+        t
     };
-    // Latency: one run at a time, each its own job.
+    // Latency: one run at a time, each its own job; the first 300 without limits, then 300 with
+    // a memory limit (their own cgroup).
     let mut latencies_ms = Vec::new();
-    for i in 0..300 {
-        let body = trigger(10_000 + i, "date +%s%N");
+    let mut limited_ms = Vec::new();
+    for i in 0..600 {
+        let limited = i >= 300;
+        let body = trigger(10_000 + i, "date +%s%N", limited);
         let sent = now_ns();
         let answer: serde_json::Value = client
             .post(format!("{base}/run"))
@@ -121,28 +128,47 @@ async fn main() {
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
         };
-        latencies_ms.push((started_ns - sent) as f64 / 1e6);
+        if limited {
+            &mut limited_ms
+        } else {
+            &mut latencies_ms
+        }
+        .push((started_ns - sent) as f64 / 1e6);
     }
     latencies_ms.sort_by(f64::total_cmp);
+    limited_ms.sort_by(f64::total_cmp);
 
     // The agent's own measure: receive → process running, from the results it spooled.
-    let mut internal_ms: Vec<f64> = std::fs::read_dir(dir.path().join("spool"))
+    let spooled: Vec<serde_json::Value> = std::fs::read_dir(dir.path().join("spool"))
         .unwrap()
         .filter_map(|e| std::fs::read(e.unwrap().path()).ok())
         .filter_map(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-        .filter_map(|v| v["startLatencyUs"].as_f64())
-        .map(|us| us / 1000.0)
         .collect();
-    internal_ms.sort_by(f64::total_cmp);
+    let series = |unlimited: bool| {
+        let mut v: Vec<f64> = spooled
+            .iter()
+            .filter(|r| (r["limitsMode"] == "none") == unlimited)
+            .filter_map(|r| r["startLatencyUs"].as_f64())
+            .map(|us| us / 1000.0)
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let (internal_ms, internal_limited_ms) = (series(true), series(false));
     assert!(
-        internal_ms.len() >= 290,
-        "results were spooled: {}",
-        internal_ms.len()
+        internal_ms.len() >= 290 && internal_limited_ms.len() >= 290,
+        "results were spooled"
     );
+    let limited_mode = spooled
+        .iter()
+        .find(|r| r["limitsMode"] != "none")
+        .and_then(|r| r["limitsMode"].as_str())
+        .unwrap_or_default()
+        .to_owned();
 
     // 50 runs in flight.
     for i in 0..50 {
-        let body = trigger(20_000 + i, "sleep 5");
+        let body = trigger(20_000 + i, "sleep 5", false);
         let answer: serde_json::Value = client
             .post(format!("{base}/run"))
             .json(&body)
@@ -167,18 +193,31 @@ async fn main() {
         "agent RSS with 50 runs running: {:.1} MB",
         busy as f64 / 1024.0
     );
-    println!(
-        "trigger received -> process running, in the agent (n={}): median {:.2} ms, p99 {:.2} ms, max {:.2} ms",
-        internal_ms.len(),
-        percentile(&internal_ms, 0.5),
-        percentile(&internal_ms, 0.99),
-        internal_ms[internal_ms.len() - 1]
+    let line = |what: &str, v: &[f64]| {
+        println!(
+            "{what} (n={}): median {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            v.len(),
+            percentile(v, 0.5),
+            percentile(v, 0.99),
+            v[v.len() - 1]
+        );
+    };
+    line(
+        "trigger received -> process running, in the agent, no limits",
+        &internal_ms,
     );
-    println!(
-        "request sent -> job's first instruction, end to end (n={}): median {:.2} ms, p99 {:.2} ms, max {:.2} ms",
-        latencies_ms.len(),
-        percentile(&latencies_ms, 0.5),
-        percentile(&latencies_ms, 0.99),
-        latencies_ms[latencies_ms.len() - 1]
+    line(
+        &format!(
+            "trigger received -> process running, in the agent, 256 MB limit ({limited_mode})"
+        ),
+        &internal_limited_ms,
+    );
+    line(
+        "request sent -> job's first instruction, end to end, no limits",
+        &latencies_ms,
+    );
+    line(
+        "request sent -> job's first instruction, end to end, 256 MB limit",
+        &limited_ms,
     );
 }

@@ -25,6 +25,8 @@ pub enum Mode {
         pids: Option<PathBuf>,
     },
     Rlimit,
+    /// The run has no limits to hold: no cgroup, no rlimits.
+    Unlimited,
 }
 
 impl Mode {
@@ -33,6 +35,7 @@ impl Mode {
             Mode::V2 { .. } => "cgroup_v2",
             Mode::V1 { .. } => "cgroup_v1",
             Mode::Rlimit => "rlimit",
+            Mode::Unlimited => "none",
         }
     }
 }
@@ -155,7 +158,7 @@ impl RunCgroup {
         let name = format!("run-{run_id}");
         let mut dirs = Vec::new();
         match mode {
-            Mode::Rlimit => return Ok(None),
+            Mode::Rlimit | Mode::Unlimited => return Ok(None),
             Mode::V2 { base } => {
                 let dir = base.join(&name);
                 std::fs::create_dir_all(&dir)?;

@@ -460,7 +460,14 @@ impl Runner {
             trigger.attempt.unwrap_or(1).to_string(),
         );
 
-        let mut mode = self.config.limits_mode.clone();
+        // A run without limits gains nothing from a cgroup (its process group holds the tree
+        // and wait4 reports usage) but would pay a cgroup migration, milliseconds on v1.
+        let unlimited = prepared.limits == Limits::default();
+        let mut mode = if unlimited {
+            limits::Mode::Unlimited
+        } else {
+            self.config.limits_mode.clone()
+        };
         let cgroup = match limits::RunCgroup::create(&mode, run_id, &prepared.limits) {
             Ok(c) => c,
             Err(e) => {

@@ -509,8 +509,9 @@ pub mod proxy {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
 
+    use std::sync::Mutex;
+
     use tokio::net::{TcpListener, TcpStream};
-    use tokio::sync::Mutex;
     use tokio::task::JoinHandle;
 
     pub struct Proxy {
@@ -539,7 +540,7 @@ pub mod proxy {
                                 tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
                         }
                     });
-                    conns2.lock().await.push(task);
+                    conns2.lock().unwrap().push(task);
                 }
             });
             Self {
@@ -557,12 +558,9 @@ pub mod proxy {
         /// Severs every open connection and refuses new ones.
         pub fn cut(&self) {
             self.down.store(true, Ordering::SeqCst);
-            let connections = self.connections.clone();
-            futures_util::FutureExt::now_or_never(async move {
-                for task in connections.lock().await.drain(..) {
-                    task.abort();
-                }
-            });
+            for task in self.connections.lock().unwrap().drain(..) {
+                task.abort();
+            }
         }
 
         pub fn restore(&self) {

@@ -374,6 +374,7 @@ async fn sigterm_lets_the_running_job_finish_and_deregisters() {
         (app.run(id).await["started_ms"].is_number() || agent.spool_files() == 0).then_some(())
     })
     .await;
+    let queued = app.trigger(job, json!({})).await["id"].as_i64().unwrap();
     let status = tokio::task::spawn_blocking(move || {
         let status = agent.terminate();
         (status, agent)
@@ -390,6 +391,16 @@ async fn sigterm_lets_the_running_job_finish_and_deregisters() {
     assert!(
         agents.as_array().unwrap().is_empty(),
         "deregistered: {agents}"
+    );
+    // The run queued behind it never started; its result says so instead of vanishing.
+    let dropped = app.finished_run(queued, RUN_WITHIN).await;
+    assert_eq!(dropped["status"], "failed", "{dropped}");
+    assert!(
+        dropped["handle_msg"]
+            .as_str()
+            .unwrap()
+            .contains("shut down"),
+        "{dropped}"
     );
 }
 

@@ -272,13 +272,12 @@ impl Runner {
         match next {
             Some(prepared) if state.accepting => self.start(&mut state, prepared),
             Some(prepared) => {
-                // Shutting down: the queued trigger never ran; report it so the admin can retry elsewhere.
-                let result = rejected(
-                    &prepared.trigger,
-                    "the agent shut down before this queued run started",
-                );
-                let _ = self.spool.put(&result);
-                self.results.notify_one();
+                // Shutting down: queued triggers never run; report each so the admin can retry elsewhere.
+                let mut dropped = vec![prepared];
+                if let Some(job) = state.jobs.get_mut(&job_id) {
+                    dropped.extend(job.queue.drain(..));
+                }
+                self.report_dropped(&dropped);
             }
             None => {
                 if state
@@ -292,6 +291,21 @@ impl Runner {
         }
         drop(state);
         self.finished.notify_waiters();
+    }
+
+    fn report_dropped(&self, dropped: &[Prepared]) {
+        for prepared in dropped {
+            let result = rejected(
+                &prepared.trigger,
+                "the agent shut down before this queued run started",
+            );
+            if let Err(e) = self.spool.put(&result) {
+                tracing::error!(run_id = prepared.trigger.log_id, error = %e, "Cannot spool a dropped run's result");
+            }
+        }
+        if !dropped.is_empty() {
+            self.results.notify_one();
+        }
     }
 
     /// Kills the job's running run and drops its queue. Returns whether anything was running.
@@ -346,12 +360,14 @@ impl Runner {
         }
         {
             let mut state = self.lock();
+            let mut dropped = Vec::new();
             for job in state.jobs.values_mut() {
-                job.queue.clear();
+                dropped.extend(job.queue.drain(..));
                 if let Some(stop) = job.current.as_mut().and_then(|c| c.stop.take()) {
                     let _ = stop.send(StopReason::Shutdown);
                 }
             }
+            self.report_dropped(&dropped);
         }
         while self.running() > 0 {
             let waiter = self.finished.notified();

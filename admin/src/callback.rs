@@ -1,10 +1,12 @@
 //! Results from agents (`/api/callback`), stored idempotently: a result for an unknown or
-//! already-finished run is acknowledged and changes nothing, so agents can resend freely.
+//! already-finished run is acknowledged and changes nothing, so agents can resend freely. A
+//! stored result creates its follow-ups (retry, child jobs) in the same transaction.
 
 use jobfleet_agent::protocol::{CODE_OK, CODE_TIMEOUT, HandleCallbackParam};
 
 use crate::db::job_run::{self, RunResult};
 use crate::error::Error;
+use crate::scheduler::followup;
 use crate::startup::AppState;
 
 /// The run status a callback means. jobfleet agents say it; XXL-Job executors only give a code.
@@ -54,10 +56,12 @@ pub async fn accept(state: &AppState, batch: Vec<HandleCallbackParam>) -> Result
         return Err(Error::invalid("callback", "at most 1000 results per batch"));
     }
     let now = state.clock.now_ms();
-    state
+    let (stored, statuses, dues) = state
         .db
         .transaction(move |conn| {
             let mut stored = 0;
+            let mut statuses = Vec::new();
+            let mut dues = Vec::new();
             for cb in &batch {
                 let mut result = result_of(cb);
                 if result.finished_ms.is_none_or(|t| t <= 0) {
@@ -65,9 +69,17 @@ pub async fn accept(state: &AppState, batch: Vec<HandleCallbackParam>) -> Result
                 }
                 if job_run::record_result(conn, cb.log_id, &result)? {
                     stored += 1;
+                    // In this transaction: the retry or the children exist iff the result does.
+                    dues.extend(followup::after_final(conn, cb.log_id, now)?);
+                    statuses.push(result.status);
                 }
             }
-            Ok(stored)
+            Ok((stored, statuses, dues))
         })
-        .await
+        .await?;
+    for status in &statuses {
+        state.metrics.run_outcomes.inc(status);
+    }
+    state.scheduler.enqueue(dues);
+    Ok(stored)
 }

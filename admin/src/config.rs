@@ -53,6 +53,26 @@ const KEYS: &[(&str, Option<&str>, &str)] = &[
     ),
     ("workers", Some("2"), "HTTP worker threads"),
     (
+        "scheduler",
+        Some("true"),
+        "true: this admin fires jobs and runs the monitors; false: it only serves the console and API",
+    ),
+    (
+        "misfire_threshold_ms",
+        Some("5000"),
+        "a fire later than this (the admin was down) follows the job's misfire policy",
+    ),
+    (
+        "trigger_timeout_ms",
+        Some("3000"),
+        "how long an agent may take to accept a trigger before the next one is tried",
+    ),
+    (
+        "retention_days",
+        Some("30"),
+        "finished runs and daily report rows older than this are removed",
+    ),
+    (
         "log",
         Some("info"),
         "tracing filter, e.g. info,jobfleet_admin=debug",
@@ -128,6 +148,10 @@ pub struct Config {
     pub db_connect_timeout: Duration,
     pub max_body_bytes: usize,
     pub workers: usize,
+    pub scheduler: bool,
+    pub misfire_threshold_ms: i64,
+    pub trigger_timeout: Duration,
+    pub retention_days: u32,
     pub log: String,
     /// Unknown `JOBFLEET_*` variables, reported as warnings once logging is up.
     pub warnings: Vec<String>,
@@ -146,6 +170,10 @@ impl fmt::Debug for Config {
             .field("db_connect_timeout", &self.db_connect_timeout)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("workers", &self.workers)
+            .field("scheduler", &self.scheduler)
+            .field("misfire_threshold_ms", &self.misfire_threshold_ms)
+            .field("trigger_timeout", &self.trigger_timeout)
+            .field("retention_days", &self.retention_days)
             .field("log", &self.log)
             .finish()
     }
@@ -330,6 +358,18 @@ impl Config {
                 .map_err(|e| fail("max_body_bytes", e.to_string()))?,
             workers: usize::try_from(number("workers", 1, 64)?)
                 .map_err(|e| fail("workers", e.to_string()))?,
+            scheduler: match get("scheduler").unwrap_or_default().as_str() {
+                "true" => true,
+                "false" => false,
+                other => {
+                    return Err(fail("scheduler", format!("`{other}` is not true or false")));
+                }
+            },
+            misfire_threshold_ms: i64::try_from(number("misfire_threshold_ms", 1000, 3_600_000)?)
+                .map_err(|e| fail("misfire_threshold_ms", e.to_string()))?,
+            trigger_timeout: Duration::from_millis(number("trigger_timeout_ms", 100, 60_000)?),
+            retention_days: u32::try_from(number("retention_days", 1, 3650)?)
+                .map_err(|e| fail("retention_days", e.to_string()))?,
             log,
             warnings,
         })
@@ -455,5 +495,27 @@ mod tests {
         })
         .unwrap();
         assert_eq!(config.listen.port(), 8080);
+        assert!(config.scheduler);
+        assert_eq!(config.misfire_threshold_ms, 5000);
+        assert_eq!(config.retention_days, 30);
+    }
+
+    #[test]
+    fn scheduler_keys_are_checked() {
+        for (var, value, message) in [
+            ("JOBFLEET_SCHEDULER", "yes", "not true or false"),
+            ("JOBFLEET_MISFIRE_THRESHOLD_MS", "10", "out of range"),
+            ("JOBFLEET_RETENTION_DAYS", "0", "out of range"),
+            ("JOBFLEET_TRIGGER_TIMEOUT_MS", "soon", "not a whole number"),
+        ] {
+            let err = Config::load(&env(&[(var, value)])).unwrap_err();
+            assert_eq!(
+                err.key,
+                var.trim_start_matches("JOBFLEET_").to_ascii_lowercase()
+            );
+            assert!(err.message.contains(message), "{var}: {}", err.message);
+        }
+        let off = Config::load(&env(&[("JOBFLEET_SCHEDULER", "false")])).unwrap();
+        assert!(!off.scheduler);
     }
 }

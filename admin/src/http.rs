@@ -150,6 +150,7 @@ pub fn configure(cfg: &mut web::ServiceConfig, state: web::Data<AppState>) {
                 })
                 .route("/healthz", web::get().to(api::meta::healthz))
                 .route("/readyz", web::get().to(api::meta::readyz))
+                .route("/metrics", web::get().to(api::meta::metrics))
                 .configure(api::docs::configure)
                 .configure(crate::rpc::configure)
                 .service(web::scope("/api/v1").configure(api::configure).default_service(web::to(api_not_found))),

@@ -12,7 +12,9 @@ pub mod dispatch;
 pub mod domain;
 pub mod error;
 pub mod http;
+pub mod metrics;
 pub mod rpc;
+pub mod scheduler;
 pub mod service;
 pub mod startup;
 #[doc(hidden)]

@@ -15,6 +15,9 @@ use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::db::{Db, DbUrl, migrate};
 use crate::dispatch::client::AgentClient;
+use crate::dispatch::routing::Router;
+use crate::metrics::Metrics;
+use crate::scheduler::SchedulerHandle;
 use crate::service::users::{Bootstrap, bootstrap_admin};
 
 /// Everything request handlers and workers share. Passed explicitly; there is no global.
@@ -29,6 +32,9 @@ pub struct AppState {
     /// The token agents must present, and that we present to them.
     pub access_token: String,
     pub agents: AgentClient,
+    pub scheduler: SchedulerHandle,
+    pub router: Arc<Router>,
+    pub metrics: Arc<Metrics>,
 }
 
 /// Failed logins allowed per client and user name within the window below.
@@ -108,7 +114,7 @@ pub async fn prepare(
     };
     // reqwest panics without a process-wide rustls provider; installing twice is harmless.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let agents = AgentClient::new(access_token.clone(), std::time::Duration::from_secs(3))
+    let agents = AgentClient::new(access_token.clone(), config.trigger_timeout)
         .context("HTTP client for agents")?;
     let jwt_ttl_ms = i64::try_from(config.jwt_ttl.as_millis()).context("jwt_ttl")?;
     Ok(web::Data::new(AppState {
@@ -120,6 +126,9 @@ pub async fn prepare(
         config: Arc::new(config),
         access_token,
         agents,
+        scheduler: SchedulerHandle::default(),
+        router: Arc::default(),
+        metrics: Arc::default(),
     }))
 }
 
@@ -205,6 +214,12 @@ pub async fn serve(
     let listener = TcpListener::bind(listen)
         .with_context(|| format!("binding {listen} (config key `listen`)"))?;
     let running = start(state.clone(), listener)?;
+    let workers = if state.config.scheduler {
+        Some(crate::scheduler::spawn_workers(&state)?)
+    } else {
+        tracing::info!("Scheduler off (config key `scheduler`): this admin fires no jobs");
+        None
+    };
     tracing::info!(addr = %running.addr, database = ?state.db.url(), "jobfleet admin listening");
     announce(&format!(
         "jobfleet: admin listening on http://{}",
@@ -212,6 +227,8 @@ pub async fn serve(
     ));
     stop.await;
     tracing::info!("Shutting down");
+    // Stop firing first; what is stored and unsent is recovered by another admin or on restart.
+    drop(workers);
     running.handle.stop(true).await;
     running
         .task

@@ -23,7 +23,7 @@ impl utoipa::Modify for BearerAuth {
 #[openapi(
     info(title = "jobfleet open API", description = "Jobs, runs, groups, agents, users, tokens and the audit log. Authenticate with POST /api/v1/auth/token, then send Authorization: Bearer TOKEN. Errors are {\"error\": {\"code\", \"message\", \"field\"?}}."),
     paths(
-        meta::healthz, meta::readyz, meta::issue_token, meta::me, meta::change_password,
+        meta::healthz, meta::readyz, meta::metrics, meta::issue_token, meta::me, meta::change_password,
         jobs::create, jobs::update, jobs::get, jobs::list, jobs::delete, jobs::enable, jobs::disable,
         jobs::script_versions, jobs::script_version, jobs::rollback_script, jobs::cron_preview,
         jobs::list_runs, jobs::get_run, jobs::trigger, jobs::run_log, jobs::kill_run,

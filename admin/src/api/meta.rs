@@ -40,6 +40,16 @@ pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(serde_json::json!({"status": "ok"}))
 }
 
+/// Prometheus metrics of this admin (fires, trigger and run outcomes, lateness, dispatch
+/// latency, agents alive, runs in flight, scheduler loop and lock wait). Unauthenticated, as
+/// scrapers expect; bind the admin to a private address or filter `/metrics` at the proxy.
+#[utoipa::path(get, path = "/metrics", tag = "meta", responses((status = 200, description = "Prometheus text format 0.0.4", content_type = "text/plain")))]
+pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4; charset=utf-8")
+        .body(state.metrics.render())
+}
+
 /// Readiness: the database answers.
 #[utoipa::path(get, path = "/readyz", tag = "meta",
     responses((status = 200, description = "ready"), (status = 503, body = ErrorBody, description = "database unreachable")))]

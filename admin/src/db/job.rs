@@ -222,6 +222,63 @@ fn name_conflict(err: diesel::result::Error) -> Error {
     }
 }
 
+/// Enabled jobs whose next fire is at or before `horizon_ms`, soonest first.
+pub fn due(conn: &mut AnyConnection, horizon_ms: i64, limit: i64) -> Result<Vec<Job>, Error> {
+    Ok(job::table
+        .filter(job::enabled.eq(true))
+        .filter(job::next_fire_ms.le(horizon_ms))
+        .order(job::next_fire_ms.asc())
+        .limit(limit)
+        .select(Job::as_select())
+        .load(conn)?)
+}
+
+/// Moves a job's next fire from `expected` to `next`, unless someone changed it meanwhile (a user
+/// edit recomputed it): returns whether this call moved it.
+pub fn advance(
+    conn: &mut AnyConnection,
+    id: i64,
+    expected: i64,
+    next: Option<i64>,
+) -> Result<bool, Error> {
+    Ok(diesel::update(
+        job::table
+            .find(id)
+            .filter(job::next_fire_ms.eq(expected))
+            .filter(job::enabled.eq(true)),
+    )
+    .set(job::next_fire_ms.eq(next))
+    .execute(conn)?
+        > 0)
+}
+
+/// The soonest next fire of any enabled job, for the scheduler's sleep.
+pub fn soonest_fire(conn: &mut AnyConnection) -> Result<Option<i64>, Error> {
+    use diesel::dsl::min;
+    Ok(job::table
+        .filter(job::enabled.eq(true))
+        .select(min(job::next_fire_ms))
+        .first(conn)?)
+}
+
+/// The jobs with these ids (missing ones are left out).
+pub fn by_ids(conn: &mut AnyConnection, ids: &[i64]) -> Result<Vec<Job>, Error> {
+    Ok(job::table
+        .filter(job::id.eq_any(ids.to_vec()))
+        .select(Job::as_select())
+        .load(conn)?)
+}
+
+/// `(enabled, total)` job counts.
+pub fn counts(conn: &mut AnyConnection) -> Result<(i64, i64), Error> {
+    let total: i64 = job::table.count().get_result(conn)?;
+    let enabled: i64 = job::table
+        .filter(job::enabled.eq(true))
+        .count()
+        .get_result(conn)?;
+    Ok((enabled, total))
+}
+
 pub fn delete(conn: &mut AnyConnection, id: i64) -> Result<(), Error> {
     let n = diesel::delete(job::table.find(id)).execute(conn)?;
     if n == 0 {

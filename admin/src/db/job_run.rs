@@ -127,7 +127,8 @@ pub fn insert(conn: &mut AnyConnection, new: &NewJobRun) -> Result<i64, Error> {
     Ok(last_insert_id(conn)?)
 }
 
-/// The trigger's outcome: sent to `agent` (running) or not (failed, with why).
+/// The trigger's outcome: sent to `agent` (running) or not (failed, with why). Returns whether
+/// this call ended the run (a trigger nobody accepted), so its retry is created once.
 pub fn record_trigger(
     conn: &mut AnyConnection,
     id: i64,
@@ -135,22 +136,203 @@ pub fn record_trigger(
     accepted: bool,
     message: &str,
     now_ms: i64,
-) -> Result<(), Error> {
-    let status = if accepted { "running" } else { "failed" };
-    diesel::update(
+) -> Result<bool, Error> {
+    if accepted {
+        // A fast job's result can arrive before the agent's answer to the trigger is stored:
+        // the agent and message are recorded either way, the final status is kept.
+        diesel::update(job_run::table.find(id))
+            .set((
+                job_run::agent_address.eq(agent),
+                job_run::trigger_msg.eq(message),
+            ))
+            .execute(conn)?;
+        diesel::update(
+            job_run::table
+                .find(id)
+                .filter(job_run::status.eq("pending")),
+        )
+        .set(job_run::status.eq("running"))
+        .execute(conn)?;
+        return Ok(false);
+    }
+    Ok(diesel::update(
         job_run::table
             .find(id)
             .filter(job_run::status.eq("pending")),
     )
     .set((
-        job_run::status.eq(status),
+        job_run::status.eq("failed"),
         job_run::agent_address.eq(agent),
         job_run::trigger_msg.eq(message),
-        job_run::triggered_ms.eq(now_ms),
-        job_run::finished_ms.eq(if accepted { None } else { Some(now_ms) }),
+        job_run::finished_ms.eq(now_ms),
     ))
-    .execute(conn)?;
+    .execute(conn)?
+        > 0)
+}
+
+/// Takes a pending run for dispatch: only one admin (and one task) wins, so a run is sent once
+/// even when the recovery monitor of another admin finds it at the same moment.
+pub fn claim(conn: &mut AnyConnection, id: i64, now_ms: i64) -> Result<bool, Error> {
+    Ok(diesel::update(
+        job_run::table
+            .find(id)
+            .filter(job_run::status.eq("pending"))
+            .filter(job_run::triggered_ms.is_null()),
+    )
+    .set(job_run::triggered_ms.eq(now_ms))
+    .execute(conn)?
+        > 0)
+}
+
+/// Ends a run that is not final yet with a status the admin decided (skipped, lost, timed out,
+/// killed); returns whether this call ended it, so follow-ups (retries) happen once.
+pub fn finish(
+    conn: &mut AnyConnection,
+    id: i64,
+    status: &str,
+    message: &str,
+    now_ms: i64,
+) -> Result<bool, Error> {
+    Ok(diesel::update(
+        job_run::table
+            .find(id)
+            .filter(job_run::status.eq_any(["pending", "running"])),
+    )
+    .set((
+        job_run::status.eq(status),
+        job_run::handle_msg.eq(message),
+        job_run::finished_ms.eq(now_ms),
+    ))
+    .execute(conn)?
+        > 0)
+}
+
+/// Marks a skipped run with why; like [`finish`] but the reason is the trigger's.
+pub fn skip(conn: &mut AnyConnection, id: i64, reason: &str, now_ms: i64) -> Result<bool, Error> {
+    Ok(diesel::update(
+        job_run::table
+            .find(id)
+            .filter(job_run::status.eq("pending")),
+    )
+    .set((
+        job_run::status.eq("skipped"),
+        job_run::trigger_msg.eq(reason),
+        job_run::finished_ms.eq(now_ms),
+    ))
+    .execute(conn)?
+        > 0)
+}
+
+/// Runs of `job_id` that stand before run `run_id`: running on an agent, or taken for dispatch
+/// earlier (a lower id). Counting only earlier claims lets the first of two simultaneous fires
+/// win under `forbid` instead of both skipping.
+pub fn in_flight_before(
+    conn: &mut AnyConnection,
+    job_id: i64,
+    run_id: i64,
+) -> Result<Vec<JobRun>, Error> {
+    Ok(job_run::table
+        .filter(job_run::job_id.eq(job_id))
+        .filter(job_run::id.ne(run_id))
+        .filter(
+            job_run::status.eq("running").or(job_run::status
+                .eq("pending")
+                .and(job_run::triggered_ms.is_not_null())
+                .and(job_run::id.lt(run_id))),
+        )
+        .select(JobRun::as_select())
+        .load(conn)?)
+}
+
+/// Runs an agent has accepted and not reported on, oldest first.
+pub fn running(conn: &mut AnyConnection, limit: i64) -> Result<Vec<JobRun>, Error> {
+    Ok(job_run::table
+        .filter(job_run::status.eq("running"))
+        .order(job_run::id.asc())
+        .limit(limit)
+        .select(JobRun::as_select())
+        .load(conn)?)
+}
+
+/// Runs taken for dispatch before `before_ms` whose trigger outcome was never stored.
+pub fn stale_claims(
+    conn: &mut AnyConnection,
+    before_ms: i64,
+    limit: i64,
+) -> Result<Vec<JobRun>, Error> {
+    Ok(job_run::table
+        .filter(job_run::status.eq("pending"))
+        .filter(job_run::triggered_ms.lt(before_ms))
+        .order(job_run::triggered_ms.asc())
+        .limit(limit)
+        .select(JobRun::as_select())
+        .load(conn)?)
+}
+
+pub fn count_in_flight(conn: &mut AnyConnection) -> Result<i64, Error> {
+    Ok(job_run::table
+        .filter(job_run::status.eq_any(["pending", "running"]))
+        .filter(job_run::triggered_ms.is_not_null())
+        .count()
+        .get_result(conn)?)
+}
+
+/// Pending runs nobody claimed that were due at or before `due_before_ms` (their admin died, or
+/// a retry's time came), oldest first.
+pub fn unclaimed_due(
+    conn: &mut AnyConnection,
+    due_before_ms: i64,
+    limit: i64,
+) -> Result<Vec<JobRun>, Error> {
+    Ok(job_run::table
+        .filter(job_run::status.eq("pending"))
+        .filter(job_run::triggered_ms.is_null())
+        .filter(job_run::scheduled_ms.le(due_before_ms))
+        .order(job_run::scheduled_ms.asc())
+        .limit(limit)
+        .select(JobRun::as_select())
+        .load(conn)?)
+}
+
+/// A sharding broadcast learns its shard total when it is sent.
+pub fn set_shard_total(conn: &mut AnyConnection, id: i64, total: i32) -> Result<(), Error> {
+    diesel::update(job_run::table.find(id))
+        .set(job_run::shard_total.eq(total))
+        .execute(conn)?;
     Ok(())
+}
+
+/// `(job_id, status, count)` of runs created in `[from_ms, to_ms)`.
+pub fn outcome_counts(
+    conn: &mut AnyConnection,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<(i64, String, i64)>, Error> {
+    use diesel::dsl::count_star;
+    Ok(job_run::table
+        .filter(job_run::created_ms.ge(from_ms))
+        .filter(job_run::created_ms.lt(to_ms))
+        .group_by((job_run::job_id, job_run::status))
+        .select((job_run::job_id, job_run::status, count_star()))
+        .load(conn)?)
+}
+
+/// Deletes up to `limit` finished runs created before `before_ms`; returns how many.
+pub fn delete_finished_before(
+    conn: &mut AnyConnection,
+    before_ms: i64,
+    limit: i64,
+) -> Result<usize, Error> {
+    let ids: Vec<i64> = job_run::table
+        .filter(job_run::created_ms.lt(before_ms))
+        .filter(job_run::status.ne_all(["pending", "running"]))
+        .select(job_run::id)
+        .limit(limit)
+        .load(conn)?;
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    Ok(diesel::delete(job_run::table.filter(job_run::id.eq_any(ids))).execute(conn)?)
 }
 
 /// A run's result as reported by its agent.

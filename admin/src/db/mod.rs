@@ -13,6 +13,8 @@ pub mod job;
 pub mod job_run;
 pub mod job_script;
 pub mod migrate;
+pub mod run_report_daily;
+pub mod scheduler_lock;
 pub mod schema;
 pub mod user;
 pub mod user_group_grant;

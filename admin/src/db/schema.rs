@@ -173,6 +173,21 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    run_report_daily (day, job_id) {
+        day -> Text,
+        job_id -> BigInt,
+        succeeded -> BigInt,
+        failed -> BigInt,
+        timed_out -> BigInt,
+        killed -> BigInt,
+        lost -> BigInt,
+        skipped -> BigInt,
+        in_flight -> BigInt,
+        updated_ms -> BigInt,
+    }
+}
+
 diesel::joinable!(job -> executor_group (group_id));
 diesel::joinable!(job_script -> job (job_id));
 diesel::joinable!(user_group_grant -> user (user_id));
@@ -190,4 +205,5 @@ diesel::allow_tables_to_appear_in_same_query!(
     api_token,
     audit_log,
     scheduler_lock,
+    run_report_daily,
 );

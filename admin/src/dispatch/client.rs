@@ -92,6 +92,13 @@ impl AgentClient {
             .map(|e| e.msg.unwrap_or_default())
     }
 
+    /// Asks whether the agent could start `job_id` now (XXL-Job's idleBeat): `Err` when busy.
+    pub async fn idle_beat(&self, address: &str, job_id: i64) -> Result<String, CallError> {
+        self.call::<_, serde_json::Value>(address, agent_path::IDLE_BEAT, &JobIdParam { job_id })
+            .await
+            .map(|e| e.msg.unwrap_or_default())
+    }
+
     pub async fn kill(&self, address: &str, job_id: i64) -> Result<String, CallError> {
         self.call::<_, serde_json::Value>(address, agent_path::KILL, &JobIdParam { job_id })
             .await

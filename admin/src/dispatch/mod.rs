@@ -1,7 +1,9 @@
-//! Dispatch: turning a run row into a trigger, and sending it to an agent. Routing strategies
-//! beyond "first live agent, then the next" arrive with the scheduler.
+//! Dispatch: turning a run row into a trigger, choosing agents by the job's routing strategy,
+//! and sending it.
 
 pub mod client;
+pub mod routing;
+pub mod send;
 
 use jobfleet_agent::protocol::{Limits, TriggerParam};
 

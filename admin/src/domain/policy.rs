@@ -58,6 +58,8 @@ string_enum! {
 }
 
 string_enum! {
+    /// `skipped`: never sent, because the concurrency policy said so or the job was disabled
+    /// or deleted before its fire.
     pub enum RunStatus {
         Pending => "pending",
         Running => "running",
@@ -66,6 +68,7 @@ string_enum! {
         TimedOut => "timed_out",
         Killed => "killed",
         Lost => "lost",
+        Skipped => "skipped",
     }
 }
 

@@ -325,6 +325,8 @@ pub async fn create(state: &AppState, actor: &Actor, spec: JobSpec) -> Result<Jo
             Ok(created)
         })
         .await
+        // Plan at once: a new or changed schedule must not wait for the next pass.
+        .inspect(|_| state.scheduler.jobs_changed())
 }
 
 /// Replaces a job's settings. Moving it to another group needs write access to both.
@@ -384,6 +386,8 @@ pub async fn update(
             Ok(after)
         })
         .await
+        // Plan at once: a new or changed schedule must not wait for the next pass.
+        .inspect(|_| state.scheduler.jobs_changed())
 }
 
 pub async fn set_enabled(
@@ -419,6 +423,8 @@ pub async fn set_enabled(
             Ok(after)
         })
         .await
+        // Plan at once: a new or changed schedule must not wait for the next pass.
+        .inspect(|_| state.scheduler.jobs_changed())
 }
 
 /// Rebuilds the validated spec of a stored job (stored rows were validated when written).
@@ -434,7 +440,11 @@ fn parse_stored<T: std::str::FromStr<Err = String>>(
     })
 }
 
-fn spec_of(row: &job::Job) -> Result<JobSpec, Error> {
+/// A stored job's schedule and time zone, as the scheduler plans them.
+///
+/// # Errors
+/// `Internal` when the stored row does not parse (written by something other than this code).
+pub fn schedule_of(row: &job::Job) -> Result<(Schedule, chrono_tz::Tz), Error> {
     let corrupt = |what: &str| {
         Error::Internal(anyhow::anyhow!(
             "job {} has an invalid stored {what}",
@@ -457,6 +467,17 @@ fn spec_of(row: &job::Job) -> Result<JobSpec, Error> {
         },
         _ => return Err(corrupt("schedule type")),
     };
+    Ok((schedule, timezone))
+}
+
+fn spec_of(row: &job::Job) -> Result<JobSpec, Error> {
+    let corrupt = |what: &str| {
+        Error::Internal(anyhow::anyhow!(
+            "job {} has an invalid stored {what}",
+            row.id
+        ))
+    };
+    let (schedule, timezone) = schedule_of(row)?;
     let handler = match row.handler_type.as_str() {
         "shell" => Handler::Shell {
             command: row.command.clone().unwrap_or_default(),
@@ -539,6 +560,8 @@ pub async fn delete(state: &AppState, actor: &Actor, id: i64) -> Result<(), Erro
             )
         })
         .await
+        // Plan at once: a new or changed schedule must not wait for the next pass.
+        .inspect(|_| state.scheduler.jobs_changed())
 }
 
 pub async fn get(state: &AppState, actor: &Actor, id: i64) -> Result<JobView, Error> {

@@ -81,7 +81,7 @@ pub fn view(row: job_run::JobRun) -> RunView {
 pub struct RunQuery {
     pub job_id: Option<i64>,
     pub group_id: Option<i64>,
-    /// pending, running, succeeded, failed, timed_out, killed, lost
+    /// pending, running, succeeded, failed, timed_out, killed, lost, skipped
     pub status: Option<String>,
     /// Scheduled at or after, UTC ms.
     pub from_ms: Option<i64>,
@@ -146,31 +146,6 @@ pub struct TriggerRequest {
     pub address: Option<String>,
 }
 
-/// The agents a run of `group` may go to right now: its manual list, or its live agents.
-fn candidates(
-    conn: &mut crate::db::AnyConnection,
-    group_id: i64,
-    now: i64,
-) -> Result<Vec<String>, Error> {
-    let group = crate::db::executor_group::get(conn, group_id)?;
-    if group.address_mode == "manual" {
-        return Ok(group
-            .addresses
-            .split(',')
-            .filter(|a| !a.is_empty())
-            .map(str::to_owned)
-            .collect());
-    }
-    Ok(crate::db::agent::list_live(
-        conn,
-        &group.app_name,
-        now - crate::service::agents::DEAD_AFTER_MS,
-    )?
-    .into_iter()
-    .map(|a| a.address)
-    .collect())
-}
-
 fn normalize_address(raw: &str) -> String {
     if raw.ends_with('/') {
         raw.to_owned()
@@ -179,8 +154,8 @@ fn normalize_address(raw: &str) -> String {
     }
 }
 
-/// Creates a run of the job now and hands it to an agent. The run row (and its audit row) is
-/// committed before the agent is called, so a crash in between leaves a visible pending run.
+/// Creates a run of the job now and hands it to an agent by the job's routing strategy (or to
+/// the one agent named); returns the run as it stands after the hand-over.
 pub async fn trigger(
     state: &AppState,
     actor: &Actor,
@@ -206,20 +181,20 @@ pub async fn trigger(
     let wanted = wanted.transpose()?;
     let now = state.clock.now_ms();
     let actor_owned = actor.clone();
-    let (job, run, targets) = state
+    let only = wanted.clone();
+    let run_id = state
         .db
         .transaction(move |conn| {
             let job = crate::db::job::get(conn, job_id)?;
             actor_owned.write_group(job.group_id)?;
-            let mut targets = candidates(conn, job.group_id, now)?;
             if let Some(address) = &wanted {
-                if !targets.contains(address) {
+                let (_, live) = crate::dispatch::send::candidates(conn, job.group_id, now)?;
+                if !live.iter().any(|c| &c.address == address) {
                     return Err(Error::invalid(
                         "address",
                         format!("{address} is not a live agent of this job's group"),
                     ));
                 }
-                targets = vec![address.clone()];
             }
             let run_id = job_run::insert(
                 conn,
@@ -243,48 +218,18 @@ pub async fn trigger(
                 conn,
                 &actor_owned,
                 now,
-                crate::audit::Entry::new("job.trigger", "job", job_id).after(&view(run.clone()))?,
+                crate::audit::Entry::new("job.trigger", "job", job_id).after(&view(run))?,
             )?;
-            Ok((job, run, targets))
+            Ok(run_id)
         })
         .await?;
-    let trigger = crate::dispatch::trigger_param(&job, &run);
-    let mut outcome: (Option<String>, bool, String) =
-        (None, false, "no live agent in the job's group".into());
-    let mut reasons = Vec::new();
-    for address in &targets {
-        match state.agents.run(address, &trigger).await {
-            Ok(msg) => {
-                outcome = (
-                    Some(address.clone()),
-                    true,
-                    format!("accepted by {address}: {msg}"),
-                );
-                break;
-            }
-            Err(e) => {
-                tracing::warn!(run_id = run.id, agent = %address, error = %e, "Trigger not accepted");
-                reasons.push(format!("{address} {e}"));
-                // A refusal is the agent's answer (busy, discard later): do not shop it around.
-                if matches!(e, crate::dispatch::client::CallError::Refused(_)) {
-                    outcome = (Some(address.clone()), false, String::new());
-                    break;
-                }
-            }
-        }
-    }
-    if !outcome.1 && !reasons.is_empty() {
-        outcome.2 = reasons.join("; ");
-    }
-    let (agent, accepted, message) = outcome;
-    let at = state.clock.now_ms();
-    let run_id = run.id;
+    state.metrics.fires.inc("api");
+    // The run row (and its audit row) is committed before any agent is called: a crash in
+    // between leaves a pending run that the recovery monitor sends.
+    crate::dispatch::send::dispatch(state, run_id, only).await?;
     state
         .db
-        .run(move |conn| {
-            job_run::record_trigger(conn, run_id, agent.as_deref(), accepted, &message, at)?;
-            Ok(view(job_run::get(conn, run_id)?))
-        })
+        .run(move |conn| Ok(view(job_run::get(conn, run_id)?)))
         .await
 }
 

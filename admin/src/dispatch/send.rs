@@ -1,0 +1,386 @@
+//! Sending one pending run: take it (one admin wins), apply the job's concurrency policy, pick
+//! agents by its routing strategy, hand the trigger over, record the answer, and create the
+//! retry when no agent took it.
+
+use std::time::Instant;
+
+use jobfleet_agent::protocol::HostMetrics;
+
+use crate::db::job::Job;
+use crate::db::job_run::{self, JobRun};
+use crate::db::{AnyConnection, agent, executor_group, job};
+use crate::domain::policy::Concurrency;
+use crate::domain::routing::Routing;
+use crate::error::Error;
+use crate::scheduler::{Due, followup};
+use crate::startup::AppState;
+
+use super::client::CallError;
+use super::routing::{Candidate, load_of};
+
+/// One trigger to hand over: the run and the agents to try, in order.
+#[derive(Debug)]
+struct Send {
+    run: JobRun,
+    addresses: Vec<String>,
+}
+
+#[derive(Debug)]
+enum Prepared {
+    /// Another admin or task took the run, or it is gone.
+    Taken,
+    /// Ended without sending (concurrency policy, disabled job), with why.
+    Ended,
+    NoAgent(Box<JobRun>, String),
+    Send {
+        job: Box<Job>,
+        sends: Vec<Send>,
+        /// Runs this one replaces, to kill on their agents.
+        replaced: Vec<JobRun>,
+    },
+}
+
+/// The agents a run of `group_id` may go to now: the group's manual list, or its live agents
+/// with their heartbeat load. Both in address order.
+///
+/// # Errors
+/// Database errors; `NotFound` when the group is gone.
+pub fn candidates(
+    conn: &mut AnyConnection,
+    group_id: i64,
+    now_ms: i64,
+) -> Result<(String, Vec<Candidate>), Error> {
+    let group = executor_group::get(conn, group_id)?;
+    if group.address_mode == "manual" {
+        let mut addresses: Vec<String> = group
+            .addresses
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .map(|a| {
+                if a.ends_with('/') {
+                    a.to_owned()
+                } else {
+                    format!("{a}/")
+                }
+            })
+            .collect();
+        addresses.sort();
+        addresses.dedup();
+        return Ok((
+            group.app_name,
+            addresses
+                .into_iter()
+                .map(|address| Candidate {
+                    address,
+                    load: None,
+                })
+                .collect(),
+        ));
+    }
+    let live = agent::list_live(
+        conn,
+        &group.app_name,
+        now_ms - crate::service::agents::DEAD_AFTER_MS,
+    )?;
+    Ok((
+        group.app_name,
+        live.into_iter()
+            .map(|a| Candidate {
+                load: serde_json::from_str::<HostMetrics>(&a.metrics)
+                    .ok()
+                    .map(|m| load_of(&m)),
+                address: a.address,
+            })
+            .collect(),
+    ))
+}
+
+fn prepare(
+    conn: &mut AnyConnection,
+    state_router: &super::routing::Router,
+    run_id: i64,
+    only: Option<&str>,
+    now: i64,
+) -> Result<Prepared, Error> {
+    if !job_run::claim(conn, run_id, now)? {
+        return Ok(Prepared::Taken);
+    }
+    let run = job_run::get(conn, run_id)?;
+    let Some(owner) = job::find(conn, run.job_id)? else {
+        job_run::skip(conn, run_id, "the job was deleted", now)?;
+        return Ok(Prepared::Ended);
+    };
+    if matches!(run.trigger_kind.as_str(), "schedule" | "misfire") && !owner.enabled {
+        job_run::skip(conn, run_id, "the job was disabled before this fire", now)?;
+        return Ok(Prepared::Ended);
+    }
+    let mut replaced = Vec::new();
+    match owner.concurrency.parse().unwrap_or(Concurrency::Allow) {
+        Concurrency::Allow => {}
+        Concurrency::Forbid => {
+            if let Some(other) = job_run::in_flight_before(conn, owner.id, run_id)?.first() {
+                job_run::skip(
+                    conn,
+                    run_id,
+                    &format!(
+                        "skipped by concurrency policy forbid: run {} of this job is still {}",
+                        other.id,
+                        if other.status == "running" {
+                            "running"
+                        } else {
+                            "being sent"
+                        }
+                    ),
+                    now,
+                )?;
+                return Ok(Prepared::Ended);
+            }
+        }
+        Concurrency::Replace => {
+            for other in job_run::in_flight_before(conn, owner.id, run_id)? {
+                if job_run::finish(
+                    conn,
+                    other.id,
+                    "killed",
+                    &format!("replaced by run {run_id} (concurrency policy replace)"),
+                    now,
+                )? {
+                    replaced.push(other);
+                }
+            }
+        }
+    }
+    let (app_name, mut candidates) = candidates(conn, owner.group_id, now)?;
+    if let Some(address) = only {
+        candidates.retain(|c| c.address == address);
+    }
+    if candidates.is_empty() {
+        return Ok(Prepared::NoAgent(
+            Box::new(run),
+            format!("no live agent in group `{app_name}`"),
+        ));
+    }
+    let routing = owner.routing.parse().unwrap_or(Routing::First);
+    let sends = if routing == Routing::ShardingBroadcast
+        && only.is_none()
+        && run.shard_total == 1
+        && run.trigger_kind != "retry"
+    {
+        shard(conn, &run, &candidates, now)?
+    } else {
+        vec![Send {
+            addresses: state_router.order(routing, owner.id, &candidates, now),
+            run,
+        }]
+    };
+    Ok(Prepared::Send {
+        job: Box::new(owner),
+        sends,
+        replaced,
+    })
+}
+
+/// Splits a broadcast into one run per live agent: this run is shard 0, the others are new rows
+/// of the same slot (the unique key covers each shard), each taken at once.
+fn shard(
+    conn: &mut AnyConnection,
+    run: &JobRun,
+    candidates: &[Candidate],
+    now: i64,
+) -> Result<Vec<Send>, Error> {
+    let total = i32::try_from(candidates.len()).unwrap_or(i32::MAX);
+    job_run::set_shard_total(conn, run.id, total)?;
+    let mut sends = Vec::with_capacity(candidates.len());
+    for (index, candidate) in candidates.iter().enumerate() {
+        let id = if index == 0 {
+            run.id
+        } else {
+            let id = job_run::insert(
+                conn,
+                &job_run::NewJobRun {
+                    job_id: run.job_id,
+                    group_id: run.group_id,
+                    first_run_id: None,
+                    attempt: run.attempt,
+                    trigger_kind: run.trigger_kind.clone(),
+                    fire_slot_ms: run.fire_slot_ms,
+                    scheduled_ms: run.scheduled_ms,
+                    status: "pending".into(),
+                    params: run.params.clone(),
+                    shard_index: i32::try_from(index).unwrap_or(i32::MAX),
+                    shard_total: total,
+                    created_ms: run.created_ms,
+                },
+            )?;
+            job_run::claim(conn, id, now)?;
+            id
+        };
+        sends.push(Send {
+            run: job_run::get(conn, id)?,
+            addresses: vec![candidate.address.clone()],
+        });
+    }
+    Ok(sends)
+}
+
+/// What handing a trigger over came to.
+#[derive(Debug)]
+struct Answer {
+    run_id: i64,
+    agent: Option<String>,
+    accepted: bool,
+    message: String,
+    outcome: &'static str,
+}
+
+async fn hand_over(state: &AppState, job: &Job, routing: Routing, send: Send) -> Answer {
+    let trigger = super::trigger_param(job, &send.run);
+    let lateness = state.clock.now_ms() - send.run.scheduled_ms;
+    state.metrics.fire_lateness.observe_ms(lateness as f64);
+    let mut reasons = Vec::new();
+    // A refusal is the agent's own answer (busy, discard later); only these strategies
+    // shop a refused trigger around.
+    let moves_on_refusal = matches!(routing, Routing::Failover | Routing::Busyover);
+    for address in &send.addresses {
+        if routing == Routing::Busyover
+            && send.addresses.len() > 1
+            && let Err(e) = state.agents.idle_beat(address, job.id).await
+        {
+            reasons.push(format!("{address} busy: {e}"));
+            continue;
+        }
+        match state.agents.run(address, &trigger).await {
+            Ok(msg) => {
+                return Answer {
+                    run_id: send.run.id,
+                    agent: Some(address.clone()),
+                    accepted: true,
+                    message: if reasons.is_empty() {
+                        format!("accepted by {address}{}", suffix(&msg))
+                    } else {
+                        format!(
+                            "accepted by {address}{} after: {}",
+                            suffix(&msg),
+                            reasons.join("; ")
+                        )
+                    },
+                    outcome: "accepted",
+                };
+            }
+            Err(e) => {
+                tracing::warn!(run_id = send.run.id, agent = %address, error = %e, "Trigger not accepted");
+                let refused = matches!(e, CallError::Refused(_));
+                reasons.push(format!("{address} {e}"));
+                if refused && !moves_on_refusal {
+                    return Answer {
+                        run_id: send.run.id,
+                        agent: Some(address.clone()),
+                        accepted: false,
+                        message: reasons.join("; "),
+                        outcome: "refused",
+                    };
+                }
+            }
+        }
+    }
+    Answer {
+        run_id: send.run.id,
+        agent: None,
+        accepted: false,
+        message: format!("no agent accepted the trigger: {}", reasons.join("; ")),
+        outcome: "unreachable",
+    }
+}
+
+fn suffix(msg: &str) -> String {
+    if msg.is_empty() {
+        String::new()
+    } else {
+        format!(": {msg}")
+    }
+}
+
+/// Sends run `run_id` if it is still pending and nobody took it. `only` restricts it to one
+/// agent of the group (a manual trigger that names one).
+///
+/// # Errors
+/// Database errors. The run then stays pending (not taken) or taken-and-pending, and the
+/// recovery monitor finishes the job.
+pub async fn dispatch(state: &AppState, run_id: i64, only: Option<String>) -> Result<(), Error> {
+    let started = Instant::now();
+    let now = state.clock.now_ms();
+    let router = state.router.clone();
+    let prepared = state
+        .db
+        .transaction(move |conn| prepare(conn, &router, run_id, only.as_deref(), now))
+        .await?;
+    let answers = match prepared {
+        Prepared::Taken => return Ok(()),
+        Prepared::Ended => {
+            state.metrics.trigger_outcomes.inc("skipped");
+            state.metrics.run_outcomes.inc("skipped");
+            return Ok(());
+        }
+        Prepared::NoAgent(run, message) => vec![Answer {
+            run_id: run.id,
+            agent: None,
+            accepted: false,
+            message,
+            outcome: "no_agent",
+        }],
+        Prepared::Send {
+            job,
+            sends,
+            replaced,
+        } => {
+            for old in &replaced {
+                if let Some(address) = &old.agent_address
+                    && let Err(e) = state.agents.kill(address, old.job_id).await
+                {
+                    tracing::warn!(run_id = old.id, agent = %address, error = %e, "Could not kill the replaced run");
+                }
+            }
+            let routing = job.routing.parse().unwrap_or(Routing::First);
+            let handovers = sends
+                .into_iter()
+                .map(|send| hand_over(state, &job, routing, send));
+            futures_util::future::join_all(handovers).await
+        }
+    };
+    record(state, answers).await?;
+    state.metrics.dispatch_latency.observe(started.elapsed());
+    Ok(())
+}
+
+/// Stores the answers and creates the retries of triggers nobody took, in one transaction.
+async fn record(state: &AppState, answers: Vec<Answer>) -> Result<(), Error> {
+    for a in &answers {
+        state.metrics.trigger_outcomes.inc(a.outcome);
+        if !a.accepted {
+            state.metrics.run_outcomes.inc("failed");
+        }
+    }
+    let at = state.clock.now_ms();
+    let dues: Vec<Due> = state
+        .db
+        .transaction(move |conn| {
+            let mut dues = Vec::new();
+            for a in &answers {
+                if job_run::record_trigger(
+                    conn,
+                    a.run_id,
+                    a.agent.as_deref(),
+                    a.accepted,
+                    &a.message,
+                    at,
+                )? {
+                    dues.extend(followup::after_final(conn, a.run_id, at)?);
+                }
+            }
+            Ok(dues)
+        })
+        .await?;
+    state.scheduler.enqueue(dues);
+    Ok(())
+}

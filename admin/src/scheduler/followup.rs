@@ -1,0 +1,83 @@
+//! What a final run leads to: a retry after a failure, the child jobs after a success. Called
+//! inside the transaction that made the run final, so a follow-up exists exactly when the final
+//! status does, whichever admin or monitor got there first.
+
+use crate::db::{AnyConnection, job, job_run};
+use crate::domain::policy::retry_delay_s;
+use crate::error::Error;
+
+use super::Due;
+
+/// Statuses a retry answers. `killed` was someone's decision and `skipped` the policy's.
+fn retryable(status: &str) -> bool {
+    matches!(status, "failed" | "timed_out" | "lost")
+}
+
+/// Creates the follow-up runs of `run_id`, which has just become final; returns them to enqueue.
+///
+/// # Errors
+/// Database errors (the caller's transaction rolls back with the final status).
+pub fn after_final(conn: &mut AnyConnection, run_id: i64, now_ms: i64) -> Result<Vec<Due>, Error> {
+    let run = job_run::get(conn, run_id)?;
+    let Some(owner) = job::find(conn, run.job_id)? else {
+        return Ok(Vec::new());
+    };
+    let mut dues = Vec::new();
+    if retryable(&run.status) && run.attempt <= owner.retry_count {
+        let retry_number = u32::try_from(run.attempt).unwrap_or(1);
+        let at_ms = now_ms + retry_delay_s(owner.retry_backoff_s, retry_number) * 1000;
+        let id = job_run::insert(
+            conn,
+            &job_run::NewJobRun {
+                job_id: run.job_id,
+                group_id: owner.group_id,
+                first_run_id: Some(run.first_run_id.unwrap_or(run.id)),
+                attempt: run.attempt + 1,
+                trigger_kind: "retry".into(),
+                fire_slot_ms: None,
+                scheduled_ms: at_ms,
+                status: "pending".into(),
+                params: run.params.clone(),
+                shard_index: run.shard_index,
+                shard_total: run.shard_total,
+                created_ms: now_ms,
+            },
+        )?;
+        dues.push(Due { at_ms, run_id: id });
+    }
+    // A sharded fire succeeds shard by shard; its children follow shard 0 only, once per fire.
+    if run.status == "succeeded" && run.shard_index == 0 {
+        for child_id in owner
+            .children
+            .split(',')
+            .filter_map(|s| s.trim().parse::<i64>().ok())
+        {
+            let Some(child) = job::find(conn, child_id)? else {
+                tracing::warn!(job_id = owner.id, child_id, "Child job no longer exists");
+                continue;
+            };
+            let id = job_run::insert(
+                conn,
+                &job_run::NewJobRun {
+                    job_id: child.id,
+                    group_id: child.group_id,
+                    first_run_id: None,
+                    attempt: 1,
+                    trigger_kind: "child".into(),
+                    fire_slot_ms: None,
+                    scheduled_ms: now_ms,
+                    status: "pending".into(),
+                    params: child.params.clone(),
+                    shard_index: 0,
+                    shard_total: 1,
+                    created_ms: now_ms,
+                },
+            )?;
+            dues.push(Due {
+                at_ms: now_ms,
+                run_id: id,
+            });
+        }
+    }
+    Ok(dues)
+}

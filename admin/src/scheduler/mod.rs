@@ -1,0 +1,88 @@
+//! The scheduler: a loop that plans fires under the cluster lock and stores them as pending
+//! runs, a timer that sends each at its millisecond, and monitors that recover what a crash or a
+//! dead agent left behind. See ARCHITECTURE.md for the flow and its invariants.
+
+pub mod followup;
+pub mod monitors;
+pub mod plan;
+pub mod tick;
+pub mod timer;
+mod workers;
+
+use std::sync::Mutex;
+
+use tokio::sync::{Notify, mpsc};
+
+pub use workers::{Workers, spawn_workers};
+
+/// A stored pending run and the moment it should be sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Due {
+    pub at_ms: i64,
+    pub run_id: i64,
+}
+
+/// How the rest of the admin talks to the running scheduler.
+#[derive(Debug)]
+pub struct SchedulerHandle {
+    /// Who this admin is in the lock row and logs: host and process id.
+    pub holder: String,
+    plan_now: Notify,
+    timer_wake: Notify,
+    dues: mpsc::UnboundedSender<Due>,
+    inbox: Mutex<Option<mpsc::UnboundedReceiver<Due>>>,
+}
+
+impl Default for SchedulerHandle {
+    fn default() -> Self {
+        Self::new(holder_name())
+    }
+}
+
+fn holder_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "admin".into());
+    format!("{host}:{}", std::process::id())
+}
+
+impl SchedulerHandle {
+    pub fn new(holder: String) -> Self {
+        let (dues, inbox) = mpsc::unbounded_channel();
+        Self {
+            holder,
+            plan_now: Notify::new(),
+            timer_wake: Notify::new(),
+            dues,
+            inbox: Mutex::new(Some(inbox)),
+        }
+    }
+
+    /// A job was created or changed: plan again now instead of at the next pass.
+    pub fn jobs_changed(&self) {
+        self.plan_now.notify_one();
+    }
+
+    /// Hands stored runs to the timer. Without a running timer (a tool, a test without
+    /// workers) they stay pending in the database, where the recovery monitor finds them.
+    pub fn enqueue(&self, dues: impl IntoIterator<Item = Due>) {
+        for due in dues {
+            let _ = self.dues.send(due);
+        }
+    }
+
+    /// Makes the loop and the timer look at the clock again (tests that move a manual clock).
+    pub fn nudge(&self) {
+        self.plan_now.notify_one();
+        self.timer_wake.notify_one();
+    }
+
+    fn take_inbox(&self) -> Option<mpsc::UnboundedReceiver<Due>> {
+        self.inbox
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
+}

@@ -1,0 +1,272 @@
+//! Monitors: the periodic passes that repair what crashes and dead agents leave behind, keep
+//! the daily report and remove old runs. Every write is conditional on the row's current
+//! status, so every admin of a cluster may run them at once and a repair happens once.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use actix_web::web;
+use chrono::{TimeZone, Utc};
+
+use crate::db::run_report_daily::DailyRow;
+use crate::db::{agent, job, job_run, run_report_daily, scheduler_lock};
+use crate::error::Error;
+use crate::service::agents::DEAD_AFTER_MS;
+use crate::startup::AppState;
+
+use super::{Due, followup};
+
+/// A pending run nobody took this long after its time lost its admin: send it from here.
+pub const ORPHAN_AFTER_MS: i64 = 10_000;
+/// A run taken for dispatch whose agent answer was never stored this long after: the admin
+/// died mid-send. Whether the agent got it is unknown, so it is lost (and retried).
+pub const STUCK_CLAIM_AFTER_MS: i64 = 60_000;
+/// The agent enforces a job's timeout; the admin steps in only this long after it.
+pub const TIMEOUT_GRACE_MS: i64 = 30_000;
+const PASS_EVERY: Duration = Duration::from_secs(2);
+const REPORT_EVERY_MS: i64 = 60_000;
+const RETENTION_EVERY_MS: i64 = 3_600_000;
+const DAY_MS: i64 = 86_400_000;
+
+pub async fn run(state: web::Data<AppState>) {
+    let mut last_report = i64::MIN;
+    let mut last_retention = i64::MIN;
+    let mut live: Option<HashSet<String>> = None;
+    loop {
+        tokio::time::sleep(PASS_EVERY).await;
+        let now = state.clock.now_ms();
+        if let Err(e) = recover(&state).await {
+            tracing::warn!(error = %e, "Recovery pass failed");
+        }
+        match watch_agents(&state, live.as_ref()).await {
+            Ok(now_live) => live = Some(now_live),
+            Err(e) => tracing::warn!(error = %e, "Agent liveness pass failed"),
+        }
+        if now.saturating_sub(last_report) >= REPORT_EVERY_MS {
+            match report(&state).await {
+                Ok(()) => last_report = now,
+                Err(e) => tracing::warn!(error = %e, "Daily report pass failed"),
+            }
+        }
+        if now.saturating_sub(last_retention) >= RETENTION_EVERY_MS {
+            match retention(&state).await {
+                Ok(removed) => {
+                    last_retention = now;
+                    if removed > 0 {
+                        tracing::info!(removed, "Removed runs older than the retention");
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "Retention pass failed"),
+            }
+        }
+    }
+}
+
+/// What one recovery pass did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Recovered {
+    pub orphans_sent: usize,
+    pub stuck_lost: usize,
+    pub dead_agent_lost: usize,
+    pub timed_out: usize,
+}
+
+/// Ends a run with a status the admin decided, with its follow-ups, once.
+async fn end_run(
+    state: &AppState,
+    run_id: i64,
+    status: &'static str,
+    message: String,
+) -> Result<bool, Error> {
+    let now = state.clock.now_ms();
+    let (ended, dues): (bool, Vec<Due>) = state
+        .db
+        .transaction(move |conn| {
+            if job_run::finish(conn, run_id, status, &message, now)? {
+                Ok((true, followup::after_final(conn, run_id, now)?))
+            } else {
+                Ok((false, Vec::new()))
+            }
+        })
+        .await?;
+    if ended {
+        state.metrics.run_outcomes.inc(status);
+        tracing::warn!(run_id, status, "Run ended by the admin");
+    }
+    state.scheduler.enqueue(dues);
+    Ok(ended)
+}
+
+/// Sends orphaned runs, and ends runs stuck in a dead admin, on a dead agent, or past their
+/// timeout.
+///
+/// # Errors
+/// Database errors; the next pass tries again.
+pub async fn recover(state: &AppState) -> Result<Recovered, Error> {
+    let now = state.clock.now_ms();
+    let mut done = Recovered::default();
+    let (orphans, stuck, running, dead, jobs) = state
+        .db
+        .run(move |conn| {
+            let orphans = job_run::unclaimed_due(conn, now - ORPHAN_AFTER_MS, 500)?;
+            let stuck = job_run::stale_claims(conn, now - STUCK_CLAIM_AFTER_MS, 500)?;
+            let running = job_run::running(conn, 5_000)?;
+            let dead: HashSet<String> = agent::list(conn, None)?
+                .into_iter()
+                .filter(|a| now - a.last_seen_ms >= DEAD_AFTER_MS)
+                .map(|a| a.address)
+                .collect();
+            let mut ids: Vec<i64> = running.iter().map(|r| r.job_id).collect();
+            ids.sort_unstable();
+            ids.dedup();
+            let jobs: HashMap<i64, i64> = job::by_ids(conn, &ids)?
+                .into_iter()
+                .map(|j| (j.id, j.timeout_s))
+                .collect();
+            Ok((orphans, stuck, running, dead, jobs))
+        })
+        .await?;
+    for run in orphans {
+        tracing::warn!(
+            run_id = run.id,
+            scheduled_ms = run.scheduled_ms,
+            "Sending a run no admin sent"
+        );
+        crate::dispatch::send::dispatch(state, run.id, None).await?;
+        done.orphans_sent += 1;
+    }
+    for run in stuck {
+        let message = "the admin sending this run stopped before the agent's answer was stored; it may or may not have run".to_owned();
+        done.stuck_lost += usize::from(end_run(state, run.id, "lost", message).await?);
+    }
+    for run in running {
+        let Some(address) = run.agent_address.as_deref() else {
+            continue;
+        };
+        if dead.contains(address) {
+            let message =
+                format!("agent {address} stopped sending heartbeats while the run was in flight");
+            done.dead_agent_lost += usize::from(end_run(state, run.id, "lost", message).await?);
+            continue;
+        }
+        let timeout_s = jobs.get(&run.job_id).copied().unwrap_or(0);
+        let since = run
+            .started_ms
+            .or(run.triggered_ms)
+            .unwrap_or(run.created_ms);
+        if timeout_s > 0 && now - since > timeout_s * 1000 + TIMEOUT_GRACE_MS {
+            let message = format!(
+                "no result {}s after the job's {timeout_s}s timeout; ended by the admin",
+                TIMEOUT_GRACE_MS / 1000
+            );
+            if end_run(state, run.id, "timed_out", message).await? {
+                done.timed_out += 1;
+                if let Err(e) = state.agents.kill(address, run.job_id).await {
+                    tracing::warn!(run_id = run.id, agent = %address, error = %e, "Could not kill the timed-out run");
+                }
+            }
+        }
+    }
+    Ok(done)
+}
+
+/// Logs agents that went dead or came back, and keeps the gauges current.
+async fn watch_agents(
+    state: &AppState,
+    before: Option<&HashSet<String>>,
+) -> Result<HashSet<String>, Error> {
+    let now = state.clock.now_ms();
+    let (agents, in_flight) = state
+        .db
+        .run(move |conn| Ok((agent::list(conn, None)?, job_run::count_in_flight(conn)?)))
+        .await?;
+    let live: HashSet<String> = agents
+        .iter()
+        .filter(|a| now - a.last_seen_ms < DEAD_AFTER_MS)
+        .map(|a| format!("{} {}", a.app_name, a.address))
+        .collect();
+    if let Some(before) = before {
+        for gone in before.difference(&live) {
+            tracing::warn!(agent = %gone, "Agent is dead (no heartbeat for {}s)", DEAD_AFTER_MS / 1000);
+        }
+        for back in live.difference(before) {
+            tracing::info!(agent = %back, "Agent is live");
+        }
+    }
+    state
+        .metrics
+        .agents_alive
+        .set(i64::try_from(live.len()).unwrap_or(i64::MAX));
+    state.metrics.runs_in_flight.set(in_flight);
+    Ok(live)
+}
+
+fn day_of(ms: i64) -> String {
+    Utc.timestamp_millis_opt(ms)
+        .single()
+        .map_or_else(|| "1970-01-01".into(), |t| t.format("%Y-%m-%d").to_string())
+}
+
+/// Recounts yesterday and today (UTC) into `run_report_daily`, under the scheduler lock so two
+/// admins do not rewrite the same day at once.
+///
+/// # Errors
+/// Database errors.
+pub async fn report(state: &AppState) -> Result<(), Error> {
+    let now = state.clock.now_ms();
+    let holder = state.scheduler.holder.clone();
+    let keep_days = i64::from(state.config.retention_days);
+    state
+        .db
+        .transaction(move |conn| {
+            scheduler_lock::take(conn, scheduler_lock::SCHEDULE, &holder, now)?;
+            let today_start = now.div_euclid(DAY_MS) * DAY_MS;
+            for start in [today_start - DAY_MS, today_start] {
+                let mut rows: HashMap<i64, DailyRow> = HashMap::new();
+                for (job_id, status, count) in job_run::outcome_counts(conn, start, start + DAY_MS)?
+                {
+                    let row = rows.entry(job_id).or_insert_with(|| DailyRow {
+                        day: day_of(start),
+                        job_id,
+                        updated_ms: now,
+                        ..Default::default()
+                    });
+                    match status.as_str() {
+                        "succeeded" => row.succeeded += count,
+                        "failed" => row.failed += count,
+                        "timed_out" => row.timed_out += count,
+                        "killed" => row.killed += count,
+                        "lost" => row.lost += count,
+                        "skipped" => row.skipped += count,
+                        _ => row.in_flight += count,
+                    }
+                }
+                let mut rows: Vec<DailyRow> = rows.into_values().collect();
+                rows.sort_by_key(|r| r.job_id);
+                run_report_daily::replace_day(conn, &day_of(start), &rows)?;
+            }
+            run_report_daily::delete_before(conn, &day_of(today_start - keep_days * DAY_MS))?;
+            Ok(())
+        })
+        .await
+}
+
+/// Deletes finished runs older than `retention_days`, in batches; returns how many.
+///
+/// # Errors
+/// Database errors.
+pub async fn retention(state: &AppState) -> Result<usize, Error> {
+    let before = state.clock.now_ms() - i64::from(state.config.retention_days) * DAY_MS;
+    let mut removed = 0;
+    for _ in 0..100 {
+        let n = state
+            .db
+            .run(move |conn| job_run::delete_finished_before(conn, before, 1_000))
+            .await?;
+        removed += n;
+        if n < 1_000 {
+            break;
+        }
+    }
+    Ok(removed)
+}

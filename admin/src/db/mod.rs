@@ -50,6 +50,51 @@ macro_rules! db_run {
     };
 }
 
+/// Runs `f` in a transaction. On SQLite it is `BEGIN IMMEDIATE`: a deferred transaction that
+/// reads and then writes fails at once with "database is locked" when another connection wrote
+/// in between (busy_timeout cannot help a stale snapshot), so writers take the lock up front
+/// and queue on busy_timeout instead.
+///
+/// # Errors
+/// Whatever `f` returns (rolled back), or the database's error on begin or commit.
+pub fn in_transaction<T>(
+    conn: &mut AnyConnection,
+    f: impl FnOnce(&mut AnyConnection) -> Result<T, Error>,
+) -> Result<T, Error> {
+    use diesel::connection::{AnsiTransactionManager, TransactionManager};
+    let Some(sqlite) = sqlite_of(conn) else {
+        return conn.transaction(f);
+    };
+    AnsiTransactionManager::begin_transaction_sql(sqlite, "BEGIN IMMEDIATE")?;
+    let outcome = f(conn);
+    let Some(sqlite) = sqlite_of(conn) else {
+        return Err(Error::Internal(anyhow::anyhow!(
+            "the connection changed its backend"
+        )));
+    };
+    match outcome {
+        Ok(value) => match AnsiTransactionManager::commit_transaction(sqlite) {
+            Ok(()) => Ok(value),
+            Err(e) => {
+                let _ = AnsiTransactionManager::rollback_transaction(sqlite);
+                Err(e.into())
+            }
+        },
+        Err(e) => {
+            AnsiTransactionManager::rollback_transaction(sqlite)?;
+            Err(e)
+        }
+    }
+}
+
+fn sqlite_of(conn: &mut AnyConnection) -> Option<&mut diesel::sqlite::SqliteConnection> {
+    match conn {
+        AnyConnection::Sqlite(sqlite) => Some(sqlite),
+        #[cfg(feature = "mysql")]
+        AnyConnection::Mysql(_) => None,
+    }
+}
+
 /// Which backend a URL selects. Parsed once at start-up; errors name the URL's problem.
 #[derive(Clone, PartialEq, Eq)]
 pub enum DbUrl {
@@ -262,7 +307,7 @@ impl Db {
         F: FnOnce(&mut AnyConnection) -> Result<T, Error> + Send + 'static,
         T: Send + 'static,
     {
-        self.run(move |conn| conn.transaction(f)).await
+        self.run(move |conn| in_transaction(conn, f)).await
     }
 
     /// Readiness: a round trip to the database.

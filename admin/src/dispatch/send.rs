@@ -40,8 +40,8 @@ enum Prepared {
     },
 }
 
-/// The agents a run of `group_id` may go to now: the group's manual list, or its live agents
-/// with their heartbeat load. Both in address order.
+/// The agents a run of `group_id` may go to now: the group's manual list in its order, or its
+/// live agents in address order with their heartbeat load.
 ///
 /// # Errors
 /// Database errors; `NotFound` when the group is gone.
@@ -52,21 +52,18 @@ pub fn candidates(
 ) -> Result<(String, Vec<Candidate>), Error> {
     let group = executor_group::get(conn, group_id)?;
     if group.address_mode == "manual" {
-        let mut addresses: Vec<String> = group
-            .addresses
-            .split(',')
-            .map(str::trim)
-            .filter(|a| !a.is_empty())
-            .map(|a| {
-                if a.ends_with('/') {
-                    a.to_owned()
-                } else {
-                    format!("{a}/")
-                }
-            })
-            .collect();
-        addresses.sort();
-        addresses.dedup();
+        // The operator's order is kept: it is what `first` and `failover` go by.
+        let mut addresses: Vec<String> = Vec::new();
+        for address in group.addresses.split(',').map(str::trim) {
+            let address = if address.ends_with('/') {
+                address.to_owned()
+            } else {
+                format!("{address}/")
+            };
+            if address.len() > 1 && !addresses.contains(&address) {
+                addresses.push(address);
+            }
+        }
         return Ok((
             group.app_name,
             addresses

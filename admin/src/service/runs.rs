@@ -26,6 +26,8 @@ pub struct RunView {
     pub first_run_id: Option<i64>,
     pub attempt: i32,
     pub trigger_kind: String,
+    /// The scheduled slot a fire stands for (schedule and misfire runs); unique per job and shard.
+    pub fire_slot_ms: Option<i64>,
     pub status: String,
     /// The agent the run was sent to.
     pub agent: Option<String>,
@@ -52,6 +54,7 @@ pub fn view(row: job_run::JobRun) -> RunView {
         first_run_id: row.first_run_id,
         attempt: row.attempt,
         trigger_kind: row.trigger_kind,
+        fire_slot_ms: row.fire_slot_ms,
         status: row.status,
         agent: row.agent_address,
         scheduled_ms: row.scheduled_ms,

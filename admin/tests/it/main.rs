@@ -14,3 +14,4 @@ mod api_bad_input;
 mod api_groups_users_tokens;
 mod api_jobs;
 mod cli;
+mod scheduler;

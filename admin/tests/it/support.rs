@@ -4,7 +4,7 @@ use std::net::TcpListener;
 use std::sync::Arc;
 
 use actix_web::web;
-use jobfleet_admin::clock::{Clock, ManualClock};
+use jobfleet_admin::clock::ManualClock;
 use jobfleet_admin::config::{Config, Sources};
 use jobfleet_admin::startup::{self, AppState, RunningServer};
 use jobfleet_admin::testing::TestDb;
@@ -40,9 +40,21 @@ pub struct TestApp {
     pub clock: ManualClock,
     pub state: web::Data<AppState>,
     pub admin: String,
+    /// The scheduler's tasks, when started; dropping them stops firing.
+    #[allow(dead_code, reason = "held for its Drop")]
+    pub workers: Option<jobfleet_admin::scheduler::Workers>,
     /// Kept so the database outlives the server.
     _db: TestDb,
     server: RunningServer,
+}
+
+/// How a test admin runs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Opts {
+    /// The real clock instead of the manual one (for real agents and the scheduler's timer).
+    pub system_clock: bool,
+    /// Start the scheduler loop, timer and monitors.
+    pub scheduler: bool,
 }
 
 pub struct Response {
@@ -63,6 +75,16 @@ impl Response {
     }
 }
 
+#[cfg(feature = "mysql")]
+pub async fn mysql_db() -> TestDb {
+    tokio::task::spawn_blocking(TestDb::mysql).await.unwrap()
+}
+
+#[cfg(not(feature = "mysql"))]
+pub async fn mysql_db() -> TestDb {
+    unreachable!("MariaDB tests need --features mysql")
+}
+
 pub fn install_crypto() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
@@ -74,7 +96,7 @@ impl TestApp {
 
     #[cfg(feature = "mysql")]
     pub async fn mysql() -> Self {
-        Self::start(tokio::task::spawn_blocking(TestDb::mysql).await.unwrap()).await
+        Self::start(mysql_db().await).await
     }
 
     pub async fn start(db: TestDb) -> Self {
@@ -83,6 +105,28 @@ impl TestApp {
 
     /// Starts with extra `JOBFLEET_*` settings (e.g. a short DB connect timeout).
     pub async fn start_with(db: TestDb, env: &[(&str, &str)]) -> Self {
+        Self::start_opts(db, env, Opts::default()).await
+    }
+
+    /// A scheduling admin on the real clock, over SQLite or MariaDB by `mysql`.
+    pub async fn scheduling(mysql: bool, env: &[(&str, &str)]) -> Self {
+        let db = if mysql {
+            mysql_db().await
+        } else {
+            TestDb::sqlite()
+        };
+        Self::start_opts(
+            db,
+            env,
+            Opts {
+                system_clock: true,
+                scheduler: true,
+            },
+        )
+        .await
+    }
+
+    pub async fn start_opts(db: TestDb, env: &[(&str, &str)], opts: Opts) -> Self {
         install_crypto();
         let mut vars = vec![
             ("JOBFLEET_LISTEN".to_owned(), "127.0.0.1:0".to_owned()),
@@ -108,9 +152,12 @@ impl TestApp {
         })
         .unwrap();
         let clock = ManualClock::new(chrono::Utc::now().timestamp_millis());
-        let state = startup::prepare(config, Arc::new(clock.clone()), false)
-            .await
-            .unwrap();
+        let shared: jobfleet_admin::clock::SharedClock = if opts.system_clock {
+            Arc::new(jobfleet_admin::clock::SystemClock)
+        } else {
+            Arc::new(clock.clone())
+        };
+        let state = startup::prepare(config, shared, false).await.unwrap();
         startup::bootstrap(&state, Some(ADMIN_PASSWORD.into()))
             .await
             .unwrap();
@@ -121,10 +168,14 @@ impl TestApp {
             .timeout(std::time::Duration::from_secs(20))
             .build()
             .unwrap();
+        let workers = opts
+            .scheduler
+            .then(|| jobfleet_admin::scheduler::spawn_workers(&state).unwrap());
         let mut app = Self {
             base,
             client,
             clock,
+            workers,
             state,
             admin: String::new(),
             _db: db,
@@ -135,7 +186,7 @@ impl TestApp {
     }
 
     pub fn now_ms(&self) -> i64 {
-        self.clock.now_ms()
+        self.state.clock.now_ms()
     }
 
     pub async fn login(&self, username: &str, password: &str) -> String {

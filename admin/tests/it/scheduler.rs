@@ -1,0 +1,791 @@
+//! The scheduler end to end: fires stored and sent on time to real agents, misfire and clock
+//! jumps with a manual clock, routing strategies across real agents, failover past bad agents,
+//! concurrency policies, retries, child jobs, lost runs, and a database outage.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use jobfleet_admin::scheduler::{monitors, tick};
+use serde_json::{Value, json};
+
+use crate::support::{AgentProc, Opts, TestApp, wait_for};
+
+const WITHIN: Duration = Duration::from_secs(30);
+
+/// Generates a SQLite and (with `--features mysql`) a MariaDB test running `$name(mysql)`.
+macro_rules! both_backends {
+    ($name:ident) => {
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                super::$name(false).await;
+            }
+
+            #[cfg(feature = "mysql")]
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn mysql() {
+                super::$name(true).await;
+            }
+        }
+    };
+}
+
+async fn runs_of(app: &TestApp, job: i64) -> Vec<Value> {
+    let r = app
+        .get(&format!("/api/v1/runs?job_id={job}&limit=200"), &app.admin)
+        .await;
+    let mut items = r.body["items"].as_array().unwrap().clone();
+    items.sort_by_key(|r| r["id"].as_i64());
+    items
+}
+
+async fn finished_runs(app: &TestApp, job: i64, at_least: usize) -> Vec<Value> {
+    wait_for(
+        WITHIN,
+        &format!("{at_least} finished runs of job {job}"),
+        || async {
+            let runs = runs_of(app, job).await;
+            let done: Vec<Value> = runs
+                .into_iter()
+                .filter(|r| !matches!(r["status"].as_str(), Some("pending" | "running")))
+                .collect();
+            (done.len() >= at_least).then_some(done)
+        },
+    )
+    .await
+}
+
+async fn agents(app: &TestApp, name: &str, n: usize, dir: &tempfile::TempDir) -> Vec<AgentProc> {
+    let mut out = Vec::new();
+    for i in 0..n {
+        let agent = AgentProc::start(&app.base, name, &dir.path().join(format!("{name}-{i}")));
+        app.wait_for_agent(&agent.address).await;
+        out.push(agent);
+    }
+    out
+}
+
+async fn scheduled_jobs_fire_on_time_on_a_real_agent(mysql: bool) {
+    let app = TestApp::scheduling(mysql, &[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let g = app.group("sched-basic").await;
+    let _agents = agents(&app, "sched-basic", 1, &dir).await;
+    let before = app.now_ms();
+    let every_second = app
+        .job_from(
+            g,
+            json!({"name": "rate", "enabled": true,
+            "schedule": {"type": "fixed_rate", "interval_s": 1},
+            "handler": {"type": "shell", "command": "true"}}),
+        )
+        .await;
+    let cron = app
+        .job_from(
+            g,
+            json!({"name": "cron", "enabled": true,
+            "schedule": {"type": "cron", "expr": "* * * * * ?", "timezone": "Asia/Shanghai"},
+            "handler": {"type": "shell", "command": "true"}}),
+        )
+        .await;
+    let once_at = app.now_ms() + 1500;
+    let once = app
+        .job_from(
+            g,
+            json!({"name": "once", "enabled": true,
+            "schedule": {"type": "once", "at_ms": once_at},
+            "handler": {"type": "shell", "command": "true"}}),
+        )
+        .await;
+    for job in [every_second, cron] {
+        let runs = finished_runs(&app, job, 3).await;
+        let slots: Vec<i64> = runs
+            .iter()
+            .map(|r| r["scheduled_ms"].as_i64().unwrap())
+            .collect();
+        assert!(
+            slots.windows(2).all(|w| w[1] - w[0] == 1000),
+            "one fire per second: {slots:?}"
+        );
+        for run in &runs {
+            assert_eq!(
+                (run["status"].as_str(), run["trigger_kind"].as_str()),
+                (Some("succeeded"), Some("schedule")),
+                "{run}"
+            );
+            // Sent at its millisecond, not at the next whole second: the timer holds stored fires.
+            let late =
+                run["triggered_ms"].as_i64().unwrap() - run["scheduled_ms"].as_i64().unwrap();
+            assert!(
+                (0..900).contains(&late),
+                "sent {late} ms after its time: {run}"
+            );
+        }
+        // Created and planned at once, without waiting for a poll.
+        assert!(
+            slots[0] - before <= 2000,
+            "first fire {} ms after creation",
+            slots[0] - before
+        );
+    }
+    let once_runs = finished_runs(&app, once, 1).await;
+    assert_eq!(once_runs[0]["scheduled_ms"], json!(once_at));
+    let job = app
+        .get(&format!("/api/v1/jobs/{once}"), &app.admin)
+        .await
+        .body;
+    assert!(
+        job["next_fire_ms"].is_null(),
+        "a one-shot has no next fire: {job}"
+    );
+
+    // Disabling stops firing at once; what was already stored is skipped, not sent.
+    let r = app
+        .post(
+            &format!("/api/v1/jobs/{every_second}/disable"),
+            &app.admin,
+            json!({}),
+        )
+        .await;
+    assert!(r.status.is_success(), "{}", r.body);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let count = runs_of(&app, every_second).await.len();
+    tokio::time::sleep(Duration::from_millis(6500)).await;
+    let after: Vec<Value> = runs_of(&app, every_second).await;
+    assert!(
+        after.len() <= count,
+        "no new fires after disable: {} > {count}",
+        after.len()
+    );
+    assert!(
+        after.iter().all(|r| r["status"] != "pending"),
+        "stored fires of a disabled job end as skipped"
+    );
+
+    let metrics = app
+        .client
+        .get(format!("{}/metrics", app.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let fires: u64 = metrics
+        .lines()
+        .find(|l| l.starts_with("jobfleet_fires_total{kind=\"schedule\"}"))
+        .and_then(|l| l.rsplit(' ').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(fires >= 7, "{metrics}");
+    assert!(
+        metrics.contains("jobfleet_agents_alive 1") || metrics.contains("jobfleet_agents_alive"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("jobfleet_fire_lateness_seconds_count"),
+        "{metrics}"
+    );
+}
+both_backends!(scheduled_jobs_fire_on_time_on_a_real_agent);
+
+/// A manual-clock admin without workers: passes are run by hand.
+async fn manual(mysql: bool) -> TestApp {
+    let db = if mysql {
+        crate::support::mysql_db().await
+    } else {
+        jobfleet_admin::testing::TestDb::sqlite()
+    };
+    TestApp::start_opts(db, &[], Opts::default()).await
+}
+
+fn slot_counts(runs: &[Value]) -> BTreeMap<i64, usize> {
+    let mut counts = BTreeMap::new();
+    for r in runs {
+        if let Some(slot) = r["fire_slot_ms"].as_i64() {
+            *counts.entry(slot).or_insert(0) += 1;
+        }
+    }
+    counts
+}
+
+async fn misfire_policies_and_clock_jumps_with_a_manual_clock(mysql: bool) {
+    let app = manual(mysql).await;
+    let g = app.group("sched-manual").await;
+    let t0 = app.now_ms();
+    let body = |name: &str, misfire: &str| {
+        json!({"name": name, "enabled": true, "misfire": misfire,
+            "schedule": {"type": "fixed_rate", "interval_s": 10},
+            "handler": {"type": "shell", "command": "true"}})
+    };
+    let skip = app.job_from(g, body("skip", "do_nothing")).await;
+    let catch_up = app.job_from(g, body("catch-up", "fire_once_now")).await;
+    // Nothing is due yet: the first fire is 10 s after creation, beyond the 5 s pre-read.
+    let first = tick::tick(&app.state).await.unwrap();
+    assert!(first.dues.is_empty());
+    // 6 s later both jobs' first fire is inside the pre-read window: stored, due at its time.
+    app.clock.advance(6_000);
+    let second = tick::tick(&app.state).await.unwrap();
+    assert_eq!(second.dues.len(), 2, "{second:?}");
+    assert!(second.dues.iter().all(|d| d.at_ms == t0 + 10_000));
+    // A second pass at the same moment stores nothing twice.
+    assert!(tick::tick(&app.state).await.unwrap().dues.is_empty());
+
+    // The admin is down for half an hour: the clock jumps forward.
+    app.clock.advance(1_800_000);
+    let after_outage = tick::tick(&app.state).await.unwrap();
+    let by_job = |job: i64, runs: &[Value]| -> Vec<Value> {
+        runs.iter()
+            .filter(|r| r["job_id"] == job)
+            .cloned()
+            .collect()
+    };
+    let skip_runs = by_job(skip, &runs_of(&app, skip).await);
+    let catch_runs = by_job(catch_up, &runs_of(&app, catch_up).await);
+    assert!(
+        skip_runs.iter().all(|r| r["trigger_kind"] == "schedule"),
+        "do_nothing adds no catch-up fire: {skip_runs:?}"
+    );
+    let misfires: Vec<&Value> = catch_runs
+        .iter()
+        .filter(|r| r["trigger_kind"] == "misfire")
+        .collect();
+    assert_eq!(
+        misfires.len(),
+        1,
+        "fire_once_now fires one catch-up: {catch_runs:?}"
+    );
+    assert_eq!(misfires[0]["scheduled_ms"].as_i64(), Some(app.now_ms()));
+    // Both resume on their fixed-rate phase (every 10 s from creation).
+    for d in &after_outage.dues {
+        let run = app.run(d.run_id).await;
+        if run["trigger_kind"] == "schedule" {
+            assert_eq!((d.at_ms - (t0 + 10_000)) % 10_000, 0, "{run}");
+            assert!(d.at_ms >= app.now_ms() - 5_000);
+        }
+    }
+    let missed = app.state.metrics.misfired_slots.get("do_nothing");
+    assert!(missed >= 170, "misfired slots are counted: {missed}");
+
+    // The clock jumps back half an hour: nothing fires twice, nothing fires early.
+    let stored_before = runs_of(&app, skip).await.len() + runs_of(&app, catch_up).await.len();
+    app.clock.advance(-1_800_000);
+    for _ in 0..3 {
+        assert!(tick::tick(&app.state).await.unwrap().dues.is_empty());
+        app.clock.advance(1_000);
+    }
+    assert_eq!(
+        runs_of(&app, skip).await.len() + runs_of(&app, catch_up).await.len(),
+        stored_before
+    );
+    for job in [skip, catch_up] {
+        assert!(
+            slot_counts(&runs_of(&app, job).await)
+                .values()
+                .all(|n| *n == 1),
+            "one run per slot"
+        );
+    }
+
+    // Editing the schedule takes effect in the next pass: a job moved to a 1 s rate is planned
+    // from now, and its stored slots are never duplicated.
+    app.clock.advance(1_800_000);
+    let mut edited = body("skip", "do_nothing");
+    edited["group_id"] = json!(g);
+    edited["schedule"] = json!({"type": "fixed_rate", "interval_s": 1});
+    let r = app
+        .call(
+            "PUT",
+            &format!("/api/v1/jobs/{skip}"),
+            Some(&app.admin),
+            Some(edited),
+        )
+        .await;
+    assert!(r.status.is_success(), "{}", r.body);
+    let planned = tick::tick(&app.state).await.unwrap();
+    let fresh: Vec<_> = planned
+        .dues
+        .iter()
+        .filter(|d| d.at_ms > app.now_ms())
+        .collect();
+    assert!(fresh.len() >= 4, "{planned:?}");
+}
+both_backends!(misfire_policies_and_clock_jumps_with_a_manual_clock);
+
+fn agent_counts(runs: &[Value]) -> HashMap<String, usize> {
+    let mut counts = HashMap::new();
+    for r in runs {
+        *counts
+            .entry(r["agent"].as_str().unwrap_or("none").to_owned())
+            .or_insert(0) += 1;
+    }
+    counts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routing_strategies_across_three_real_agents() {
+    let app = TestApp::scheduling(false, &[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let g = app.group("sched-route").await;
+    let agents = agents(&app, "sched-route", 3, &dir).await;
+    let mut addresses: Vec<String> = agents.iter().map(|a| a.address.clone()).collect();
+    addresses.sort();
+    let job = |name: &str, routing: &str| json!({"name": name, "routing": routing, "handler": {"type": "shell", "command": "true"}});
+    let trigger_n = async |id: i64, n: usize| -> Vec<Value> {
+        let mut runs = Vec::new();
+        for _ in 0..n {
+            let run = app.trigger(id, json!({})).await;
+            assert!(
+                matches!(run["status"].as_str(), Some("running" | "succeeded")),
+                "{run}"
+            );
+            runs.push(run);
+        }
+        runs
+    };
+    let rr = app.job_from(g, job("rr", "round_robin")).await;
+    let counts = agent_counts(&trigger_n(rr, 6).await);
+    assert_eq!(counts.len(), 3, "{counts:?}");
+    assert!(counts.values().all(|n| *n == 2), "{counts:?}");
+
+    let first = app.job_from(g, job("first", "first")).await;
+    assert_eq!(agent_counts(&trigger_n(first, 3).await)[&addresses[0]], 3);
+    let last = app.job_from(g, job("last", "last")).await;
+    assert_eq!(agent_counts(&trigger_n(last, 3).await)[&addresses[2]], 3);
+
+    let hash = app.job_from(g, job("hash", "consistent_hash")).await;
+    assert_eq!(
+        agent_counts(&trigger_n(hash, 4).await).len(),
+        1,
+        "a job keeps its agent"
+    );
+
+    let lfu = app.job_from(g, job("lfu", "least_frequently_used")).await;
+    assert!(
+        agent_counts(&trigger_n(lfu, 6).await)
+            .values()
+            .all(|n| *n == 2)
+    );
+    let lru = app.job_from(g, job("lru", "least_recently_used")).await;
+    assert!(
+        agent_counts(&trigger_n(lru, 3).await)
+            .values()
+            .all(|n| *n == 1)
+    );
+
+    let random = app.job_from(g, job("random", "random")).await;
+    assert!(agent_counts(&trigger_n(random, 12).await).len() >= 2);
+    let loaded = app.job_from(g, job("loaded", "least_loaded")).await;
+    assert!(
+        trigger_n(loaded, 2)
+            .await
+            .iter()
+            .all(|r| r["agent"].is_string())
+    );
+    let busy = app.job_from(g, job("busy", "busyover")).await;
+    assert!(
+        trigger_n(busy, 2)
+            .await
+            .iter()
+            .all(|r| r["agent"].is_string())
+    );
+
+    // Sharding: every live agent gets its own shard of one fire.
+    let shards = app
+        .job_from(g, json!({"name": "shards", "routing": "sharding_broadcast",
+            "handler": {"type": "shell", "command": "echo shard=$JOBFLEET_SHARD_INDEX/$JOBFLEET_SHARD_TOTAL"}}))
+        .await;
+    app.trigger(shards, json!({})).await;
+    let runs = finished_runs(&app, shards, 3).await;
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    let mut seen: Vec<(i64, String)> = Vec::new();
+    for run in &runs {
+        assert_eq!(
+            (run["status"].as_str(), run["shard_total"].as_i64()),
+            (Some("succeeded"), Some(3)),
+            "{run}"
+        );
+        let index = run["shard_index"].as_i64().unwrap();
+        assert_eq!(
+            app.full_log(run["id"].as_i64().unwrap()).await,
+            format!("shard={index}/3\n")
+        );
+        seen.push((index, run["agent"].as_str().unwrap().to_owned()));
+    }
+    seen.sort();
+    assert_eq!(seen.iter().map(|s| s.0).collect::<Vec<_>>(), vec![0, 1, 2]);
+    let mut on: Vec<&String> = seen.iter().map(|s| &s.1).collect();
+    on.sort();
+    on.dedup();
+    assert_eq!(on.len(), 3, "each shard on its own agent");
+}
+
+/// A fake agent on loopback: refuses, never answers, or answers garbage.
+async fn fake_agent(kind: &'static str) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = format!("http://{}/", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut buf = vec![0u8; 65536];
+                let _ = socket.read(&mut buf).await;
+                let body = match kind {
+                    "refuse" => r#"{"code":500,"msg":"refused by test"}"#,
+                    "garbage" => "<html>not an executor</html>",
+                    _ => {
+                        tokio::time::sleep(Duration::from_secs(60)).await;
+                        return;
+                    }
+                };
+                let response = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = socket.write_all(response.as_bytes()).await;
+            });
+        }
+    });
+    address
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failover_passes_dead_refusing_silent_and_garbage_agents() {
+    let app = TestApp::scheduling(false, &[("JOBFLEET_TRIGGER_TIMEOUT_MS", "500")]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let real = AgentProc::start(&app.base, "sched-fo-real", &dir.path().join("real"));
+    app.wait_for_agent(&real.address).await;
+    let dead = format!("http://127.0.0.1:{}/", crate::support::free_port());
+    let refuse = fake_agent("refuse").await;
+    let silent = fake_agent("silent").await;
+    let garbage = fake_agent("garbage").await;
+    let r = app
+        .post(
+            "/api/v1/groups",
+            &app.admin,
+            json!({"app_name": "sched-fo", "title": "fo",
+            "address_mode": "manual", "addresses": [dead, refuse, silent, garbage, real.address]}),
+        )
+        .await;
+    assert!(r.status.is_success(), "{}", r.body);
+    let g = r.body["id"].as_i64().unwrap();
+    let failover = app
+        .job_from(g, json!({"name": "fo", "routing": "failover", "handler": {"type": "shell", "command": "true"}}))
+        .await;
+    let run = app.trigger(failover, json!({})).await;
+    assert_eq!(run["agent"].as_str(), Some(real.address.as_str()), "{run}");
+    let msg = run["trigger_msg"].as_str().unwrap();
+    for (address, why) in [
+        (&dead, "unreachable"),
+        (&refuse, "refused by test"),
+        (&silent, "unreachable"),
+        (&garbage, "not an executor answer"),
+    ] {
+        assert!(
+            msg.contains(&format!("{address} ")) && msg.contains(why),
+            "{address} {why}: {msg}"
+        );
+    }
+    assert_eq!(
+        app.finished_run(run["id"].as_i64().unwrap(), WITHIN).await["status"],
+        "succeeded"
+    );
+
+    // `first` moves past an agent it cannot reach, but a refusal is that agent's answer.
+    let first = app
+        .job_from(g, json!({"name": "first", "routing": "first", "handler": {"type": "shell", "command": "true"}}))
+        .await;
+    let run = app.trigger(first, json!({})).await;
+    assert_eq!(
+        (run["status"].as_str(), run["agent"].as_str()),
+        (Some("failed"), Some(refuse.as_str())),
+        "{run}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forbid_skips_and_replace_kills_the_running_run() {
+    let app = TestApp::scheduling(false, &[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let g = app.group("sched-conc").await;
+    let _agents = agents(&app, "sched-conc", 2, &dir).await;
+    let body = |name: &str, policy: &str| {
+        json!({"name": name, "concurrency": policy, "routing": "round_robin",
+            "handler": {"type": "shell", "command": "sleep 20"}})
+    };
+    let forbid = app.job_from(g, body("forbid", "forbid")).await;
+    let a = app.trigger(forbid, json!({})).await;
+    assert_eq!(a["status"], "running", "{a}");
+    let b = app.trigger(forbid, json!({})).await;
+    assert_eq!(b["status"], "skipped", "{b}");
+    assert!(
+        b["trigger_msg"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("run {} of this job is still running", a["id"])),
+        "{b}"
+    );
+
+    let replace = app.job_from(g, body("replace", "replace")).await;
+    let old = app.trigger(replace, json!({})).await;
+    assert_eq!(old["status"], "running", "{old}");
+    let new = app.trigger(replace, json!({})).await;
+    assert_eq!(new["status"], "running", "{new}");
+    let old = app.run(old["id"].as_i64().unwrap()).await;
+    assert_eq!(old["status"], "killed", "{old}");
+    assert!(
+        old["handle_msg"]
+            .as_str()
+            .unwrap()
+            .contains("replaced by run"),
+        "{old}"
+    );
+    // The old process is really gone from its agent: the agent reports it killed, which the
+    // admin acknowledges without changing the recorded outcome.
+    let usage_done = app.finished_run(old["id"].as_i64().unwrap(), WITHIN).await;
+    assert_eq!(usage_done["status"], "killed");
+    app.post(
+        &format!("/api/v1/runs/{}/kill", a["id"]),
+        &app.admin,
+        json!({}),
+    )
+    .await;
+    app.post(
+        &format!("/api/v1/runs/{}/kill", new["id"]),
+        &app.admin,
+        json!({}),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_runs_are_retried_with_growing_backoff_and_children_follow_success() {
+    let app = TestApp::scheduling(false, &[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let g = app.group("sched-retry").await;
+    let _agents = agents(&app, "sched-retry", 1, &dir).await;
+    let flaky = app
+        .job_from(
+            g,
+            json!({"name": "flaky", "retry": {"count": 2, "backoff_s": 1},
+            "handler": {"type": "shell", "command": "exit 3"}}),
+        )
+        .await;
+    let first = app.trigger(flaky, json!({})).await;
+    let runs = wait_for(WITHIN, "three attempts", || async {
+        let runs = runs_of(&app, flaky).await;
+        (runs.len() == 3 && runs.iter().all(|r| r["status"] == "failed")).then_some(runs)
+    })
+    .await;
+    for (i, run) in runs.iter().enumerate() {
+        assert_eq!(run["attempt"].as_i64(), Some(i as i64 + 1), "{run}");
+        if i > 0 {
+            assert_eq!(run["first_run_id"], first["id"], "{run}");
+            assert_eq!(run["trigger_kind"], "retry");
+        }
+    }
+    let gap = |a: &Value, b: &Value| {
+        b["scheduled_ms"].as_i64().unwrap() - a["finished_ms"].as_i64().unwrap()
+    };
+    assert!(
+        gap(&runs[0], &runs[1]) >= 1000,
+        "first retry after the 1 s backoff"
+    );
+    assert!(
+        gap(&runs[1], &runs[2]) >= 3000,
+        "second retry after 3 s: the backoff grows"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        runs_of(&app, flaky).await.len(),
+        3,
+        "no retry beyond retry_count"
+    );
+
+    // A trigger no agent accepts is retried too.
+    let empty = app.group("sched-retry-empty").await;
+    let orphan = app
+        .job_from(
+            empty,
+            json!({"name": "orphan", "retry": {"count": 1, "backoff_s": 0},
+            "handler": {"type": "shell", "command": "true"}}),
+        )
+        .await;
+    app.trigger(orphan, json!({})).await;
+    let runs = wait_for(WITHIN, "the retry of an unsent trigger", || async {
+        let runs = runs_of(&app, orphan).await;
+        (runs.len() == 2 && runs[1]["status"] == "failed").then_some(runs)
+    })
+    .await;
+    assert!(
+        runs[1]["trigger_msg"]
+            .as_str()
+            .unwrap()
+            .contains("no live agent"),
+        "{runs:?}"
+    );
+
+    // A chain: c ← b ← a, each fired when its parent succeeds.
+    let c = app
+        .job_from(
+            g,
+            json!({"name": "c", "handler": {"type": "shell", "command": "echo c"}}),
+        )
+        .await;
+    let b = app.job_from(g, json!({"name": "b", "children": [c], "handler": {"type": "shell", "command": "echo b"}})).await;
+    let a = app.job_from(g, json!({"name": "a", "children": [b], "handler": {"type": "shell", "command": "echo a"}})).await;
+    app.trigger(a, json!({})).await;
+    for child in [b, c] {
+        let runs = finished_runs(&app, child, 1).await;
+        assert_eq!(
+            (runs[0]["status"].as_str(), runs[0]["trigger_kind"].as_str()),
+            (Some("succeeded"), Some("child")),
+            "{runs:?}"
+        );
+    }
+    // A failing parent fires no children.
+    let after_fail = app
+        .job_from(
+            g,
+            json!({"name": "after-fail", "handler": {"type": "shell", "command": "true"}}),
+        )
+        .await;
+    let failing = app.job_from(g, json!({"name": "failing", "children": [after_fail], "handler": {"type": "shell", "command": "false"}})).await;
+    let run = app.trigger(failing, json!({})).await;
+    app.finished_run(run["id"].as_i64().unwrap(), WITHIN).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(runs_of(&app, after_fail).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_on_an_agent_killed_mid_run_is_lost_and_retried_elsewhere() {
+    // Manual clock: heartbeats are stamped with it, so moving it past the dead limit kills
+    // every agent that does not beat again; the survivor beats within a second.
+    let db = jobfleet_admin::testing::TestDb::sqlite();
+    let app = TestApp::start_opts(
+        db,
+        &[],
+        Opts {
+            system_clock: false,
+            scheduler: true,
+        },
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let g = app.group("sched-lost").await;
+    let mut victim = AgentProc::start(&app.base, "sched-lost", &dir.path().join("victim"));
+    app.wait_for_agent(&victim.address).await;
+    let job = app
+        .job_from(
+            g,
+            json!({"name": "long", "retry": {"count": 1, "backoff_s": 0},
+            "handler": {"type": "shell", "command": "sleep 2"}}),
+        )
+        .await;
+    let run = app.trigger(job, json!({})).await;
+    assert_eq!(
+        run["agent"].as_str(),
+        Some(victim.address.as_str()),
+        "{run}"
+    );
+    victim.kill9();
+    let survivor = AgentProc::start(&app.base, "sched-lost", &dir.path().join("survivor"));
+    app.wait_for_agent(&survivor.address).await;
+    app.clock.advance(31_000);
+    wait_for(WITHIN, "the survivor to beat again", || async {
+        let agents = app.get("/api/v1/agents", &app.admin).await.body;
+        let live: Vec<&str> = agents
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|a| a["live"] == true)
+            .map(|a| a["address"].as_str().unwrap())
+            .collect();
+        (live == vec![survivor.address.as_str()]).then_some(())
+    })
+    .await;
+    let recovered = monitors::recover(&app.state).await.unwrap();
+    assert_eq!(recovered.dead_agent_lost, 1, "{recovered:?}");
+    let lost = app.run(run["id"].as_i64().unwrap()).await;
+    assert_eq!(lost["status"], "lost", "{lost}");
+    assert!(
+        lost["handle_msg"]
+            .as_str()
+            .unwrap()
+            .contains("stopped sending heartbeats")
+    );
+    app.state.scheduler.nudge();
+    let retry = wait_for(WITHIN, "the retry on the survivor", || async {
+        let runs = runs_of(&app, job).await;
+        runs.iter()
+            .find(|r| r["attempt"] == 2 && r["status"] == "succeeded")
+            .cloned()
+    })
+    .await;
+    assert_eq!(retry["agent"].as_str(), Some(survivor.address.as_str()));
+    // A second pass finds nothing more to do.
+    assert_eq!(
+        monitors::recover(&app.state).await.unwrap(),
+        monitors::Recovered::default()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphaned_and_overdue_runs_are_recovered() {
+    let app = manual(false).await;
+    let g = app.group("sched-orphan").await;
+    let dir = tempfile::tempdir().unwrap();
+    let agent = AgentProc::start(&app.base, "sched-orphan", &dir.path().join("a"));
+    app.wait_for_agent(&agent.address).await;
+    app.job_from(
+        g,
+        json!({"name": "orphan", "enabled": true, "timeout_s": 1,
+            "schedule": {"type": "fixed_rate", "interval_s": 600},
+            "handler": {"type": "shell", "command": "true"}}),
+    )
+    .await;
+    // Stored by a pass whose admin then "died": nobody's timer holds it.
+    app.clock.advance(596_000);
+    let planned = tick::tick(&app.state).await.unwrap();
+    assert_eq!(planned.dues.len(), 1);
+    app.clock.advance(4_000 + monitors::ORPHAN_AFTER_MS);
+    // Agents beat with the manual clock; let one beat land after the jump.
+    app.wait_for_agent(&agent.address).await;
+    let recovered = monitors::recover(&app.state).await.unwrap();
+    assert_eq!(recovered.orphans_sent, 1, "{recovered:?}");
+    let run = app.finished_run(planned.dues[0].run_id, WITHIN).await;
+    assert_eq!(run["status"], "succeeded", "{run}");
+
+    // A run the agent never reports on past its timeout is ended by the admin.
+    let stuck = app
+        .job_from(g, json!({"name": "stuck", "timeout_s": 1, "handler": {"type": "shell", "command": "true"}}))
+        .await;
+    let run = app.trigger(stuck, json!({})).await;
+    let run_id = run["id"].as_i64().unwrap();
+    app.finished_run(run_id, WITHIN).await;
+    // Simulate a lost report: force the row back to running.
+    app.state
+        .db
+        .run(move |conn| {
+            use diesel::prelude::*;
+            diesel::sql_query(format!(
+                "UPDATE job_run SET status = 'running', finished_ms = NULL WHERE id = {run_id}"
+            ))
+            .execute(conn)?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    app.clock
+        .advance(1_000 + monitors::TIMEOUT_GRACE_MS + 1_000);
+    app.wait_for_agent(&agent.address).await;
+    let recovered = monitors::recover(&app.state).await.unwrap();
+    assert_eq!(recovered.timed_out, 1, "{recovered:?}");
+    assert_eq!(app.run(run_id).await["status"], "timed_out");
+
+    // The daily report counts both days' outcomes per job.
+    monitors::report(&app.state).await.unwrap();
+}

@@ -14,4 +14,5 @@ mod api_bad_input;
 mod api_groups_users_tokens;
 mod api_jobs;
 mod cli;
+mod cluster;
 mod scheduler;

@@ -1,0 +1,376 @@
+//! Scheduler benchmark: a real `jobfleet-admin` process and real `jobfleet-agent` processes on
+//! loopback, jobs running `true`; figures read back from the run table.
+//!
+//! ```sh
+//! cargo build --release --workspace --bins --features jobfleet-admin/mysql
+//! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- lateness [--mysql]
+//! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- burst [--mysql] [--jobs 50000]
+//! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- rss [--jobs 100000]
+//! ```
+//! `lateness`: 1,000 fixed-rate jobs of 1 s spread over the second (1,000 fires/s) on 4 agents
+//! for 20 s; agent process start − scheduled time, p50/p99. `burst`: N one-shot jobs due at the
+//! same instant; time until every run is sent and every result is back, lost and duplicated.
+//! `rss`: the admin's resident memory with N enabled jobs.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::print_stdout,
+    reason = "a benchmark program fails by panicking and reports on stdout"
+)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use diesel::sql_types::BigInt;
+use jobfleet_admin::db::{self, AnyConnection, DbUrl};
+
+const TOKEN: &str = "bench-agent-token";
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().parent().unwrap().to_owned()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+struct Bench {
+    url: DbUrl,
+    url_text: String,
+    _dir: tempfile::TempDir,
+    mysql_name: Option<String>,
+}
+
+impl Bench {
+    fn new(mysql: bool) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let (url, url_text, mysql_name) = if mysql {
+            let server = std::env::var("JOBFLEET_TEST_MYSQL_URL")
+                .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into());
+            let name = format!("jf_bench_{}", std::process::id());
+            let mut admin = db::establish(&DbUrl::Mysql(format!("{server}/mysql"))).unwrap();
+            admin
+                .batch_execute(&format!(
+                    "DROP DATABASE IF EXISTS `{name}`; CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+                ))
+                .unwrap();
+            let text = format!("{server}/{name}");
+            (DbUrl::Mysql(text.clone()), text, Some(name))
+        } else {
+            let path = dir.path().join("bench.db");
+            (
+                DbUrl::Sqlite(path.clone()),
+                format!("sqlite://{}", path.display()),
+                None,
+            )
+        };
+        let bench = Self {
+            url,
+            url_text,
+            _dir: dir,
+            mysql_name,
+        };
+        db::migrate::run_pending(&mut bench.conn()).unwrap();
+        bench
+    }
+
+    fn conn(&self) -> AnyConnection {
+        db::establish(&self.url).unwrap()
+    }
+
+    fn admin(&self) -> (Proc, String) {
+        let port = free_port();
+        let child = Command::new(bin_dir().join("jobfleet-admin"))
+            .arg("serve")
+            .env("JOBFLEET_LISTEN", format!("127.0.0.1:{port}"))
+            .env("JOBFLEET_DATABASE_URL", &self.url_text)
+            .env(
+                "JOBFLEET_JWT_SECRET",
+                "bench-secret-bench-secret-bench-secret-00",
+            )
+            .env("JOBFLEET_ACCESS_TOKEN", TOKEN)
+            .env("JOBFLEET_ADMIN_PASSWORD", "bench-password-1")
+            .env("JOBFLEET_DB_POOL_SIZE", "16")
+            .env("JOBFLEET_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("build the binaries first: cargo build --release --workspace --bins");
+        let base = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "the admin did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        (Proc(child), base)
+    }
+
+    fn agents(&self, admin: &str, n: usize) -> Vec<Proc> {
+        let mut agents = Vec::new();
+        for i in 0..n {
+            let data = self._dir.path().join(format!("agent-{i}"));
+            let child = Command::new(bin_dir().join("jobfleet-agent"))
+                .arg("--allow-root")
+                .env("JOBFLEET_AGENT_ADMINS", admin)
+                .env("JOBFLEET_AGENT_GROUP", "bench")
+                .env(
+                    "JOBFLEET_AGENT_LISTEN",
+                    format!("127.0.0.1:{}", free_port()),
+                )
+                .env("JOBFLEET_AGENT_TOKEN", TOKEN)
+                .env("JOBFLEET_AGENT_DATA_DIR", &data)
+                .env("JOBFLEET_AGENT_MAX_CONCURRENT", "256")
+                .env("RUST_LOG", "warn")
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap();
+            agents.push(Proc(child));
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let live = self.scalar("SELECT COUNT(*) AS n FROM agent");
+            if live as usize >= n {
+                return agents;
+            }
+            assert!(Instant::now() < deadline, "agents did not register");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn scalar(&self, sql: &str) -> i64 {
+        #[derive(QueryableByName)]
+        struct N {
+            #[diesel(sql_type = BigInt)]
+            n: i64,
+        }
+        diesel::sql_query(sql)
+            .get_result::<N>(&mut self.conn())
+            .unwrap()
+            .n
+    }
+
+    fn column(&self, sql: &str) -> Vec<i64> {
+        #[derive(QueryableByName)]
+        struct N {
+            #[diesel(sql_type = BigInt)]
+            n: i64,
+        }
+        diesel::sql_query(sql)
+            .load::<N>(&mut self.conn())
+            .unwrap()
+            .into_iter()
+            .map(|r| r.n)
+            .collect()
+    }
+
+    /// Inserts `n` disabled jobs of group `bench` with a schedule given as SQL column values.
+    fn jobs(&self, n: usize, schedule: &str) {
+        let now = now_ms();
+        let mut conn = self.conn();
+        conn.batch_execute(&format!(
+            "INSERT INTO executor_group (app_name, title, address_mode, addresses, created_ms, updated_ms) VALUES ('bench', 'bench', 'auto', '', {now}, {now})"
+        ))
+        .unwrap();
+        for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
+            let values: Vec<String> = chunk
+                .iter()
+                .map(|i| {
+                    format!(
+                        "(1, 'job-{i}', '', {schedule}, 'UTC', 'shell', 'true', '', 'round_robin', 0, 0, 0, 10, 'do_nothing', 'allow', 'serial', 0, 0, 0, {now}, {now})"
+                    )
+                })
+                .collect();
+            conn.batch_execute(&format!(
+                "INSERT INTO job (group_id, name, description, schedule_type, schedule_expr, interval_s, once_at_ms, timezone, handler_type, command, params, routing, enabled, timeout_s, retry_count, retry_backoff_s, misfire, concurrency, block_strategy, alert_on_failure, alert_on_timeout, alert_on_lost, created_ms, updated_ms) VALUES {}",
+                values.join(",")
+            ))
+            .unwrap();
+        }
+    }
+}
+
+impl Drop for Bench {
+    fn drop(&mut self) {
+        if let Some(name) = &self.mysql_name
+            && let Ok(mut conn) = db::establish(&DbUrl::Mysql(
+                self.url_text.rsplit_once('/').unwrap().0.to_owned() + "/mysql",
+            ))
+        {
+            let _ = conn.batch_execute(&format!("DROP DATABASE IF EXISTS `{name}`"));
+        }
+    }
+}
+
+fn percentile(sorted: &[i64], p: f64) -> i64 {
+    if sorted.is_empty() {
+        return -1;
+    }
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i]
+}
+
+fn lateness(mysql: bool) {
+    let bench = Bench::new(mysql);
+    bench.jobs(1000, "NULL, 1, NULL");
+    let (_admin, base) = bench.admin();
+    let _agents = bench.agents(&base, 4);
+    let start = now_ms() + 3_000;
+    // Spread the thousand jobs over the second: 1,000 fires every second, one per millisecond.
+    bench
+        .conn()
+        .batch_execute(&format!(
+            "UPDATE job SET enabled = 1, schedule_type = 'fixed_rate', next_fire_ms = {start} + (id % 1000)"
+        ))
+        .unwrap();
+    let seconds = 20;
+    std::thread::sleep(Duration::from_millis(3_000 + seconds * 1000));
+    bench
+        .conn()
+        .batch_execute("UPDATE job SET enabled = 0, next_fire_ms = NULL")
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(5));
+    // The first 3 s warm up (connections, agent caches).
+    let from = start + 3_000;
+    let to = start + (seconds as i64) * 1000;
+    let mut started = bench.column(&format!(
+        "SELECT started_ms - scheduled_ms AS n FROM job_run WHERE status = 'succeeded' AND scheduled_ms >= {from} AND scheduled_ms < {to}"
+    ));
+    let mut sent = bench.column(&format!(
+        "SELECT triggered_ms - scheduled_ms AS n FROM job_run WHERE triggered_ms IS NOT NULL AND scheduled_ms >= {from} AND scheduled_ms < {to}"
+    ));
+    let fires = bench.scalar(&format!(
+        "SELECT COUNT(*) AS n FROM job_run WHERE scheduled_ms >= {from} AND scheduled_ms < {to}"
+    ));
+    let failed = bench.scalar(&format!(
+        "SELECT COUNT(*) AS n FROM job_run WHERE status <> 'succeeded' AND scheduled_ms >= {from} AND scheduled_ms < {to}"
+    ));
+    started.sort_unstable();
+    sent.sort_unstable();
+    println!(
+        "lateness on {}: {} fires in {} s ({} not succeeded); taken for dispatch p50 {} ms p99 {} ms; agent process start p50 {} ms p99 {} ms, max {} ms",
+        if mysql { "MariaDB" } else { "SQLite" },
+        fires,
+        (to - from) / 1000,
+        failed,
+        percentile(&sent, 0.5),
+        percentile(&sent, 0.99),
+        percentile(&started, 0.5),
+        percentile(&started, 0.99),
+        started.last().copied().unwrap_or(-1)
+    );
+}
+
+fn burst(mysql: bool, jobs: usize) {
+    let bench = Bench::new(mysql);
+    bench.jobs(jobs, "NULL, NULL, 0");
+    let (_admin, base) = bench.admin();
+    let _agents = bench.agents(&base, 4);
+    let due = now_ms() + 2_000;
+    bench
+        .conn()
+        .batch_execute(&format!(
+            "UPDATE job SET enabled = 1, schedule_type = 'once', once_at_ms = {due}, next_fire_ms = {due}"
+        ))
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let (mut all_sent_ms, mut done_ms) = (None, None);
+    while Instant::now() < deadline && done_ms.is_none() {
+        std::thread::sleep(Duration::from_millis(200));
+        let unsent = bench.scalar("SELECT COUNT(*) AS n FROM job WHERE next_fire_ms IS NOT NULL")
+            + bench.scalar("SELECT COUNT(*) AS n FROM job_run WHERE status = 'pending'");
+        let finished = bench
+            .scalar("SELECT COUNT(*) AS n FROM job_run WHERE status NOT IN ('pending', 'running')");
+        if all_sent_ms.is_none() && unsent == 0 && now_ms() > due {
+            all_sent_ms = Some(now_ms());
+        }
+        if finished >= jobs as i64 {
+            done_ms = Some(now_ms());
+        }
+    }
+    let rows = bench.scalar("SELECT COUNT(*) AS n FROM job_run");
+    let distinct = bench.scalar("SELECT COUNT(DISTINCT job_id) AS n FROM job_run");
+    let succeeded = bench.scalar("SELECT COUNT(*) AS n FROM job_run WHERE status = 'succeeded'");
+    let last_result = bench.scalar("SELECT COALESCE(MAX(finished_ms), 0) AS n FROM job_run");
+    println!(
+        "burst of {jobs} on {}: all sent {} ms after due, all results back {} ms after due (last finished_ms +{} ms); runs {rows}, jobs fired {distinct}, succeeded {succeeded}, lost {}, duplicated {}",
+        if mysql { "MariaDB" } else { "SQLite" },
+        all_sent_ms.map_or(-1, |t| t - due),
+        done_ms.map_or(-1, |t| t - due),
+        last_result - due,
+        jobs as i64 - distinct,
+        rows - distinct
+    );
+}
+
+fn rss(mysql: bool, jobs: usize) {
+    let bench = Bench::new(mysql);
+    bench.jobs(jobs, "'0 0 3 * * ?', NULL, NULL");
+    // Enabled, next fire tomorrow at 03:00 UTC: the scheduler keeps all of them, fires none now.
+    let tomorrow_3am = (now_ms() / 86_400_000 + 1) * 86_400_000 + 3 * 3_600_000;
+    bench
+        .conn()
+        .batch_execute(&format!(
+            "UPDATE job SET enabled = 1, schedule_type = 'cron', next_fire_ms = {tomorrow_3am}"
+        ))
+        .unwrap();
+    let (admin, base) = bench.admin();
+    let _agents = bench.agents(&base, 1);
+    std::thread::sleep(Duration::from_secs(10));
+    // Exercise the job list once, as the console would.
+    let _ = std::process::Command::new("curl")
+        .args(["-s", "-o", "/dev/null", &format!("{base}/readyz")])
+        .status();
+    let status = std::fs::read_to_string(format!("/proc/{}/status", admin.0.id())).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .map(|l| l.split_whitespace().nth(1).unwrap_or("?").to_owned())
+            .unwrap_or_default()
+    };
+    println!(
+        "admin with {jobs} enabled jobs on {}: VmRSS {} kB, VmHWM {} kB",
+        if mysql { "MariaDB" } else { "SQLite" },
+        field("VmRSS:"),
+        field("VmHWM:")
+    );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mysql = args.iter().any(|a| a == "--mysql");
+    let jobs = args
+        .iter()
+        .position(|a| a == "--jobs")
+        .and_then(|i| args.get(i + 1))
+        .map(|n| n.parse::<usize>().expect("--jobs takes a number"));
+    match args.first().map(String::as_str) {
+        Some("lateness") => lateness(mysql),
+        Some("burst") => burst(mysql, jobs.unwrap_or(50_000)),
+        Some("rss") => rss(mysql, jobs.unwrap_or(100_000)),
+        _ => {
+            eprintln!("usage: sched_bench lateness|burst|rss [--mysql] [--jobs N]");
+            std::process::exit(2);
+        }
+    }
+}

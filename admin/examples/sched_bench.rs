@@ -3,11 +3,11 @@
 //!
 //! ```sh
 //! cargo build --release --workspace --bins --features jobfleet-admin/mysql
-//! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- lateness [--mysql]
+//! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- lateness [--mysql] [--jobs 1000]
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- burst [--mysql] [--jobs 50000]
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- rss [--jobs 100000]
 //! ```
-//! `lateness`: 1,000 fixed-rate jobs of 1 s spread over the second (1,000 fires/s) on 4 agents
+//! `lateness`: N (1,000) fixed-rate jobs of 1 s spread over the second (N fires/s) on 4 agents
 //! for 20 s; agent process start − scheduled time, p50/p99. `burst`: N one-shot jobs due at the
 //! same instant; time until every run is sent and every result is back, lost and duplicated.
 //! `rss`: the admin's resident memory with N enabled jobs.
@@ -196,7 +196,7 @@ impl Bench {
                 .iter()
                 .map(|i| {
                     format!(
-                        "(1, 'job-{i}', '', {schedule}, 'UTC', 'shell', 'true', '', 'round_robin', 0, 0, 0, 10, 'do_nothing', 'allow', 'serial', 0, 0, 0, {now}, {now})"
+                        "(1, 'job-{i}', '', 'none', {schedule}, 'UTC', 'shell', 'true', '', 'round_robin', 0, 0, 0, 10, 'do_nothing', 'allow', 'serial', 0, 0, 0, {now}, {now})"
                     )
                 })
                 .collect();
@@ -221,6 +221,10 @@ impl Drop for Bench {
     }
 }
 
+fn bench_db_path(bench: &Bench) -> PathBuf {
+    bench._dir.path().join("bench.db")
+}
+
 fn percentile(sorted: &[i64], p: f64) -> i64 {
     if sorted.is_empty() {
         return -1;
@@ -229,25 +233,32 @@ fn percentile(sorted: &[i64], p: f64) -> i64 {
     sorted[i]
 }
 
-fn lateness(mysql: bool) {
+fn lateness(mysql: bool, per_second: usize) {
     let bench = Bench::new(mysql);
-    bench.jobs(1000, "NULL, 1, NULL");
+    bench.jobs(per_second, "NULL, 1, NULL");
     let (_admin, base) = bench.admin();
     let _agents = bench.agents(&base, 4);
     let start = now_ms() + 3_000;
-    // Spread the thousand jobs over the second: 1,000 fires every second, one per millisecond.
+    // Spread the jobs evenly over the second: `per_second` fires every second.
+    let step = 1000 / per_second.max(1);
     bench
         .conn()
         .batch_execute(&format!(
-            "UPDATE job SET enabled = 1, schedule_type = 'fixed_rate', next_fire_ms = {start} + (id % 1000)"
+            "UPDATE job SET enabled = 1, schedule_type = 'fixed_rate', next_fire_ms = {start} + (id * {step}) % 1000"
         ))
         .unwrap();
     let seconds = 20;
     std::thread::sleep(Duration::from_millis(3_000 + seconds * 1000));
-    bench
+    // The scheduler updates these rows too: MariaDB may pick this statement as a deadlock victim.
+    let mut attempts = 0;
+    while let Err(e) = bench
         .conn()
         .batch_execute("UPDATE job SET enabled = 0, next_fire_ms = NULL")
-        .unwrap();
+    {
+        attempts += 1;
+        assert!(attempts < 20, "cannot disable the jobs: {e}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     std::thread::sleep(Duration::from_secs(5));
     // The first 3 s warm up (connections, agent caches).
     let from = start + 3_000;
@@ -266,8 +277,11 @@ fn lateness(mysql: bool) {
     ));
     started.sort_unstable();
     sent.sort_unstable();
+    if let Ok(dump) = std::env::var("SCHED_BENCH_DUMP") {
+        std::fs::copy(bench_db_path(&bench), dump).ok();
+    }
     println!(
-        "lateness on {}: {} fires in {} s ({} not succeeded); taken for dispatch p50 {} ms p99 {} ms; agent process start p50 {} ms p99 {} ms, max {} ms",
+        "lateness at {per_second}/s on {}: {} fires in {} s ({} not succeeded); taken for dispatch p50 {} ms p99 {} ms; agent process start p50 {} ms p99 {} ms, max {} ms",
         if mysql { "MariaDB" } else { "SQLite" },
         fires,
         (to - from) / 1000,
@@ -365,7 +379,7 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .map(|n| n.parse::<usize>().expect("--jobs takes a number"));
     match args.first().map(String::as_str) {
-        Some("lateness") => lateness(mysql),
+        Some("lateness") => lateness(mysql, jobs.unwrap_or(1000)),
         Some("burst") => burst(mysql, jobs.unwrap_or(50_000)),
         Some("rss") => rss(mysql, jobs.unwrap_or(100_000)),
         _ => {

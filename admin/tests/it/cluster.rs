@@ -163,9 +163,10 @@ async fn two_admins_one_killed_no_duplicate_and_no_missing_slots() {
     }
     tokio::time::sleep(Duration::from_secs(6)).await;
     first.kill9();
-    // Long enough for the survivor to send what the dead admin had stored (10 s orphan limit,
-    // 2 s passes) before the jobs are disabled, which would skip them.
-    tokio::time::sleep(Duration::from_secs(16)).await;
+    // Long enough for the survivor to send what the dead admin had stored (up to 5 s ahead,
+    // then the 10 s orphan limit and a 2 s pass) before the jobs are disabled, which would
+    // skip them.
+    tokio::time::sleep(Duration::from_secs(24)).await;
     let stop_ms = chrono::Utc::now().timestamp_millis();
     for job in &jobs {
         call(

@@ -358,18 +358,7 @@ api_test!(bad_group_user_and_token_bodies_are_refused);
 #[cfg(feature = "mysql")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn database_outage_is_503_and_recovers() {
-    use jobfleet_admin::testing::TestDb;
-    let db = tokio::task::spawn_blocking(TestDb::mysql).await.unwrap();
-    let upstream = db.url_string();
-    let parsed = url::Url::parse(&upstream).unwrap();
-    let target = format!(
-        "{}:{}",
-        parsed.host_str().unwrap(),
-        parsed.port().unwrap_or(3306)
-    );
-    let proxy = crate::support::proxy::Proxy::start(&target).await;
-    let mut via_proxy = parsed.clone();
-    via_proxy.set_port(Some(proxy.port())).unwrap();
+    let (db, proxy, via_proxy) = crate::support::proxy::mariadb().await;
     let app = TestApp::start_with(
         db,
         &[

@@ -264,16 +264,7 @@ async fn two_admins_one_killed_no_duplicate_and_no_missing_slots() {
 /// database returns it resumes on the job's phase, applying the misfire policy to what passed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scheduler_survives_a_30_s_database_outage() {
-    let db = crate::support::mysql_db().await;
-    let parsed = url::Url::parse(&db.url_string()).unwrap();
-    let target = format!(
-        "{}:{}",
-        parsed.host_str().unwrap(),
-        parsed.port().unwrap_or(3306)
-    );
-    let proxy = crate::support::proxy::Proxy::start(&target).await;
-    let mut via_proxy = parsed.clone();
-    via_proxy.set_port(Some(proxy.port())).unwrap();
+    let (db, proxy, via_proxy) = crate::support::proxy::mariadb().await;
     let app = TestApp::start_opts(
         db,
         &[

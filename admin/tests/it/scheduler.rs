@@ -179,8 +179,12 @@ async fn scheduled_jobs_fire_on_time_on_a_real_agent(mysql: bool) {
         .unwrap();
     assert!(fires >= 7, "{metrics}");
     assert!(
-        metrics.contains("jobfleet_agents_alive 1") || metrics.contains("jobfleet_agents_alive"),
-        "{metrics}"
+        metrics.contains(
+            "
+jobfleet_agents_alive 1
+"
+        ),
+        "the liveness monitor counts the one agent: {metrics}"
     );
     assert!(
         metrics.contains("jobfleet_fire_lateness_seconds_count"),
@@ -788,4 +792,28 @@ async fn orphaned_and_overdue_runs_are_recovered() {
 
     // The daily report counts both days' outcomes per job.
     monitors::report(&app.state).await.unwrap();
+    // Yesterday and today: the test may cross midnight UTC.
+    let day = |ms: i64| {
+        chrono::DateTime::from_timestamp_millis(ms)
+            .unwrap()
+            .format("%Y-%m-%d")
+            .to_string()
+    };
+    let (from, to) = (day(app.now_ms() - 86_400_000), day(app.now_ms()));
+    let rows = app
+        .state
+        .db
+        .run(move |conn| jobfleet_admin::db::run_report_daily::list(conn, &from, &to, None))
+        .await
+        .unwrap();
+    let total = |job_id: i64, field: fn(&jobfleet_admin::db::run_report_daily::DailyRow) -> i64| {
+        rows.iter()
+            .filter(|r| r.job_id == job_id)
+            .map(field)
+            .sum::<i64>()
+    };
+    assert_eq!(total(stuck, |r| r.timed_out), 1, "{rows:?}");
+    let orphan = rows.iter().find(|r| r.job_id != stuck).unwrap().job_id;
+    assert_eq!(total(orphan, |r| r.succeeded), 1, "{rows:?}");
+    assert_eq!(total(orphan, |r| r.in_flight), 0, "{rows:?}");
 }

@@ -572,6 +572,22 @@ pub mod proxy {
         accept: JoinHandle<()>,
     }
 
+    /// A fresh MariaDB test database reached through a proxy; returns the database (keep it),
+    /// the proxy and the `JOBFLEET_DATABASE_URL` that goes through it.
+    pub async fn mariadb() -> (jobfleet_admin::testing::TestDb, Proxy, String) {
+        let db = super::mysql_db().await;
+        let parsed = url::Url::parse(&db.url_string()).unwrap();
+        let target = format!(
+            "{}:{}",
+            parsed.host_str().unwrap(),
+            parsed.port().unwrap_or(3306)
+        );
+        let proxy = Proxy::start(&target).await;
+        let mut via_proxy = parsed;
+        via_proxy.set_port(Some(proxy.port())).unwrap();
+        (db, proxy, via_proxy.to_string())
+    }
+
     impl Proxy {
         pub async fn start(target: &str) -> Self {
             let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -6,11 +6,13 @@
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- lateness [--mysql] [--jobs 1000]
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- burst [--mysql] [--jobs 50000]
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- rss [--jobs 100000]
+//! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- spawn
 //! ```
 //! `lateness`: N (1,000) fixed-rate jobs of 1 s spread over the second (N fires/s) on 4 agents
 //! for 20 s; agent process start − scheduled time, p50/p99. `burst`: N one-shot jobs due at the
 //! same instant; time until every run is sent and every result is back, lost and duplicated.
 //! `rss`: the admin's resident memory with N enabled jobs.
+//! `spawn`: the machine's ceiling, `sh -c true` processes per second with nothing else running.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -47,6 +49,38 @@ fn free_port() -> u16 {
 }
 
 struct Proc(Child);
+
+/// CPU time a process used, and its reaped children (the agents' jobs), in ms.
+fn cpu_ms(proc: &Proc) -> (i64, i64) {
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", proc.0.id())).unwrap_or_default();
+    // The fields after the command name, which may hold spaces, start after its closing ')'.
+    let fields: Vec<i64> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(|f| f.parse().unwrap_or(0))
+        .collect();
+    // utime, stime, cutime, cstime are fields 14-17 of stat(5); ticks are 10 ms here.
+    let tick = |i: usize| fields.get(i - 3).copied().unwrap_or(0) * 10;
+    (tick(14) + tick(15), tick(16) + tick(17))
+}
+
+fn cpu_report(admin: &Proc, agents: &[Proc]) -> String {
+    let (admin_own, _) = cpu_ms(admin);
+    let (mut agents_own, mut jobs) = (0, 0);
+    for agent in agents {
+        let (own, children) = cpu_ms(agent);
+        agents_own += own;
+        jobs += children;
+    }
+    format!(
+        "CPU: admin {:.1} s, agents {:.1} s, their jobs {:.1} s",
+        admin_own as f64 / 1000.0,
+        agents_own as f64 / 1000.0,
+        jobs as f64 / 1000.0
+    )
+}
 
 impl Drop for Proc {
     fn drop(&mut self) {
@@ -236,8 +270,8 @@ fn percentile(sorted: &[i64], p: f64) -> i64 {
 fn lateness(mysql: bool, per_second: usize) {
     let bench = Bench::new(mysql);
     bench.jobs(per_second, "NULL, 1, NULL");
-    let (_admin, base) = bench.admin();
-    let _agents = bench.agents(&base, 4);
+    let (admin, base) = bench.admin();
+    let agents = bench.agents(&base, 4);
     let start = now_ms() + 3_000;
     // Spread the jobs evenly over the second: `per_second` fires every second.
     let step = 1000 / per_second.max(1);
@@ -292,13 +326,14 @@ fn lateness(mysql: bool, per_second: usize) {
         percentile(&started, 0.99),
         started.last().copied().unwrap_or(-1)
     );
+    println!("{}", cpu_report(&admin, &agents));
 }
 
 fn burst(mysql: bool, jobs: usize) {
     let bench = Bench::new(mysql);
     bench.jobs(jobs, "NULL, NULL, 0");
-    let (_admin, base) = bench.admin();
-    let _agents = bench.agents(&base, 4);
+    let (admin, base) = bench.admin();
+    let agents = bench.agents(&base, 4);
     let due = now_ms() + 2_000;
     bench
         .conn()
@@ -334,6 +369,7 @@ fn burst(mysql: bool, jobs: usize) {
         jobs as i64 - distinct,
         rows - distinct
     );
+    println!("{}", cpu_report(&admin, &agents));
 }
 
 fn rss(mysql: bool, jobs: usize) {
@@ -370,6 +406,35 @@ fn rss(mysql: bool, jobs: usize) {
     );
 }
 
+/// The machine's own ceiling: how many `sh -c true` processes two threads (one per core) can
+/// start and reap per second with nothing else running. No scheduler can run jobs faster.
+fn spawn_ceiling() {
+    let seconds = 5;
+    let until = Instant::now() + Duration::from_secs(seconds);
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                while Instant::now() < until {
+                    Command::new("/bin/sh")
+                        .args(["-c", "true"])
+                        .stdin(Stdio::null())
+                        .stdout(Stdio::null())
+                        .status()
+                        .unwrap();
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    let total: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    println!(
+        "spawn ceiling: {} `sh -c true` processes started and reaped per second on 2 threads",
+        total / seconds
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mysql = args.iter().any(|a| a == "--mysql");
@@ -382,8 +447,9 @@ fn main() {
         Some("lateness") => lateness(mysql, jobs.unwrap_or(1000)),
         Some("burst") => burst(mysql, jobs.unwrap_or(50_000)),
         Some("rss") => rss(mysql, jobs.unwrap_or(100_000)),
+        Some("spawn") => spawn_ceiling(),
         _ => {
-            eprintln!("usage: sched_bench lateness|burst|rss [--mysql] [--jobs N]");
+            eprintln!("usage: sched_bench lateness|burst|rss|spawn [--mysql] [--jobs N]");
             std::process::exit(2);
         }
     }

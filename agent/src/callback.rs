@@ -10,21 +10,32 @@ use crate::admin_client::AdminClient;
 use crate::protocol::admin_path;
 use crate::spool::Spool;
 
-const BATCH: usize = 100;
+/// Results per request, about: whole spool files are sent, so one may go a little over.
+const BATCH: usize = 500;
+const COLLECT_FOR: Duration = Duration::from_millis(5);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// Sends what is spooled now; returns how many results were acknowledged.
 pub async fn drain_once(client: &AdminClient, spool: &Spool) -> Result<usize, String> {
-    let pending = spool
+    let mut files = spool
         .pending()
-        .map_err(|e| format!("reading the spool: {e}"))?;
+        .map_err(|e| format!("reading the spool: {e}"))?
+        .into_iter()
+        .peekable();
     let mut sent = 0;
-    for batch in pending.chunks(BATCH) {
-        client.post(admin_path::CALLBACK, &batch).await?;
+    while files.peek().is_some() {
+        // Whole files per request, so a file is removed exactly when all it holds is stored.
+        let mut batch = Vec::new();
+        let mut results = Vec::new();
+        while let Some(file) = files.next_if(|_| results.len() < BATCH) {
+            results.extend(file.results.iter().cloned());
+            batch.push(file);
+        }
+        client.post(admin_path::CALLBACK, &results).await?;
         spool
-            .ack(batch)
+            .ack(&batch)
             .map_err(|e| format!("removing acknowledged results: {e}"))?;
-        sent += batch.len();
+        sent += results.len();
     }
     Ok(sent)
 }
@@ -41,7 +52,14 @@ pub async fn drain_forever(client: Arc<AdminClient>, spool: Spool, wake: Arc<Not
                 }
                 backoff = Duration::from_millis(500);
                 // Also look again now and then, in case a spool write raced the wake-up.
-                let _ = tokio::time::timeout(Duration::from_secs(5), woken).await;
+                if tokio::time::timeout(Duration::from_secs(5), woken)
+                    .await
+                    .is_ok()
+                {
+                    // Results of runs ending together travel in one request and one admin
+                    // transaction instead of one each.
+                    tokio::time::sleep(COLLECT_FOR).await;
+                }
             }
             Err(e) => {
                 tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "Results not delivered yet");

@@ -57,6 +57,7 @@ const KEYS: &[(&str, Option<&str>)] = &[
     ("cgroup_parent", None),
     ("limits", Some("auto")),
     ("max_concurrent", Some("64")),
+    ("max_queued", Some("10000")),
     ("log_retention_days", Some("7")),
     ("heartbeat_interval_s", Some("10")),
     ("kill_grace_ms", Some("3000")),
@@ -88,6 +89,9 @@ pub struct Config {
     /// `false` forces setrlimit even where cgroups are writable.
     pub use_cgroups: bool,
     pub max_concurrent: usize,
+    /// Triggers that wait for a free slot once `max_concurrent` runs are going; beyond it the
+    /// agent refuses.
+    pub max_queued: usize,
     pub log_retention_days: u32,
     pub heartbeat_interval: Duration,
     pub kill_grace: Duration,
@@ -322,6 +326,7 @@ fn validate(raw: &Raw) -> Result<Config, ConfigError> {
         cgroup_parent: get("cgroup_parent"),
         use_cgroups,
         max_concurrent: number("max_concurrent", 1, 10_000)? as usize,
+        max_queued: number("max_queued", 0, 1_000_000)? as usize,
         log_retention_days: number("log_retention_days", 1, 3650)? as u32,
         heartbeat_interval: Duration::from_secs(number("heartbeat_interval_s", 1, 3600)?),
         kill_grace: Duration::from_millis(number("kill_grace_ms", 0, 600_000)?),

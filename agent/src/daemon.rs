@@ -128,6 +128,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
         RunnerConfig {
             scripts_dir,
             max_concurrent: config.max_concurrent,
+            max_queued: config.max_queued,
             kill_grace: config.kill_grace,
             run_as,
             limits_mode,

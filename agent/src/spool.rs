@@ -1,15 +1,33 @@
-//! Durable results. A result is written here (temp file, fsync, rename, fsync the folder)
-//! before anything tries to send it, and removed only after an admin acknowledged it: an admin
-//! outage or an agent crash loses nothing.
+//! Durable results. Results are written here (temp file, fsync, rename, fsync the folder)
+//! before anything tries to send them, and removed only after an admin acknowledged them: an
+//! admin outage or an agent crash loses nothing. Results that finish together share one file
+//! and one pair of fsyncs (group commit): an fsync costs a millisecond or more, and a burst of
+//! short runs would otherwise queue behind them one by one.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::{Notify, mpsc, oneshot};
 
 use crate::protocol::HandleCallbackParam;
+
+/// Results written in one file at most.
+const MAX_PER_FILE: usize = 1_000;
 
 #[derive(Debug, Clone)]
 pub struct Spool {
     dir: PathBuf,
+    sequence: Arc<AtomicU64>,
+}
+
+/// One spool file and the results it holds.
+#[derive(Debug)]
+pub struct Spooled {
+    path: PathBuf,
+    pub results: Vec<HandleCallbackParam>,
 }
 
 impl Spool {
@@ -21,22 +39,26 @@ impl Spool {
                 std::fs::remove_file(entry.path())?;
             }
         }
-        Ok(Self { dir })
+        Ok(Self {
+            dir,
+            sequence: Arc::new(AtomicU64::new(0)),
+        })
     }
 
-    fn file(&self, result: &HandleCallbackParam) -> PathBuf {
-        self.dir.join(format!(
-            "{}-{}.json",
-            result.log_id,
-            result.attempt.unwrap_or(1)
-        ))
-    }
-
-    /// Writes a result durably.
-    pub fn put(&self, result: &HandleCallbackParam) -> std::io::Result<()> {
-        let target = self.file(result);
+    /// Writes results durably, all in one file.
+    pub fn put_all(&self, results: &[HandleCallbackParam]) -> std::io::Result<()> {
+        let Some(first) = results.first() else {
+            return Ok(());
+        };
+        // Unique across restarts (the clock) and within one (the sequence).
+        let target = self.dir.join(format!(
+            "{}-{}-{}.json",
+            first.log_id,
+            crate::now_ms(),
+            self.sequence.fetch_add(1, Ordering::Relaxed)
+        ));
         let temp = target.with_extension("json.tmp");
-        let body = serde_json::to_vec(result).map_err(std::io::Error::other)?;
+        let body = serde_json::to_vec(results).map_err(std::io::Error::other)?;
         let mut f = std::fs::File::create(&temp)?;
         f.write_all(&body)?;
         f.sync_all()?;
@@ -44,30 +66,41 @@ impl Spool {
         std::fs::File::open(&self.dir)?.sync_all()
     }
 
-    /// Every spooled result, oldest run first.
-    pub fn pending(&self) -> std::io::Result<Vec<HandleCallbackParam>> {
+    pub fn put(&self, result: &HandleCallbackParam) -> std::io::Result<()> {
+        self.put_all(std::slice::from_ref(result))
+    }
+
+    /// Every spool file, oldest run first.
+    pub fn pending(&self) -> std::io::Result<Vec<Spooled>> {
         let mut out = Vec::new();
         for entry in std::fs::read_dir(&self.dir)?.flatten() {
             let path = entry.path();
             if path.extension().and_then(|e| e.to_str()) != Some("json") {
                 continue;
             }
-            match std::fs::read(&path).map(|b| serde_json::from_slice::<HandleCallbackParam>(&b)) {
-                Ok(Ok(result)) => out.push(result),
+            let parsed = std::fs::read(&path).map(|bytes| {
+                serde_json::from_slice::<Vec<HandleCallbackParam>>(&bytes)
+                    // Agents before group commit wrote one result per file.
+                    .or_else(|_| {
+                        serde_json::from_slice::<HandleCallbackParam>(&bytes).map(|r| vec![r])
+                    })
+            });
+            match parsed {
+                Ok(Ok(results)) if !results.is_empty() => out.push(Spooled { path, results }),
                 // A file we cannot read is set aside, not deleted: someone may want it.
                 _ => {
                     let _ = std::fs::rename(&path, path.with_extension("bad"));
                 }
             }
         }
-        out.sort_by_key(|r| (r.log_id, r.attempt));
+        out.sort_by_key(|s| s.results.iter().map(|r| r.log_id).min());
         Ok(out)
     }
 
-    /// Removes results the admin acknowledged.
-    pub fn ack(&self, results: &[HandleCallbackParam]) -> std::io::Result<()> {
-        for r in results {
-            match std::fs::remove_file(self.file(r)) {
+    /// Removes files whose results an admin acknowledged.
+    pub fn ack(&self, files: &[Spooled]) -> std::io::Result<()> {
+        for file in files {
+            match std::fs::remove_file(&file.path) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
                 _ => {}
             }
@@ -77,6 +110,72 @@ impl Spool {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+}
+
+type Write_ = (HandleCallbackParam, oneshot::Sender<()>);
+
+/// Writes results from many runs with one file and one fsync pair per group.
+#[derive(Clone)]
+pub struct SpoolWriter {
+    queue: mpsc::UnboundedSender<Write_>,
+}
+
+impl SpoolWriter {
+    /// Starts the writing task; `written` is woken after each group lands.
+    pub fn start(spool: Spool, written: Arc<Notify>) -> Self {
+        let (queue, inbox) = mpsc::unbounded_channel();
+        tokio::spawn(write_forever(spool, inbox, written));
+        Self { queue }
+    }
+
+    /// Returns once the result is on disk.
+    pub async fn write(&self, result: HandleCallbackParam) -> Result<(), String> {
+        let (done, landed) = oneshot::channel();
+        self.queue
+            .send((result, done))
+            .map_err(|_| "the spool writer stopped".to_owned())?;
+        landed
+            .await
+            .map_err(|_| "the spool writer stopped".to_owned())
+    }
+}
+
+async fn write_forever(
+    spool: Spool,
+    mut inbox: mpsc::UnboundedReceiver<Write_>,
+    written: Arc<Notify>,
+) {
+    while let Some(first) = inbox.recv().await {
+        let mut group = vec![first];
+        while group.len() < MAX_PER_FILE
+            && let Ok(more) = inbox.try_recv()
+        {
+            group.push(more);
+        }
+        let (results, waiters): (Vec<_>, Vec<_>) = group.into_iter().unzip();
+        let results = Arc::new(results);
+        let mut delay = Duration::from_millis(100);
+        loop {
+            let (spool, group) = (spool.clone(), results.clone());
+            let outcome = tokio::task::spawn_blocking(move || spool.put_all(&group))
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|written| written.map_err(|e| e.to_string()));
+            match outcome {
+                Ok(()) => break,
+                Err(error) => {
+                    // The results exist only in memory now; say so loudly and keep trying.
+                    tracing::error!(results = results.len(), error = %error, "Cannot spool results; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(10));
+                }
+            }
+        }
+        for waiter in waiters {
+            let _ = waiter.send(());
+        }
+        written.notify_one();
     }
 }
 
@@ -100,11 +199,56 @@ mod tests {
         let reopened = Spool::open(dir.path().join("spool")).unwrap();
         let pending = reopened.pending().unwrap();
         assert_eq!(
-            pending.iter().map(|r| r.log_id).collect::<Vec<_>>(),
+            pending
+                .iter()
+                .flat_map(|f| f.results.iter().map(|r| r.log_id))
+                .collect::<Vec<_>>(),
             vec![1, 2]
         );
         reopened.ack(&pending[..1]).unwrap();
         assert_eq!(reopened.pending().unwrap().len(), 1);
         reopened.ack(&pending[..1]).unwrap();
+    }
+
+    #[test]
+    fn a_group_shares_one_file_and_old_single_files_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(dir.path().join("spool")).unwrap();
+        spool.put_all(&[result(5), result(3), result(4)]).unwrap();
+        std::fs::write(
+            dir.path().join("spool/1-1.json"),
+            serde_json::to_vec(&result(1)).unwrap(),
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("spool/2-1.json"), b"[]").unwrap();
+        let pending = spool.pending().unwrap();
+        assert_eq!(pending.len(), 2, "the empty file is set aside");
+        assert_eq!(pending[0].results[0].log_id, 1);
+        assert_eq!(pending[1].results.len(), 3);
+        assert!(dir.path().join("spool/2-1.bad").exists());
+    }
+
+    #[tokio::test]
+    async fn the_writer_answers_after_the_result_is_on_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(dir.path().join("spool")).unwrap();
+        let written = Arc::new(Notify::new());
+        let writer = SpoolWriter::start(spool.clone(), written.clone());
+        let writes: Vec<_> = (1..=50)
+            .map(|id| {
+                let writer = writer.clone();
+                tokio::spawn(async move { writer.write(result(id)).await })
+            })
+            .collect();
+        for write in writes {
+            write.await.unwrap().unwrap();
+        }
+        let ids: Vec<i64> = spool
+            .pending()
+            .unwrap()
+            .iter()
+            .flat_map(|f| f.results.iter().map(|r| r.log_id))
+            .collect();
+        assert_eq!(ids.len(), 50);
     }
 }

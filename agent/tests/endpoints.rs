@@ -44,6 +44,10 @@ impl Drop for Running {
 }
 
 async fn start() -> Running {
+    start_with(&[]).await
+}
+
+async fn start_with(env: &[(&str, &str)]) -> Running {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
@@ -57,6 +61,7 @@ async fn start() -> Running {
         .env("JOBFLEET_AGENT_LISTEN", format!("127.0.0.1:{port}"))
         .env("JOBFLEET_AGENT_TOKEN", TOKEN)
         .env("JOBFLEET_AGENT_DATA_DIR", dir.path().join("data"))
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -287,6 +292,97 @@ async fn bad_input_gets_an_envelope_error_and_spawns_nothing() {
     assert_eq!(idle["code"], 200);
 }
 
+/// Results the agent spooled (its admin is unreachable here, so they stay), by run id.
+fn spooled_statuses(agent: &Running) -> std::collections::BTreeMap<i64, String> {
+    let mut out = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir(agent.dir.path().join("data/spool")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "json") {
+            let results: Vec<Value> =
+                serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+            for r in results {
+                out.insert(
+                    r["logId"].as_i64().unwrap(),
+                    r["status"].as_str().unwrap().to_owned(),
+                );
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn triggers_beyond_the_run_limit_wait_their_turn_and_a_full_queue_refuses() {
+    let agent = start_with(&[
+        ("JOBFLEET_AGENT_MAX_CONCURRENT", "1"),
+        ("JOBFLEET_AGENT_MAX_QUEUED", "2"),
+    ])
+    .await;
+    let marks = agent.dir.path().join("marks");
+    std::fs::create_dir_all(&marks).unwrap();
+    let run = |job: i64, script: String| {
+        trigger(json!({"jobId": job, "logId": job * 10, "glueSource": script}))
+    };
+    let mark = |name: &str| format!("touch {}/{name}", marks.display());
+    let first = post(
+        &agent,
+        "run",
+        Some(TOKEN),
+        &run(1, format!("sleep 1; {}", mark("one"))),
+    )
+    .await
+    .unwrap();
+    assert_eq!(first["code"], 200, "{first}");
+    let second = post(&agent, "run", Some(TOKEN), &run(2, mark("two")))
+        .await
+        .unwrap();
+    assert_eq!(second["code"], 200, "{second}");
+    assert!(
+        second["msg"].as_str().unwrap().contains("queued"),
+        "{second}"
+    );
+    let third = post(&agent, "run", Some(TOKEN), &run(3, mark("three")))
+        .await
+        .unwrap();
+    assert_eq!(third["code"], 200, "{third}");
+    let refused = post(&agent, "run", Some(TOKEN), &run(4, mark("four")))
+        .await
+        .unwrap();
+    assert_eq!(refused["code"], 500, "{refused}");
+    assert!(
+        refused["msg"].as_str().unwrap().contains("2 queued"),
+        "the refusal says which limit: {refused}"
+    );
+    // A queued run of a job is that job's run: idleBeat says busy, kill ends it unstarted.
+    let busy = post(&agent, "idleBeat", Some(TOKEN), r#"{"jobId": 3}"#)
+        .await
+        .unwrap();
+    assert_eq!(busy["code"], 500, "{busy}");
+    let killed = post(&agent, "kill", Some(TOKEN), r#"{"jobId": 3}"#)
+        .await
+        .unwrap();
+    assert_eq!(killed["code"], 200, "{killed}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while spooled_statuses(&agent).len() < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "results: {:?}",
+            spooled_statuses(&agent)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let statuses = spooled_statuses(&agent);
+    assert_eq!(statuses.get(&10).map(String::as_str), Some("succeeded"));
+    assert_eq!(statuses.get(&20).map(String::as_str), Some("succeeded"));
+    assert_eq!(statuses.get(&30).map(String::as_str), Some("killed"));
+    assert!(
+        !statuses.contains_key(&40),
+        "a refused trigger has no result"
+    );
+    assert!(marks.join("one").exists() && marks.join("two").exists());
+    assert!(!marks.join("three").exists() && !marks.join("four").exists());
+}
+
 #[test]
 fn invalid_config_exits_2_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
@@ -315,6 +411,13 @@ fn invalid_config_exits_2_naming_the_key() {
                 ("JOBFLEET_AGENT_MAX_CONCURRENT", "-1"),
             ],
             "max_concurrent",
+        ),
+        (
+            vec![
+                ("JOBFLEET_AGENT_GROUP", "g"),
+                ("JOBFLEET_AGENT_MAX_QUEUED", "lots"),
+            ],
+            "max_queued",
         ),
         (
             vec![

@@ -1,8 +1,15 @@
-//! Sending one pending run: take it (one admin wins), apply the job's concurrency policy, pick
-//! agents by its routing strategy, hand the trigger over, record the answer, and create the
-//! retry when no agent took it.
+//! Sending pending runs: take them (one admin wins), apply each job's concurrency policy, pick
+//! agents by its routing strategy, hand the triggers over, record the answers, and create the
+//! retry when no agent took one.
+//!
+//! The timer sends the runs due in the same instant as one batch: one transaction takes them
+//! all, the hand-overs go out in parallel, and the answers are stored by the recorder, which
+//! stores whatever answers have arrived in one transaction. Per run, a transaction would cost a
+//! commit (an fsync on MariaDB) and the single SQLite writer's turn; per batch, they are shared.
 
-use std::time::Instant;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use jobfleet_agent::protocol::HostMetrics;
 
@@ -14,6 +21,8 @@ use crate::domain::routing::Routing;
 use crate::error::Error;
 use crate::scheduler::{Due, followup};
 use crate::startup::AppState;
+use actix_web::web;
+use tokio::sync::{Semaphore, mpsc};
 
 use super::client::CallError;
 use super::routing::{Candidate, load_of};
@@ -93,8 +102,42 @@ pub fn candidates(
     ))
 }
 
+/// Jobs and groups read once per batch: the runs due in one instant are often of few jobs and
+/// fewer groups.
+#[derive(Default)]
+struct Lookups {
+    jobs: HashMap<i64, Option<Job>>,
+    groups: HashMap<i64, (String, Vec<Candidate>)>,
+}
+
+impl Lookups {
+    fn job(&mut self, conn: &mut AnyConnection, id: i64) -> Result<Option<Job>, Error> {
+        if let Some(job) = self.jobs.get(&id) {
+            return Ok(job.clone());
+        }
+        let job = job::find(conn, id)?;
+        self.jobs.insert(id, job.clone());
+        Ok(job)
+    }
+
+    fn candidates(
+        &mut self,
+        conn: &mut AnyConnection,
+        group_id: i64,
+        now: i64,
+    ) -> Result<(String, Vec<Candidate>), Error> {
+        if let Some(found) = self.groups.get(&group_id) {
+            return Ok(found.clone());
+        }
+        let found = candidates(conn, group_id, now)?;
+        self.groups.insert(group_id, found.clone());
+        Ok(found)
+    }
+}
+
 fn prepare(
     conn: &mut AnyConnection,
+    lookups: &mut Lookups,
     state_router: &super::routing::Router,
     run_id: i64,
     only: Option<&str>,
@@ -104,7 +147,7 @@ fn prepare(
         return Ok(Prepared::Taken);
     }
     let run = job_run::get(conn, run_id)?;
-    let Some(owner) = job::find(conn, run.job_id)? else {
+    let Some(owner) = lookups.job(conn, run.job_id)? else {
         job_run::skip(conn, run_id, "the job was deleted", now)?;
         return Ok(Prepared::Ended);
     };
@@ -148,7 +191,7 @@ fn prepare(
             }
         }
     }
-    let (app_name, mut candidates) = candidates(conn, owner.group_id, now)?;
+    let (app_name, mut candidates) = lookups.candidates(conn, owner.group_id, now)?;
     if let Some(address) = only {
         candidates.retain(|c| c.address == address);
     }
@@ -222,8 +265,8 @@ fn shard(
 }
 
 /// What handing a trigger over came to.
-#[derive(Debug)]
-struct Answer {
+#[derive(Debug, Clone)]
+pub struct Answer {
     run_id: i64,
     agent: Option<String>,
     accepted: bool,
@@ -298,8 +341,8 @@ fn suffix(msg: &str) -> String {
     }
 }
 
-/// Sends run `run_id` if it is still pending and nobody took it. `only` restricts it to one
-/// agent of the group (a manual trigger that names one).
+/// Sends run `run_id` if it is still pending and nobody took it, and stores the answer before
+/// returning. `only` restricts it to one agent of the group (a manual trigger that names one).
 ///
 /// # Errors
 /// Database errors. The run then stays pending (not taken) or taken-and-pending, and the
@@ -310,14 +353,94 @@ pub async fn dispatch(state: &AppState, run_id: i64, only: Option<String>) -> Re
     let router = state.router.clone();
     let prepared = state
         .db
-        .transaction(move |conn| prepare(conn, &router, run_id, only.as_deref(), now))
+        .transaction(move |conn| {
+            prepare(
+                conn,
+                &mut Lookups::default(),
+                &router,
+                run_id,
+                only.as_deref(),
+                now,
+            )
+        })
         .await?;
-    let answers = match prepared {
-        Prepared::Taken => return Ok(()),
+    let answers = send_prepared(state, prepared).await;
+    for answer in &answers {
+        count(state, answer);
+    }
+    let dues = store_answers(state, answers).await?;
+    state.scheduler.enqueue(dues);
+    state.metrics.dispatch_latency.observe(started.elapsed());
+    Ok(())
+}
+
+/// Sends the runs `run_ids` (due now): one transaction takes them all, then each hand-over
+/// goes out as its own task (a slow agent holds up no other run), holding one of
+/// `handovers`, and sends its answer to `recorder`. Returns once the runs are taken and their
+/// hand-overs started.
+///
+/// # Errors
+/// Database errors taking the batch, after each run was tried on its own (so one bad run does
+/// not hold the others back); the runs not taken stay pending for the recovery monitor.
+pub async fn dispatch_batch(
+    state: &web::Data<AppState>,
+    run_ids: Vec<i64>,
+    recorder: &mpsc::UnboundedSender<Answer>,
+    handovers: &Arc<Semaphore>,
+) -> Result<(), Error> {
+    let started = Instant::now();
+    let now = state.clock.now_ms();
+    let router = state.router.clone();
+    let ids = run_ids.clone();
+    let taken = state
+        .db
+        .transaction(move |conn| {
+            let mut lookups = Lookups::default();
+            ids.iter()
+                .map(|&id| prepare(conn, &mut lookups, &router, id, None, now))
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .await;
+    let prepared = match taken {
+        Ok(prepared) => prepared,
+        Err(e) if run_ids.len() > 1 => {
+            tracing::warn!(runs = run_ids.len(), error = %e, "Taking a batch failed; sending its runs one by one");
+            let mut last = Ok(());
+            for id in run_ids {
+                if let Err(e) = dispatch(state, id, None).await {
+                    last = Err(e);
+                }
+            }
+            return last;
+        }
+        Err(e) => return Err(e),
+    };
+    for one in prepared {
+        let Ok(permit) = handovers.clone().acquire_owned().await else {
+            return Ok(());
+        };
+        let (state, recorder) = (state.clone(), recorder.clone());
+        tokio::spawn(async move {
+            for answer in send_prepared(&state, one).await {
+                count(&state, &answer);
+                // The recorder outlives every hand-over; a closed channel means the admin is
+                // stopping, and the monitors of whichever admin runs next finish these runs.
+                let _ = recorder.send(answer);
+            }
+            state.metrics.dispatch_latency.observe(started.elapsed());
+            drop(permit);
+        });
+    }
+    Ok(())
+}
+
+async fn send_prepared(state: &AppState, prepared: Prepared) -> Vec<Answer> {
+    match prepared {
+        Prepared::Taken => Vec::new(),
         Prepared::Ended => {
             state.metrics.trigger_outcomes.inc("skipped");
             state.metrics.run_outcomes.inc("skipped");
-            return Ok(());
+            Vec::new()
         }
         Prepared::NoAgent(run, message) => vec![Answer {
             run_id: run.id,
@@ -344,22 +467,24 @@ pub async fn dispatch(state: &AppState, run_id: i64, only: Option<String>) -> Re
                 .map(|send| hand_over(state, &job, routing, send));
             futures_util::future::join_all(handovers).await
         }
-    };
-    record(state, answers).await?;
-    state.metrics.dispatch_latency.observe(started.elapsed());
-    Ok(())
+    }
 }
 
-/// Stores the answers and creates the retries of triggers nobody took, in one transaction.
-async fn record(state: &AppState, answers: Vec<Answer>) -> Result<(), Error> {
-    for a in &answers {
-        state.metrics.trigger_outcomes.inc(a.outcome);
-        if !a.accepted {
-            state.metrics.run_outcomes.inc("failed");
-        }
+fn count(state: &AppState, answer: &Answer) {
+    state.metrics.trigger_outcomes.inc(answer.outcome);
+    if !answer.accepted {
+        state.metrics.run_outcomes.inc("failed");
+    }
+}
+
+/// Stores answers and creates the retries of triggers nobody took, in one transaction;
+/// returns the follow-up runs to time.
+async fn store_answers(state: &AppState, answers: Vec<Answer>) -> Result<Vec<Due>, Error> {
+    if answers.is_empty() {
+        return Ok(Vec::new());
     }
     let at = state.clock.now_ms();
-    let dues: Vec<Due> = state
+    state
         .db
         .transaction(move |conn| {
             let mut dues = Vec::new();
@@ -377,7 +502,47 @@ async fn record(state: &AppState, answers: Vec<Answer>) -> Result<(), Error> {
             }
             Ok(dues)
         })
-        .await?;
-    state.scheduler.enqueue(dues);
-    Ok(())
+        .await
+}
+
+/// Answers stored per transaction at most.
+const RECORD_BATCH: usize = 1_000;
+const RECORD_RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// Stores answers as they arrive, all that are waiting in one transaction. While the database
+/// is away it keeps them and retries: the agents already run those triggers, and the answer is
+/// what says where. Ends when every sender is gone and all is stored.
+pub async fn record_forever(
+    state: web::Data<AppState>,
+    mut inbox: mpsc::UnboundedReceiver<Answer>,
+) {
+    let mut waiting: Vec<Answer> = Vec::new();
+    let mut delay = Duration::from_millis(100);
+    loop {
+        if waiting.is_empty() {
+            match inbox.recv().await {
+                Some(answer) => waiting.push(answer),
+                None => return,
+            }
+        }
+        while waiting.len() < RECORD_BATCH
+            && let Ok(more) = inbox.try_recv()
+        {
+            waiting.push(more);
+        }
+        let batch = std::mem::take(&mut waiting);
+        let kept = batch.clone();
+        match store_answers(&state, batch).await {
+            Ok(dues) => {
+                state.scheduler.enqueue(dues);
+                delay = Duration::from_millis(100);
+            }
+            Err(e) => {
+                tracing::warn!(answers = kept.len(), error = %e, retry_in_ms = delay.as_millis() as u64, "Cannot store trigger answers yet");
+                waiting = kept;
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(RECORD_RETRY_MAX);
+            }
+        }
+    }
 }

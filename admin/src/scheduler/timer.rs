@@ -14,29 +14,48 @@ use crate::startup::AppState;
 
 use super::Due;
 
-/// Dispatches in flight at once: enough to keep every agent busy, few enough that a burst of
-/// fifty thousand waits in the heap rather than in the database pool's queue.
-const MAX_PARALLEL_DISPATCHES: usize = 256;
+/// Runs sent as one batch at most: one transaction takes them all.
+const MAX_BATCH: usize = 256;
+/// Batches being taken at once, so that a burst of fifty thousand waits in the heap rather
+/// than in the database pool's queue.
+const MAX_PARALLEL_BATCHES: usize = 4;
+/// Hand-overs in flight at once: enough to keep every agent busy.
+const MAX_HANDOVERS: usize = 1_024;
 const MAX_SLEEP_MS: i64 = 1_000;
 
 pub async fn run(state: web::Data<AppState>, mut inbox: mpsc::UnboundedReceiver<Due>) {
     let mut heap: BinaryHeap<Reverse<Due>> = BinaryHeap::new();
-    let permits = Arc::new(Semaphore::new(MAX_PARALLEL_DISPATCHES));
+    let permits = Arc::new(Semaphore::new(MAX_PARALLEL_BATCHES));
+    let handovers = Arc::new(Semaphore::new(MAX_HANDOVERS));
+    let (answers, recorder_inbox) = mpsc::unbounded_channel();
+    tokio::spawn(crate::dispatch::send::record_forever(
+        state.clone(),
+        recorder_inbox,
+    ));
     loop {
         let now = state.clock.now_ms();
-        while let Some(Reverse(due)) = heap.peek().copied() {
-            if due.at_ms > now {
-                break;
-            }
-            heap.pop();
+        while heap.peek().is_some_and(|Reverse(due)| due.at_ms <= now) {
             let Ok(permit) = permits.clone().acquire_owned().await else {
                 return;
             };
-            let state = state.clone();
+            // Everything due by the time a permit is free goes in, up to a batch.
+            let now = state.clock.now_ms();
+            let mut batch = Vec::new();
+            while batch.len() < MAX_BATCH
+                && let Some(Reverse(due)) = heap.peek().copied()
+                && due.at_ms <= now
+            {
+                heap.pop();
+                batch.push(due.run_id);
+            }
+            let (state, answers, handovers) = (state.clone(), answers.clone(), handovers.clone());
             tokio::spawn(async move {
-                if let Err(e) = crate::dispatch::send::dispatch(&state, due.run_id, None).await {
-                    // The run stays pending; the recovery monitor sends it later.
-                    tracing::warn!(run_id = due.run_id, error = %e, "Dispatch failed; the run will be recovered");
+                let runs = batch.len();
+                if let Err(e) =
+                    crate::dispatch::send::dispatch_batch(&state, batch, &answers, &handovers).await
+                {
+                    // The runs stay pending; the recovery monitor sends them later.
+                    tracing::warn!(runs, error = %e, "Dispatch failed; the runs will be recovered");
                 }
                 drop(permit);
             });

@@ -17,10 +17,11 @@ use crate::logs::Logs;
 use crate::protocol::{
     CODE_FAIL, CODE_OK, CODE_TIMEOUT, HandleCallbackParam, Limits, TriggerParam, Usage,
 };
-use crate::spool::Spool;
+use crate::spool::{Spool, SpoolWriter};
 
 /// Longest timeout a trigger may ask for: a week.
 pub const MAX_TIMEOUT_S: i64 = 7 * 24 * 3600;
+const SHUT_DOWN_BEFORE_START: &str = "the agent shut down before this queued run started";
 /// Largest script source accepted.
 pub const MAX_SOURCE_BYTES: usize = 1024 * 1024;
 
@@ -63,12 +64,31 @@ struct JobState {
 struct State {
     jobs: HashMap<i64, JobState>,
     running: usize,
+    /// Jobs whose queued run waits for a free slot, first come first served. An entry goes
+    /// stale when its job was killed or started otherwise; it is skipped when reached.
+    waiting: VecDeque<i64>,
     accepting: bool,
+}
+
+impl State {
+    /// The next run waiting for a slot, taken off its job's queue.
+    fn next_waiting(&mut self) -> Option<Prepared> {
+        while let Some(job_id) = self.waiting.pop_front() {
+            if let Some(job) = self.jobs.get_mut(&job_id)
+                && job.current.is_none()
+                && let Some(prepared) = job.queue.pop_front()
+            {
+                return Some(prepared);
+            }
+        }
+        None
+    }
 }
 
 pub struct RunnerConfig {
     pub scripts_dir: PathBuf,
     pub max_concurrent: usize,
+    pub max_queued: usize,
     pub kill_grace: Duration,
     pub run_as: Option<(u32, u32)>,
     pub limits_mode: limits::Mode,
@@ -79,6 +99,7 @@ pub struct Runner {
     config: RunnerConfig,
     logs: Logs,
     spool: Spool,
+    writer: SpoolWriter,
     /// Woken when a result lands in the spool.
     pub results: Arc<Notify>,
     /// Woken when a run finishes (shutdown waits on it).
@@ -158,17 +179,21 @@ fn validate(trigger: TriggerParam, received: Instant) -> Result<Prepared, String
 }
 
 impl Runner {
+    /// Starts the spool writer too, so it needs a tokio runtime.
     pub fn new(config: RunnerConfig, logs: Logs, spool: Spool) -> Arc<Self> {
+        let results = Arc::new(Notify::new());
         Arc::new(Self {
             state: Mutex::new(State {
                 jobs: HashMap::new(),
                 running: 0,
+                waiting: VecDeque::new(),
                 accepting: true,
             }),
             config,
             logs,
+            writer: SpoolWriter::start(spool.clone(), results.clone()),
             spool,
-            results: Arc::new(Notify::new()),
+            results,
             finished: Notify::new(),
         })
     }
@@ -196,7 +221,11 @@ impl Runner {
         if !state.accepting {
             return Err("the agent is shutting down".into());
         }
-        let busy = state.jobs.get(&job_id).is_some_and(|j| j.current.is_some());
+        // A run waiting for a slot occupies its job as much as a running one.
+        let busy = state
+            .jobs
+            .get(&job_id)
+            .is_some_and(|j| j.current.is_some() || !j.queue.is_empty());
         if busy {
             match prepared.block {
                 Block::DiscardLater => {
@@ -226,9 +255,23 @@ impl Runner {
             }
         }
         if state.running >= self.config.max_concurrent {
-            return Err(format!(
-                "the agent is at its limit of {} concurrent runs",
-                self.config.max_concurrent
+            if state.waiting.len() >= self.config.max_queued {
+                return Err(format!(
+                    "the agent is at its limit of {} concurrent runs and {} queued triggers",
+                    self.config.max_concurrent, self.config.max_queued
+                ));
+            }
+            state
+                .jobs
+                .entry(job_id)
+                .or_default()
+                .queue
+                .push_back(prepared);
+            state.waiting.push_back(job_id);
+            return Ok(format!(
+                "queued for a free slot ({} runs going, {} waiting)",
+                state.running,
+                state.waiting.len()
             ));
         }
         self.start(&mut state, prepared);
@@ -248,16 +291,11 @@ impl Runner {
             let job_id = prepared.trigger.job_id;
             let run_id = prepared.trigger.log_id;
             let result = runner.execute(prepared, stop_rx).await;
-            if let Err(e) = runner.spool.put(&result) {
-                // The result exists only in memory now; say so loudly and keep trying.
-                tracing::error!(run_id, error = %e, "Cannot spool a result; retrying");
-                let mut delay = Duration::from_millis(100);
-                while runner.spool.put(&result).is_err() {
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(10));
-                }
+            // The slot is freed only once the result is durable: a shutdown that waits for
+            // the slots therefore waits for the results too.
+            if let Err(e) = runner.writer.write(result).await {
+                tracing::error!(run_id, error = %e, "A result could not be spooled");
             }
-            runner.results.notify_one();
             runner.finish(job_id);
         });
     }
@@ -265,10 +303,14 @@ impl Runner {
     fn finish(self: &Arc<Self>, job_id: i64) {
         let mut state = self.lock();
         state.running = state.running.saturating_sub(1);
-        let next = state.jobs.get_mut(&job_id).and_then(|job| {
-            job.current = None;
-            job.queue.pop_front()
-        });
+        let next = state
+            .jobs
+            .get_mut(&job_id)
+            .and_then(|job| {
+                job.current = None;
+                job.queue.pop_front()
+            })
+            .or_else(|| state.next_waiting());
         match next {
             Some(prepared) if state.accepting => self.start(&mut state, prepared),
             Some(prepared) => {
@@ -277,7 +319,7 @@ impl Runner {
                 if let Some(job) = state.jobs.get_mut(&job_id) {
                     dropped.extend(job.queue.drain(..));
                 }
-                self.report_dropped(&dropped);
+                self.report_dropped(&dropped, "rejected", SHUT_DOWN_BEFORE_START);
             }
             None => {
                 if state
@@ -293,12 +335,14 @@ impl Runner {
         self.finished.notify_waiters();
     }
 
-    fn report_dropped(&self, dropped: &[Prepared]) {
+    /// Reports runs that never started: `rejected` ones are failures the admin retries,
+    /// `killed` ones were stopped on purpose.
+    fn report_dropped(&self, dropped: &[Prepared], status: &str, why: &str) {
         for prepared in dropped {
-            let result = rejected(
-                &prepared.trigger,
-                "the agent shut down before this queued run started",
-            );
+            let result = HandleCallbackParam {
+                status: Some(status.to_owned()),
+                ..rejected(&prepared.trigger, why)
+            };
             if let Err(e) = self.spool.put(&result) {
                 tracing::error!(run_id = prepared.trigger.log_id, error = %e, "Cannot spool a dropped run's result");
             }
@@ -314,14 +358,18 @@ impl Runner {
         let Some(job) = state.jobs.get_mut(&job_id) else {
             return false;
         };
-        job.queue.clear();
-        match job.current.as_mut().and_then(|c| c.stop.take()) {
-            Some(stop) => {
-                let _ = stop.send(StopReason::Killed);
-                true
-            }
-            None => job.current.is_some(),
+        // Queued runs end too, each with its own result, so none stays running at the admin.
+        let dropped: Vec<Prepared> = job.queue.drain(..).collect();
+        let was_live = job.current.is_some() || !dropped.is_empty();
+        if let Some(stop) = job.current.as_mut().and_then(|c| c.stop.take()) {
+            let _ = stop.send(StopReason::Killed);
         }
+        if job.current.is_none() {
+            state.jobs.remove(&job_id);
+        }
+        drop(state);
+        self.report_dropped(&dropped, "killed", "killed before it started");
+        was_live
     }
 
     /// Whether a run of this job is running or queued here (for `idleBeat`).
@@ -367,7 +415,7 @@ impl Runner {
                     let _ = stop.send(StopReason::Shutdown);
                 }
             }
-            self.report_dropped(&dropped);
+            self.report_dropped(&dropped, "rejected", SHUT_DOWN_BEFORE_START);
         }
         while self.running() > 0 {
             let waiter = self.finished.notified();
@@ -421,31 +469,39 @@ impl Runner {
             return failed(trigger, started_ms, msg, self.limits_mode());
         };
         let source = trigger.glue_source.clone().unwrap_or_default();
-        let owner = self.config.run_as;
-        let script_path = match script::write_source(
-            &self.config.scripts_dir,
-            run_id,
-            prepared.interpreter,
-            &source,
-            owner,
-        ) {
-            Ok(p) => p,
-            Err(e) => {
-                return failed(
-                    trigger,
-                    started_ms,
-                    format!("cannot write the script: {e}"),
-                    self.limits_mode(),
-                );
+        let inline = script::runs_inline(prepared.interpreter, &source);
+        let script_path = if inline {
+            script::source_path(&self.config.scripts_dir, run_id, prepared.interpreter)
+        } else {
+            match script::write_source(
+                &self.config.scripts_dir,
+                run_id,
+                prepared.interpreter,
+                &source,
+                self.config.run_as,
+            ) {
+                Ok(p) => p,
+                Err(e) => {
+                    return failed(
+                        trigger,
+                        started_ms,
+                        format!("cannot write the script: {e}"),
+                        self.limits_mode(),
+                    );
+                }
             }
         };
         let params = trigger.executor_params.clone().unwrap_or_default();
-        let args = vec![
+        let mut args = Vec::with_capacity(6);
+        if inline {
+            args.extend(["-c".to_owned(), source]);
+        }
+        args.extend([
             script_path.to_string_lossy().into_owned(),
             params.clone(),
             trigger.broadcast_index.to_string(),
             trigger.broadcast_total.to_string(),
-        ];
+        ]);
         let mut env: BTreeMap<String, String> = BTreeMap::new();
         for key in ["PATH", "HOME", "LANG", "TZ", "USER"] {
             if let Ok(v) = std::env::var(key) {
@@ -516,7 +572,9 @@ impl Runner {
             Err(e) => {
                 let msg = format!("cannot start `{}`: {e}", prepared.interpreter);
                 note(&msg);
-                let _ = std::fs::remove_file(&script_path);
+                if !inline {
+                    let _ = std::fs::remove_file(&script_path);
+                }
                 if let Some(c) = cgroup {
                     c.remove();
                 }
@@ -563,7 +621,9 @@ impl Runner {
         if let Some(c) = cgroup {
             c.remove();
         }
-        let _ = std::fs::remove_file(&script_path);
+        if !inline {
+            let _ = std::fs::remove_file(&script_path);
+        }
         let exit = match exit {
             Ok(Ok(exit)) => exit,
             Ok(Err(e)) => {

@@ -71,7 +71,23 @@ fn extension(interpreter: &str) -> &'static str {
     }
 }
 
-/// Writes the source to `<dir>/run-<id>.<ext>`, readable only by us (and the run-as user).
+/// Largest shell source passed with `-c` instead of a file; well under the kernel's limit of
+/// 128 KiB for one argument.
+const MAX_INLINE_BYTES: usize = 64 * 1024;
+
+/// The file a run's source is (or, run inline, would be) in: `<dir>/run-<id>.<ext>`.
+pub fn source_path(dir: &Path, run_id: i64, interpreter: &str) -> PathBuf {
+    dir.join(format!("run-{run_id}.{}", extension(interpreter)))
+}
+
+/// Whether the source runs as `sh -c <source> <path> <args>` rather than from a file. A file
+/// per run costs a create and a delete, the dearest part of starting a short run on a busy
+/// file system; `$0` is still the path and `$1`.. the arguments, so scripts see no difference.
+pub fn runs_inline(interpreter: &str, source: &str) -> bool {
+    matches!(interpreter, "sh" | "bash") && source.len() <= MAX_INLINE_BYTES
+}
+
+/// Writes the source to its `source_path`, readable only by us (and the run-as user).
 pub fn write_source(
     dir: &Path,
     run_id: i64,
@@ -79,7 +95,7 @@ pub fn write_source(
     source: &str,
     owner: Option<(u32, u32)>,
 ) -> std::io::Result<PathBuf> {
-    let path = dir.join(format!("run-{run_id}.{}", extension(interpreter)));
+    let path = source_path(dir, run_id, interpreter);
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)

@@ -252,6 +252,23 @@ pub fn advance(
         > 0)
 }
 
+/// `advance` for many jobs that move between the same two values; returns how many moved.
+pub fn advance_many(
+    conn: &mut AnyConnection,
+    ids: &[i64],
+    expected: i64,
+    next: Option<i64>,
+) -> Result<usize, Error> {
+    Ok(diesel::update(
+        job::table
+            .filter(job::id.eq_any(ids))
+            .filter(job::next_fire_ms.eq(expected))
+            .filter(job::enabled.eq(true)),
+    )
+    .set(job::next_fire_ms.eq(next))
+    .execute(conn)?)
+}
+
 /// The soonest next fire of any enabled job, for the scheduler's sleep.
 pub fn soonest_fire(conn: &mut AnyConnection) -> Result<Option<i64>, Error> {
     use diesel::dsl::min;

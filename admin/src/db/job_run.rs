@@ -5,6 +5,7 @@ use diesel::prelude::*;
 
 use super::schema::job_run;
 use super::{AnyConnection, Page, last_insert_id};
+use crate::db_run;
 use crate::error::Error;
 
 #[derive(Debug, Clone, PartialEq, Queryable, Selectable)]
@@ -125,6 +126,47 @@ pub fn insert(conn: &mut AnyConnection, new: &NewJobRun) -> Result<i64, Error> {
         .values(new)
         .execute(conn)?;
     Ok(last_insert_id(conn)?)
+}
+
+/// Inserts many runs in one statement and returns their ids in the order given. All or none:
+/// a slot that already has its run fails the whole statement with `Conflict`.
+///
+/// The rows must share `created_ms` and each have a `fire_slot_ms` (scheduled fires).
+pub fn insert_fires(conn: &mut AnyConnection, rows: &[NewJobRun]) -> Result<Vec<i64>, Error> {
+    let Some(first) = rows.first() else {
+        return Ok(Vec::new());
+    };
+    db_run!(conn: {
+        diesel::insert_into(job_run::table).values(rows).execute(conn)?;
+    });
+    // Auto-increment values of one statement need not be consecutive (InnoDB's interleaved
+    // mode): read them back by the unique key instead.
+    let job_ids: Vec<i64> = rows.iter().map(|r| r.job_id).collect();
+    let stored: Vec<(i64, i64, Option<i64>)> = job_run::table
+        .filter(job_run::job_id.eq_any(&job_ids))
+        .filter(job_run::created_ms.eq(first.created_ms))
+        .filter(job_run::fire_slot_ms.is_not_null())
+        .filter(job_run::shard_index.eq(0))
+        .select((job_run::id, job_run::job_id, job_run::fire_slot_ms))
+        .load(conn)?;
+    let by_slot: std::collections::HashMap<(i64, Option<i64>), i64> = stored
+        .into_iter()
+        .map(|(id, job_id, slot)| ((job_id, slot), id))
+        .collect();
+    rows.iter()
+        .map(|r| {
+            by_slot
+                .get(&(r.job_id, r.fire_slot_ms))
+                .copied()
+                .ok_or_else(|| {
+                    Error::Internal(anyhow::anyhow!(
+                        "run of job {} slot {:?} vanished right after its insert",
+                        r.job_id,
+                        r.fire_slot_ms
+                    ))
+                })
+        })
+        .collect()
 }
 
 /// The trigger's outcome: sent to `agent` (running) or not (failed, with why). Returns whether

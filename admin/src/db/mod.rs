@@ -8,6 +8,7 @@
 pub mod agent;
 pub mod api_token;
 pub mod audit_log;
+pub mod console_session;
 pub mod executor_group;
 pub mod job;
 pub mod job_run;

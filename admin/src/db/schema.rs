@@ -207,3 +207,15 @@ diesel::allow_tables_to_appear_in_same_query!(
     scheduler_lock,
     run_report_daily,
 );
+
+diesel::table! {
+    console_session (id_hash) {
+        id_hash -> Text,
+        user_id -> BigInt,
+        csrf_token -> Text,
+        ip -> Text,
+        created_ms -> BigInt,
+        last_seen_ms -> BigInt,
+        expires_ms -> BigInt,
+    }
+}

@@ -3,12 +3,13 @@
 //! transaction. A crash before commit leaves nothing; after commit, the runs exist and the
 //! recovery monitor of any admin sends them if this one cannot.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use crate::clock::SharedClock;
 use crate::db::{AnyConnection, job, job_run, scheduler_lock};
-use crate::domain::policy::Misfire;
+use crate::domain::policy::{Misfire, TriggerKind};
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::service::jobs::schedule_of;
@@ -21,6 +22,8 @@ use super::plan::{Window, plan};
 pub const PRE_READ_MS: i64 = 5_000;
 /// Jobs planned per pass; a fuller backlog is worked off by passes back to back.
 pub const BATCH: i64 = 2_000;
+/// Ids in one `IN (...)` list or rows in one insert at most.
+const IN_LIST_MAX: usize = 500;
 /// Fires of one job per pass.
 const MAX_FIRES_PER_JOB: usize = 1_000;
 
@@ -43,12 +46,52 @@ pub async fn tick(state: &AppState) -> Result<TickOutcome, Error> {
     let threshold = state.config.misfire_threshold_ms;
     let metrics = state.metrics.clone();
     let started = Instant::now();
-    let outcome = state
+    let (c, h, m) = (clock.clone(), holder.clone(), metrics.clone());
+    let batched = state
         .db
-        .transaction(move |conn| plan_due(conn, &clock, &holder, threshold, &metrics))
+        .transaction(move |conn| {
+            // An error rolls the pass back: half of a batched pass must not be kept.
+            plan_due(conn, &c, &h, threshold, &m, Mode::Batched)?.ok_or_else(|| {
+                Error::conflict(
+                    "next_fire_ms",
+                    "the batched pass did not match what it read",
+                )
+            })
+        })
         .await;
+    let outcome = match batched {
+        Ok(outcome) => Ok(outcome),
+        // Someone edited a job or a slot already had its run: nothing of the batched pass was
+        // kept; do it again job by job, which sorts out each case.
+        Err(Error::Conflict { .. }) => state
+            .db
+            .transaction(move |conn| {
+                plan_due(conn, &clock, &holder, threshold, &metrics, Mode::OneByOne)
+            })
+            .await
+            .map(Option::unwrap_or_default),
+        Err(e) => Err(e),
+    };
     state.metrics.scheduler_loop.observe(started.elapsed());
     outcome
+}
+
+/// How a pass writes. A burst of thousands of jobs due at once must be planned in well under
+/// the misfire threshold, also on MariaDB where every statement is a round trip: `Batched`
+/// moves jobs that share old and new fire times with one statement and inserts all runs with
+/// one. `OneByOne` is the fallback when a batched statement does not match what was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Batched,
+    OneByOne,
+}
+
+/// One job's planned fires, ready to write.
+struct Planned {
+    job: job::Job,
+    stored_next: i64,
+    next: Option<i64>,
+    fires: Vec<super::plan::Fire>,
 }
 
 fn plan_due(
@@ -57,7 +100,8 @@ fn plan_due(
     holder: &str,
     misfire_threshold_ms: i64,
     metrics: &Arc<Metrics>,
-) -> Result<TickOutcome, Error> {
+    mode: Mode,
+) -> Result<Option<TickOutcome>, Error> {
     let waiting = Instant::now();
     scheduler_lock::take(conn, scheduler_lock::SCHEDULE, holder, clock.now_ms())?;
     metrics.lock_wait.observe(waiting.elapsed());
@@ -71,7 +115,7 @@ fn plan_due(
     };
     let jobs = job::due(conn, window.horizon_ms, BATCH)?;
     let more = jobs.len() as i64 == BATCH;
-    let mut dues = Vec::new();
+    let mut planned = Vec::with_capacity(jobs.len());
     for row in jobs {
         let Some(stored_next) = row.next_fire_ms else {
             continue;
@@ -86,40 +130,116 @@ fn plan_due(
             }
         };
         let misfire = row.misfire.parse().unwrap_or(Misfire::DoNothing);
-        let planned = plan(&schedule, tz, misfire, stored_next, window);
-        if planned.missed > 0 {
-            tracing::warn!(job_id = row.id, missed = planned.missed, policy = %misfire.as_str(), "Misfired slots (no admin could fire them in time)");
-            metrics.misfired_slots.add(misfire.as_str(), planned.missed);
+        let plan = plan(&schedule, tz, misfire, stored_next, window);
+        if plan.missed > 0 {
+            tracing::warn!(job_id = row.id, missed = plan.missed, policy = %misfire.as_str(), "Misfired slots (no admin could fire them in time)");
+            metrics.misfired_slots.add(misfire.as_str(), plan.missed);
         }
-        if !job::advance(conn, row.id, stored_next, planned.next_fire_ms)? {
+        planned.push(Planned {
+            job: row,
+            stored_next,
+            next: plan.next_fire_ms,
+            fires: plan.fires,
+        });
+    }
+    let dues = match mode {
+        Mode::Batched => match write_batched(conn, &planned, now)? {
+            Some(dues) => dues,
+            None => return Ok(None),
+        },
+        Mode::OneByOne => write_one_by_one(conn, &planned, now)?,
+    };
+    for (_, kind) in &dues {
+        metrics.fires.inc(kind.as_str());
+    }
+    Ok(Some(TickOutcome {
+        dues: dues.into_iter().map(|(due, _)| due).collect(),
+        soonest_ms: job::soonest_fire(conn)?,
+        more,
+    }))
+}
+
+fn new_run(p: &Planned, fire: &super::plan::Fire, now: i64) -> job_run::NewJobRun {
+    job_run::NewJobRun {
+        job_id: p.job.id,
+        group_id: p.job.group_id,
+        first_run_id: None,
+        attempt: 1,
+        trigger_kind: fire.kind.as_str().to_owned(),
+        fire_slot_ms: Some(fire.slot_ms),
+        scheduled_ms: fire.at_ms,
+        status: "pending".into(),
+        params: p.job.params.clone(),
+        shard_index: 0,
+        shard_total: 1,
+        created_ms: now,
+    }
+}
+
+/// Returns `None` when a statement did not match what was read (the caller starts over).
+fn write_batched(
+    conn: &mut AnyConnection,
+    planned: &[Planned],
+    now: i64,
+) -> Result<Option<Vec<(Due, TriggerKind)>>, Error> {
+    let mut moves: HashMap<(i64, Option<i64>), Vec<i64>> = HashMap::new();
+    for p in planned {
+        moves
+            .entry((p.stored_next, p.next))
+            .or_default()
+            .push(p.job.id);
+    }
+    for ((expected, next), ids) in &moves {
+        for chunk in ids.chunks(IN_LIST_MAX) {
+            if job::advance_many(conn, chunk, *expected, *next)? != chunk.len() {
+                return Ok(None);
+            }
+        }
+    }
+    let fires: Vec<&super::plan::Fire> = planned.iter().flat_map(|p| &p.fires).collect();
+    let rows: Vec<job_run::NewJobRun> = planned
+        .iter()
+        .flat_map(|p| p.fires.iter().map(move |fire| new_run(p, fire, now)))
+        .collect();
+    let mut dues = Vec::with_capacity(rows.len());
+    for (chunk, fires) in rows.chunks(IN_LIST_MAX).zip(fires.chunks(IN_LIST_MAX)) {
+        let ids = match job_run::insert_fires(conn, chunk) {
+            Ok(ids) => ids,
+            Err(Error::Conflict { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        dues.extend(ids.into_iter().zip(fires).map(|(run_id, fire)| {
+            (
+                Due {
+                    at_ms: fire.at_ms,
+                    run_id,
+                },
+                fire.kind,
+            )
+        }));
+    }
+    Ok(Some(dues))
+}
+
+fn write_one_by_one(
+    conn: &mut AnyConnection,
+    planned: &[Planned],
+    now: i64,
+) -> Result<Vec<(Due, TriggerKind)>, Error> {
+    let mut dues = Vec::new();
+    for p in planned {
+        if !job::advance(conn, p.job.id, p.stored_next, p.next)? {
             continue;
         }
-        for fire in planned.fires {
-            let inserted = job_run::insert(
-                conn,
-                &job_run::NewJobRun {
-                    job_id: row.id,
-                    group_id: row.group_id,
-                    first_run_id: None,
-                    attempt: 1,
-                    trigger_kind: fire.kind.as_str().to_owned(),
-                    fire_slot_ms: Some(fire.slot_ms),
-                    scheduled_ms: fire.at_ms,
-                    status: "pending".into(),
-                    params: row.params.clone(),
-                    shard_index: 0,
-                    shard_total: 1,
-                    created_ms: now,
-                },
-            );
-            match inserted {
-                Ok(run_id) => {
-                    metrics.fires.inc(fire.kind.as_str());
-                    dues.push(Due {
+        for fire in &p.fires {
+            match job_run::insert(conn, &new_run(p, fire, now)) {
+                Ok(run_id) => dues.push((
+                    Due {
                         at_ms: fire.at_ms,
                         run_id,
-                    });
-                }
+                    },
+                    fire.kind,
+                )),
                 // The slot already has its run (an edit put the next fire back on a stored
                 // slot): the unique key has done its job.
                 Err(Error::Conflict { .. }) => {}
@@ -127,9 +247,5 @@ fn plan_due(
             }
         }
     }
-    Ok(TickOutcome {
-        dues,
-        soonest_ms: job::soonest_fire(conn)?,
-        more,
-    })
+    Ok(dues)
 }

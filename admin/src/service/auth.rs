@@ -22,6 +22,25 @@ pub async fn issue_token(
     password_text: &str,
     ip: &str,
 ) -> Result<(String, i64), Error> {
+    let user = check_credentials(state, username, password_text, ip).await?;
+    state.jwt.issue(
+        user.id,
+        &user.username,
+        state.clock.now_ms(),
+        state.jwt_ttl_ms,
+    )
+}
+
+/// Checks a username and password (rate-limited per client and name).
+///
+/// # Errors
+/// As `issue_token`.
+pub async fn check_credentials(
+    state: &AppState,
+    username: &str,
+    password_text: &str,
+    ip: &str,
+) -> Result<user::User, Error> {
     let now = state.clock.now_ms();
     let limit_key = format!("{ip}|{username}");
     if !state.login_limiter.allowed(&limit_key, now) {
@@ -56,9 +75,7 @@ pub async fn issue_token(
         }
     };
     state.login_limiter.clear(&limit_key);
-    state
-        .jwt
-        .issue(user.id, &user.username, now, state.jwt_ttl_ms)
+    Ok(user)
 }
 
 /// Resolves an `Authorization: Bearer` credential into an actor.
@@ -118,6 +135,21 @@ pub async fn resolve_bearer(
     }
     let claims = state.jwt.verify(bearer, now)?;
     let user_id: i64 = claims.sub.parse().map_err(|_| denied("invalid token"))?;
+    user_actor(state, user_id, claims.iat_ms, ip, request_id).await
+}
+
+/// The actor of a user whose credential was issued at `issued_ms`.
+///
+/// # Errors
+/// `Unauthenticated` when the user is gone or disabled, or changed password since.
+pub async fn user_actor(
+    state: &AppState,
+    user_id: i64,
+    issued_ms: i64,
+    ip: String,
+    request_id: String,
+) -> Result<Actor, Error> {
+    let denied = |why: &str| Error::Unauthenticated(why.to_owned());
     let (user, groups) = state
         .db
         .run(move |conn| {
@@ -129,9 +161,9 @@ pub async fn resolve_bearer(
     if user.disabled {
         return Err(denied("the user is disabled"));
     }
-    if claims.iat_ms < user.password_changed_ms {
+    if issued_ms < user.password_changed_ms {
         return Err(denied(
-            "token issued before the last password change; log in again",
+            "logged in before the last password change; log in again",
         ));
     }
     Ok(Actor {

@@ -8,6 +8,7 @@ pub mod auth;
 pub mod groups;
 pub mod jobs;
 pub mod runs;
+pub mod sessions;
 pub mod tokens;
 pub mod users;
 

@@ -316,6 +316,59 @@ async fn misfire_policies_and_clock_jumps_with_a_manual_clock(mysql: bool) {
 }
 both_backends!(misfire_policies_and_clock_jumps_with_a_manual_clock);
 
+/// A burst is planned with a few statements per pass (chunked beyond 500 rows); when a stored
+/// slot is met again the pass is redone job by job and nothing is stored twice.
+async fn a_burst_is_planned_in_batches_and_a_met_slot_falls_back(mysql: bool) {
+    let app = manual(mysql).await;
+    let g = app.group("sched-burst").await;
+    let due = app.now_ms() + 3_000;
+    let mut jobs = Vec::new();
+    for i in 0..520 {
+        jobs.push(
+            app.job_from(
+                g,
+                json!({"name": format!("burst-{i}"), "enabled": true,
+                    "schedule": {"type": "once", "at_ms": due},
+                    "handler": {"type": "shell", "command": "true"}}),
+            )
+            .await,
+        );
+    }
+    let planned = tick::tick(&app.state).await.unwrap();
+    assert_eq!(planned.dues.len(), 520);
+    assert!(planned.dues.iter().all(|d| d.at_ms == due));
+    let mut run_ids: Vec<i64> = planned.dues.iter().map(|d| d.run_id).collect();
+    run_ids.sort_unstable();
+    run_ids.dedup();
+    assert_eq!(run_ids.len(), 520, "one run id per fire");
+    for d in planned.dues.iter().step_by(97) {
+        let run = app.run(d.run_id).await;
+        assert_eq!(run["scheduled_ms"].as_i64(), Some(due), "{run}");
+        assert!(jobs.contains(&run["job_id"].as_i64().unwrap()));
+    }
+    // An edit that puts a job back on its stored slot: the batched insert meets the unique
+    // key, the pass is redone job by job, and the slot keeps its one run.
+    let edited = jobs[7];
+    app.state
+        .db
+        .run(move |conn| {
+            use diesel::RunQueryDsl;
+            diesel::sql_query(format!(
+                "UPDATE job SET next_fire_ms = {due} WHERE id = {edited}"
+            ))
+            .execute(conn)?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    let again = tick::tick(&app.state).await.unwrap();
+    assert!(again.dues.is_empty(), "{again:?}");
+    assert_eq!(runs_of(&app, edited).await.len(), 1);
+    let job = app.get(&format!("/api/v1/jobs/{edited}"), &app.admin).await;
+    assert!(job.body["next_fire_ms"].is_null(), "{}", job.body);
+}
+both_backends!(a_burst_is_planned_in_batches_and_a_met_slot_falls_back);
+
 fn agent_counts(runs: &[Value]) -> HashMap<String, usize> {
     let mut counts = HashMap::new();
     for r in runs {

@@ -2,6 +2,7 @@
 //! the open API. `main.rs` only parses the command line and calls into here.
 
 pub mod api;
+pub mod assets;
 pub mod audit;
 pub mod auth;
 pub mod callback;
@@ -19,3 +20,4 @@ pub mod service;
 pub mod startup;
 #[doc(hidden)]
 pub mod testing;
+pub mod web;

@@ -2,6 +2,7 @@
 //! the RBAC checks that turn a caller into an `Actor` and an `Actor` into proofs.
 
 pub mod api_token;
+pub mod csrf;
 pub mod extract;
 
 pub mod jwt;

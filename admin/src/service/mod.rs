@@ -5,6 +5,7 @@
 pub mod agents;
 pub mod audit;
 pub mod auth;
+pub mod dashboard;
 pub mod groups;
 pub mod jobs;
 pub mod runs;

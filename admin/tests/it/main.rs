@@ -15,4 +15,5 @@ mod api_groups_users_tokens;
 mod api_jobs;
 mod cli;
 mod cluster;
+mod console;
 mod scheduler;

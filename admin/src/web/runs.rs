@@ -1,0 +1,330 @@
+//! Runs: the list with filters, a run's page (results, attempt chain, usage) with its log
+//! tailing live, and kill.
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use askama::Template;
+use askama_web::WebTemplate;
+use serde::Serialize;
+
+use super::forms::{ConsoleUser, CsrfForm, Fields};
+use super::views::{Chrome, Opt, Pager, RunRow, duration, status_label, when};
+use super::{PageError, PageResult, see_other_with};
+use crate::db::Page;
+use crate::domain::policy::RunStatus;
+use crate::error::Error;
+use crate::service::runs::{RunQuery, RunView};
+use crate::service::{self, Paged};
+use crate::startup::AppState;
+
+#[derive(Template, WebTemplate)]
+#[template(path = "runs.html")]
+pub struct RunsPage {
+    pub c: Chrome,
+    pub job_id: String,
+    pub from: String,
+    pub to: String,
+    pub groups: Vec<Opt>,
+    pub statuses: Vec<Opt>,
+    pub runs: Vec<RunRow>,
+    pub pager: Pager,
+    pub error: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct ChainLink {
+    pub id: i64,
+    pub status: String,
+    pub when: String,
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "run.html")]
+pub struct RunPage {
+    pub c: Chrome,
+    pub run: RunView,
+    pub job_name: String,
+    pub status_label: &'static str,
+    pub agent: String,
+    pub scheduled: String,
+    pub triggered: String,
+    pub started: String,
+    pub finished: String,
+    pub trigger_msg: String,
+    pub handle: String,
+    pub exit: String,
+    pub usage: String,
+    pub chain: Vec<ChainLink>,
+    pub can_kill: bool,
+    pub is_final: bool,
+}
+
+/// A `datetime-local` filter value (UTC) as milliseconds.
+fn filter_time(text: Option<&str>, field: &str) -> Result<Option<i64>, Error> {
+    let Some(text) = text else { return Ok(None) };
+    ["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M"]
+        .iter()
+        .find_map(|fmt| chrono::NaiveDateTime::parse_from_str(text, fmt).ok())
+        .map(|t| Some(t.and_utc().timestamp_millis()))
+        .ok_or_else(|| Error::invalid(field, format!("`{text}` is not a date and time")))
+}
+
+pub(super) async fn job_names(
+    state: &AppState,
+    ids: Vec<i64>,
+) -> Result<std::collections::HashMap<i64, String>, Error> {
+    state
+        .db
+        .run(move |conn| {
+            Ok(crate::db::job::by_ids(conn, &ids)?
+                .into_iter()
+                .map(|j| (j.id, j.name))
+                .collect())
+        })
+        .await
+}
+
+async fn list(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    user: ConsoleUser,
+) -> PageResult<RunsPage> {
+    let q = Fields::of_query(&req);
+    let groups = service::groups::list(
+        &state,
+        &user.actor,
+        Page {
+            limit: Page::MAX_LIMIT,
+            offset: 0,
+        },
+    )
+    .await?
+    .items;
+    let query = (|| -> Result<RunQuery, Error> {
+        Ok(RunQuery {
+            job_id: q.number("job_id", "job_id")?,
+            group_id: q.number("group_id", "group_id")?,
+            status: q.get("status").map(str::to_owned),
+            from_ms: filter_time(q.get("from"), "from")?,
+            to_ms: filter_time(q.get("to"), "to")?,
+            limit: Some(50),
+            offset: q.number("offset", "offset")?,
+        })
+    })();
+    let result = match query {
+        Ok(query) => service::runs::list(&state, &user.actor, query).await,
+        Err(e) => Err(e),
+    };
+    let mut error = String::new();
+    let paged = match result {
+        Ok(p) => p,
+        Err(e @ Error::Invalid { .. }) => {
+            error = e.public_message();
+            Paged {
+                items: Vec::new(),
+                total: 0,
+                limit: 50,
+                offset: 0,
+            }
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let names = job_names(&state, paged.items.iter().map(|r| r.job_id).collect()).await?;
+    let c = user.page("runs");
+    let keep: Vec<(&str, &str)> = ["job_id", "group_id", "status", "from", "to"]
+        .into_iter()
+        .filter_map(|k| q.get(k).map(|v| (k, v)))
+        .collect();
+    let base = format!(
+        "/console/runs?{}",
+        url::form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(keep)
+            .finish()
+    );
+    let chosen_group = q.text("group_id");
+    let chosen_status = q.text("status");
+    Ok(RunsPage {
+        job_id: q.text("job_id"),
+        from: q.text("from"),
+        to: q.text("to"),
+        groups: groups
+            .iter()
+            .map(|g| {
+                Opt::new(g.id.to_string(), format!("{} ({})", g.title, g.app_name))
+                    .picked(g.id.to_string() == chosen_group)
+            })
+            .collect(),
+        statuses: RunStatus::ALL
+            .iter()
+            .map(|s| {
+                Opt::new(s.as_str(), status_label(&c, s.as_str()))
+                    .picked(s.as_str() == chosen_status)
+            })
+            .collect(),
+        pager: Pager::new(
+            &base,
+            paged.total,
+            paged.limit,
+            paged.offset,
+            paged.items.len(),
+        ),
+        runs: paged
+            .items
+            .iter()
+            .map(|r| RunRow::new(&c, r, names.get(&r.job_id).map_or("", String::as_str)))
+            .collect(),
+        error,
+        c,
+    })
+}
+
+fn is_final(status: &str) -> bool {
+    status.parse::<RunStatus>().is_ok_and(RunStatus::is_final)
+}
+
+async fn show(
+    state: web::Data<AppState>,
+    user: ConsoleUser,
+    id: web::Path<i64>,
+) -> PageResult<RunPage> {
+    let run = service::runs::get(&state, &user.actor, *id).await?;
+    let first = run.first_run_id.unwrap_or(run.id);
+    let chain_query = RunQuery {
+        job_id: Some(run.job_id),
+        limit: Some(200),
+        ..RunQuery::default()
+    };
+    let mut chain: Vec<ChainLink> = service::runs::list(&state, &user.actor, chain_query)
+        .await?
+        .items
+        .into_iter()
+        .filter(|r| r.id == first || r.first_run_id == Some(first))
+        .map(|r| ChainLink {
+            id: r.id,
+            status: r.status,
+            when: when(Some(r.scheduled_ms)),
+        })
+        .collect();
+    chain.sort_by_key(|l| l.id);
+    let names = job_names(&state, vec![run.job_id]).await?;
+    let c = user.page("runs");
+    let u = &run.usage;
+    let mut usage = Vec::new();
+    if let Some(cpu) = u.cpu_ms {
+        usage.push(format!("CPU {}", duration(cpu)));
+    }
+    if let Some(kb) = u.max_rss_kb {
+        usage.push(format!("peak memory {:.1} MB", kb as f64 / 1024.0));
+    }
+    if u.oom_killed == Some(true) {
+        usage.push("killed by the OOM killer".into());
+    }
+    if let Some(mode) = &u.limits_mode {
+        usage.push(format!("limits: {mode}"));
+    }
+    let handle = match (run.handle_code, &run.handle_msg) {
+        (Some(code), Some(msg)) => format!("{code} · {msg}"),
+        (Some(code), None) => code.to_string(),
+        (None, Some(msg)) => msg.clone(),
+        (None, None) => "—".into(),
+    };
+    let exit = match (run.exit_code, run.signal) {
+        (Some(code), _) => code.to_string(),
+        (None, Some(sig)) => format!("signal {sig}"),
+        _ => "—".into(),
+    };
+    Ok(RunPage {
+        job_name: names
+            .get(&run.job_id)
+            .cloned()
+            .unwrap_or_else(|| format!("#{}", run.job_id)),
+        status_label: status_label(&c, &run.status),
+        agent: run.agent.clone().unwrap_or_else(|| "—".into()),
+        scheduled: when(Some(run.scheduled_ms)),
+        triggered: when(run.triggered_ms),
+        started: when(run.started_ms),
+        finished: when(run.finished_ms),
+        trigger_msg: run.trigger_msg.clone().unwrap_or_else(|| "—".into()),
+        handle,
+        exit,
+        usage: if usage.is_empty() {
+            "—".into()
+        } else {
+            usage.join(" · ")
+        },
+        chain,
+        can_kill: run.status == "running" && user.actor.write_group(run.group_id).is_ok(),
+        is_final: is_final(&run.status),
+        run,
+        c,
+    })
+}
+
+#[derive(Serialize)]
+struct LogAnswer {
+    from_line: i64,
+    to_line: i64,
+    content: String,
+    status: String,
+    status_label: &'static str,
+    /// Nothing more will come: the run is final and its last line was sent.
+    done: bool,
+    /// The page should reload to show the final results.
+    reload: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+/// One page of the log for the live tail, with the run's status so the page can follow it.
+async fn log(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    user: ConsoleUser,
+    id: web::Path<i64>,
+) -> PageResult<HttpResponse> {
+    let q = Fields::of_query(&req);
+    let from_line = q.number::<i64>("from_line", "from_line")?.unwrap_or(1);
+    let run = service::runs::get(&state, &user.actor, *id).await?;
+    let final_now = is_final(&run.status);
+    let label = status_label(&user.chrome, &run.status);
+    let answer = match service::runs::log(&state, &user.actor, run.id, from_line).await {
+        Ok(page) => LogAnswer {
+            from_line: page.from_line,
+            to_line: page.to_line,
+            content: page.content,
+            done: final_now && (page.is_end || page.to_line < from_line),
+            reload: final_now,
+            status: run.status,
+            status_label: label,
+            error: None,
+        },
+        // No agent yet (pending) or the agent is gone: say so, and keep polling until final.
+        Err(e) => LogAnswer {
+            from_line,
+            to_line: from_line - 1,
+            content: String::new(),
+            done: final_now,
+            reload: final_now,
+            status: run.status,
+            status_label: label,
+            error: Some(e.public_message()),
+        },
+    };
+    Ok(HttpResponse::Ok().json(answer))
+}
+
+async fn kill(state: web::Data<AppState>, form: CsrfForm, id: web::Path<i64>) -> PageResult {
+    let run = service::runs::kill(&state, &form.user.actor, *id)
+        .await
+        .map_err(PageError)?;
+    Ok(see_other_with(
+        &format!("/console/runs/{}", run.id),
+        form.user.chrome.t("flash.kill_sent"),
+    ))
+}
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/runs", web::get().to(list))
+        .route("/runs/{id}", web::get().to(show))
+        .route("/runs/{id}/log", web::get().to(log))
+        .route("/runs/{id}/kill", web::post().to(kill));
+}

@@ -1,0 +1,362 @@
+//! Browser tests: Debian's headless Chromium, driven over WebDriver (chromedriver), against a
+//! real admin (SQLite, real clock, scheduler running) and a real agent process on loopback.
+//! One flow per test; each starts its own admin, agent, chromedriver and browser.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests fail by panicking"
+)]
+
+#[path = "../it/support.rs"]
+#[allow(
+    dead_code,
+    unused_macros,
+    unused_imports,
+    reason = "shared with the integration tests; each binary uses a part"
+)]
+mod support;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::json;
+use support::{ADMIN_PASSWORD, AgentProc, TestApp, free_port, wait_for};
+use thirtyfour::prelude::*;
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+
+/// A chromedriver process, stopped on drop.
+struct Driver {
+    child: Child,
+    url: String,
+}
+
+impl Driver {
+    async fn start() -> Self {
+        for path in [CHROMIUM, CHROMEDRIVER] {
+            assert!(
+                std::path::Path::new(path).exists(),
+                "{path} is missing: the browser tests need `apt-get install -y chromium chromium-driver` (.ci/run does it)"
+            );
+        }
+        let port = free_port();
+        let child = Command::new(CHROMEDRIVER)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start chromedriver");
+        let url = format!("http://127.0.0.1:{port}");
+        let status = format!("{url}/status");
+        wait_for(Duration::from_secs(20), "chromedriver to listen", || {
+            let status = status.clone();
+            async move {
+                reqwest::get(&status)
+                    .await
+                    .ok()
+                    .filter(|r| r.status().is_success())
+            }
+        })
+        .await;
+        Driver { child, url }
+    }
+
+    async fn browser(&self, lang: &str) -> WebDriver {
+        let mut caps = DesiredCapabilities::chrome();
+        caps.set_binary(CHROMIUM).unwrap();
+        for arg in [
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--disable-quic",
+            "--window-size=1280,900",
+        ] {
+            caps.add_arg(arg).unwrap();
+        }
+        caps.add_arg(&format!("--lang={lang}")).unwrap();
+        caps.add_experimental_option("prefs", json!({"intl.accept_languages": lang}))
+            .unwrap();
+        WebDriver::new(&self.url, caps)
+            .await
+            .expect("start a browser")
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn login(browser: &WebDriver, base: &str, user: &str, password: &str) {
+    browser.goto(format!("{base}/console")).await.unwrap();
+    // Not logged in: the console sends us to the login form.
+    browser.find(By::Id("login-form")).await.unwrap();
+    browser
+        .find(By::Id("username"))
+        .await
+        .unwrap()
+        .send_keys(user)
+        .await
+        .unwrap();
+    browser
+        .find(By::Id("password"))
+        .await
+        .unwrap()
+        .send_keys(password)
+        .await
+        .unwrap();
+    browser
+        .find(By::Id("login-submit"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let who = browser.query(By::Id("whoami")).first().await.unwrap();
+    assert!(who.text().await.unwrap().contains(user));
+}
+
+/// Waits until `script` (a JS expression) is truthy in the page.
+async fn until(browser: &WebDriver, what: &str, script: &str, within: Duration) {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let ok = browser
+            .execute(format!("return !!({script});"), Vec::new())
+            .await
+            .map(|r| r.json().as_bool() == Some(true))
+            .unwrap_or(false);
+        if ok {
+            return;
+        }
+        if std::time::Instant::now() > deadline {
+            let body = browser.source().await.unwrap_or_default();
+            panic!(
+                "timed out waiting for {what}; page: {}",
+                &body[..body.len().min(3000)]
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+}
+
+struct Setup {
+    app: TestApp,
+    group: i64,
+    _agent: AgentProc,
+    _dir: tempfile::TempDir,
+}
+
+async fn setup() -> Setup {
+    let app = TestApp::scheduling(false, &[]).await;
+    let group = app.group("browser-app").await;
+    let dir = tempfile::tempdir().unwrap();
+    let agent = AgentProc::start(&app.base, "browser-app", dir.path());
+    app.wait_for_agent(&agent.address).await;
+    Setup {
+        app,
+        group,
+        _agent: agent,
+        _dir: dir,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_creates_a_cron_job_triggers_it_and_watches_its_log() {
+    let s = setup().await;
+    let driver = Driver::start().await;
+    let browser = driver.browser("en-US").await;
+    let base = &s.app.base;
+    login(&browser, base, "admin", ADMIN_PASSWORD).await;
+
+    browser
+        .goto(format!("{base}/console/jobs/new"))
+        .await
+        .unwrap();
+    let form = browser.find(By::Id("job-form")).await.unwrap();
+    form.find(By::Id("f-name"))
+        .await
+        .unwrap()
+        .send_keys("nightly <b>report</b>")
+        .await
+        .unwrap();
+    let cron = form.find(By::Id("f-cron")).await.unwrap();
+    cron.clear().await.unwrap();
+    cron.send_keys("0 0/5 * * * ?").await.unwrap();
+    until(
+        &browser,
+        "five fire times",
+        "document.querySelectorAll('#cron-next li').length === 5",
+        Duration::from_secs(10),
+    )
+    .await;
+    // A wrong expression shows why, as you type.
+    cron.clear().await.unwrap();
+    cron.send_keys("0 61 * * * ?").await.unwrap();
+    until(
+        &browser,
+        "the cron error",
+        "document.getElementById('cron-error').textContent.length > 0",
+        Duration::from_secs(10),
+    )
+    .await;
+    cron.clear().await.unwrap();
+    cron.send_keys("0 0 3 * * ?").await.unwrap();
+    until(
+        &browser,
+        "the preview again",
+        "document.querySelectorAll('#cron-next li').length === 5",
+        Duration::from_secs(10),
+    )
+    .await;
+    let command = form.find(By::Id("f-command")).await.unwrap();
+    command
+        .send_keys("echo hello-from-the-browser; echo second line")
+        .await
+        .unwrap();
+    form.find(By::Id("job-save"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+
+    // Names with markup are refused, and the form keeps what was typed.
+    let error = browser
+        .query(By::Css("[data-field-error='name']"))
+        .first()
+        .await
+        .unwrap();
+    assert!(error.text().await.unwrap().contains("must not contain"));
+    let name = browser.find(By::Id("f-name")).await.unwrap();
+    assert_eq!(
+        name.value().await.unwrap().as_deref(),
+        Some("nightly <b>report</b>")
+    );
+    name.clear().await.unwrap();
+    name.send_keys("nightly report").await.unwrap();
+    browser
+        .find(By::Id("job-save"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+
+    let title = browser.query(By::Id("job-name")).first().await.unwrap();
+    assert!(title.text().await.unwrap().contains("nightly report"));
+    assert!(browser.find(By::Id("flash")).await.is_ok());
+
+    browser
+        .find(By::Id("job-trigger"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    browser.query(By::Id("run-status")).first().await.unwrap();
+    until(
+        &browser,
+        "the run to succeed",
+        "document.getElementById('run-status').getAttribute('data-status') === 'succeeded'",
+        Duration::from_secs(30),
+    )
+    .await;
+    until(
+        &browser,
+        "the log",
+        "document.getElementById('run-log').textContent.includes('hello-from-the-browser')",
+        Duration::from_secs(30),
+    )
+    .await;
+    let log = browser
+        .find(By::Id("run-log"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(log.contains("second line"), "{log}");
+
+    // The audit page shows what we did.
+    browser.goto(format!("{base}/console/audit")).await.unwrap();
+    let table = browser
+        .find(By::Id("audit-table"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        table.contains("job.create") && table.contains("job.trigger"),
+        "{table}"
+    );
+    browser.quit().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_viewer_sees_no_edit_actions_and_a_forged_post_is_refused() {
+    let s = setup().await;
+    let job_id = s.app.job(&s.app.admin, s.group, "read-only job").await;
+    let (_, _) = s.app.user("vera", "viewer", &[s.group]).await;
+    let driver = Driver::start().await;
+    let browser = driver.browser("zh-CN").await;
+    let base = &s.app.base;
+    login(&browser, base, "vera", "vera-password").await;
+
+    // The browser asked for Chinese.
+    let nav = browser
+        .find(By::Css("nav.nav"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(nav.contains("任务管理"), "{nav}");
+
+    browser
+        .goto(format!("{base}/console/jobs/{job_id}"))
+        .await
+        .unwrap();
+    browser.find(By::Id("job-name")).await.unwrap();
+    for hidden in ["job-edit", "job-trigger", "job-delete", "job-disable"] {
+        assert!(
+            browser.find(By::Id(hidden)).await.is_err(),
+            "{hidden} is shown to a viewer"
+        );
+    }
+    browser.goto(format!("{base}/console/jobs")).await.unwrap();
+    assert!(browser.find(By::Id("new-job")).await.is_err());
+
+    // Forge the delete with the viewer's own valid session and CSRF token: still refused.
+    let status = browser
+        .execute_async(
+            format!(
+                "const done = arguments[arguments.length - 1];
+                 const csrf = document.querySelector('input[name=csrf]').value;
+                 fetch('/console/jobs/{job_id}/delete', {{method: 'POST', body: new URLSearchParams({{csrf}})}})
+                   .then(r => done(r.status)).catch(e => done(String(e)));"
+            ),
+            Vec::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status.json(), &json!(403));
+    let still = s
+        .app
+        .get(&format!("/api/v1/jobs/{job_id}"), &s.app.admin)
+        .await;
+    assert_eq!(
+        still.status,
+        reqwest::StatusCode::OK,
+        "the job must survive"
+    );
+    browser.quit().await.unwrap();
+}

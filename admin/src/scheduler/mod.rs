@@ -31,6 +31,18 @@ pub struct SchedulerHandle {
     timer_wake: Notify,
     dues: mpsc::UnboundedSender<Due>,
     inbox: Mutex<Option<mpsc::UnboundedReceiver<Due>>>,
+    continuity: std::sync::Mutex<Continuity>,
+}
+
+/// Whether this admin's passes have run without a break, so a late slot can be told apart:
+/// due during a break (outage, DB away, clock jump) it has misfired; due while passes kept
+/// running it is only a backlog and fires.
+#[derive(Debug, Default, Clone, Copy)]
+struct Continuity {
+    /// Start of the current unbroken run of successful passes.
+    up_since_ms: Option<i64>,
+    /// End of the last successful pass.
+    last_pass_ms: Option<i64>,
 }
 
 impl Default for SchedulerHandle {
@@ -57,7 +69,33 @@ impl SchedulerHandle {
             timer_wake: Notify::new(),
             dues,
             inbox: Mutex::new(Some(inbox)),
+            continuity: std::sync::Mutex::new(Continuity::default()),
         }
+    }
+
+    /// Called as a pass starts: slots due at or after the returned time are a backlog, not a
+    /// misfire. A break longer than the misfire threshold since the last successful pass (the
+    /// first pass, a failing database, a clock jump) starts a new unbroken run now.
+    pub fn backlog_from(&self, now_ms: i64, misfire_threshold_ms: i64) -> i64 {
+        let mut c = self
+            .continuity
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let unbroken = c
+            .last_pass_ms
+            .is_some_and(|last| (0..=misfire_threshold_ms).contains(&(now_ms - last)));
+        if !unbroken || c.up_since_ms.is_none() {
+            c.up_since_ms = Some(now_ms);
+        }
+        c.up_since_ms.unwrap_or(now_ms) - misfire_threshold_ms
+    }
+
+    /// Called when a pass has committed.
+    pub fn pass_done(&self, now_ms: i64) {
+        self.continuity
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .last_pass_ms = Some(now_ms);
     }
 
     /// A job was created or changed: plan again now instead of at the next pass.

@@ -29,8 +29,11 @@ pub struct Window {
     pub now_ms: UnixMillis,
     /// Fires at or before this are planned now (now + the pre-read).
     pub horizon_ms: UnixMillis,
-    /// A slot older than `now − threshold` has misfired.
+    /// A slot older than `now − threshold` has misfired...
     pub misfire_threshold_ms: i64,
+    /// ...unless it is at or after this: it fell due while this scheduler was running passes
+    /// without a break, so it is late because of a backlog, not missed in an outage.
+    pub backlog_from_ms: UnixMillis,
     /// At most this many fires per job per plan, so one runaway schedule cannot starve the rest.
     pub max_fires: usize,
 }
@@ -49,7 +52,10 @@ pub fn plan(
     let mut fires = Vec::new();
     let mut missed = 0;
     let mut slot = Some(stored_next_ms);
-    let late_limit = window.now_ms.saturating_sub(window.misfire_threshold_ms);
+    let late_limit = window
+        .now_ms
+        .saturating_sub(window.misfire_threshold_ms)
+        .min(window.backlog_from_ms);
     if stored_next_ms < late_limit {
         // Jump straight to the first slot inside the threshold: after a long outage an
         // every-second job must not be walked slot by slot.
@@ -112,6 +118,7 @@ mod tests {
             now_ms,
             horizon_ms: now_ms + 5 * SEC,
             misfire_threshold_ms: 5 * SEC,
+            backlog_from_ms: i64::MAX,
             max_fires: 1000,
         }
     }
@@ -318,5 +325,24 @@ mod tests {
         let p = plan(&s, Tz::UTC, Misfire::DoNothing, SEC, w);
         assert_eq!(p.fires.len(), 3);
         assert_eq!(p.next_fire_ms, Some(4 * SEC));
+    }
+
+    #[test]
+    fn a_backlog_is_not_a_misfire() {
+        // Due 20 s ago, while this scheduler was busy with other jobs: it fires now.
+        let s = Schedule::Once { at_ms: 100 * SEC };
+        let backlog = Window {
+            backlog_from_ms: 90 * SEC,
+            ..window(120 * SEC)
+        };
+        let p = plan(&s, Tz::UTC, Misfire::DoNothing, 100 * SEC, backlog);
+        assert_eq!((p.fires.len(), p.missed), (1, 0));
+        // The same slot after an outage (the scheduler came up at 119 s) has misfired.
+        let outage = Window {
+            backlog_from_ms: 114 * SEC,
+            ..window(120 * SEC)
+        };
+        let p = plan(&s, Tz::UTC, Misfire::DoNothing, 100 * SEC, outage);
+        assert_eq!((p.fires.len(), p.missed), (0, 1));
     }
 }

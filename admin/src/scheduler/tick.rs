@@ -46,12 +46,13 @@ pub async fn tick(state: &AppState) -> Result<TickOutcome, Error> {
     let threshold = state.config.misfire_threshold_ms;
     let metrics = state.metrics.clone();
     let started = Instant::now();
+    let backlog_from = state.scheduler.backlog_from(clock.now_ms(), threshold);
     let (c, h, m) = (clock.clone(), holder.clone(), metrics.clone());
     let batched = state
         .db
         .transaction(move |conn| {
             // An error rolls the pass back: half of a batched pass must not be kept.
-            plan_due(conn, &c, &h, threshold, &m, Mode::Batched)?.ok_or_else(|| {
+            plan_due(conn, &c, &h, (threshold, backlog_from), &m, Mode::Batched)?.ok_or_else(|| {
                 Error::conflict(
                     "next_fire_ms",
                     "the batched pass did not match what it read",
@@ -66,13 +67,16 @@ pub async fn tick(state: &AppState) -> Result<TickOutcome, Error> {
         Err(Error::Conflict { .. }) => state
             .db
             .transaction(move |conn| {
-                plan_due(conn, &clock, &holder, threshold, &metrics, Mode::OneByOne)
+                plan_due(conn, &clock, &holder, (threshold, backlog_from), &metrics, Mode::OneByOne)
             })
             .await
             .map(Option::unwrap_or_default),
         Err(e) => Err(e),
     };
     state.metrics.scheduler_loop.observe(started.elapsed());
+    if outcome.is_ok() {
+        state.scheduler.pass_done(state.clock.now_ms());
+    }
     outcome
 }
 
@@ -98,7 +102,7 @@ fn plan_due(
     conn: &mut AnyConnection,
     clock: &SharedClock,
     holder: &str,
-    misfire_threshold_ms: i64,
+    (misfire_threshold_ms, backlog_from_ms): (i64, i64),
     metrics: &Arc<Metrics>,
     mode: Mode,
 ) -> Result<Option<TickOutcome>, Error> {
@@ -111,6 +115,7 @@ fn plan_due(
         now_ms: now,
         horizon_ms: now + PRE_READ_MS,
         misfire_threshold_ms,
+        backlog_from_ms,
         max_fires: MAX_FIRES_PER_JOB,
     };
     let jobs = job::due(conn, window.horizon_ms, BATCH)?;

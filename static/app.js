@@ -79,12 +79,13 @@ function setupLogTail(pre) {
 }
 
 document.addEventListener("DOMContentLoaded", () => {
-  const jobForm = document.getElementById("job-form");
-  if (jobForm) {
-    applyWhen(jobForm);
-    jobForm.addEventListener("change", () => applyWhen(jobForm));
-    setupCronPreview(jobForm);
-  }
+  ["job-form", "channel-form"].forEach((id) => {
+    const form = document.getElementById(id);
+    if (!form) return;
+    applyWhen(form);
+    form.addEventListener("change", () => applyWhen(form));
+    setupCronPreview(form);
+  });
   const log = document.getElementById("run-log");
   if (log) setupLogTail(log);
 });

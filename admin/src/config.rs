@@ -93,7 +93,11 @@ const KEYS: &[(&str, Option<&str>, &str)] = &[
         None,
         "SMTP port; default 25 (smtp_tls none), 587 (starttls) or 465 (tls)",
     ),
-    ("smtp_username", None, "SMTP login; unset = no authentication"),
+    (
+        "smtp_username",
+        None,
+        "SMTP login; unset = no authentication",
+    ),
     ("smtp_password", None, "SMTP password"),
     (
         "smtp_from",
@@ -491,18 +495,17 @@ impl Config {
                 format!("`{host}` is not a host name (no scheme, port or path)"),
             ));
         }
-        let port = match get("smtp_port") {
-            None => match tls {
-                SmtpTls::None => 25,
-                SmtpTls::Starttls => 587,
-                SmtpTls::Tls => 465,
-            },
-            Some(text) => text
-                .parse::<u16>()
-                .ok()
-                .filter(|p| *p > 0)
-                .ok_or_else(|| fail("smtp_port", format!("`{text}` is not a port (1..=65535)")))?,
-        };
+        let port =
+            match get("smtp_port") {
+                None => match tls {
+                    SmtpTls::None => 25,
+                    SmtpTls::Starttls => 587,
+                    SmtpTls::Tls => 465,
+                },
+                Some(text) => text.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| {
+                    fail("smtp_port", format!("`{text}` is not a port (1..=65535)"))
+                })?,
+            };
         let from = get("smtp_from").ok_or_else(|| {
             fail(
                 "smtp_from",
@@ -683,19 +686,31 @@ mod tests {
             ("JOBFLEET_SMTP_FROM", "jobfleet <jobfleet@example.com>"),
         ]))
         .unwrap();
-        assert_eq!(config.public_url.as_deref(), Some("https://jobs.example.com"));
+        assert_eq!(
+            config.public_url.as_deref(),
+            Some("https://jobs.example.com")
+        );
         assert_eq!(config.alert_quiet_window_ms, 600_000);
         let smtp = config.smtp.clone().unwrap();
         assert_eq!((smtp.port, smtp.tls), (587, SmtpTls::Starttls));
         assert!(!format!("{config:?}").contains("smtp-secret-pw"));
         assert!(Config::load(&Sources::default()).unwrap().smtp.is_none());
         for (pairs, key) in [
-            (vec![("JOBFLEET_PUBLIC_URL", "jobs.example.com")], "public_url"),
-            (vec![("JOBFLEET_ALERT_QUIET_WINDOW_S", "-1")], "alert_quiet_window_s"),
+            (
+                vec![("JOBFLEET_PUBLIC_URL", "jobs.example.com")],
+                "public_url",
+            ),
+            (
+                vec![("JOBFLEET_ALERT_QUIET_WINDOW_S", "-1")],
+                "alert_quiet_window_s",
+            ),
             (vec![("JOBFLEET_SMTP_FROM", "a@b.c")], "smtp_from"),
             (vec![("JOBFLEET_SMTP_HOST", "mail")], "smtp_from"),
             (
-                vec![("JOBFLEET_SMTP_HOST", "mail"), ("JOBFLEET_SMTP_FROM", "nope")],
+                vec![
+                    ("JOBFLEET_SMTP_HOST", "mail"),
+                    ("JOBFLEET_SMTP_FROM", "nope"),
+                ],
                 "smtp_from",
             ),
             (

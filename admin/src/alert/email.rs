@@ -77,7 +77,11 @@ impl Mailer {
         match tokio::time::timeout(SMTP_TIMEOUT * 3, send).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => Err(format!("SMTP {}: {e}", self.server)),
-            Err(_) => Err(format!("SMTP {}: no answer within {}s", self.server, SMTP_TIMEOUT.as_secs() * 3)),
+            Err(_) => Err(format!(
+                "SMTP {}: no answer within {}s",
+                self.server,
+                SMTP_TIMEOUT.as_secs() * 3
+            )),
         }
     }
 }

@@ -63,7 +63,10 @@ pub fn feishu_sign(secret: &str, timestamp_s: i64) -> String {
 
 /// `sha256=` + hex HMAC-SHA256 of the body with the channel's secret (generic webhooks).
 pub fn generic_signature(secret: &str, body: &[u8]) -> String {
-    format!("sha256={}", hex::encode(hmac_sha256(secret.as_bytes(), body)))
+    format!(
+        "sha256={}",
+        hex::encode(hmac_sha256(secret.as_bytes(), body))
+    )
 }
 
 fn chat_text(message: &Outgoing) -> String {
@@ -144,7 +147,10 @@ fn app_error(format: WebhookFormat, body: &str) -> Option<String> {
     let value: Value = serde_json::from_str(body).ok()?;
     match value.get(field).and_then(Value::as_i64) {
         Some(0) | None => None,
-        Some(code) => Some(format!("{format} answered {field} {code}: {}", excerpt(body))),
+        Some(code) => Some(format!(
+            "{format} answered {field} {code}: {}",
+            excerpt(body)
+        )),
     }
 }
 
@@ -165,7 +171,10 @@ pub async fn send(
     let mut builder = client
         .post(&request.url)
         .header("content-type", "application/json")
-        .header("user-agent", concat!("jobfleet/", env!("CARGO_PKG_VERSION")));
+        .header(
+            "user-agent",
+            concat!("jobfleet/", env!("CARGO_PKG_VERSION")),
+        );
     for (name, value) in &request.headers {
         builder = builder.header(*name, value);
     }
@@ -182,7 +191,11 @@ pub async fn send(
     let status = response.status();
     let text = response.text().await.unwrap_or_default();
     if !status.is_success() {
-        return Err(format!("webhook answered HTTP {}: {}", status.as_u16(), excerpt(&text)));
+        return Err(format!(
+            "webhook answered HTTP {}: {}",
+            status.as_u16(),
+            excerpt(&text)
+        ));
     }
     match app_error(format, &text) {
         Some(error) => Err(error),
@@ -234,33 +247,75 @@ mod tests {
         let m = message();
         let generic = request(WebhookFormat::Generic, "http://h/x", Some("k"), &m, 5).unwrap();
         let b = body(&generic);
-        assert_eq!((b["kind"].as_str(), b["run_id"].as_i64()), (Some("run_failed"), Some(42)));
+        assert_eq!(
+            (b["kind"].as_str(), b["run_id"].as_i64()),
+            (Some("run_failed"), Some(42))
+        );
         assert_eq!(
             generic.headers,
             vec![(SIGNATURE_HEADER, generic_signature("k", &generic.body))]
         );
-        let ding = request(WebhookFormat::Dingtalk, "https://oapi.dingtalk.com/robot/send?access_token=t", Some("SEC1"), &m, 1_700_000_000_000).unwrap();
+        let ding = request(
+            WebhookFormat::Dingtalk,
+            "https://oapi.dingtalk.com/robot/send?access_token=t",
+            Some("SEC1"),
+            &m,
+            1_700_000_000_000,
+        )
+        .unwrap();
         let url = url::Url::parse(&ding.url).unwrap();
         let pairs: std::collections::HashMap<_, _> = url.query_pairs().into_owned().collect();
         assert_eq!(pairs["access_token"], "t");
         assert_eq!(pairs["timestamp"], "1700000000000");
         assert_eq!(pairs["sign"], dingtalk_sign("SEC1", 1_700_000_000_000));
         assert_eq!(body(&ding)["msgtype"], "markdown");
-        assert!(body(&ding)["markdown"]["text"].as_str().unwrap().contains("Status: failed"));
-        let feishu = request(WebhookFormat::Feishu, "http://h/x", Some("s"), &m, 1_700_000_000_999).unwrap();
+        assert!(
+            body(&ding)["markdown"]["text"]
+                .as_str()
+                .unwrap()
+                .contains("Status: failed")
+        );
+        let feishu = request(
+            WebhookFormat::Feishu,
+            "http://h/x",
+            Some("s"),
+            &m,
+            1_700_000_000_999,
+        )
+        .unwrap();
         let b = body(&feishu);
-        assert_eq!((b["msg_type"].as_str(), b["timestamp"].as_str()), (Some("text"), Some("1700000000")));
+        assert_eq!(
+            (b["msg_type"].as_str(), b["timestamp"].as_str()),
+            (Some("text"), Some("1700000000"))
+        );
         assert_eq!(b["sign"].as_str().unwrap(), feishu_sign("s", 1_700_000_000));
         let slack = request(WebhookFormat::Slack, "http://h/x", None, &m, 0).unwrap();
-        assert!(body(&slack)["text"].as_str().unwrap().starts_with("[jobfleet] run failed"));
+        assert!(
+            body(&slack)["text"]
+                .as_str()
+                .unwrap()
+                .starts_with("[jobfleet] run failed")
+        );
         assert!(slack.headers.is_empty());
     }
 
     #[test]
     fn robot_error_codes_are_failures() {
         assert!(app_error(WebhookFormat::Dingtalk, r#"{"errcode":0,"errmsg":"ok"}"#).is_none());
-        assert!(app_error(WebhookFormat::Dingtalk, r#"{"errcode":310000,"errmsg":"sign not match"}"#).is_some());
-        assert!(app_error(WebhookFormat::Feishu, r#"{"code":19021,"msg":"sign match fail"}"#).is_some());
+        assert!(
+            app_error(
+                WebhookFormat::Dingtalk,
+                r#"{"errcode":310000,"errmsg":"sign not match"}"#
+            )
+            .is_some()
+        );
+        assert!(
+            app_error(
+                WebhookFormat::Feishu,
+                r#"{"code":19021,"msg":"sign match fail"}"#
+            )
+            .is_some()
+        );
         assert!(app_error(WebhookFormat::Generic, r#"{"code":1}"#).is_none());
     }
 }

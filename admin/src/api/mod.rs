@@ -69,8 +69,14 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/alert-channels", web::get().to(alerts::list_channels))
         .route("/alert-channels", web::post().to(alerts::create_channel))
         .route("/alert-channels/{id}", web::get().to(alerts::get_channel))
-        .route("/alert-channels/{id}", web::put().to(alerts::update_channel))
-        .route("/alert-channels/{id}", web::delete().to(alerts::delete_channel))
+        .route(
+            "/alert-channels/{id}",
+            web::put().to(alerts::update_channel),
+        )
+        .route(
+            "/alert-channels/{id}",
+            web::delete().to(alerts::delete_channel),
+        )
         .route(
             "/alert-channels/{id}/test",
             web::post().to(alerts::test_channel),

@@ -156,7 +156,10 @@ mod tests {
         fields.secret = Some("s".into());
         update(conn, id, &fields).unwrap();
         let row = get(conn, id).unwrap();
-        assert_eq!((row.name.as_str(), row.secret.as_deref()), ("ops2", Some("s")));
+        assert_eq!(
+            (row.name.as_str(), row.secret.as_deref()),
+            ("ops2", Some("s"))
+        );
         assert_eq!(by_ids(conn, &[id, 999]).unwrap().len(), 1);
         assert_eq!(list(conn).unwrap().len(), 1);
         delete(conn, id).unwrap();

@@ -273,7 +273,10 @@ mod tests {
         assert!(claim(conn, id, 1_000).unwrap());
         assert!(!claim(conn, id, 1_000).unwrap(), "a second claim loses");
         assert!(mark_unsent(conn, id, 1, Some(5_000), "HTTP 500").unwrap());
-        assert!(!mark_unsent(conn, id, 1, Some(5_000), "again").unwrap(), "ended once");
+        assert!(
+            !mark_unsent(conn, id, 1, Some(5_000), "again").unwrap(),
+            "ended once"
+        );
         let row = get(conn, id).unwrap();
         assert_eq!(
             (row.status.as_str(), row.attempts, row.next_attempt_ms),
@@ -282,7 +285,10 @@ mod tests {
         assert!(claim(conn, id, 5_000).unwrap());
         assert_eq!(requeue_stuck(conn, 5_000).unwrap(), 0, "claimed just now");
         assert_eq!(requeue_stuck(conn, 5_001).unwrap(), 1);
-        assert!(!mark_sent(conn, id, 2, 6_000).unwrap(), "requeued: the old claim is void");
+        assert!(
+            !mark_sent(conn, id, 2, 6_000).unwrap(),
+            "requeued: the old claim is void"
+        );
         assert!(claim(conn, id, 6_000).unwrap());
         assert!(mark_sent(conn, id, 3, 6_000).unwrap());
         let row = get(conn, id).unwrap();
@@ -300,7 +306,10 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(count(conn, &filter).unwrap(), 1);
-        assert_eq!(list(conn, &EventFilter::default(), Page::default()).unwrap()[0].status, "suppressed");
+        assert_eq!(
+            list(conn, &EventFilter::default(), Page::default()).unwrap()[0].status,
+            "suppressed"
+        );
         assert_eq!(fail_unsent_of_channel(conn, 1, "gone").unwrap(), 0);
     });
 }

@@ -204,7 +204,10 @@ mod tests {
         assert_eq!(count(conn, None).unwrap(), 1);
         assert_eq!(agent_states(conn).unwrap()[0].3, "");
         assert!(move_agents_state(conn, id, "", "live").unwrap());
-        assert!(!move_agents_state(conn, id, "", "live").unwrap(), "moved once");
+        assert!(
+            !move_agents_state(conn, id, "", "live").unwrap(),
+            "moved once"
+        );
         assert_eq!(agent_states(conn).unwrap()[0].3, "live");
         delete(conn, id).unwrap();
         assert!(matches!(get(conn, id), Err(Error::NotFound(_))));

@@ -193,8 +193,7 @@ pub fn check_http_url(field: &str, text: &str) -> Result<String, Error> {
             ),
         )
     })?;
-    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none_or(str::is_empty)
-    {
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none_or(str::is_empty) {
         return Err(Error::invalid(
             field,
             "must be an http:// or https:// URL with a host",
@@ -438,7 +437,10 @@ mod tests {
             (input("email", None, "not-an-address", None), "target"),
             (input("webhook", None, "ftp://x/", None), "target"),
             (input("webhook", None, "nope", None), "target"),
-            (input("webhook", Some("slack"), "http://x/", Some("s")), "secret"),
+            (
+                input("webhook", Some("slack"), "http://x/", Some("s")),
+                "secret",
+            ),
             (input("email", None, "a@b.c", Some("s")), "secret"),
             (input("webhook", None, "http://x/", Some("a b")), "secret"),
         ] {

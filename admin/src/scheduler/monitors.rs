@@ -219,7 +219,12 @@ pub async fn watch_groups(state: &AppState) -> Result<usize, Error> {
     let now = state.clock.now_ms();
     let (groups, agents) = state
         .db
-        .run(move |conn| Ok((executor_group::agent_states(conn)?, agent::list(conn, None)?)))
+        .run(move |conn| {
+            Ok((
+                executor_group::agent_states(conn)?,
+                agent::list(conn, None)?,
+            ))
+        })
         .await?;
     let live_apps: HashSet<String> = agents
         .into_iter()

@@ -118,7 +118,11 @@ pub fn event_view(row: alert_event::AlertEvent) -> EventView {
 }
 
 /// The stored columns of `spec`; `old_secret` is what `SecretChange::Keep` keeps.
-fn fields(spec: &ChannelSpec, old_secret: Option<String>, now: i64) -> alert_channel::ChannelFields {
+fn fields(
+    spec: &ChannelSpec,
+    old_secret: Option<String>,
+    now: i64,
+) -> alert_channel::ChannelFields {
     let takes_secret = matches!(
         spec.format,
         Some(WebhookFormat::Generic | WebhookFormat::Dingtalk | WebhookFormat::Feishu)
@@ -139,7 +143,11 @@ fn fields(spec: &ChannelSpec, old_secret: Option<String>, now: i64) -> alert_cha
     }
 }
 
-fn name_taken(conn: &mut crate::db::AnyConnection, name: &str, id: Option<i64>) -> Result<(), Error> {
+fn name_taken(
+    conn: &mut crate::db::AnyConnection,
+    name: &str,
+    id: Option<i64>,
+) -> Result<(), Error> {
     if let Some(other) = alert_channel::find_by_name(conn, name)?
         && Some(other.id) != id
     {
@@ -161,7 +169,10 @@ pub async fn list_channels(state: &AppState, actor: &Actor) -> Result<Vec<Channe
 
 pub async fn get_channel(state: &AppState, actor: &Actor, id: i64) -> Result<ChannelView, Error> {
     let full = actor.is_admin();
-    let row = state.db.run(move |conn| alert_channel::get(conn, id)).await?;
+    let row = state
+        .db
+        .run(move |conn| alert_channel::get(conn, id))
+        .await?;
     Ok(channel_view(row, full))
 }
 
@@ -275,7 +286,10 @@ pub async fn test_channel(
     _: &AdminProof,
     id: i64,
 ) -> Result<TestOutcome, Error> {
-    let channel = state.db.run(move |conn| alert_channel::get(conn, id)).await?;
+    let channel = state
+        .db
+        .run(move |conn| alert_channel::get(conn, id))
+        .await?;
     let started = state.clock.now_ms();
     let (title, body) = crate::domain::alert::test_texts(&channel.name, started);
     let message = alert::Outgoing {

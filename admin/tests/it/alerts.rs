@@ -242,23 +242,24 @@ impl SmtpSink {
 /// Undoes quoted-printable soft breaks and `=XX` escapes enough to search a mail's text.
 fn unfold(data: &str) -> String {
     let joined = data.replace("=\r\n", "");
-    let mut out = String::new();
     let bytes = joined.as_bytes();
     let mut i = 0;
     let mut raw = Vec::new();
     while i < bytes.len() {
-        if bytes[i] == b'=' && i + 2 < bytes.len() {
-            if let Ok(b) = u8::from_str_radix(&joined[i + 1..i + 3], 16) {
-                raw.push(b);
-                i += 3;
-                continue;
-            }
+        if bytes[i] == b'='
+            && i + 2 < bytes.len()
+            && let Some(b) = joined
+                .get(i + 1..i + 3)
+                .and_then(|hex| u8::from_str_radix(hex, 16).ok())
+        {
+            raw.push(b);
+            i += 3;
+            continue;
         }
         raw.push(bytes[i]);
         i += 1;
     }
-    out.push_str(&String::from_utf8_lossy(&raw));
-    out
+    String::from_utf8_lossy(&raw).into_owned()
 }
 
 // ---------------------------------------------------------------------------------------------

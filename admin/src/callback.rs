@@ -56,6 +56,8 @@ pub async fn accept(state: &AppState, batch: Vec<HandleCallbackParam>) -> Result
         return Err(Error::invalid("callback", "at most 1000 results per batch"));
     }
     let now = state.clock.now_ms();
+    let outbox = state.alerts.outbox();
+    let alerts = outbox.clone();
     let (stored, statuses, dues) = state
         .db
         .transaction(move |conn| {
@@ -70,13 +72,14 @@ pub async fn accept(state: &AppState, batch: Vec<HandleCallbackParam>) -> Result
                 if job_run::record_result(conn, cb.log_id, &result)? {
                     stored += 1;
                     // In this transaction: the retry or the children exist iff the result does.
-                    dues.extend(followup::after_final(conn, cb.log_id, now)?);
+                    dues.extend(followup::after_final(conn, cb.log_id, now, &alerts)?);
                     statuses.push(result.status);
                 }
             }
             Ok((stored, statuses, dues))
         })
         .await?;
+    outbox.committed();
     for status in &statuses {
         state.metrics.run_outcomes.inc(status);
     }

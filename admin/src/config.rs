@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::db::DbUrl;
+use crate::domain::alert::SmtpTls;
 
 /// Every key, with its default (`None` = no default) and what it is, for `--help`-like output.
 const KEYS: &[(&str, Option<&str>, &str)] = &[
@@ -71,6 +72,42 @@ const KEYS: &[(&str, Option<&str>, &str)] = &[
         "retention_days",
         Some("30"),
         "finished runs and daily report rows older than this are removed",
+    ),
+    (
+        "public_url",
+        None,
+        "the console's public base URL, e.g. https://jobs.example.com; alerts link to runs under it",
+    ),
+    (
+        "alert_quiet_window_s",
+        Some("600"),
+        "an alert with the same kind, job (or group) and channel within this many seconds is recorded as suppressed, not sent; 0 sends every one",
+    ),
+    (
+        "smtp_host",
+        None,
+        "SMTP server for email alert channels; unset = email channels cannot send",
+    ),
+    (
+        "smtp_port",
+        None,
+        "SMTP port; default 25 (smtp_tls none), 587 (starttls) or 465 (tls)",
+    ),
+    (
+        "smtp_username",
+        None,
+        "SMTP login; unset = no authentication",
+    ),
+    ("smtp_password", None, "SMTP password"),
+    (
+        "smtp_from",
+        None,
+        "sender of alert emails, e.g. jobfleet <jobfleet@example.com>; required with smtp_host",
+    ),
+    (
+        "smtp_tls",
+        Some("starttls"),
+        "none (plain, local relays only), starttls (required STARTTLS) or tls (TLS from the first byte)",
     ),
     (
         "log",
@@ -152,6 +189,12 @@ pub struct Config {
     pub misfire_threshold_ms: i64,
     pub trigger_timeout: Duration,
     pub retention_days: u32,
+    /// Without a trailing slash.
+    pub public_url: Option<String>,
+    /// 0 = no quiet window.
+    pub alert_quiet_window_ms: i64,
+    /// `None` = email channels cannot send.
+    pub smtp: Option<SmtpConfig>,
     pub log: String,
     /// Unknown `JOBFLEET_*` variables, reported as warnings once logging is up.
     pub warnings: Vec<String>,
@@ -174,7 +217,42 @@ impl fmt::Debug for Config {
             .field("misfire_threshold_ms", &self.misfire_threshold_ms)
             .field("trigger_timeout", &self.trigger_timeout)
             .field("retention_days", &self.retention_days)
+            .field("public_url", &self.public_url)
+            .field("alert_quiet_window_ms", &self.alert_quiet_window_ms)
+            .field("smtp", &self.smtp)
             .field("log", &self.log)
+            .finish()
+    }
+}
+
+/// The SMTP server alert emails go through. The password is redacted in `Debug`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SmtpConfig {
+    pub host: String,
+    pub port: u16,
+    pub username: Option<String>,
+    pub password: Option<String>,
+    /// A mailbox, `Name <address>` or a bare address.
+    pub from: String,
+    pub tls: SmtpTls,
+}
+
+impl fmt::Debug for SmtpConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SmtpConfig")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("username", &self.username)
+            .field(
+                "password",
+                &if self.password.is_some() {
+                    "<redacted>"
+                } else {
+                    "<unset>"
+                },
+            )
+            .field("from", &self.from)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -334,6 +412,15 @@ impl Config {
                 "must be at least 8 characters without spaces or control characters".into(),
             ));
         }
+        let public_url = match get("public_url").filter(|s| !s.is_empty()) {
+            None => None,
+            Some(text) => {
+                let url = crate::domain::alert::check_http_url("public_url", &text)
+                    .map_err(|e| fail("public_url", e.to_string()))?;
+                Some(url.trim_end_matches('/').to_owned())
+            }
+        };
+        let smtp = Self::smtp(raw, &fail)?;
         let log = get("log").unwrap_or_default();
         tracing_subscriber::EnvFilter::try_new(&log)
             .map_err(|e| fail("log", format!("not a valid tracing filter: {e}")))?;
@@ -370,9 +457,79 @@ impl Config {
             trigger_timeout: Duration::from_millis(number("trigger_timeout_ms", 100, 60_000)?),
             retention_days: u32::try_from(number("retention_days", 1, 3650)?)
                 .map_err(|e| fail("retention_days", e.to_string()))?,
+            public_url,
+            alert_quiet_window_ms: i64::try_from(number("alert_quiet_window_s", 0, 7 * 86_400)?)
+                .map_err(|e| fail("alert_quiet_window_s", e.to_string()))?
+                * 1000,
+            smtp,
             log,
             warnings,
         })
+    }
+
+    /// The `smtp_*` keys: all or nothing around `smtp_host`.
+    fn smtp(
+        raw: &Raw,
+        fail: &dyn Fn(&str, String) -> ConfigError,
+    ) -> Result<Option<SmtpConfig>, ConfigError> {
+        let get = |key: &str| {
+            raw.get(key)
+                .map(|(v, _)| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
+        let tls: SmtpTls = get("smtp_tls")
+            .unwrap_or_else(|| "starttls".into())
+            .parse()
+            .map_err(|e: String| fail("smtp_tls", e))?;
+        let Some(host) = get("smtp_host") else {
+            for key in ["smtp_port", "smtp_username", "smtp_password", "smtp_from"] {
+                if get(key).is_some() {
+                    return Err(fail(key, "is set but smtp_host is not".into()));
+                }
+            }
+            return Ok(None);
+        };
+        if host.contains(['/', ' ', ':']) {
+            return Err(fail(
+                "smtp_host",
+                format!("`{host}` is not a host name (no scheme, port or path)"),
+            ));
+        }
+        let port =
+            match get("smtp_port") {
+                None => match tls {
+                    SmtpTls::None => 25,
+                    SmtpTls::Starttls => 587,
+                    SmtpTls::Tls => 465,
+                },
+                Some(text) => text.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| {
+                    fail("smtp_port", format!("`{text}` is not a port (1..=65535)"))
+                })?,
+            };
+        let from = get("smtp_from").ok_or_else(|| {
+            fail(
+                "smtp_from",
+                "is required with smtp_host: the sender of alert emails".into(),
+            )
+        })?;
+        from.parse::<lettre::message::Mailbox>()
+            .map_err(|e| fail("smtp_from", format!("`{from}` is not a mailbox: {e}")))?;
+        let username = get("smtp_username");
+        let password = raw.get("smtp_password").map(|(v, _)| v.clone());
+        if password.is_some() != username.is_some() {
+            return Err(fail(
+                "smtp_password",
+                "smtp_username and smtp_password go together".into(),
+            ));
+        }
+        Ok(Some(SmtpConfig {
+            host,
+            port,
+            username,
+            password,
+            from,
+            tls,
+        }))
     }
 
     /// The keys and their defaults, for documentation and the example file test.
@@ -517,5 +674,57 @@ mod tests {
         }
         let off = Config::load(&env(&[("JOBFLEET_SCHEDULER", "false")])).unwrap();
         assert!(!off.scheduler);
+    }
+
+    #[test]
+    fn alert_keys_are_checked_and_the_smtp_password_redacted() {
+        let config = Config::load(&env(&[
+            ("JOBFLEET_PUBLIC_URL", "https://jobs.example.com/"),
+            ("JOBFLEET_SMTP_HOST", "mail.example.com"),
+            ("JOBFLEET_SMTP_USERNAME", "jobfleet"),
+            ("JOBFLEET_SMTP_PASSWORD", "smtp-secret-pw"),
+            ("JOBFLEET_SMTP_FROM", "jobfleet <jobfleet@example.com>"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            config.public_url.as_deref(),
+            Some("https://jobs.example.com")
+        );
+        assert_eq!(config.alert_quiet_window_ms, 600_000);
+        let smtp = config.smtp.clone().unwrap();
+        assert_eq!((smtp.port, smtp.tls), (587, SmtpTls::Starttls));
+        assert!(!format!("{config:?}").contains("smtp-secret-pw"));
+        assert!(Config::load(&Sources::default()).unwrap().smtp.is_none());
+        for (pairs, key) in [
+            (
+                vec![("JOBFLEET_PUBLIC_URL", "jobs.example.com")],
+                "public_url",
+            ),
+            (
+                vec![("JOBFLEET_ALERT_QUIET_WINDOW_S", "-1")],
+                "alert_quiet_window_s",
+            ),
+            (vec![("JOBFLEET_SMTP_FROM", "a@b.c")], "smtp_from"),
+            (vec![("JOBFLEET_SMTP_HOST", "mail")], "smtp_from"),
+            (
+                vec![
+                    ("JOBFLEET_SMTP_HOST", "mail"),
+                    ("JOBFLEET_SMTP_FROM", "nope"),
+                ],
+                "smtp_from",
+            ),
+            (
+                vec![
+                    ("JOBFLEET_SMTP_HOST", "mail"),
+                    ("JOBFLEET_SMTP_FROM", "a@b.c"),
+                    ("JOBFLEET_SMTP_PORT", "0"),
+                ],
+                "smtp_port",
+            ),
+            (vec![("JOBFLEET_SMTP_TLS", "ssl")], "smtp_tls"),
+        ] {
+            let err = Config::load(&env(&pairs)).unwrap_err();
+            assert_eq!(err.key, key, "{pairs:?}: {err}");
+        }
     }
 }

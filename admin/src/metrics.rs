@@ -176,6 +176,7 @@ pub struct Metrics {
     pub misfired_slots: LabeledCounter,
     pub trigger_outcomes: LabeledCounter,
     pub run_outcomes: LabeledCounter,
+    pub alert_deliveries: LabeledCounter,
     pub fire_lateness: Histogram,
     pub dispatch_latency: Histogram,
     pub scheduler_loop: Histogram,
@@ -228,6 +229,12 @@ impl Default for Metrics {
                     "other",
                 ],
             ),
+            alert_deliveries: LabeledCounter::new(
+                "jobfleet_alert_deliveries_total",
+                "Alert delivery attempts by outcome: sent, failed and to be retried, given up (failed).",
+                "outcome",
+                &["sent", "retry", "failed", "other"],
+            ),
             fire_lateness: Histogram::new(
                 "jobfleet_fire_lateness_seconds",
                 "From a run's scheduled time until its trigger was sent to an agent.",
@@ -261,6 +268,7 @@ impl Metrics {
             &self.misfired_slots,
             &self.trigger_outcomes,
             &self.run_outcomes,
+            &self.alert_deliveries,
         ] {
             c.render(&mut out);
         }

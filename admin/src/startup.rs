@@ -35,6 +35,8 @@ pub struct AppState {
     pub scheduler: SchedulerHandle,
     pub router: Arc<Router>,
     pub metrics: Arc<Metrics>,
+    /// Alert delivery: the worker's wake-up, the webhook client, the SMTP mailer.
+    pub alerts: crate::alert::Alerts,
 }
 
 /// Failed logins allowed per client and user name within the window below.
@@ -117,6 +119,7 @@ pub async fn prepare(
     let agents = AgentClient::new(access_token.clone(), config.trigger_timeout)
         .context("HTTP client for agents")?;
     let jwt_ttl_ms = i64::try_from(config.jwt_ttl.as_millis()).context("jwt_ttl")?;
+    let alerts = crate::alert::Alerts::new(&config)?;
     Ok(web::Data::new(AppState {
         db,
         clock,
@@ -129,6 +132,7 @@ pub async fn prepare(
         scheduler: SchedulerHandle::default(),
         router: Arc::default(),
         metrics: Arc::default(),
+        alerts,
     }))
 }
 

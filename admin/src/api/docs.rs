@@ -5,7 +5,7 @@ use actix_web::{HttpResponse, web};
 use utoipa::OpenApi;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 
-use super::{admin, jobs, meta};
+use super::{admin, alerts, jobs, meta};
 
 struct BearerAuth;
 
@@ -21,7 +21,7 @@ impl utoipa::Modify for BearerAuth {
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "jobfleet open API", description = "Jobs, runs, groups, agents, users, tokens and the audit log. Authenticate with POST /api/v1/auth/token, then send Authorization: Bearer TOKEN. Errors are {\"error\": {\"code\", \"message\", \"field\"?}}."),
+    info(title = "jobfleet open API", description = "Jobs, runs, groups, agents, users, tokens, alerts and the audit log. Authenticate with POST /api/v1/auth/token, then send Authorization: Bearer TOKEN. Errors are {\"error\": {\"code\", \"message\", \"field\"?}}."),
     paths(
         meta::healthz, meta::readyz, meta::metrics, meta::issue_token, meta::me, meta::change_password,
         jobs::create, jobs::update, jobs::get, jobs::list, jobs::delete, jobs::enable, jobs::disable,
@@ -32,11 +32,13 @@ impl utoipa::Modify for BearerAuth {
         admin::list_users, admin::create_user, admin::get_user, admin::update_user, admin::reset_password,
         admin::list_tokens, admin::create_token, admin::revoke_token,
         admin::list_audit,
+        alerts::list_channels, alerts::create_channel, alerts::get_channel, alerts::update_channel,
+        alerts::delete_channel, alerts::test_channel, alerts::list_events,
     ),
     modifiers(&BearerAuth),
     tags(
         (name = "auth"), (name = "jobs"), (name = "runs"), (name = "groups"), (name = "agents"),
-        (name = "users"), (name = "tokens"), (name = "audit"), (name = "meta"),
+        (name = "users"), (name = "tokens"), (name = "audit"), (name = "alerts"), (name = "meta"),
     )
 )]
 pub struct ApiDoc;
@@ -67,6 +69,8 @@ mod tests {
             "/api/v1/cron/preview",
             "/api/v1/audit",
             "/api/v1/tokens/{id}",
+            "/api/v1/alert-channels/{id}/test",
+            "/api/v1/alert-events",
             "/readyz",
         ] {
             assert!(

@@ -2,6 +2,7 @@
 //! function, render JSON. No handler touches the database directly.
 
 pub mod admin;
+pub mod alerts;
 pub mod docs;
 pub mod jobs;
 pub mod meta;
@@ -64,5 +65,21 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/tokens", web::get().to(admin::list_tokens))
         .route("/tokens", web::post().to(admin::create_token))
         .route("/tokens/{id}", web::delete().to(admin::revoke_token))
-        .route("/audit", web::get().to(admin::list_audit));
+        .route("/audit", web::get().to(admin::list_audit))
+        .route("/alert-channels", web::get().to(alerts::list_channels))
+        .route("/alert-channels", web::post().to(alerts::create_channel))
+        .route("/alert-channels/{id}", web::get().to(alerts::get_channel))
+        .route(
+            "/alert-channels/{id}",
+            web::put().to(alerts::update_channel),
+        )
+        .route(
+            "/alert-channels/{id}",
+            web::delete().to(alerts::delete_channel),
+        )
+        .route(
+            "/alert-channels/{id}/test",
+            web::post().to(alerts::test_channel),
+        )
+        .route("/alert-events", web::get().to(alerts::list_events));
 }

@@ -130,6 +130,38 @@ pub fn delete(conn: &mut AnyConnection, id: i64) -> Result<(), Error> {
     Ok(())
 }
 
+/// A group as the agent watch sees it: id, app name, address mode and `agents_state` (`''` never
+/// had a live agent, `live`, `none` had one and lost the last).
+pub fn agent_states(conn: &mut AnyConnection) -> Result<Vec<(i64, String, String, String)>, Error> {
+    Ok(executor_group::table
+        .select((
+            executor_group::id,
+            executor_group::app_name,
+            executor_group::address_mode,
+            executor_group::agents_state,
+        ))
+        .order(executor_group::id.asc())
+        .load(conn)?)
+}
+
+/// Moves a group's `agents_state` from `from` to `to`; returns whether this call moved it. Every
+/// admin watches agents; the conditional UPDATE makes one of them act on each change.
+pub fn move_agents_state(
+    conn: &mut AnyConnection,
+    id: i64,
+    from: &str,
+    to: &str,
+) -> Result<bool, Error> {
+    Ok(diesel::update(
+        executor_group::table
+            .find(id)
+            .filter(executor_group::agents_state.eq(from)),
+    )
+    .set(executor_group::agents_state.eq(to))
+    .execute(conn)?
+        == 1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,6 +202,13 @@ mod tests {
         assert_eq!(list(conn, Some(&[id]), Page::default()).unwrap().len(), 1);
         assert_eq!(list(conn, Some(&[]), Page::default()).unwrap().len(), 0);
         assert_eq!(count(conn, None).unwrap(), 1);
+        assert_eq!(agent_states(conn).unwrap()[0].3, "");
+        assert!(move_agents_state(conn, id, "", "live").unwrap());
+        assert!(
+            !move_agents_state(conn, id, "", "live").unwrap(),
+            "moved once"
+        );
+        assert_eq!(agent_states(conn).unwrap()[0].3, "live");
         delete(conn, id).unwrap();
         assert!(matches!(get(conn, id), Err(Error::NotFound(_))));
     });

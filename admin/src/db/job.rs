@@ -43,6 +43,7 @@ pub struct Job {
     pub alert_on_lost: bool,
     /// Comma-separated alert channel ids.
     pub alert_channels: String,
+    pub alert_on_no_agent: bool,
     pub next_fire_ms: Option<i64>,
     pub created_ms: i64,
     pub updated_ms: i64,
@@ -83,6 +84,7 @@ pub struct JobFields {
     pub alert_on_timeout: bool,
     pub alert_on_lost: bool,
     pub alert_channels: String,
+    pub alert_on_no_agent: bool,
     pub next_fire_ms: Option<i64>,
     pub updated_ms: i64,
 }
@@ -181,6 +183,25 @@ pub fn existing_ids(conn: &mut AnyConnection, ids: &[i64]) -> Result<Vec<i64>, E
     Ok(job::table
         .filter(job::id.eq_any(ids.to_vec()))
         .select(job::id)
+        .load(conn)?)
+}
+
+/// Every job's alert channel list that is not empty, to find the users of a channel.
+pub fn alert_channel_lists(conn: &mut AnyConnection) -> Result<Vec<(i64, String)>, Error> {
+    Ok(job::table
+        .filter(job::alert_channels.ne(""))
+        .select((job::id, job::alert_channels))
+        .load(conn)?)
+}
+
+/// The jobs of a group that want an alert when it loses its last live agent.
+pub fn no_agent_alerted(conn: &mut AnyConnection, group_id: i64) -> Result<Vec<Job>, Error> {
+    Ok(job::table
+        .filter(job::group_id.eq(group_id))
+        .filter(job::alert_on_no_agent.eq(true))
+        .filter(job::alert_channels.ne(""))
+        .order(job::id.asc())
+        .select(Job::as_select())
         .load(conn)?)
 }
 
@@ -343,6 +364,7 @@ pub(crate) mod tests {
             alert_on_timeout: true,
             alert_on_lost: true,
             alert_channels: String::new(),
+            alert_on_no_agent: false,
             next_fire_ms: None,
             updated_ms: 1,
         }

@@ -6,6 +6,8 @@
 //! their own.
 
 pub mod agent;
+pub mod alert_channel;
+pub mod alert_event;
 pub mod api_token;
 pub mod audit_log;
 pub mod console_session;
@@ -434,6 +436,17 @@ mod tests {
             .limit(zero)
             .load(conn)
             .unwrap();
+        s::alert_channel::table
+            .select(crate::db::alert_channel::AlertChannel::as_select())
+            .limit(zero)
+            .load(conn)
+            .unwrap();
+        s::alert_event::table
+            .select(crate::db::alert_event::AlertEvent::as_select())
+            .limit(zero)
+            .load(conn)
+            .unwrap();
+        crate::db::executor_group::agent_states(conn).unwrap();
         let locks: Vec<(String, String, i64)> = s::scheduler_lock::table
             .select(s::scheduler_lock::all_columns)
             .load(conn)

@@ -12,6 +12,7 @@ diesel::table! {
         addresses -> Text,
         created_ms -> BigInt,
         updated_ms -> BigInt,
+        agents_state -> Text,
     }
 }
 
@@ -63,6 +64,7 @@ diesel::table! {
         alert_on_timeout -> Bool,
         alert_on_lost -> Bool,
         alert_channels -> Text,
+        alert_on_no_agent -> Bool,
         next_fire_ms -> Nullable<BigInt>,
         created_ms -> BigInt,
         updated_ms -> BigInt,
@@ -217,5 +219,40 @@ diesel::table! {
         created_ms -> BigInt,
         last_seen_ms -> BigInt,
         expires_ms -> BigInt,
+    }
+}
+
+diesel::table! {
+    alert_channel (id) {
+        id -> BigInt,
+        name -> Text,
+        kind -> Text,
+        format -> Nullable<Text>,
+        target -> Text,
+        secret -> Nullable<Text>,
+        enabled -> Bool,
+        created_ms -> BigInt,
+        updated_ms -> BigInt,
+    }
+}
+
+diesel::table! {
+    alert_event (id) {
+        id -> BigInt,
+        kind -> Text,
+        job_id -> Nullable<BigInt>,
+        group_id -> Nullable<BigInt>,
+        run_id -> Nullable<BigInt>,
+        channel_id -> BigInt,
+        dedupe_key -> Text,
+        title -> Text,
+        body -> Text,
+        status -> Text,
+        attempts -> Integer,
+        next_attempt_ms -> BigInt,
+        claimed_ms -> Nullable<BigInt>,
+        last_error -> Nullable<Text>,
+        created_ms -> BigInt,
+        sent_ms -> Nullable<BigInt>,
     }
 }

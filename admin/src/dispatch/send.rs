@@ -484,7 +484,9 @@ async fn store_answers(state: &AppState, answers: Vec<Answer>) -> Result<Vec<Due
         return Ok(Vec::new());
     }
     let at = state.clock.now_ms();
-    state
+    let outbox = state.alerts.outbox();
+    let alerts = outbox.clone();
+    let dues = state
         .db
         .transaction(move |conn| {
             let mut dues = Vec::new();
@@ -497,12 +499,14 @@ async fn store_answers(state: &AppState, answers: Vec<Answer>) -> Result<Vec<Due
                     &a.message,
                     at,
                 )? {
-                    dues.extend(followup::after_final(conn, a.run_id, at)?);
+                    dues.extend(followup::after_final(conn, a.run_id, at, &alerts)?);
                 }
             }
             Ok(dues)
         })
-        .await
+        .await?;
+    outbox.committed();
+    Ok(dues)
 }
 
 /// Answers stored per transaction at most.

@@ -74,6 +74,8 @@ pub struct AlertInput {
     pub on_failure: Option<bool>,
     pub on_timeout: Option<bool>,
     pub on_lost: Option<bool>,
+    /// Alert when the job's group loses its last live agent; default false.
+    pub on_no_agent: Option<bool>,
     pub channels: Option<Vec<i64>>,
 }
 
@@ -125,6 +127,7 @@ pub struct AlertSettings {
     pub on_failure: bool,
     pub on_timeout: bool,
     pub on_lost: bool,
+    pub on_no_agent: bool,
     pub channels: Vec<i64>,
 }
 
@@ -426,17 +429,26 @@ impl JobInput {
                 on_failure: true,
                 on_timeout: true,
                 on_lost: true,
+                on_no_agent: false,
                 channels: Vec::new(),
             },
             |a| AlertSettings {
                 on_failure: a.on_failure.unwrap_or(true),
                 on_timeout: a.on_timeout.unwrap_or(true),
                 on_lost: a.on_lost.unwrap_or(true),
+                on_no_agent: a.on_no_agent.unwrap_or(false),
                 channels: a.channels.unwrap_or_default(),
             },
         );
         if alert.channels.len() > 20 {
             return Err(Error::invalid("alert.channels", "at most 20 channels"));
+        }
+        let mut seen = std::collections::HashSet::new();
+        if let Some(dup) = alert.channels.iter().find(|id| !seen.insert(**id)) {
+            return Err(Error::invalid(
+                "alert.channels",
+                format!("channel {dup} is listed twice"),
+            ));
         }
         Ok(JobSpec {
             group_id: self.group_id,

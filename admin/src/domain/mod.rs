@@ -1,6 +1,7 @@
 //! Validated value types and pure rules: no diesel, no actix, no I/O. Everything here is
 //! unit-tested in place.
 
+pub mod alert;
 pub mod cron;
 pub mod job;
 pub mod policy;

@@ -1,7 +1,9 @@
-//! What a final run leads to: a retry after a failure, the child jobs after a success. Called
-//! inside the transaction that made the run final, so a follow-up exists exactly when the final
-//! status does, whichever admin or monitor got there first.
+//! What a final run leads to: a retry after a failure, an alert after a failure no retry
+//! follows, the child jobs after a success. Called inside the transaction that made the run
+//! final, so a follow-up exists exactly when the final status does, whichever admin or monitor
+//! got there first.
 
+use crate::alert::Outbox;
 use crate::db::{AnyConnection, job, job_run};
 use crate::domain::policy::retry_delay_s;
 use crate::error::Error;
@@ -13,11 +15,17 @@ fn retryable(status: &str) -> bool {
     matches!(status, "failed" | "timed_out" | "lost")
 }
 
-/// Creates the follow-up runs of `run_id`, which has just become final; returns them to enqueue.
+/// Creates the follow-up runs of `run_id`, which has just become final, and its alerts (written
+/// to `alerts`; call `Outbox::committed` after the commit); returns the runs to enqueue.
 ///
 /// # Errors
 /// Database errors (the caller's transaction rolls back with the final status).
-pub fn after_final(conn: &mut AnyConnection, run_id: i64, now_ms: i64) -> Result<Vec<Due>, Error> {
+pub fn after_final(
+    conn: &mut AnyConnection,
+    run_id: i64,
+    now_ms: i64,
+    alerts: &Outbox,
+) -> Result<Vec<Due>, Error> {
     let run = job_run::get(conn, run_id)?;
     let Some(owner) = job::find(conn, run.job_id)? else {
         return Ok(Vec::new());
@@ -44,6 +52,9 @@ pub fn after_final(conn: &mut AnyConnection, run_id: i64, now_ms: i64) -> Result
             },
         )?;
         dues.push(Due { at_ms, run_id: id });
+    } else if retryable(&run.status) {
+        // Only the last attempt pages: a failure that will be retried is not news yet.
+        alerts.run_final(conn, &run, &owner, now_ms)?;
     }
     // A sharded fire succeeds shard by shard; its children follow shard 0 only, once per fire.
     if run.status == "succeeded" && run.shard_index == 0 {

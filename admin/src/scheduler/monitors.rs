@@ -9,7 +9,7 @@ use actix_web::web;
 use chrono::{TimeZone, Utc};
 
 use crate::db::run_report_daily::DailyRow;
-use crate::db::{agent, job, job_run, run_report_daily, scheduler_lock};
+use crate::db::{agent, executor_group, job, job_run, run_report_daily, scheduler_lock};
 use crate::error::Error;
 use crate::service::agents::DEAD_AFTER_MS;
 use crate::startup::AppState;
@@ -41,6 +41,9 @@ pub async fn run(state: web::Data<AppState>) {
         match watch_agents(&state, live.as_ref()).await {
             Ok(now_live) => live = Some(now_live),
             Err(e) => tracing::warn!(error = %e, "Agent liveness pass failed"),
+        }
+        if let Err(e) = watch_groups(&state).await {
+            tracing::warn!(error = %e, "Group liveness pass failed");
         }
         if now.saturating_sub(last_report) >= REPORT_EVERY_MS {
             match report(&state).await {
@@ -79,16 +82,19 @@ async fn end_run(
     message: String,
 ) -> Result<bool, Error> {
     let now = state.clock.now_ms();
+    let outbox = state.alerts.outbox();
+    let alerts = outbox.clone();
     let (ended, dues): (bool, Vec<Due>) = state
         .db
         .transaction(move |conn| {
             if job_run::finish(conn, run_id, status, &message, now)? {
-                Ok((true, followup::after_final(conn, run_id, now)?))
+                Ok((true, followup::after_final(conn, run_id, now, &alerts)?))
             } else {
                 Ok((false, Vec::new()))
             }
         })
         .await?;
+    outbox.committed();
     if ended {
         state.metrics.run_outcomes.inc(status);
         tracing::warn!(run_id, status, "Run ended by the admin");
@@ -199,6 +205,65 @@ async fn watch_agents(
         .set(i64::try_from(live.len()).unwrap_or(i64::MAX));
     state.metrics.runs_in_flight.set(in_flight);
     Ok(live)
+}
+
+/// Notes groups gaining their first live agent and losing their last one. Losing it raises
+/// `group_no_agent` for the group's jobs that asked, in the transaction whose conditional
+/// update moved the group from `live` to `none`: with several admins watching, one raises it.
+/// Groups with manual addresses do not use the registry and are left alone. Returns how many
+/// groups lost their last agent in this pass (as moved by this admin).
+///
+/// # Errors
+/// Database errors; the next pass tries again.
+pub async fn watch_groups(state: &AppState) -> Result<usize, Error> {
+    let now = state.clock.now_ms();
+    let (groups, agents) = state
+        .db
+        .run(move |conn| {
+            Ok((
+                executor_group::agent_states(conn)?,
+                agent::list(conn, None)?,
+            ))
+        })
+        .await?;
+    let live_apps: HashSet<String> = agents
+        .into_iter()
+        .filter(|a| now - a.last_seen_ms < DEAD_AFTER_MS)
+        .map(|a| a.app_name)
+        .collect();
+    let mut lost = 0;
+    for (id, app_name, mode, agents_state) in groups {
+        if mode == "manual" {
+            continue;
+        }
+        let live = live_apps.contains(&app_name);
+        if live && agents_state != "live" {
+            state
+                .db
+                .run(move |conn| executor_group::move_agents_state(conn, id, &agents_state, "live"))
+                .await?;
+        } else if !live && agents_state == "live" {
+            let outbox = state.alerts.outbox();
+            let alerts = outbox.clone();
+            let name = app_name.clone();
+            let moved = state
+                .db
+                .transaction(move |conn| {
+                    if !executor_group::move_agents_state(conn, id, "live", "none")? {
+                        return Ok(false);
+                    }
+                    alerts.group_lost_agents(conn, id, &name, now)?;
+                    Ok(true)
+                })
+                .await?;
+            outbox.committed();
+            if moved {
+                lost += 1;
+                tracing::warn!(group = %app_name, "Group has no live agent left");
+            }
+        }
+    }
+    Ok(lost)
 }
 
 fn day_of(ms: i64) -> String {

@@ -67,7 +67,14 @@ pub async fn tick(state: &AppState) -> Result<TickOutcome, Error> {
         Err(Error::Conflict { .. }) => state
             .db
             .transaction(move |conn| {
-                plan_due(conn, &clock, &holder, (threshold, backlog_from), &metrics, Mode::OneByOne)
+                plan_due(
+                    conn,
+                    &clock,
+                    &holder,
+                    (threshold, backlog_from),
+                    &metrics,
+                    Mode::OneByOne,
+                )
             })
             .await
             .map(Option::unwrap_or_default),

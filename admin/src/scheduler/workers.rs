@@ -28,7 +28,7 @@ const MAX_SLEEP_MS: i64 = 1_000;
 /// A floor so that a job whose next fire could not be moved is not re-read in a spin.
 const MIN_SLEEP_MS: i64 = 10;
 
-/// Spawns the plan loop, the timer and the monitors.
+/// Spawns the plan loop, the timer, the monitors and the alert delivery worker.
 ///
 /// # Errors
 /// When called twice on one state (the timer's inbox is taken).
@@ -41,6 +41,7 @@ pub fn spawn_workers(state: &web::Data<AppState>) -> anyhow::Result<Workers> {
         tokio::spawn(super::timer::run(state.clone(), inbox)),
         tokio::spawn(plan_loop(state.clone())),
         tokio::spawn(super::monitors::run(state.clone())),
+        tokio::spawn(crate::alert::run(state.clone())),
     ];
     Ok(Workers { tasks })
 }

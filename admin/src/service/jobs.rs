@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::audit::{self, Entry};
 use crate::auth::rbac::{Actor, GroupWrite};
 use crate::clock::UnixMillis;
-use crate::db::{AnyConnection, Page, executor_group, job, job_script};
+use crate::db::{AnyConnection, Page, alert_channel, executor_group, job, job_script};
 use crate::domain::job::{AlertSettings, Handler, JobSpec, Limits, find_child_cycle};
 use crate::domain::policy::Interpreter;
 use crate::domain::schedule::{Schedule, parse_cron, parse_timezone};
@@ -55,6 +55,7 @@ pub struct AlertView {
     pub on_failure: bool,
     pub on_timeout: bool,
     pub on_lost: bool,
+    pub on_no_agent: bool,
     pub channels: Vec<i64>,
 }
 
@@ -124,6 +125,7 @@ pub fn view(row: job::Job) -> JobView {
             on_failure: row.alert_on_failure,
             on_timeout: row.alert_on_timeout,
             on_lost: row.alert_on_lost,
+            on_no_agent: row.alert_on_no_agent,
             channels: parse_id_list(&row.alert_channels),
         },
         next_fire_ms: row.next_fire_ms,
@@ -158,6 +160,7 @@ fn fields(spec: &JobSpec, script_version: i32, now: UnixMillis) -> job::JobField
         on_failure,
         on_timeout,
         on_lost,
+        on_no_agent,
         channels,
     } = &spec.alert;
     job::JobFields {
@@ -197,6 +200,7 @@ fn fields(spec: &JobSpec, script_version: i32, now: UnixMillis) -> job::JobField
         alert_on_timeout: *on_timeout,
         alert_on_lost: *on_lost,
         alert_channels: join_id_list(channels),
+        alert_on_no_agent: *on_no_agent,
         next_fire_ms: if spec.enabled {
             spec.schedule.next_after(now, now, spec.timezone)
         } else {
@@ -254,6 +258,24 @@ fn check_children(
     Ok(())
 }
 
+/// Alert channels named by a job must exist.
+fn check_alert_channels(conn: &mut AnyConnection, channels: &[i64]) -> Result<(), Error> {
+    if channels.is_empty() {
+        return Ok(());
+    }
+    let existing: Vec<i64> = alert_channel::by_ids(conn, channels)?
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    if let Some(missing) = channels.iter().find(|id| !existing.contains(id)) {
+        return Err(Error::invalid(
+            "alert.channels",
+            format!("alert channel {missing} does not exist"),
+        ));
+    }
+    Ok(())
+}
+
 fn save_script_version(
     conn: &mut AnyConnection,
     job_id: i64,
@@ -302,6 +324,7 @@ pub async fn create(state: &AppState, actor: &Actor, spec: JobSpec) -> Result<Jo
                 ));
             }
             check_children(conn, None, &spec.children)?;
+            check_alert_channels(conn, &spec.alert.channels)?;
             let id = job::insert(
                 conn,
                 &job::NewJob {
@@ -354,6 +377,7 @@ pub async fn update(
                 ));
             }
             check_children(conn, Some(id), &spec.children)?;
+            check_alert_channels(conn, &spec.alert.channels)?;
             let script_changed = match &spec.handler {
                 Handler::Script {
                     source,
@@ -523,6 +547,7 @@ fn spec_of(row: &job::Job) -> Result<JobSpec, Error> {
             on_failure: row.alert_on_failure,
             on_timeout: row.alert_on_timeout,
             on_lost: row.alert_on_lost,
+            on_no_agent: row.alert_on_no_agent,
             channels: parse_id_list(&row.alert_channels),
         },
     })

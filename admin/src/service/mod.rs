@@ -3,6 +3,7 @@
 //! transaction, calls `db::*`, and writes the audit row in that same transaction.
 
 pub mod agents;
+pub mod alerts;
 pub mod audit;
 pub mod auth;
 pub mod dashboard;

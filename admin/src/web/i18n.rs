@@ -90,6 +90,45 @@ pub fn tr(lang: Lang, key: &'static str) -> &'static str {
 
 /// Key, English, Simplified Chinese.
 static TABLE: &[(&str, &str, &str)] = &[
+    ("alerts.any_kind", "Any kind", "全部类型"),
+    ("alerts.attempts", "Attempts", "尝试次数"),
+    ("alerts.channel", "Channel", "渠道"),
+    ("alerts.channels", "Channels", "告警渠道"),
+    ("alerts.events", "Alert events", "告警记录"),
+    ("alerts.format", "Webhook format", "Webhook 格式"),
+    ("alerts.kind", "Kind", "类型"),
+    ("alerts.last_error", "Last error", "最后错误"),
+    ("alerts.new_channel", "New channel", "新建渠道"),
+    (
+        "alerts.secret",
+        "Secret (signing key; optional)",
+        "密钥（签名用，可选）",
+    ),
+    (
+        "alerts.secret_clear",
+        "Remove the stored secret",
+        "清除已保存的密钥",
+    ),
+    (
+        "alerts.secret_keep",
+        "unchanged unless you type a new one",
+        "不填写则保持不变",
+    ),
+    ("alerts.send_test", "Send test", "发送测试"),
+    ("alerts.target", "Target", "目标"),
+    (
+        "alerts.target_help",
+        "Webhook URL, or email recipients separated by commas",
+        "Webhook 地址，或以逗号分隔的收件人邮箱",
+    ),
+    ("alerts.title", "Title", "标题"),
+    (
+        "confirm.delete_channel",
+        "Delete this channel? Jobs stop using it.",
+        "确定删除该渠道？任务将不再使用它。",
+    ),
+    ("flash.test_failed", "The test failed:", "测试发送失败："),
+    ("flash.test_sent", "Test message sent.", "测试消息已发送。"),
     (
         "account.all_groups",
         "all groups (admin)",

@@ -353,6 +353,7 @@ fn form_of(job: &JobView) -> FormState {
         ("alert.on_failure", job.alert.on_failure.to_string()),
         ("alert.on_timeout", job.alert.on_timeout.to_string()),
         ("alert.on_lost", job.alert.on_lost.to_string()),
+        ("alert.on_no_agent", job.alert.on_no_agent.to_string()),
     ];
     pairs.extend(
         job.alert
@@ -497,6 +498,7 @@ fn input_of(f: &Fields) -> Result<JobInput, Error> {
             on_failure: Some(f.flag("alert.on_failure")),
             on_timeout: Some(f.flag("alert.on_timeout")),
             on_lost: Some(f.flag("alert.on_lost")),
+            on_no_agent: Some(f.flag("alert.on_no_agent")),
             channels: Some(f.ids("alert.channels", "alert.channels")?),
         }),
     })
@@ -579,7 +581,7 @@ async fn form_page(
         concurrencies: enum_opts(Concurrency::ALL),
         blocks: enum_opts(BlockStrategy::ALL),
         misfires: enum_opts(Misfire::ALL),
-        channels: super::alert_channel_opts(state).await?,
+        channels: super::alert_channel_opts(state, &user.actor).await?,
         timezones: chrono_tz::TZ_VARIANTS.iter().map(|tz| tz.name()).collect(),
         preview,
         preview_error,

@@ -9,6 +9,7 @@ pub mod i18n;
 pub mod views;
 
 mod account;
+mod alerts;
 mod audit;
 mod dashboard;
 mod groups;
@@ -177,9 +178,17 @@ fn error_title(code: Code) -> &'static str {
 /// # Errors
 /// Database errors.
 pub async fn alert_channel_opts(
-    _state: &crate::startup::AppState,
+    state: &crate::startup::AppState,
+    actor: &crate::auth::rbac::Actor,
 ) -> Result<Vec<views::Opt>, Error> {
-    Ok(Vec::new())
+    Ok(crate::service::alerts::list_channels(state, actor)
+        .await?
+        .into_iter()
+        .map(|c| {
+            let label = format!("{} ({})", c.name, c.format.unwrap_or(c.kind));
+            views::Opt::new(c.id.to_string(), label)
+        })
+        .collect())
 }
 
 const CSP: &str = "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; \
@@ -230,6 +239,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .configure(groups::configure)
                 .configure(users::configure)
                 .configure(audit::configure)
+                .configure(alerts::configure)
                 .default_service(web::to(|| async { Err::<HttpResponse, _>(PageError(Error::NotFound("page"))) })),
         );
 }

@@ -360,3 +360,154 @@ async fn a_viewer_sees_no_edit_actions_and_a_forged_post_is_refused() {
     );
     browser.quit().await.unwrap();
 }
+
+/// A webhook receiver on loopback that answers 200 and counts what arrives.
+async fn webhook_receiver() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = hits.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let counter = counter.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 65536];
+                let mut seen = Vec::new();
+                // Read the head and the body its Content-Length announces.
+                loop {
+                    let n = socket.read(&mut buf).await.unwrap_or(0);
+                    if n == 0 {
+                        break;
+                    }
+                    seen.extend_from_slice(&buf[..n]);
+                    let text = String::from_utf8_lossy(&seen).to_string();
+                    if let Some(head_end) = text.find("\r\n\r\n") {
+                        let length = text[..head_end]
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                            })
+                            .unwrap_or(0);
+                        if seen.len() >= head_end + 4 + length {
+                            break;
+                        }
+                    }
+                }
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let _ = socket
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok",
+                    )
+                    .await;
+            });
+        }
+    });
+    (url, hits)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_job_produces_an_alert_event() {
+    let s = setup().await;
+    let (hook, hits) = webhook_receiver().await;
+    let driver = Driver::start().await;
+    let browser = driver.browser("en-US").await;
+    let base = &s.app.base;
+    login(&browser, base, "admin", ADMIN_PASSWORD).await;
+
+    // An admin adds a webhook channel through the console.
+    browser
+        .goto(format!("{base}/console/alerts/new"))
+        .await
+        .unwrap();
+    browser
+        .find(By::Id("f-channel-name"))
+        .await
+        .unwrap()
+        .send_keys("on-call hook")
+        .await
+        .unwrap();
+    browser
+        .find(By::Id("f-target"))
+        .await
+        .unwrap()
+        .send_keys(hook.as_str())
+        .await
+        .unwrap();
+    browser
+        .find(By::Id("channel-save"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let channels = browser
+        .query(By::Id("channels-table"))
+        .first()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(channels.contains("on-call hook"), "{channels}");
+    let listed = s.app.get("/api/v1/alert-channels", &s.app.admin).await;
+    let channel_id = listed.body.as_array().unwrap()[0]["id"].as_i64().unwrap();
+
+    let job = s
+        .app
+        .job_from(
+            s.group,
+            json!({"name": "always fails", "schedule": {"type": "none"},
+                   "handler": {"type": "shell", "command": "echo about to fail; exit 3"},
+                   "alert": {"on_failure": true, "channels": [channel_id]}}),
+        )
+        .await;
+    browser
+        .goto(format!("{base}/console/jobs/{job}"))
+        .await
+        .unwrap();
+    browser
+        .find(By::Id("job-trigger"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until(
+        &browser,
+        "the run to fail",
+        "document.getElementById('run-status').getAttribute('data-status') === 'failed'",
+        Duration::from_secs(30),
+    )
+    .await;
+
+    // The alert event shows on the alerts page with its delivery result.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        browser
+            .goto(format!("{base}/console/alerts?kind=run_failed"))
+            .await
+            .unwrap();
+        let rows = browser
+            .find_all(By::Css("tr.event-row[data-status='sent']"))
+            .await
+            .unwrap();
+        if !rows.is_empty() {
+            let text = rows[0].text().await.unwrap();
+            assert!(text.contains("always fails"), "{text}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no sent run_failed event"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        hits.load(std::sync::atomic::Ordering::SeqCst) >= 1,
+        "the webhook was called"
+    );
+    browser.quit().await.unwrap();
+}

@@ -23,7 +23,7 @@ fn full_job(group_id: i64) -> serde_json::Value {
         "concurrency": "forbid",
         "block_strategy": "discard_later",
         "children": [],
-        "alert": {"on_failure": true, "on_timeout": false, "on_lost": true, "channels": []}
+        "alert": {"on_failure": true, "on_timeout": false, "on_lost": true, "on_no_agent": true, "channels": []}
     })
 }
 

@@ -397,6 +397,8 @@ async fn pages_render_for_an_admin(app: &TestApp) {
         "/console/tokens".into(),
         "/console/account".into(),
         "/console/audit?action=job.create".into(),
+        "/console/alerts".into(),
+        "/console/alerts/new".into(),
     ] {
         let page = v.get(&path).await;
         assert_eq!(page.status, StatusCode::OK, "{path}: {}", page.body);
@@ -411,6 +413,28 @@ async fn pages_render_for_an_admin(app: &TestApp) {
     let body: serde_json::Value = serde_json::from_str(&preview.body).unwrap();
     assert_eq!(body["next"].as_array().unwrap().len(), 5);
     assert!(body["next"][0].as_str().unwrap().ends_with("+08:00"));
+    // A channel form with a bad URL keeps what was typed and says what is wrong.
+    let csrf = v.get("/console/alerts/new").await.csrf();
+    let bad = v
+        .post(
+            "/console/alerts",
+            &[
+                ("csrf", &csrf),
+                ("name", "hook"),
+                ("kind", "webhook"),
+                ("format", "slack"),
+                ("target", "ftp://x"),
+                ("secret", "s3cret"),
+                ("enabled", "true"),
+            ],
+        )
+        .await;
+    assert_eq!(bad.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", bad.body);
+    assert!(bad.body.contains("data-field-error=\"target\""));
+    assert!(
+        bad.body.contains("value=\"ftp://x\"") && !bad.body.contains("s3cret"),
+        "input kept, secret not echoed"
+    );
     let wrong = v.get("/console/cron-preview?expr=0+61+*+*+*+%3F").await;
     let body: serde_json::Value = serde_json::from_str(&wrong.body).unwrap();
     assert!(body["error"].as_str().is_some());

@@ -9,6 +9,7 @@
 mod support;
 
 mod agent_e2e;
+mod alerts;
 mod api_auth;
 mod api_bad_input;
 mod api_groups_users_tokens;

@@ -39,7 +39,7 @@ JOBFLEET_AGENT_TOKEN=$(cat data/access.token) JOBFLEET_AGENT_DATA_DIR=data/agent
 agent_pid=$!
 
 echo
-echo "jobfleet is running: admin http://$listen (API docs at /api/docs), agent $agent_listen in group 'default'"
+echo "jobfleet is running: console http://$listen/console, admin API http://$listen (docs at /api/docs), agent $agent_listen in group 'default'"
 if $first_start; then
   echo "login: admin / $password"
 else

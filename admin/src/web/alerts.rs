@@ -6,13 +6,13 @@ use actix_web::{HttpRequest, web};
 use askama::Template;
 use askama_web::WebTemplate;
 
-use super::forms::{ConsoleUser, CsrfForm, Fields};
+use super::forms::{ConsoleUser, CsrfForm, Fields, listed};
 use super::views::{Chrome, FormState, Opt, Pager, when};
 use super::{PageResult, render, see_other_with};
 use crate::domain::alert::{AlertKind, ChannelInput, EventStatus, WebhookFormat};
 use crate::error::Error;
+use crate::service;
 use crate::service::alerts::{ChannelView, EventQuery};
-use crate::service::{self, Paged};
 use crate::startup::AppState;
 
 const FORM_FIELDS: &[&str] = &["name", "kind", "format", "target", "secret"];
@@ -74,30 +74,8 @@ async fn list(
         Ok(query) => service::alerts::list_events(&state, &user.actor, query).await,
         Err(e) => Err(e),
     };
-    let mut error = String::new();
-    let paged = match result {
-        Ok(p) => p,
-        Err(e @ Error::Invalid { .. }) => {
-            error = e.public_message();
-            Paged {
-                items: Vec::new(),
-                total: 0,
-                limit: 50,
-                offset: 0,
-            }
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let keep: Vec<(&str, &str)> = ["job_id", "status", "kind"]
-        .into_iter()
-        .filter_map(|k| q.get(k).map(|v| (k, v)))
-        .collect();
-    let base = format!(
-        "/console/alerts?{}",
-        url::form_urlencoded::Serializer::new(String::new())
-            .extend_pairs(keep)
-            .finish()
-    );
+    let (paged, error) = listed(result)?;
+    let base = q.link_keeping("/console/alerts", &["job_id", "status", "kind"]);
     let (chosen_kind, chosen_status) = (q.text("kind"), q.text("status"));
     Ok(AlertsPage {
         pager: Pager::new(

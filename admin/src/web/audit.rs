@@ -7,11 +7,11 @@ use askama_web::WebTemplate;
 use serde_json::Value;
 
 use super::PageResult;
-use super::forms::{ConsoleUser, Fields};
+use super::forms::{ConsoleUser, Fields, listed};
 use super::views::{Chrome, Pager, when};
 use crate::error::Error;
+use crate::service;
 use crate::service::audit::AuditQuery;
-use crate::service::{self, Paged};
 use crate::startup::AppState;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -100,15 +100,6 @@ pub fn changes(before: Option<&Value>, after: Option<&Value>) -> Vec<Change> {
         .collect()
 }
 
-fn filter_time(text: Option<&str>, field: &str) -> Result<Option<i64>, Error> {
-    let Some(text) = text else { return Ok(None) };
-    ["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M"]
-        .iter()
-        .find_map(|fmt| chrono::NaiveDateTime::parse_from_str(text, fmt).ok())
-        .map(|t| Some(t.and_utc().timestamp_millis()))
-        .ok_or_else(|| Error::invalid(field, format!("`{text}` is not a date and time")))
-}
-
 async fn list(
     req: HttpRequest,
     state: web::Data<AppState>,
@@ -122,8 +113,8 @@ async fn list(
             action: q.get("action").map(str::to_owned),
             object_type: q.get("object_type").map(str::to_owned),
             object_id: q.get("object_id").map(str::to_owned),
-            from_ms: filter_time(q.get("from"), "from")?,
-            to_ms: filter_time(q.get("to"), "to")?,
+            from_ms: q.utc_time("from")?,
+            to_ms: q.utc_time("to")?,
             limit: Some(50),
             offset: q.number("offset", "offset")?,
         })
@@ -132,29 +123,10 @@ async fn list(
         Ok(query) => service::audit::list(&state, &proof, query).await,
         Err(e) => Err(e),
     };
-    let mut error = String::new();
-    let paged = match result {
-        Ok(p) => p,
-        Err(e @ Error::Invalid { .. }) => {
-            error = e.public_message();
-            Paged {
-                items: Vec::new(),
-                total: 0,
-                limit: 50,
-                offset: 0,
-            }
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let keep: Vec<(&str, &str)> = ["actor", "action", "object_type", "object_id", "from", "to"]
-        .into_iter()
-        .filter_map(|k| q.get(k).map(|v| (k, v)))
-        .collect();
-    let base = format!(
-        "/console/audit?{}",
-        url::form_urlencoded::Serializer::new(String::new())
-            .extend_pairs(keep)
-            .finish()
+    let (paged, error) = listed(result)?;
+    let base = q.link_keeping(
+        "/console/audit",
+        &["actor", "action", "object_type", "object_id", "from", "to"],
     );
     Ok(AuditPage {
         actor: q.text("actor"),

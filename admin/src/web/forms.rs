@@ -16,7 +16,7 @@ use crate::auth::csrf;
 use crate::auth::rbac::Actor;
 use crate::error::{Code, Error};
 use crate::http::{client_ip, request_id};
-use crate::service;
+use crate::service::{self, Paged};
 use crate::startup::AppState;
 
 /// Name/value pairs of a query string or a urlencoded body, in order.
@@ -80,6 +80,27 @@ impl Fields {
         }
     }
 
+    /// A `datetime-local` filter value, read as UTC, in milliseconds.
+    pub fn utc_time(&self, name: &str) -> Result<Option<i64>, Error> {
+        let Some(text) = self.get(name) else {
+            return Ok(None);
+        };
+        ["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M"]
+            .iter()
+            .find_map(|fmt| chrono::NaiveDateTime::parse_from_str(text, fmt).ok())
+            .map(|t| Some(t.and_utc().timestamp_millis()))
+            .ok_or_else(|| Error::invalid(name, format!("`{text}` is not a date and time")))
+    }
+
+    /// `path?k=v&…` with the given filters that are set, for paging links that keep them.
+    pub fn link_keeping(&self, path: &str, names: &[&str]) -> String {
+        let kept = names.iter().filter_map(|k| self.get(k).map(|v| (*k, v)));
+        let query = url::form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(kept)
+            .finish();
+        format!("{path}?{query}")
+    }
+
     /// A list of ids from checkboxes or a comma-separated text field.
     pub fn ids(&self, name: &str, field: &str) -> Result<Vec<i64>, Error> {
         let mut ids = Vec::new();
@@ -94,6 +115,27 @@ impl Fields {
             }
         }
         Ok(ids)
+    }
+}
+
+/// A filtered list as a page shows it: bad filters become a message above an empty list (the
+/// filters stay in the form to be fixed); any other error is the page's.
+///
+/// # Errors
+/// Errors other than `Invalid`.
+pub fn listed<T>(result: Result<Paged<T>, Error>) -> Result<(Paged<T>, String), PageError> {
+    match result {
+        Ok(page) => Ok((page, String::new())),
+        Err(e @ Error::Invalid { .. }) => Ok((
+            Paged {
+                items: Vec::new(),
+                total: 0,
+                limit: 50,
+                offset: 0,
+            },
+            e.public_message(),
+        )),
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -90,6 +90,12 @@ pub fn tr(lang: Lang, key: &'static str) -> &'static str {
 
 /// Key, English, Simplified Chinese.
 static TABLE: &[(&str, &str, &str)] = &[
+    (
+        "job.diff_to",
+        "Changes from this version to",
+        "从此版本到以下版本的变更",
+    ),
+    ("job.compare", "Compare", "对比"),
     ("alerts.any_kind", "Any kind", "全部类型"),
     ("alerts.attempts", "Attempts", "尝试次数"),
     ("alerts.channel", "Channel", "渠道"),
@@ -346,11 +352,6 @@ static TABLE: &[(&str, &str, &str)] = &[
         "按路由策略选择",
     ),
     ("job.current", "current", "当前"),
-    (
-        "job.diff_vs_current",
-        "Changes from this version to the current one",
-        "从此版本到当前版本的变更",
-    ),
     ("job.execution", "Execution", "执行配置"),
     ("job.next_fires", "Next fire times", "接下来的触发时间"),
     ("job.recent_runs", "Recent runs", "最近运行"),

@@ -9,7 +9,7 @@ use askama_web::WebTemplate;
 use chrono::TimeZone;
 use serde::Serialize;
 
-use super::forms::{ConsoleUser, CsrfForm, Fields};
+use super::forms::{ConsoleUser, CsrfForm, Fields, listed};
 use super::views::{Chrome, FormState, Opt, Pager, RunRow, when};
 use super::{PageResult, render, see_other_with};
 use crate::auth::rbac::Actor;
@@ -19,10 +19,10 @@ use crate::domain::policy::{BlockStrategy, Concurrency, HandlerType, Interpreter
 use crate::domain::routing::Routing;
 use crate::domain::schedule::ScheduleType;
 use crate::error::Error;
+use crate::service;
 use crate::service::groups::GroupView;
 use crate::service::jobs::{CronPreviewRequest, JobQuery, JobView};
 use crate::service::runs::{RunQuery, TriggerRequest};
-use crate::service::{self, Paged};
 use crate::startup::AppState;
 
 /// Every field the form shows an error beside.
@@ -142,6 +142,9 @@ pub struct ScriptVersionPage {
     pub when: String,
     pub note: String,
     pub source: String,
+    /// The version the diff goes to (the current one unless another was chosen).
+    pub against: i32,
+    pub others: Vec<Opt>,
     pub diff: Vec<DiffLine>,
     pub can_rollback: bool,
 }
@@ -189,7 +192,6 @@ async fn list(
 ) -> PageResult<JobsPage> {
     let q = Fields::of_query(&req);
     let groups = all_groups(&state, &user.actor).await?;
-    let mut error = String::new();
     let query = (|| -> Result<JobQuery, Error> {
         Ok(JobQuery {
             group_id: q.number("group_id", "group_id")?,
@@ -210,32 +212,14 @@ async fn list(
             offset: q.number("offset", "offset")?,
         })
     })();
-    let paged = match query {
+    let result = match query {
         Ok(query) => service::jobs::list(&state, &user.actor, query).await,
         Err(e) => Err(e),
     };
-    let paged = match paged {
-        Ok(p) => p,
-        Err(e @ Error::Invalid { .. }) => {
-            error = e.public_message();
-            Paged {
-                items: Vec::new(),
-                total: 0,
-                limit: 50,
-                offset: 0,
-            }
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let keep: Vec<(&str, &str)> = ["q", "group_id", "enabled", "schedule_type"]
-        .into_iter()
-        .filter_map(|k| q.get(k).map(|v| (k, v)))
-        .collect();
-    let base = format!(
-        "/console/jobs?{}",
-        url::form_urlencoded::Serializer::new(String::new())
-            .extend_pairs(keep)
-            .finish()
+    let (paged, error) = listed(result)?;
+    let base = q.link_keeping(
+        "/console/jobs",
+        &["q", "group_id", "enabled", "schedule_type"],
     );
     let chosen_group = q.text("group_id");
     let chosen_type = q.text("schedule_type");
@@ -818,6 +802,7 @@ async fn trigger(state: web::Data<AppState>, form: CsrfForm, id: web::Path<i64>)
 
 /// A version's source and its line diff against the current version.
 async fn version(
+    req: HttpRequest,
     state: web::Data<AppState>,
     user: ConsoleUser,
     path: web::Path<(i64, i32)>,
@@ -825,9 +810,22 @@ async fn version(
     let (job_id, version) = path.into_inner();
     let job = service::jobs::get(&state, &user.actor, job_id).await?;
     let old = service::jobs::script_version(&state, &user.actor, job_id, version).await?;
-    let current_source = job.handler.source.clone().unwrap_or_default();
+    let against = Fields::of_query(&req)
+        .number::<i32>("against", "against")?
+        .unwrap_or(job.handler.script_version);
+    let target_source = service::jobs::script_version(&state, &user.actor, job_id, against)
+        .await?
+        .source
+        .unwrap_or_default();
+    let others = service::jobs::script_versions(&state, &user.actor, job_id)
+        .await?
+        .into_iter()
+        .map(|v| {
+            Opt::new(v.version.to_string(), format!("v{}", v.version)).picked(v.version == against)
+        })
+        .collect();
     let old_source = old.source.clone().unwrap_or_default();
-    let diff = similar::TextDiff::from_lines(&old_source, &current_source)
+    let diff = similar::TextDiff::from_lines(&old_source, &target_source)
         .iter_all_changes()
         .map(|change| {
             let (kind, sign) = match change.tag() {
@@ -852,6 +850,8 @@ async fn version(
         when: when(Some(old.created_ms)),
         note: old.note,
         source: old_source,
+        against,
+        others,
         diff,
         can_rollback: !old.current && user.actor.write_group(job.group_id).is_ok(),
         c: user.page("jobs"),

@@ -6,14 +6,14 @@ use askama::Template;
 use askama_web::WebTemplate;
 use serde::Serialize;
 
-use super::forms::{ConsoleUser, CsrfForm, Fields};
+use super::forms::{ConsoleUser, CsrfForm, Fields, listed};
 use super::views::{Chrome, Opt, Pager, RunRow, duration, status_label, when};
 use super::{PageError, PageResult, see_other_with};
 use crate::db::Page;
 use crate::domain::policy::RunStatus;
 use crate::error::Error;
+use crate::service;
 use crate::service::runs::{RunQuery, RunView};
-use crate::service::{self, Paged};
 use crate::startup::AppState;
 
 #[derive(Template, WebTemplate)]
@@ -58,16 +58,6 @@ pub struct RunPage {
     pub is_final: bool,
 }
 
-/// A `datetime-local` filter value (UTC) as milliseconds.
-fn filter_time(text: Option<&str>, field: &str) -> Result<Option<i64>, Error> {
-    let Some(text) = text else { return Ok(None) };
-    ["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M"]
-        .iter()
-        .find_map(|fmt| chrono::NaiveDateTime::parse_from_str(text, fmt).ok())
-        .map(|t| Some(t.and_utc().timestamp_millis()))
-        .ok_or_else(|| Error::invalid(field, format!("`{text}` is not a date and time")))
-}
-
 pub(super) async fn job_names(
     state: &AppState,
     ids: Vec<i64>,
@@ -104,8 +94,8 @@ async fn list(
             job_id: q.number("job_id", "job_id")?,
             group_id: q.number("group_id", "group_id")?,
             status: q.get("status").map(str::to_owned),
-            from_ms: filter_time(q.get("from"), "from")?,
-            to_ms: filter_time(q.get("to"), "to")?,
+            from_ms: q.utc_time("from")?,
+            to_ms: q.utc_time("to")?,
             limit: Some(50),
             offset: q.number("offset", "offset")?,
         })
@@ -114,31 +104,12 @@ async fn list(
         Ok(query) => service::runs::list(&state, &user.actor, query).await,
         Err(e) => Err(e),
     };
-    let mut error = String::new();
-    let paged = match result {
-        Ok(p) => p,
-        Err(e @ Error::Invalid { .. }) => {
-            error = e.public_message();
-            Paged {
-                items: Vec::new(),
-                total: 0,
-                limit: 50,
-                offset: 0,
-            }
-        }
-        Err(e) => return Err(e.into()),
-    };
+    let (paged, error) = listed(result)?;
     let names = job_names(&state, paged.items.iter().map(|r| r.job_id).collect()).await?;
     let c = user.page("runs");
-    let keep: Vec<(&str, &str)> = ["job_id", "group_id", "status", "from", "to"]
-        .into_iter()
-        .filter_map(|k| q.get(k).map(|v| (k, v)))
-        .collect();
-    let base = format!(
-        "/console/runs?{}",
-        url::form_urlencoded::Serializer::new(String::new())
-            .extend_pairs(keep)
-            .finish()
+    let base = q.link_keeping(
+        "/console/runs",
+        &["job_id", "group_id", "status", "from", "to"],
     );
     let chosen_group = q.text("group_id");
     let chosen_status = q.text("status");

@@ -285,6 +285,27 @@ async fn an_operator_creates_a_cron_job_triggers_it_and_watches_its_log() {
         .unwrap();
     assert!(log.contains("second line"), "{log}");
 
+    // On a phone-sized window the navigation folds into a menu and nothing overflows sideways.
+    browser.set_window_rect(0, 0, 390, 844).await.unwrap();
+    for path in [
+        "/console",
+        "/console/jobs",
+        "/console/jobs/new",
+        "/console/runs",
+    ] {
+        browser.goto(format!("{base}{path}")).await.unwrap();
+        until(
+            &browser,
+            "a page that fits a phone",
+            "document.documentElement.scrollWidth <= window.innerWidth \
+             && getComputedStyle(document.querySelector('.nav-burger')).display !== 'none' \
+             && getComputedStyle(document.querySelector('nav.nav')).display === 'none'",
+            Duration::from_secs(5),
+        )
+        .await;
+    }
+    browser.set_window_rect(0, 0, 1280, 900).await.unwrap();
+
     // The audit page shows what we did.
     browser.goto(format!("{base}/console/audit")).await.unwrap();
     let table = browser

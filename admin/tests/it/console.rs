@@ -440,3 +440,71 @@ async fn pages_render_for_an_admin(app: &TestApp) {
     assert!(body["error"].as_str().is_some());
 }
 api_test!(pages_render_for_an_admin);
+
+async fn script_versions_diff_and_roll_back(app: &TestApp) {
+    let group = app.group("script-app").await;
+    let body = |source: &str| {
+        serde_json::json!({"group_id": group, "name": "scripted",
+            "schedule": {"type": "none"},
+            "handler": {"type": "script", "interpreter": "bash", "source": source}})
+    };
+    let created = app
+        .post("/api/v1/jobs", &app.admin, body("echo one\necho two\n"))
+        .await;
+    let id = created.body["id"].as_i64().unwrap();
+    let r = app
+        .call(
+            "PUT",
+            &format!("/api/v1/jobs/{id}"),
+            Some(&app.admin),
+            Some(body("echo one\necho three\n")),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let mut v = Visitor::new(app);
+    v.login("admin", ADMIN_PASSWORD).await;
+    let job = v.get(&format!("/console/jobs/{id}")).await;
+    assert!(job.body.contains("id=\"versions-table\""));
+    // Version 1 against the current version 2.
+    let diff = v.get(&format!("/console/jobs/{id}/versions/1")).await;
+    assert_eq!(diff.status, StatusCode::OK, "{}", diff.body);
+    assert!(
+        diff.body.contains("<span class=\"d-del\">-echo two</span>"),
+        "{}",
+        diff.body
+    );
+    assert!(
+        diff.body
+            .contains("<span class=\"d-add\">+echo three</span>")
+    );
+    // Any two versions compare; a version that does not exist is a 404.
+    let same = v
+        .get(&format!("/console/jobs/{id}/versions/1?against=1"))
+        .await;
+    assert!(!same.body.contains("class=\"d-add\""));
+    assert_eq!(
+        v.get(&format!("/console/jobs/{id}/versions/1?against=9"))
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        v.get(&format!("/console/jobs/{id}/versions/1?against=x"))
+            .await
+            .status,
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    // Roll back: version 1's source becomes current again as version 3.
+    let csrf = diff.csrf();
+    let done = v
+        .post(
+            &format!("/console/jobs/{id}/versions/1/rollback"),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER);
+    let now = app.get(&format!("/api/v1/jobs/{id}"), &app.admin).await;
+    assert_eq!(now.body["handler"]["source"], "echo one\necho two\n");
+    assert_eq!(now.body["handler"]["script_version"], 3);
+}
+api_test!(script_versions_diff_and_roll_back);

@@ -6,7 +6,7 @@ use actix_web::{HttpRequest, web};
 use askama::Template;
 use askama_web::WebTemplate;
 
-use super::forms::{ConsoleUser, CsrfForm, Fields, listed};
+use super::forms::{ConsoleUser, CsrfForm, Fields, belongs_in_form, listed};
 use super::views::{Chrome, FormState, Opt, Pager, when};
 use super::{PageResult, render, see_other_with};
 use crate::domain::alert::{AlertKind, ChannelInput, EventStatus, WebhookFormat};
@@ -211,7 +211,7 @@ async fn create(state: web::Data<AppState>, form: CsrfForm) -> PageResult {
             "/console/alerts",
             user.chrome.t("flash.saved"),
         )),
-        Err(e @ (Error::Invalid { .. } | Error::Conflict { .. })) => failed(
+        Err(e) if belongs_in_form(&e) => failed(
             &user,
             &fields,
             &e,
@@ -259,7 +259,7 @@ async fn update(state: web::Data<AppState>, form: CsrfForm, id: web::Path<i64>) 
             "/console/alerts",
             user.chrome.t("flash.saved"),
         )),
-        Err(e @ (Error::Invalid { .. } | Error::Conflict { .. })) => {
+        Err(e) if belongs_in_form(&e) => {
             let heading = format!("{} #{id}", user.chrome.t("action.edit"));
             failed(
                 &user,

@@ -80,6 +80,16 @@ impl Fields {
         }
     }
 
+    /// A named choice (a `<select>` of one of our `string_enum!` names); the error names `name`.
+    pub fn choice<T: std::str::FromStr<Err = String>>(
+        &self,
+        name: &str,
+    ) -> Result<Option<T>, Error> {
+        self.get(name)
+            .map(|v| v.parse().map_err(|e| Error::invalid(name, e)))
+            .transpose()
+    }
+
     /// A `datetime-local` filter value, read as UTC, in milliseconds.
     pub fn utc_time(&self, name: &str) -> Result<Option<i64>, Error> {
         let Some(text) = self.get(name) else {
@@ -137,6 +147,12 @@ pub fn listed<T>(result: Result<Paged<T>, Error>) -> Result<(Paged<T>, String), 
         )),
         Err(e) => Err(e.into()),
     }
+}
+
+/// Whether an error is the user's to fix in the form (shown beside the field, input kept)
+/// rather than a page of its own.
+pub fn belongs_in_form(err: &Error) -> bool {
+    matches!(err, Error::Invalid { .. } | Error::Conflict { .. })
 }
 
 /// The logged-in user of a console request.
@@ -255,5 +271,16 @@ mod tests {
         assert_eq!(f.number::<i64>("n", "n").unwrap_err().field(), Some("n"));
         assert_eq!(f.number::<i64>("absent", "absent").unwrap(), None);
         assert!(f.flag("on") && !f.flag("name"));
+        let choices = Fields::parse(b"routing=round_robin&misfire=sometimes");
+        let routing: Option<crate::domain::routing::Routing> = choices.choice("routing").unwrap();
+        assert_eq!(routing.map(|r| r.as_str()), Some("round_robin"));
+        let bad = choices
+            .choice::<crate::domain::policy::Misfire>("misfire")
+            .unwrap_err();
+        assert_eq!(bad.field(), Some("misfire"));
+        assert!(
+            bad.to_string().contains("do_nothing"),
+            "the accepted names are listed: {bad}"
+        );
     }
 }

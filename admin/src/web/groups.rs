@@ -6,7 +6,7 @@ use actix_web::web;
 use askama::Template;
 use askama_web::WebTemplate;
 
-use super::forms::{ConsoleUser, CsrfForm, Fields};
+use super::forms::{ConsoleUser, CsrfForm, Fields, belongs_in_form};
 use super::views::{Chrome, FormState, when};
 use super::{PageResult, render, see_other_with};
 use crate::db::Page;
@@ -145,13 +145,7 @@ async fn new(user: ConsoleUser) -> PageResult {
 }
 
 fn mode_and_addresses(f: &Fields) -> Result<(Option<AddressMode>, Option<Vec<String>>), Error> {
-    let mode = f
-        .get("address_mode")
-        .map(|m| {
-            m.parse::<AddressMode>()
-                .map_err(|e| Error::invalid("address_mode", e))
-        })
-        .transpose()?;
+    let mode = f.choice("address_mode")?;
     let addresses: Vec<String> = f
         .raw("addresses")
         .split(|c: char| c == '\n' || c == ',' || c.is_whitespace())
@@ -198,7 +192,7 @@ async fn create(state: web::Data<AppState>, form: CsrfForm) -> PageResult {
             "/console/groups",
             user.chrome.t("flash.saved"),
         )),
-        Err(e @ (Error::Invalid { .. } | Error::Conflict { .. })) => failed(
+        Err(e) if belongs_in_form(&e) => failed(
             &user,
             &fields,
             &e,
@@ -246,7 +240,7 @@ async fn update(state: web::Data<AppState>, form: CsrfForm, id: web::Path<i64>) 
             "/console/groups",
             user.chrome.t("flash.saved"),
         )),
-        Err(e @ (Error::Invalid { .. } | Error::Conflict { .. })) => {
+        Err(e) if belongs_in_form(&e) => {
             let heading = format!("{} #{id}", user.chrome.t("action.edit"));
             failed(
                 &user,

@@ -9,7 +9,7 @@ use askama_web::WebTemplate;
 use chrono::TimeZone;
 use serde::Serialize;
 
-use super::forms::{ConsoleUser, CsrfForm, Fields, listed};
+use super::forms::{ConsoleUser, CsrfForm, Fields, belongs_in_form, listed};
 use super::views::{Chrome, FormState, Opt, Pager, RunRow, when};
 use super::{PageResult, render, see_other_with};
 use crate::auth::rbac::Actor;
@@ -373,11 +373,7 @@ fn new_form(group_id: Option<i64>) -> FormState {
 
 /// Reads the form into the API's `JobInput`, so both surfaces pass the same validation.
 fn input_of(f: &Fields) -> Result<JobInput, Error> {
-    let kind: ScheduleType = f
-        .get("schedule.type")
-        .unwrap_or("none")
-        .parse()
-        .map_err(|e: String| Error::invalid("schedule.type", e))?;
+    let kind = f.choice("schedule.type")?.unwrap_or(ScheduleType::None);
     let timezone = f.get("schedule.timezone").map(str::to_owned);
     let at_ms = if kind == ScheduleType::Once {
         let text = f
@@ -391,11 +387,7 @@ fn input_of(f: &Fields) -> Result<JobInput, Error> {
     } else {
         None
     };
-    let handler: HandlerType = f
-        .get("handler.type")
-        .unwrap_or("shell")
-        .parse()
-        .map_err(|e: String| Error::invalid("handler.type", e))?;
+    let handler = f.choice("handler.type")?.unwrap_or(HandlerType::Shell);
     let parse =
         |name: &str| -> Result<Option<String>, Error> { Ok(f.get(name).map(str::to_owned)) };
     Ok(JobInput {
@@ -438,13 +430,7 @@ fn input_of(f: &Fields) -> Result<JobInput, Error> {
             },
         },
         params: Some(f.raw("params").to_owned()),
-        routing: f
-            .get("routing")
-            .map(|r| {
-                r.parse::<Routing>()
-                    .map_err(|e| Error::invalid("routing", e))
-            })
-            .transpose()?,
+        routing: f.choice("routing")?,
         enabled: Some(f.flag("enabled")),
         timeout_s: f.number("timeout_s", "timeout_s")?,
         retry: Some(RetryInput {
@@ -456,27 +442,9 @@ fn input_of(f: &Fields) -> Result<JobInput, Error> {
             memory_mb: f.number("limits.memory_mb", "limits.memory_mb")?,
             pids: f.number("limits.pids", "limits.pids")?,
         }),
-        misfire: f
-            .get("misfire")
-            .map(|v| {
-                v.parse::<Misfire>()
-                    .map_err(|e| Error::invalid("misfire", e))
-            })
-            .transpose()?,
-        concurrency: f
-            .get("concurrency")
-            .map(|v| {
-                v.parse::<Concurrency>()
-                    .map_err(|e| Error::invalid("concurrency", e))
-            })
-            .transpose()?,
-        block_strategy: f
-            .get("block_strategy")
-            .map(|v| {
-                v.parse::<BlockStrategy>()
-                    .map_err(|e| Error::invalid("block_strategy", e))
-            })
-            .transpose()?,
+        misfire: f.choice("misfire")?,
+        concurrency: f.choice("concurrency")?,
+        block_strategy: f.choice("block_strategy")?,
         children: Some(f.ids("children", "children")?),
         alert: Some(AlertInput {
             on_failure: Some(f.flag("alert.on_failure")),
@@ -615,11 +583,6 @@ async fn form_failed(
     f.fail(&err, FORM_FIELDS);
     let page = form_page(state, user, heading, action, cancel, f).await?;
     render(status, &page)
-}
-
-/// Whether an error is the user's to fix in the form (rather than a page of its own).
-fn belongs_in_form(err: &Error) -> bool {
-    matches!(err, Error::Invalid { .. } | Error::Conflict { .. })
 }
 
 async fn create(state: web::Data<AppState>, form: CsrfForm) -> PageResult {

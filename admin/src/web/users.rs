@@ -6,7 +6,7 @@ use actix_web::{HttpRequest, web};
 use askama::Template;
 use askama_web::WebTemplate;
 
-use super::forms::{ConsoleUser, CsrfForm, Fields};
+use super::forms::{ConsoleUser, CsrfForm, Fields, belongs_in_form};
 use super::views::{Chrome, FormState, Opt, Pager, when};
 use super::{PageResult, render, see_other_with};
 use crate::db::Page;
@@ -179,10 +179,8 @@ async fn new(state: web::Data<AppState>, user: ConsoleUser) -> PageResult {
 }
 
 fn role_of(f: &Fields) -> Result<Role, Error> {
-    f.get("role")
-        .ok_or_else(|| Error::invalid("role", "choose a role"))?
-        .parse()
-        .map_err(|e: String| Error::invalid("role", e))
+    f.choice("role")?
+        .ok_or_else(|| Error::invalid("role", "choose a role"))
 }
 
 async fn form_failed(
@@ -227,7 +225,7 @@ async fn create(state: web::Data<AppState>, form: CsrfForm) -> PageResult {
             &format!("/console/users/{}/edit", created.id),
             user.chrome.t("flash.saved"),
         )),
-        Err(e @ (Error::Invalid { .. } | Error::Conflict { .. })) => {
+        Err(e) if belongs_in_form(&e) => {
             form_failed(
                 &state,
                 &user,
@@ -285,7 +283,7 @@ async fn update(state: web::Data<AppState>, form: CsrfForm, id: web::Path<i64>) 
             &format!("/console/users/{id}/edit"),
             user.chrome.t("flash.saved"),
         )),
-        Err(e @ (Error::Invalid { .. } | Error::Conflict { .. })) => {
+        Err(e) if belongs_in_form(&e) => {
             let heading = format!("{} #{id}", user.chrome.t("action.edit"));
             form_failed(
                 &state,
@@ -432,7 +430,7 @@ async fn create_token(state: web::Data<AppState>, form: CsrfForm) -> PageResult 
             let page = tokens_page(&state, &user, created.token, f).await?;
             render(StatusCode::OK, &page)
         }
-        Err(e @ (Error::Invalid { .. } | Error::Conflict { .. })) => {
+        Err(e) if belongs_in_form(&e) => {
             let mut f =
                 FormState::from_pairs(fields.0.iter().filter(|(k, _)| k != "csrf").cloned());
             f.fail(&e, TOKEN_FIELDS);

@@ -13,7 +13,10 @@ first_start=false
 [ -f data/jobfleet.db ] || first_start=true
 password=${JOBFLEET_ADMIN_PASSWORD:-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')}
 
-JOBFLEET_LISTEN=$listen JOBFLEET_ADMIN_PASSWORD=$password ./target/debug/jobfleet-admin serve >data/admin.out 2>&1 &
+# One machine, one agent started right here: it is approved as it enrolls. A fleet keeps the
+# default (approve_agents = "manual") and approves each agent in the console.
+JOBFLEET_LISTEN=$listen JOBFLEET_ADMIN_PASSWORD=$password JOBFLEET_APPROVE_AGENTS=auto \
+  ./target/debug/jobfleet-admin serve >data/admin.out 2>&1 &
 admin_pid=$!
 agent_pid=
 trap 'kill $admin_pid $agent_pid 2>/dev/null; wait 2>/dev/null' EXIT INT TERM

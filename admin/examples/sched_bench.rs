@@ -144,6 +144,7 @@ impl Bench {
                 "bench-secret-bench-secret-bench-secret-00",
             )
             .env("JOBFLEET_ACCESS_TOKEN", TOKEN)
+            .env("JOBFLEET_APPROVE_AGENTS", "auto")
             .env("JOBFLEET_ADMIN_PASSWORD", "bench-password-1")
             .env("JOBFLEET_DB_POOL_SIZE", "16")
             .env("JOBFLEET_LOG", "warn")

@@ -4,9 +4,14 @@
 
 use jobfleet_agent::protocol::{CODE_OK, CODE_TIMEOUT, HandleCallbackParam};
 
+use std::collections::HashMap;
+
+use jobfleet_agent::protocol::NOT_STARTED;
+
 use crate::db::job_run::{self, RunResult};
 use crate::error::Error;
 use crate::scheduler::followup;
+use crate::service::agents;
 use crate::startup::AppState;
 
 /// The run status a callback means. jobfleet agents say it; XXL-Job executors only give a code.
@@ -15,6 +20,8 @@ fn status_of(cb: &HandleCallbackParam) -> &'static str {
         Some("succeeded") => "succeeded",
         Some("timed_out") => "timed_out",
         Some("killed") => "killed",
+        // The agent died while the run was going (it says so after its restart).
+        Some("lost") => "lost",
         Some(_) => "failed",
         None => match cb.handle_code {
             CODE_OK => "succeeded",
@@ -51,20 +58,63 @@ fn result_of(cb: &HandleCallbackParam) -> RunResult {
 ///
 /// # Errors
 /// Database errors (the agent keeps the batch and retries).
-pub async fn accept(state: &AppState, batch: Vec<HandleCallbackParam>) -> Result<usize, Error> {
+pub async fn accept(
+    state: &AppState,
+    batch: Vec<HandleCallbackParam>,
+    key: Option<&str>,
+) -> Result<usize, Error> {
     if batch.len() > 1000 {
         return Err(Error::invalid("callback", "at most 1000 results per batch"));
     }
+    let key = key.map(str::to_owned);
     let now = state.clock.now_ms();
     let outbox = state.alerts.outbox();
     let alerts = outbox.clone();
-    let (stored, statuses, dues) = state
+    let (stored, statuses, dues, refused) = state
         .db
         .transaction(move |conn| {
+            let mut refused = Vec::new();
             let mut stored = 0;
             let mut statuses = Vec::new();
             let mut dues = Vec::new();
+            let reporter = agents::reporter(conn, key.as_deref())?;
+            let ids: Vec<i64> = batch.iter().map(|cb| cb.log_id).collect();
+            let destinations: HashMap<i64, (i64, Option<String>)> =
+                job_run::destinations(conn, &ids)?
+                    .into_iter()
+                    .map(|(id, group, agent)| (id, (group, agent)))
+                    .collect();
             for cb in &batch {
+                // An unknown run is acknowledged and ignored, as before.
+                let Some((group_id, sent_to)) = destinations.get(&cb.log_id) else {
+                    continue;
+                };
+                match agents::may_report(conn, &reporter, *group_id, sent_to.as_deref())? {
+                    Ok(None) => {}
+                    Ok(Some(agent)) => job_run::set_agent_if_unknown(conn, cb.log_id, &agent)?,
+                    Err(why) => {
+                        // Acknowledged, so a confused agent does not resend it forever; the
+                        // result changes nothing.
+                        tracing::warn!(run_id = cb.log_id, reason = why, "Result refused");
+                        refused.push(cb.log_id);
+                        continue;
+                    }
+                }
+                if cb.status.as_deref() == Some(NOT_STARTED) {
+                    // Accepted, queued and never started on an agent that then died: it cannot
+                    // have run, so it goes out again as the same run, without using a retry.
+                    let why = format!(
+                        "handed back unstarted: {}",
+                        cb.handle_msg.as_deref().unwrap_or("the agent restarted")
+                    );
+                    if job_run::requeue(conn, cb.log_id, &why)? {
+                        dues.push(crate::scheduler::Due {
+                            at_ms: now,
+                            run_id: cb.log_id,
+                        });
+                    }
+                    continue;
+                }
                 let mut result = result_of(cb);
                 if result.finished_ms.is_none_or(|t| t <= 0) {
                     result.finished_ms = Some(now);
@@ -76,9 +126,12 @@ pub async fn accept(state: &AppState, batch: Vec<HandleCallbackParam>) -> Result
                     statuses.push(result.status);
                 }
             }
-            Ok((stored, statuses, dues))
+            Ok((stored, statuses, dues, refused))
         })
         .await?;
+    if !refused.is_empty() {
+        tracing::warn!(runs = ?refused, "Results from an agent the runs were not sent to were ignored");
+    }
     outbox.committed();
     for status in &statuses {
         state.metrics.run_outcomes.inc(status);

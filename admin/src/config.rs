@@ -54,6 +54,36 @@ const KEYS: &[(&str, Option<&str>, &str)] = &[
     ),
     ("workers", Some("2"), "HTTP worker threads"),
     (
+        "login_failures_per_user",
+        Some("10"),
+        "wrong passwords allowed per account name per login window, from any client",
+    ),
+    (
+        "login_failures_per_client",
+        Some("30"),
+        "wrong passwords allowed per client address (an IPv6 /64) per login window, over any names",
+    ),
+    (
+        "login_window_s",
+        Some("300"),
+        "the login limits' window, seconds: a full bucket drains in this long",
+    ),
+    (
+        "login_limiter_capacity",
+        Some("10000"),
+        "account names and client addresses the login limiter remembers, each",
+    ),
+    (
+        "password_hash_concurrency",
+        Some("2"),
+        "password hashes computed at once (each takes ~19 MiB and a core for ~50 ms)",
+    ),
+    (
+        "password_hash_queue_ms",
+        Some("2000"),
+        "how long a login waits for a hashing slot before answering 503 with Retry-After",
+    ),
+    (
         "scheduler",
         Some("true"),
         "true: this admin fires jobs and runs the monitors; false: it only serves the console and API",
@@ -72,6 +102,11 @@ const KEYS: &[(&str, Option<&str>, &str)] = &[
         "retention_days",
         Some("30"),
         "finished runs and daily report rows older than this are removed",
+    ),
+    (
+        "approve_agents",
+        Some("manual"),
+        "manual: an agent enrolling with the shared token waits for an admin's approval before it gets runs; auto: it is approved at once",
     ),
     (
         "public_url",
@@ -185,10 +220,16 @@ pub struct Config {
     pub db_connect_timeout: Duration,
     pub max_body_bytes: usize,
     pub workers: usize,
+    /// The password-guessing limits of every login and password-change surface.
+    pub login_limits: crate::auth::rate_limit::Limits,
+    /// How many password hashes run at once, and how long one may wait for a slot.
+    pub password_hash: crate::auth::password::GateLimits,
     pub scheduler: bool,
     pub misfire_threshold_ms: i64,
     pub trigger_timeout: Duration,
     pub retention_days: u32,
+    /// New agents wait for an admin's approval (`approve_agents = "manual"`).
+    pub agents_need_approval: bool,
     /// Without a trailing slash.
     pub public_url: Option<String>,
     /// 0 = no quiet window.
@@ -213,6 +254,8 @@ impl fmt::Debug for Config {
             .field("db_connect_timeout", &self.db_connect_timeout)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("workers", &self.workers)
+            .field("login_limits", &self.login_limits)
+            .field("password_hash", &self.password_hash)
             .field("scheduler", &self.scheduler)
             .field("misfire_threshold_ms", &self.misfire_threshold_ms)
             .field("trigger_timeout", &self.trigger_timeout)
@@ -405,11 +448,13 @@ impl Config {
             ));
         }
         if let Some(token) = &access_token
-            && (token.len() < 8 || token.chars().any(|c| c.is_control() || c.is_whitespace()))
+            && (!(16..=512).contains(&token.len())
+                || token.chars().any(|c| c.is_control() || c.is_whitespace()))
         {
+            // The same rule as the agent's `token`: a token an agent would refuse is no use.
             return Err(fail(
                 "access_token",
-                "must be at least 8 characters without spaces or control characters".into(),
+                "must be 16 to 512 characters without spaces or control characters".into(),
             ));
         }
         let public_url = match get("public_url").filter(|s| !s.is_empty()) {
@@ -445,6 +490,22 @@ impl Config {
                 .map_err(|e| fail("max_body_bytes", e.to_string()))?,
             workers: usize::try_from(number("workers", 1, 64)?)
                 .map_err(|e| fail("workers", e.to_string()))?,
+            login_limits: crate::auth::rate_limit::Limits {
+                per_user: u32::try_from(number("login_failures_per_user", 1, 100_000)?)
+                    .map_err(|e| fail("login_failures_per_user", e.to_string()))?,
+                per_client: u32::try_from(number("login_failures_per_client", 1, 1_000_000)?)
+                    .map_err(|e| fail("login_failures_per_client", e.to_string()))?,
+                window_ms: i64::try_from(number("login_window_s", 1, 7 * 86_400)?)
+                    .map_err(|e| fail("login_window_s", e.to_string()))?
+                    * 1000,
+                capacity: usize::try_from(number("login_limiter_capacity", 100, 10_000_000)?)
+                    .map_err(|e| fail("login_limiter_capacity", e.to_string()))?,
+            },
+            password_hash: crate::auth::password::GateLimits {
+                concurrency: usize::try_from(number("password_hash_concurrency", 1, 256)?)
+                    .map_err(|e| fail("password_hash_concurrency", e.to_string()))?,
+                queue: Duration::from_millis(number("password_hash_queue_ms", 10, 600_000)?),
+            },
             scheduler: match get("scheduler").unwrap_or_default().as_str() {
                 "true" => true,
                 "false" => false,
@@ -457,6 +518,16 @@ impl Config {
             trigger_timeout: Duration::from_millis(number("trigger_timeout_ms", 100, 60_000)?),
             retention_days: u32::try_from(number("retention_days", 1, 3650)?)
                 .map_err(|e| fail("retention_days", e.to_string()))?,
+            agents_need_approval: match get("approve_agents").unwrap_or_default().as_str() {
+                "manual" => true,
+                "auto" => false,
+                other => {
+                    return Err(fail(
+                        "approve_agents",
+                        format!("`{other}` is not manual or auto"),
+                    ));
+                }
+            },
             public_url,
             alert_quiet_window_ms: i64::try_from(number("alert_quiet_window_s", 0, 7 * 86_400)?)
                 .map_err(|e| fail("alert_quiet_window_s", e.to_string()))?
@@ -616,6 +687,7 @@ mod tests {
             ("JOBFLEET_DATABASE_URL", "postgres://x/y", "database_url"),
             ("JOBFLEET_JWT_SECRET", "short", "jwt_secret"),
             ("JOBFLEET_ACCESS_TOKEN", "a b", "access_token"),
+            ("JOBFLEET_ACCESS_TOKEN", "fifteen-chars-x", "access_token"),
             ("JOBFLEET_DB_POOL_SIZE", "0", "db_pool_size"),
             ("JOBFLEET_LOG", "info,=[", "log"),
             ("JOBFLEET_MAX_BODY_BYTES", "12abc", "max_body_bytes"),
@@ -655,6 +727,34 @@ mod tests {
         assert!(config.scheduler);
         assert_eq!(config.misfire_threshold_ms, 5000);
         assert_eq!(config.retention_days, 30);
+        assert_eq!(
+            config.login_limits,
+            crate::auth::rate_limit::Limits {
+                per_user: 10,
+                per_client: 30,
+                window_ms: 300_000,
+                capacity: 10_000
+            }
+        );
+        assert_eq!(config.password_hash.concurrency, 2);
+    }
+
+    #[test]
+    fn login_keys_are_checked() {
+        for (var, value) in [
+            ("JOBFLEET_LOGIN_FAILURES_PER_USER", "0"),
+            ("JOBFLEET_LOGIN_FAILURES_PER_CLIENT", "many"),
+            ("JOBFLEET_LOGIN_WINDOW_S", "0"),
+            ("JOBFLEET_LOGIN_LIMITER_CAPACITY", "5"),
+            ("JOBFLEET_PASSWORD_HASH_CONCURRENCY", "0"),
+            ("JOBFLEET_PASSWORD_HASH_QUEUE_MS", "1"),
+        ] {
+            let err = Config::load(&env(&[(var, value)])).unwrap_err();
+            assert_eq!(
+                err.key,
+                var.trim_start_matches("JOBFLEET_").to_ascii_lowercase()
+            );
+        }
     }
 
     #[test]

@@ -26,8 +26,12 @@ pub enum Error {
     Unauthenticated(String),
     #[error("{0}")]
     Forbidden(String),
-    #[error("too many attempts; try again later")]
-    RateLimited,
+    /// Too many attempts from this client or at this account; `retry_after_s` says when to retry.
+    #[error("too many attempts; try again in {retry_after_s} seconds")]
+    RateLimited { retry_after_s: u64 },
+    /// A bounded resource (password hashing) is busy past its queue deadline; not the caller's fault.
+    #[error("the server is busy; try again in {retry_after_s} seconds")]
+    Overloaded { retry_after_s: u64 },
     #[error("{0}")]
     AgentUnreachable(String),
     #[error("service unavailable: {0}")]
@@ -51,13 +55,14 @@ pub enum Code {
     Unauthenticated,
     Forbidden,
     RateLimited,
+    Overloaded,
     AgentUnreachable,
     Unavailable,
     Internal,
 }
 
 impl Code {
-    pub const ALL: [Code; 15] = [
+    pub const ALL: [Code; 16] = [
         Code::NotFound,
         Code::InvalidJson,
         Code::InvalidField,
@@ -70,6 +75,7 @@ impl Code {
         Code::Unauthenticated,
         Code::Forbidden,
         Code::RateLimited,
+        Code::Overloaded,
         Code::AgentUnreachable,
         Code::Unavailable,
         Code::Internal,
@@ -90,6 +96,7 @@ impl Code {
             Code::Unauthenticated => ("unauthenticated", StatusCode::UNAUTHORIZED),
             Code::Forbidden => ("forbidden", StatusCode::FORBIDDEN),
             Code::RateLimited => ("rate_limited", StatusCode::TOO_MANY_REQUESTS),
+            Code::Overloaded => ("overloaded", StatusCode::SERVICE_UNAVAILABLE),
             Code::AgentUnreachable => ("agent_unreachable", StatusCode::BAD_GATEWAY),
             Code::Unavailable => ("unavailable", StatusCode::SERVICE_UNAVAILABLE),
             Code::Internal => ("internal", StatusCode::INTERNAL_SERVER_ERROR),
@@ -138,10 +145,22 @@ impl Error {
             Error::Conflict { .. } => Code::Conflict,
             Error::Unauthenticated(_) => Code::Unauthenticated,
             Error::Forbidden(_) => Code::Forbidden,
-            Error::RateLimited => Code::RateLimited,
+            Error::RateLimited { .. } => Code::RateLimited,
+            Error::Overloaded { .. } => Code::Overloaded,
             Error::AgentUnreachable(_) => Code::AgentUnreachable,
             Error::Unavailable(_) => Code::Unavailable,
             Error::Internal(_) => Code::Internal,
+        }
+    }
+
+    /// Seconds a client should wait before retrying, for a `Retry-After` header.
+    pub fn retry_after_s(&self) -> Option<u64> {
+        match self {
+            Error::RateLimited { retry_after_s } | Error::Overloaded { retry_after_s } => {
+                Some(*retry_after_s)
+            }
+            Error::Unavailable(_) => Some(5),
+            _ => None,
         }
     }
 
@@ -265,8 +284,8 @@ impl ResponseError for ApiError {
         if matches!(self.0, Error::Unauthenticated(_)) {
             builder.insert_header(("WWW-Authenticate", "Bearer"));
         }
-        if matches!(self.0, Error::Unavailable(_)) {
-            builder.insert_header(("Retry-After", "5"));
+        if let Some(seconds) = self.0.retry_after_s() {
+            builder.insert_header(("Retry-After", seconds.to_string()));
         }
         builder.json(ErrorBody {
             error: ErrorDetail {
@@ -310,6 +329,7 @@ mod tests {
             (Code::Unauthenticated, 401),
             (Code::Forbidden, 403),
             (Code::RateLimited, 429),
+            (Code::Overloaded, 503),
             (Code::AgentUnreachable, 502),
             (Code::Unavailable, 503),
             (Code::Internal, 500),

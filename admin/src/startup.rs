@@ -9,6 +9,7 @@ use actix_web::{App, HttpServer, web};
 use anyhow::Context;
 
 use crate::auth::jwt::JwtKeys;
+use crate::auth::password::HashGate;
 use crate::auth::random_token;
 use crate::auth::rate_limit::RateLimiter;
 use crate::clock::SharedClock;
@@ -27,7 +28,10 @@ pub struct AppState {
     pub clock: SharedClock,
     pub jwt: JwtKeys,
     pub jwt_ttl_ms: i64,
+    /// The password-guessing limit of every surface that checks a password.
     pub login_limiter: RateLimiter,
+    /// Bounds concurrent password hashing (memory and CPU).
+    pub password_gate: HashGate,
     pub config: Arc<Config>,
     /// The token agents must present, and that we present to them.
     pub access_token: String,
@@ -38,10 +42,6 @@ pub struct AppState {
     /// Alert delivery: the worker's wake-up, the webhook client, the SMTP mailer.
     pub alerts: crate::alert::Alerts,
 }
-
-/// Failed logins allowed per client and user name within the window below.
-const LOGIN_FAILURES_ALLOWED: usize = 10;
-const LOGIN_WINDOW_MS: i64 = 5 * 60 * 1000;
 
 /// Reads a secret kept beside the SQLite file, creating it (mode 0600) on first start, so a
 /// single-node admin keeps its tokens valid across restarts without any configuration.
@@ -125,7 +125,8 @@ pub async fn prepare(
         clock,
         jwt: JwtKeys::new(jwt_secret.as_bytes()),
         jwt_ttl_ms,
-        login_limiter: RateLimiter::new(LOGIN_FAILURES_ALLOWED, LOGIN_WINDOW_MS),
+        login_limiter: RateLimiter::new(config.login_limits),
+        password_gate: HashGate::new(config.password_hash),
         config: Arc::new(config),
         access_token,
         agents,

@@ -36,6 +36,8 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
+const TOKEN: &str = "bench-token-0123456789";
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -61,6 +63,7 @@ async fn main() {
         .env("JOBFLEET_AGENT_GROUP", "bench")
         .env("JOBFLEET_AGENT_LISTEN", format!("127.0.0.1:{port}"))
         .env("JOBFLEET_AGENT_DATA_DIR", dir.path())
+        .env("JOBFLEET_AGENT_TOKEN", TOKEN)
         .env("JOBFLEET_AGENT_MAX_CONCURRENT", "200")
         .env("RUST_LOG", "error")
         .envs(
@@ -72,7 +75,17 @@ async fn main() {
         .spawn()
         .unwrap();
     let base = format!("http://127.0.0.1:{port}");
-    let client = reqwest::Client::new();
+    let client = reqwest::Client::builder()
+        .default_headers(
+            [(
+                reqwest::header::HeaderName::from_static("xxl-job-access-token"),
+                reqwest::header::HeaderValue::from_static(TOKEN),
+            )]
+            .into_iter()
+            .collect(),
+        )
+        .build()
+        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while client.post(format!("{base}/beat")).send().await.is_err() {
         assert!(Instant::now() < deadline, "agent did not start");
@@ -143,6 +156,11 @@ async fn main() {
         .unwrap()
         .filter_map(|e| std::fs::read(e.unwrap().path()).ok())
         .filter_map(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        // A spool file holds one result or, since group commit, an array of them.
+        .flat_map(|v| match v {
+            serde_json::Value::Array(items) => items,
+            one => vec![one],
+        })
         .collect();
     let series = |unlimited: bool| {
         let mut v: Vec<f64> = spooled

@@ -6,19 +6,25 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::protocol::{ACCESS_TOKEN_HEADER, Envelope};
+use crate::protocol::{ACCESS_TOKEN_HEADER, AGENT_KEY_HEADER, Envelope};
 
 #[derive(Debug)]
 pub struct AdminClient {
     admins: Vec<String>,
     token: Option<String>,
+    /// This agent's own key, sent on every call (`None` only in tests of the client).
+    key: Option<String>,
     http: reqwest::Client,
     /// Index of the admin that answered last.
     current: AtomicUsize,
 }
 
 impl AdminClient {
-    pub fn new(admins: Vec<String>, token: Option<String>) -> Result<Self, String> {
+    pub fn new(
+        admins: Vec<String>,
+        token: Option<String>,
+        key: Option<String>,
+    ) -> Result<Self, String> {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(3))
             .timeout(Duration::from_secs(10))
@@ -27,6 +33,7 @@ impl AdminClient {
         Ok(Self {
             admins,
             token,
+            key,
             http,
             current: AtomicUsize::new(0),
         })
@@ -40,6 +47,9 @@ impl AdminClient {
             let mut request = self.http.post(format!("{base}{path}")).json(body);
             if let Some(token) = &self.token {
                 request = request.header(ACCESS_TOKEN_HEADER, token);
+            }
+            if let Some(key) = &self.key {
+                request = request.header(AGENT_KEY_HEADER, key);
             }
             match request.send().await {
                 Ok(response) => {

@@ -59,12 +59,22 @@ const KEYS: &[(&str, Option<&str>)] = &[
     ("max_concurrent", Some("64")),
     ("max_queued", Some("10000")),
     ("log_retention_days", Some("7")),
+    ("log_max_bytes", Some("16777216")),
+    ("log_min_free_mb", Some("256")),
     ("heartbeat_interval_s", Some("10")),
     ("kill_grace_ms", Some("3000")),
     ("shutdown_grace_s", Some("30")),
     ("allow_root", Some("false")),
     ("log", Some("info")),
 ];
+
+/// Shortest access token accepted: a guessable token is no better than none.
+pub const MIN_TOKEN_LEN: usize = 16;
+/// Longest access token accepted (it travels in a header on every call).
+pub const MAX_TOKEN_LEN: usize = 512;
+/// Smallest and largest per-run log cap (`log_max_bytes`): 64 KiB and 64 GiB.
+pub const MIN_LOG_BYTES: u64 = 64 * 1024;
+pub const MAX_LOG_BYTES: u64 = 64 * 1024 * 1024 * 1024;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("config key `{key}` ({origin}): {message}")]
@@ -80,7 +90,8 @@ pub struct Config {
     pub group: String,
     pub listen: SocketAddr,
     pub advertise: Option<String>,
-    pub token: Option<String>,
+    /// Shared with the admin; required (see `MIN_TOKEN_LEN`).
+    pub token: String,
     pub data_dir: PathBuf,
     pub log_dir: PathBuf,
     pub spool_dir: PathBuf,
@@ -93,6 +104,11 @@ pub struct Config {
     /// agent refuses.
     pub max_queued: usize,
     pub log_retention_days: u32,
+    /// Most bytes kept of one run's output: its head and its tail, with a line saying how
+    /// much was cut between them.
+    pub log_max_bytes: u64,
+    /// Below this much free space on the log folder's disk, runs stop writing logs.
+    pub log_min_free_bytes: u64,
     pub heartbeat_interval: Duration,
     pub kill_grace: Duration,
     pub shutdown_grace: Duration,
@@ -107,7 +123,7 @@ impl std::fmt::Debug for Config {
             .field("group", &self.group)
             .field("listen", &self.listen)
             .field("advertise", &self.advertise)
-            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("token", &"<redacted>")
             .field("data_dir", &self.data_dir)
             .field("max_concurrent", &self.max_concurrent)
             .finish_non_exhaustive()
@@ -282,14 +298,30 @@ fn validate(raw: &Raw) -> Result<Config, ConfigError> {
         .parse()
         .map_err(|_| fail("listen", format!("`{listen_text}` is not IP:PORT")))?;
     let advertise = get("advertise").map(|a| url("advertise", &a)).transpose()?;
-    let token = get("token");
-    if token
-        .as_ref()
-        .is_some_and(|t| t.chars().any(|c| c.is_control() || c.is_whitespace()))
-    {
+    // Without a token anyone who reaches the port runs commands on this host.
+    let token = get("token").ok_or_else(|| {
+        fail(
+            "token",
+            format!(
+                "is required (JOBFLEET_AGENT_TOKEN, --token or `token` in the config file): \
+                 the access token shared with the admin, {MIN_TOKEN_LEN} to {MAX_TOKEN_LEN} characters"
+            ),
+        )
+    })?;
+    if token.chars().any(|c| c.is_control() || c.is_whitespace()) {
         return Err(fail(
             "token",
             "must not contain spaces or control characters".into(),
+        ));
+    }
+    let token_len = token.chars().count();
+    if !(MIN_TOKEN_LEN..=MAX_TOKEN_LEN).contains(&token_len) {
+        return Err(fail(
+            "token",
+            format!(
+                "has {token_len} characters; it needs {MIN_TOKEN_LEN} to {MAX_TOKEN_LEN} \
+                 (JOBFLEET_AGENT_TOKEN, --token or `token` in the config file)"
+            ),
         ));
     }
     let data_dir = PathBuf::from(get("data_dir").unwrap_or_else(|| "agent-data".into()));
@@ -328,6 +360,8 @@ fn validate(raw: &Raw) -> Result<Config, ConfigError> {
         max_concurrent: number("max_concurrent", 1, 10_000)? as usize,
         max_queued: number("max_queued", 0, 1_000_000)? as usize,
         log_retention_days: number("log_retention_days", 1, 3650)? as u32,
+        log_max_bytes: number("log_max_bytes", MIN_LOG_BYTES, MAX_LOG_BYTES)?,
+        log_min_free_bytes: number("log_min_free_mb", 0, 100_000_000)? * 1024 * 1024,
         heartbeat_interval: Duration::from_secs(number("heartbeat_interval_s", 1, 3600)?),
         kill_grace: Duration::from_millis(number("kill_grace_ms", 0, 600_000)?),
         shutdown_grace: Duration::from_secs(number("shutdown_grace_s", 0, 86_400)?),
@@ -341,9 +375,12 @@ fn validate(raw: &Raw) -> Result<Config, ConfigError> {
 mod tests {
     use super::*;
 
+    const TOKEN: &str = "a-token-of-24-characters";
+
+    /// The pairs, after a valid token (a pair may override it).
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
+        std::iter::once(&("JOBFLEET_AGENT_TOKEN", TOKEN))
+            .chain(pairs)
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect()
     }
@@ -380,7 +417,7 @@ mod tests {
                     &Cli::default(),
                     env(&[
                         ("JOBFLEET_AGENT_GROUP", "g"),
-                        ("JOBFLEET_AGENT_TOKEN", "s3cret")
+                        ("JOBFLEET_AGENT_TOKEN", "s3cret-s3cret-s3cret")
                     ])
                 )
                 .unwrap()
@@ -397,17 +434,22 @@ mod tests {
                 config: Some(path),
                 ..Cli::default()
             },
-            Vec::new(),
+            env(&[]),
         )
         .unwrap();
         assert_eq!(
             (c.group.as_str(), c.admins.len(), c.use_cgroups),
             ("default", 1, true)
         );
+        assert_eq!(
+            (c.log_max_bytes, c.log_min_free_bytes),
+            (16 << 20, 256 << 20)
+        );
     }
 
     #[test]
     fn bad_values_name_their_key() {
+        let long_token = "x".repeat(MAX_TOKEN_LEN + 1);
         for (pairs, key) in [
             (vec![("JOBFLEET_AGENT_ADMINS", "http://a:1")], "group"),
             (
@@ -433,6 +475,52 @@ mod tests {
             ),
             (vec![("JOBFLEET_AGENT_GROUP", "<g>")], "group"),
             (
+                vec![("JOBFLEET_AGENT_GROUP", "g"), ("JOBFLEET_AGENT_TOKEN", "")],
+                "token",
+            ),
+            (
+                vec![
+                    ("JOBFLEET_AGENT_GROUP", "g"),
+                    ("JOBFLEET_AGENT_TOKEN", "short"),
+                ],
+                "token",
+            ),
+            (
+                vec![
+                    ("JOBFLEET_AGENT_GROUP", "g"),
+                    ("JOBFLEET_AGENT_TOKEN", &long_token),
+                ],
+                "token",
+            ),
+            (
+                vec![
+                    ("JOBFLEET_AGENT_GROUP", "g"),
+                    ("JOBFLEET_AGENT_LOG_MAX_BYTES", "-1"),
+                ],
+                "log_max_bytes",
+            ),
+            (
+                vec![
+                    ("JOBFLEET_AGENT_GROUP", "g"),
+                    ("JOBFLEET_AGENT_LOG_MAX_BYTES", "100"),
+                ],
+                "log_max_bytes",
+            ),
+            (
+                vec![
+                    ("JOBFLEET_AGENT_GROUP", "g"),
+                    ("JOBFLEET_AGENT_LOG_MAX_BYTES", "99999999999999999"),
+                ],
+                "log_max_bytes",
+            ),
+            (
+                vec![
+                    ("JOBFLEET_AGENT_GROUP", "g"),
+                    ("JOBFLEET_AGENT_LOG_MIN_FREE_MB", "-5"),
+                ],
+                "log_min_free_mb",
+            ),
+            (
                 vec![
                     ("JOBFLEET_AGENT_GROUP", "g"),
                     ("JOBFLEET_AGENT_COLOUR", "red"),
@@ -443,6 +531,16 @@ mod tests {
             let err = Config::load(&Cli::default(), env(&pairs)).unwrap_err();
             assert_eq!(err.key, key, "{pairs:?}: {err}");
         }
+        let missing = Config::load(
+            &Cli::default(),
+            vec![("JOBFLEET_AGENT_GROUP".into(), "g".into())],
+        )
+        .unwrap_err();
+        assert_eq!(missing.key, "token");
+        assert!(
+            missing.to_string().contains("JOBFLEET_AGENT_TOKEN"),
+            "{missing}"
+        );
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("agent.toml");
         std::fs::write(
@@ -455,7 +553,7 @@ mod tests {
                 config: Some(file),
                 ..Cli::default()
             },
-            Vec::new(),
+            env(&[]),
         )
         .unwrap_err();
         assert_eq!(err.key, "max_concurent");

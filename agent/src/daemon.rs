@@ -12,9 +12,11 @@ use crate::admin_client::AdminClient;
 use crate::callback;
 use crate::config::Config;
 use crate::error::Error;
+use crate::journal::{Journal, Leftovers};
 use crate::logs::Logs;
+use crate::protocol::{CODE_FAIL, HandleCallbackParam, NOT_STARTED};
 use crate::registry::Registration;
-use crate::runner::{Runner, RunnerConfig, limits};
+use crate::runner::{Runner, RunnerConfig, contain, limits, output};
 use crate::server::{self, ServerState};
 use crate::spool::Spool;
 
@@ -28,6 +30,15 @@ fn resolve_user(name: &str) -> Result<(u32, u32), Error> {
         Err(e) => Err(Error::Refused(format!(
             "config key `run_as`: cannot look up `{name}`: {e}"
         ))),
+    }
+}
+
+/// The user jobs run as when `run_as` is not set: the agent's own (`root` when it is root).
+fn own_user() -> String {
+    let uid = nix::unistd::geteuid();
+    match nix::unistd::User::from_uid(uid) {
+        Ok(Some(user)) => user.name,
+        _ => uid.to_string(),
     }
 }
 
@@ -60,6 +71,70 @@ fn advertised(config: &Config, bound: SocketAddr) -> String {
     format!("http://{}/", SocketAddr::new(ip, bound.port()))
 }
 
+/// Runs remembered for answering a repeated trigger (about 60 bytes of memory each).
+const JOURNAL_CAPACITY: usize = 100_000;
+
+/// Reports what the previous agent process left unfinished, before anything is sent: a run it
+/// accepted into its queue and never started goes back to the admins to be sent again
+/// (`not_started`, no retry used: it cannot have run); a run it started is reported `lost` (it may
+/// have run partly; its job's retry policy decides). Spooled first, so the first heartbeat
+/// lists them as held and the admin waits for these results instead of judging on its own.
+fn settle_leftovers(
+    spool: &Spool,
+    journal: &Journal,
+    leftovers: &Leftovers,
+) -> std::io::Result<()> {
+    let already: std::collections::HashSet<i64> = spool.held().into_iter().collect();
+    let now = crate::now_ms();
+    let result = |run_id: i64, status: &str, msg: &str| HandleCallbackParam {
+        log_id: run_id,
+        log_date_tim: now,
+        handle_code: CODE_FAIL,
+        handle_msg: Some(msg.to_owned()),
+        status: Some(status.to_owned()),
+        exit_code: None,
+        signal: None,
+        started_ms: None,
+        finished_ms: Some(now),
+        usage: None,
+        limits_mode: None,
+        start_latency_us: None,
+        attempt: None,
+    };
+    let mut results = Vec::new();
+    for &run_id in &leftovers.never_started {
+        results.push(result(
+            run_id,
+            NOT_STARTED,
+            "the agent restarted before this queued run started; it is sent again",
+        ));
+    }
+    for &run_id in leftovers
+        .interrupted
+        .iter()
+        .filter(|id| !already.contains(id))
+    {
+        results.push(result(
+            run_id,
+            "lost",
+            "the agent stopped (killed or crashed) while this run was in progress; it may have run partly",
+        ));
+    }
+    if results.is_empty() {
+        return Ok(());
+    }
+    tracing::warn!(
+        never_started = leftovers.never_started.len(),
+        interrupted = leftovers.interrupted.len(),
+        "Reporting the runs a previous agent process left"
+    );
+    spool.put_all(&results)?;
+    for &run_id in &leftovers.never_started {
+        journal.released(run_id);
+    }
+    Ok(())
+}
+
 fn private_dir(path: &std::path::Path) -> Result<(), Error> {
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -83,6 +158,17 @@ pub async fn run(config: Config) -> Result<(), Error> {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(Error::io("watching SIGTERM"))?;
     let run_as = config.run_as.as_deref().map(resolve_user).transpose()?;
+    let jobs_user = config.run_as.clone().unwrap_or_else(own_user);
+    if run_as.is_none() && nix::unistd::geteuid().is_root() {
+        tracing::warn!(
+            "Jobs run as root: --allow-root without run_as gives every operator's job full control \
+             of this host; set run_as (JOBFLEET_AGENT_RUN_AS) to a user of its own"
+        );
+    }
+    // Orphans of runs are re-parented to the agent, so a sweep can find and end them.
+    if let Err(e) = contain::become_subreaper() {
+        tracing::warn!(error = %e, "Cannot become a subreaper: a run's escaped processes may outlive it");
+    }
     let scripts_dir = config.data_dir.join("scripts");
     for dir in [
         &config.data_dir,
@@ -122,8 +208,24 @@ pub async fn run(config: Config) -> Result<(), Error> {
     } else {
         limits::Mode::Rlimit
     };
+    let stale = limits_mode.remove_stale_runs();
+    if stale > 0 {
+        tracing::warn!(
+            cgroups = stale,
+            "Removed run cgroups a previous agent left behind"
+        );
+    }
+    let key = crate::identity::load_or_create_key(&config.data_dir)
+        .map_err(Error::io("reading or creating the agent key"))?;
+    let instance_id =
+        crate::identity::new_instance_id().map_err(Error::io("making the instance id"))?;
     let logs = Logs::new(config.log_dir.clone());
     let spool = Spool::open(config.spool_dir.clone()).map_err(Error::io("opening the spool"))?;
+    let (journal, leftovers) = Journal::open(&config.data_dir, JOURNAL_CAPACITY)
+        .map_err(Error::io("opening the accept journal"))?;
+    settle_leftovers(&spool, &journal, &leftovers).map_err(Error::io(
+        "spooling the results of runs a previous agent process left",
+    ))?;
     let runner = Runner::new(
         RunnerConfig {
             scripts_dir,
@@ -131,16 +233,23 @@ pub async fn run(config: Config) -> Result<(), Error> {
             max_queued: config.max_queued,
             kill_grace: config.kill_grace,
             run_as,
-            limits_mode,
+            jobs_user,
+            limits_mode: limits_mode.clone(),
+            output: output::OutputLimits {
+                max_bytes: config.log_max_bytes,
+                min_free_bytes: config.log_min_free_bytes,
+            },
         },
         logs.clone(),
         spool.clone(),
+        journal,
     );
     let advertise = advertised(&config, bound);
     let server_state = web::Data::new(ServerState {
         runner: runner.clone(),
         logs: logs.clone(),
         token: config.token.clone(),
+        instance_id: instance_id.clone(),
     });
     let server = HttpServer::new(move || {
         App::new()
@@ -154,14 +263,15 @@ pub async fn run(config: Config) -> Result<(), Error> {
     .run();
     let server_handle = server.handle();
     let server_task = tokio::spawn(server);
-    tracing::info!(listen = %bound, %advertise, limits = runner.limits_mode(), "jobfleet agent started");
+    tracing::info!(listen = %bound, %advertise, limits = runner.limits_mode(), jobs_user = runner.jobs_user(), "jobfleet agent started");
     println!(
         "jobfleet-agent: listening on {bound}, advertised as {advertise}, limits via {}",
         runner.limits_mode()
     );
 
     let client = Arc::new(
-        AdminClient::new(config.admins.clone(), config.token.clone()).map_err(Error::Refused)?,
+        AdminClient::new(config.admins.clone(), Some(config.token.clone()), Some(key))
+            .map_err(Error::Refused)?,
     );
     let registration = Arc::new(Registration {
         client: client.clone(),
@@ -169,6 +279,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
         advertise,
         data_dir: config.data_dir.clone(),
         runner: runner.clone(),
+        instance_id,
     });
     let beats = tokio::spawn(registration.clone().beat_forever(config.heartbeat_interval));
     let drain = tokio::spawn(callback::drain_forever(
@@ -196,6 +307,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
     beats.abort();
     registration.deregister().await;
     runner.shutdown(config.shutdown_grace).await;
+    limits_mode.remove_agent_dirs();
     drain.abort();
     // One last attempt to deliver; whatever is left stays spooled for the next start.
     if let Err(e) = tokio::time::timeout(

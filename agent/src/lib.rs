@@ -16,6 +16,10 @@ pub mod error;
 #[cfg(feature = "daemon")]
 pub mod host;
 #[cfg(feature = "daemon")]
+pub mod identity;
+#[cfg(feature = "daemon")]
+pub mod journal;
+#[cfg(feature = "daemon")]
 pub mod logs;
 #[cfg(feature = "daemon")]
 pub mod registry;

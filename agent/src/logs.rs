@@ -1,5 +1,9 @@
 //! Run output: one file per run under `<log_dir>/<YYYY-MM-DD>/<run_id>.log`, read back in pages
-//! by line number, and removed after the retention period.
+//! by line number, and removed after the retention period. A line longer than `SLICE_BYTES`
+//! is paged in slices, each numbered as a line of its own (the slices of one line carry no
+//! newline between them, so pages joined give the file back), and a page never holds more
+//! than one slice of a line in memory at a time.
+//! Writing a run's output (capped, watched for free space) is `runner::output`.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -9,6 +13,65 @@ use crate::protocol::LogResult;
 /// The most lines one `/log` page returns, so a huge log cannot make one huge answer.
 pub const MAX_LINES_PER_PAGE: usize = 1000;
 const MAX_BYTES_PER_PAGE: usize = 1024 * 1024;
+/// Longest piece of a line a page counts as one line; smaller than a page, so every page
+/// makes progress however long a line is.
+pub const SLICE_BYTES: usize = 64 * 1024;
+
+/// Reads the next slice into `buf`: up to and including a newline, or `SLICE_BYTES` bytes,
+/// or up to the end of the file. A full slice ends on a UTF-8 character boundary when one is
+/// near (the cut bytes start the next slice), so slices are the same on every read.
+/// Returns whether the slice is complete: it ends a line or is as long as a slice gets.
+fn next_slice(reader: &mut BufReader<std::fs::File>, buf: &mut Vec<u8>) -> std::io::Result<bool> {
+    buf.clear();
+    while buf.len() < SLICE_BYTES {
+        let available = match reader.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if available.is_empty() {
+            break;
+        }
+        let room = SLICE_BYTES - buf.len();
+        let window = &available[..available.len().min(room)];
+        let (take, newline) = match window.iter().position(|b| *b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (window.len(), false),
+        };
+        buf.extend_from_slice(&window[..take]);
+        reader.consume(take);
+        if newline {
+            return Ok(true);
+        }
+    }
+    if buf.len() < SLICE_BYTES {
+        return Ok(false);
+    }
+    let back = partial_char_tail(buf);
+    if back > 0 {
+        buf.truncate(buf.len() - back);
+        reader.seek_relative(-(back as i64))?;
+    }
+    Ok(true)
+}
+
+/// How many bytes at the end of `buf` begin a UTF-8 character that does not end there.
+fn partial_char_tail(buf: &[u8]) -> usize {
+    for back in 1..=buf.len().min(3) {
+        let b = buf[buf.len() - back];
+        if b & 0xC0 == 0x80 {
+            continue;
+        }
+        let needed = match b {
+            0xF0.. => 4,
+            0xE0.. => 3,
+            0xC0.. => 2,
+            _ => 1,
+        };
+        return if needed > back { back } else { 0 };
+    }
+    0
+}
 
 #[derive(Debug, Clone)]
 pub struct Logs {
@@ -72,19 +135,17 @@ impl Logs {
         let mut content = String::new();
         let mut line_no: i64 = 0;
         let mut last = from_line - 1;
-        let mut reader = BufReader::new(file);
-        let mut buf = Vec::new();
+        let mut reader = BufReader::with_capacity(SLICE_BYTES, file);
+        let mut buf = Vec::with_capacity(SLICE_BYTES);
         let mut complete = true;
         loop {
-            buf.clear();
-            let n = reader
-                .read_until(b'\n', &mut buf)
+            let whole = next_slice(&mut reader, &mut buf)
                 .map_err(|e| format!("cannot read the log: {e}"))?;
-            if n == 0 {
+            if buf.is_empty() {
                 break;
             }
-            // A line still being written has no newline yet: leave it for the next page.
-            if !buf.ends_with(b"\n") && !finished {
+            // A slice still being written: leave it for the next page.
+            if !whole && !finished {
                 break;
             }
             line_no += 1;
@@ -164,6 +225,59 @@ mod tests {
         assert!(logs.read(8, 0, 1, true).is_err());
         assert!(logs.read(-1, 0, 1, true).is_err());
         assert!(logs.read(7, 0, 0, true).is_err());
+    }
+
+    #[test]
+    fn a_long_line_is_paged_in_slices_that_join_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let logs = Logs::new(dir.path().to_owned());
+        let path = logs.path(9, 0);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        // 3.5 MB on one line, with multi-byte characters across the slice edges, then a short one.
+        let long: String = "é€x".repeat(3_500_000 / 6);
+        std::fs::write(&path, format!("{long}\nafter\n")).unwrap();
+        let (mut from, mut joined, mut pages) = (1, String::new(), 0);
+        loop {
+            let page = logs.read(9, 0, from, true).unwrap();
+            assert!(page.log_content.len() <= MAX_BYTES_PER_PAGE);
+            assert!(page.to_line_num >= from, "every page makes progress");
+            assert!(
+                !page.log_content.contains('\u{fffd}'),
+                "slices cut on characters"
+            );
+            joined.push_str(&page.log_content);
+            pages += 1;
+            if page.is_end {
+                break;
+            }
+            from = page.to_line_num + 1;
+        }
+        assert_eq!(joined, format!("{long}\nafter\n"));
+        assert!(pages >= 4, "{pages} pages");
+        // A slice is a line: line 2 starts where the first slice ended.
+        let second = logs.read(9, 0, 2, true).unwrap();
+        // 65,536 = 10,922 × 6 + 4 cuts inside a `€`: the first slice ends before it.
+        assert!(
+            second.log_content.starts_with("€x"),
+            "{}",
+            &second.log_content[..8]
+        );
+    }
+
+    #[test]
+    fn a_growing_line_shows_only_its_complete_slices() {
+        let dir = tempfile::tempdir().unwrap();
+        let logs = Logs::new(dir.path().to_owned());
+        let path = logs.path(10, 0);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, "y".repeat(SLICE_BYTES + 10)).unwrap();
+        let live = logs.read(10, 0, 1, false).unwrap();
+        assert_eq!((live.to_line_num, live.log_content.len()), (1, SLICE_BYTES));
+        let done = logs.read(10, 0, 2, true).unwrap();
+        assert_eq!(
+            (done.to_line_num, done.log_content.len(), done.is_end),
+            (2, 10, true)
+        );
     }
 
     #[test]

@@ -16,10 +16,13 @@ pub struct Registration {
     pub advertise: String,
     pub data_dir: PathBuf,
     pub runner: Arc<Runner>,
+    /// This process's id: a new one tells the admin that the previous one's runs are gone.
+    pub instance_id: String,
 }
 
 impl Registration {
     fn param(&self, host: &mut Host) -> RegistryParam {
+        let (held_runs, accepted_through) = self.runner.held();
         RegistryParam {
             registry_group: REGISTRY_GROUP_EXECUTOR.into(),
             registry_key: self.group.clone(),
@@ -29,6 +32,10 @@ impl Registration {
             metrics: Some(host.sample(&self.data_dir, self.runner.running() as u32)),
             labels: None,
             limits_mode: Some(self.runner.limits_mode().into()),
+            instance_id: Some(self.instance_id.clone()),
+            held_runs: Some(held_runs),
+            accepted_through: Some(accepted_through),
+            run_as: Some(self.runner.jobs_user().to_owned()),
         }
     }
 

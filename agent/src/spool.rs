@@ -4,10 +4,11 @@
 //! and one pair of fsyncs (group commit): an fsync costs a millisecond or more, and a burst of
 //! short runs would otherwise queue behind them one by one.
 
+use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{Notify, mpsc, oneshot};
@@ -21,6 +22,9 @@ const MAX_PER_FILE: usize = 1_000;
 pub struct Spool {
     dir: PathBuf,
     sequence: Arc<AtomicU64>,
+    /// Run ids with a result here, for heartbeats (reading the folder each beat would cost
+    /// as much as the spool is long).
+    held: Arc<Mutex<HashSet<i64>>>,
 }
 
 /// One spool file and the results it holds.
@@ -39,10 +43,29 @@ impl Spool {
                 std::fs::remove_file(entry.path())?;
             }
         }
-        Ok(Self {
+        let spool = Self {
             dir,
             sequence: Arc::new(AtomicU64::new(0)),
-        })
+            held: Arc::default(),
+        };
+        let ids: HashSet<i64> = spool
+            .pending()?
+            .iter()
+            .flat_map(|s| s.results.iter().map(|r| r.log_id))
+            .collect();
+        *spool.held_ids() = ids;
+        Ok(spool)
+    }
+
+    fn held_ids(&self) -> std::sync::MutexGuard<'_, HashSet<i64>> {
+        self.held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Run ids whose results wait here for an admin's acknowledgement.
+    pub fn held(&self) -> Vec<i64> {
+        self.held_ids().iter().copied().collect()
     }
 
     /// Writes results durably, all in one file.
@@ -63,7 +86,9 @@ impl Spool {
         f.write_all(&body)?;
         f.sync_all()?;
         std::fs::rename(&temp, &target)?;
-        std::fs::File::open(&self.dir)?.sync_all()
+        std::fs::File::open(&self.dir)?.sync_all()?;
+        self.held_ids().extend(results.iter().map(|r| r.log_id));
+        Ok(())
     }
 
     pub fn put(&self, result: &HandleCallbackParam) -> std::io::Result<()> {
@@ -103,6 +128,10 @@ impl Spool {
             match std::fs::remove_file(&file.path) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
                 _ => {}
+            }
+            let mut held = self.held_ids();
+            for result in &file.results {
+                held.remove(&result.log_id);
             }
         }
         Ok(())
@@ -205,8 +234,12 @@ mod tests {
                 .collect::<Vec<_>>(),
             vec![1, 2]
         );
+        let mut held = reopened.held();
+        held.sort_unstable();
+        assert_eq!(held, vec![1, 2], "what a restarted agent still holds");
         reopened.ack(&pending[..1]).unwrap();
         assert_eq!(reopened.pending().unwrap().len(), 1);
+        assert_eq!(reopened.held(), vec![2]);
         reopened.ack(&pending[..1]).unwrap();
     }
 

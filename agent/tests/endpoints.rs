@@ -14,10 +14,12 @@ use serde_json::{Value, json};
 
 const TOKEN: &str = "agent-test-token";
 
+/// The agent binary with a clean environment and the test token.
 fn agent() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_jobfleet-agent"));
     cmd.env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("JOBFLEET_AGENT_TOKEN", TOKEN)
         .env("RUST_LOG", "warn");
     cmd
 }
@@ -48,9 +50,13 @@ async fn start() -> Running {
 }
 
 async fn start_with(env: &[(&str, &str)]) -> Running {
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
+    start_in(dir, free_port(), env).await
+}
+
+/// Starts an agent on `port` with its data in `dir` (again, after a kill, say).
+async fn start_in(dir: tempfile::TempDir, port: u16, env: &[(&str, &str)]) -> Running {
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let child = agent()
         .arg("--allow-root")
         .env(
@@ -217,6 +223,28 @@ async fn bad_input_gets_an_envelope_error_and_spawns_nothing() {
         ),
         ("idleBeat", Some(TOKEN), r#"{"job": 1}"#.into(), "malformed"),
         ("nowhere", Some(TOKEN), "{}".into(), "unknown path"),
+        (
+            "run",
+            Some(TOKEN),
+            trigger(json!({"runAs": "nobody"})),
+            "runAs `nobody` is not allowed",
+        ),
+        // Over the body cap: the envelope, not a plain-text 413.
+        (
+            "run",
+            Some(TOKEN),
+            trigger(json!({"executorParams": "p".repeat(3 << 20)})),
+            "larger than",
+        ),
+        (
+            "log",
+            Some(TOKEN),
+            format!(
+                r#"{{"logId": 1, "fromLineNum": 1, "logDateTim": 0, "x": "{}"}}"#,
+                "x".repeat(3 << 20)
+            ),
+            "larger than",
+        ),
     ];
     for (path, token, body, expected) in cases {
         let answer = post(&agent, path, token, &body).await.unwrap();
@@ -309,6 +337,115 @@ fn spooled_statuses(agent: &Running) -> std::collections::BTreeMap<i64, String> 
         }
     }
     out
+}
+
+async fn wait_for_results(agent: &Running, n: usize) -> std::collections::BTreeMap<i64, String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let statuses = spooled_statuses(agent);
+        if statuses.len() >= n {
+            return statuses;
+        }
+        assert!(Instant::now() < deadline, "results: {statuses:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Issue 20: a trigger carries its run id as an idempotency key. A repeat while the run goes
+/// is answered as accepted and runs nothing; after a kill -9 and a restart the agent still
+/// knows the run (its accept journal), reports it `lost` (it was interrupted) and refuses to
+/// run it again, while a run that was only queued is handed back `not_started` and may come
+/// again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_run_id_runs_once_even_across_a_restart() {
+    let env = [("JOBFLEET_AGENT_MAX_CONCURRENT", "1")];
+    let mut agent = start_with(&env).await;
+    let marks = agent.dir.path().join("marks");
+    std::fs::create_dir_all(&marks).unwrap();
+    let run = |job: i64, log: i64, then: &str| {
+        trigger(json!({"jobId": job, "logId": log,
+            "glueSource": format!("echo ran >> {}/{log}; {then}", marks.display())}))
+    };
+    let ran = |log: i64| {
+        std::fs::read_to_string(marks.join(log.to_string()))
+            .map(|s| s.lines().count())
+            .unwrap_or(0)
+    };
+    let first = post(&agent, "run", Some(TOKEN), &run(1, 100, "sleep 30"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (first["code"].as_i64(), first["msg"].as_str()),
+        (Some(200), Some("started"))
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ran(100) == 0 {
+        assert!(Instant::now() < deadline, "the run did not start");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The same run id again, while it goes: accepted, nothing new runs.
+    let again = post(&agent, "run", Some(TOKEN), &run(1, 100, ""))
+        .await
+        .unwrap();
+    assert_eq!(again["code"], 200, "{again}");
+    assert!(
+        again["msg"].as_str().unwrap().contains("already accepted"),
+        "{again}"
+    );
+    // Another job's run waits for the only slot.
+    let queued = post(&agent, "run", Some(TOKEN), &run(2, 200, ""))
+        .await
+        .unwrap();
+    assert!(
+        queued["msg"].as_str().unwrap().contains("queued"),
+        "{queued}"
+    );
+    let held = post(&agent, "held", Some(TOKEN), "").await.unwrap();
+    assert_eq!(held["content"]["heldRuns"], json!([100, 200]), "{held}");
+
+    // kill -9 and start again with the same folder and port.
+    let _ = agent.child.kill();
+    let _ = agent.child.wait();
+    let port: u16 = agent.base.rsplit(':').next().unwrap().parse().unwrap();
+    let dir = std::mem::replace(&mut agent.dir, tempfile::tempdir().unwrap());
+    let agent = start_in(dir, port, &env).await;
+    let statuses = wait_for_results(&agent, 2).await;
+    assert_eq!(
+        statuses.get(&100).map(String::as_str),
+        Some("lost"),
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.get(&200).map(String::as_str),
+        Some("not_started"),
+        "{statuses:?}"
+    );
+    let held = post(&agent, "held", Some(TOKEN), "").await.unwrap();
+    assert_eq!(
+        held["content"]["heldRuns"],
+        json!([100, 200]),
+        "results wait in the spool: {held}"
+    );
+    // The interrupted run is known: sent again, it does not run again.
+    let repeat = post(&agent, "run", Some(TOKEN), &run(1, 100, ""))
+        .await
+        .unwrap();
+    assert!(
+        repeat["msg"].as_str().unwrap().contains("already accepted"),
+        "{repeat}"
+    );
+    // The one handed back may come again, and runs (once).
+    let resent = post(&agent, "run", Some(TOKEN), &run(2, 200, ""))
+        .await
+        .unwrap();
+    assert_eq!(resent["msg"], "started", "{resent}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ran(200) == 0 {
+        assert!(Instant::now() < deadline, "the resent run did not run");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!((ran(100), ran(200)), (1, 1));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -425,6 +562,31 @@ fn invalid_config_exits_2_naming_the_key() {
                 ("JOBFLEET_AGENT_SPEED", "fast"),
             ],
             "speed",
+        ),
+        (
+            vec![("JOBFLEET_AGENT_GROUP", "g"), ("JOBFLEET_AGENT_TOKEN", "")],
+            "token",
+        ),
+        (
+            vec![
+                ("JOBFLEET_AGENT_GROUP", "g"),
+                ("JOBFLEET_AGENT_TOKEN", "too-short"),
+            ],
+            "token",
+        ),
+        (
+            vec![
+                ("JOBFLEET_AGENT_GROUP", "g"),
+                ("JOBFLEET_AGENT_LOG_MAX_BYTES", "-1"),
+            ],
+            "log_max_bytes",
+        ),
+        (
+            vec![
+                ("JOBFLEET_AGENT_GROUP", "g"),
+                ("JOBFLEET_AGENT_LOG_MIN_FREE_MB", "lots"),
+            ],
+            "log_min_free_mb",
         ),
     ] {
         let out = agent()

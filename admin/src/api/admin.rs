@@ -6,7 +6,7 @@ use super::PageQuery;
 use crate::auth::extract::ApiCaller;
 use crate::db::Page;
 use crate::error::{ApiResult, ErrorBody};
-use crate::service::agents::AgentView;
+use crate::service::agents::{AgentView, Decision};
 use crate::service::audit::{AuditQuery, AuditView};
 use crate::service::groups::{GroupInput, GroupUpdate, GroupView};
 use crate::service::tokens::{CreatedToken, NewTokenRequest, TokenView};
@@ -89,6 +89,54 @@ pub async fn delete_group(
 #[utoipa::path(get, path = "/api/v1/agents", tag = "agents", security(("bearer" = [])), responses((status = 200, body = Vec<AgentView>)))]
 pub async fn list_agents(state: web::Data<AppState>, caller: ApiCaller) -> ApiResult<HttpResponse> {
     Ok(HttpResponse::Ok().json(service::agents::list(&state, &caller.0).await?))
+}
+
+/// Approve an agent (admin): it gets runs from now on.
+#[utoipa::path(post, path = "/api/v1/agents/{id}/approve", tag = "agents", security(("bearer" = [])),
+    responses((status = 200, body = AgentView), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn approve_agent(
+    state: web::Data<AppState>,
+    caller: ApiCaller,
+    id: web::Path<i64>,
+) -> ApiResult<HttpResponse> {
+    decide_agent(&state, &caller, *id, Decision::Approve).await
+}
+
+/// Revoke an agent (admin): its heartbeats and results are refused and it gets no runs.
+#[utoipa::path(post, path = "/api/v1/agents/{id}/revoke", tag = "agents", security(("bearer" = [])),
+    responses((status = 200, body = AgentView), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn revoke_agent(
+    state: web::Data<AppState>,
+    caller: ApiCaller,
+    id: web::Path<i64>,
+) -> ApiResult<HttpResponse> {
+    decide_agent(&state, &caller, *id, Decision::Revoke).await
+}
+
+/// Forget an agent (admin): its row and key go; it may enroll again.
+#[utoipa::path(delete, path = "/api/v1/agents/{id}", tag = "agents", security(("bearer" = [])),
+    responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn forget_agent(
+    state: web::Data<AppState>,
+    caller: ApiCaller,
+    id: web::Path<i64>,
+) -> ApiResult<HttpResponse> {
+    decide_agent(&state, &caller, *id, Decision::Forget).await
+}
+
+async fn decide_agent(
+    state: &AppState,
+    caller: &ApiCaller,
+    id: i64,
+    decision: Decision,
+) -> ApiResult<HttpResponse> {
+    let proof = caller.0.require_admin()?;
+    Ok(
+        match service::agents::decide(state, &caller.0, &proof, id, decision).await? {
+            Some(agent) => HttpResponse::Ok().json(agent),
+            None => HttpResponse::NoContent().finish(),
+        },
+    )
 }
 
 /// List users (admin).

@@ -20,7 +20,8 @@ pub struct VersionPath {
     version: i32,
 }
 
-/// Create a job.
+/// Create a job. Each child needs write access to the child's group (403 when the caller may
+/// only read it; a child the caller cannot see is refused like a missing one, 422).
 #[utoipa::path(post, path = "/api/v1/jobs", tag = "jobs", security(("bearer" = [])), request_body = JobInput,
     responses((status = 201, body = JobView), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
@@ -70,9 +71,10 @@ pub async fn list(
     Ok(HttpResponse::Ok().json(service::jobs::list(&state, &caller.0, query.into_inner()).await?))
 }
 
-/// Delete a job (refused while another job lists it as a child).
+/// Delete a job; jobs that list it as a child lose it in the same transaction (the audit row
+/// names them). A job of a group the caller cannot see answers 404 like a missing one.
 #[utoipa::path(delete, path = "/api/v1/jobs/{id}", tag = "jobs", security(("bearer" = [])), params(("id" = i64, Path)),
-    responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn delete(
     state: web::Data<AppState>,
     caller: ApiCaller,

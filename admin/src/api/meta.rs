@@ -1,10 +1,10 @@
 //! Health, readiness, token issue and the caller's own account.
 
-use actix_web::{HttpRequest, HttpResponse, web};
+use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
 
-use crate::auth::extract::ApiCaller;
-use crate::error::{ApiResult, ErrorBody};
+use crate::auth::extract::{ApiCaller, LOGIN_BODY_LIMIT, bounded_body};
+use crate::error::{ApiResult, Code, Error, ErrorBody};
 use crate::http::client_ip;
 use crate::service;
 use crate::service::users::OwnPasswordChange;
@@ -59,21 +59,29 @@ pub async fn readyz(state: web::Data<AppState>) -> ApiResult<HttpResponse> {
         .json(serde_json::json!({"status": "ready", "database": state.db.url().backend_name()})))
 }
 
-/// Exchange a username and password for a JWT.
+/// Exchange a username and password for a JWT. The body is at most 8 KiB, the username 64
+/// bytes and the password 256; wrong guesses are limited per name and per client (429 with
+/// `Retry-After`), and a login that finds password hashing busy for too long gets 503 with
+/// `Retry-After`.
 #[utoipa::path(post, path = "/api/v1/auth/token", tag = "auth", request_body = TokenRequest,
-    responses((status = 200, body = TokenResponse), (status = 401, body = ErrorBody), (status = 429, body = ErrorBody)))]
+    responses((status = 200, body = TokenResponse), (status = 401, body = ErrorBody), (status = 413, body = ErrorBody),
+        (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn issue_token(
     state: web::Data<AppState>,
     req: HttpRequest,
-    body: web::Json<TokenRequest>,
+    payload: web::Payload,
 ) -> ApiResult<HttpResponse> {
-    let body = body.into_inner();
-    if body.username.len() > 64 || body.password.len() > 256 {
-        return Err(crate::error::Error::Unauthenticated(
-            "wrong username or password, or the user is disabled".into(),
-        )
+    let bytes = bounded_body(&req, payload, LOGIN_BODY_LIMIT, state.config.max_body_bytes).await?;
+    if !req.content_type().eq_ignore_ascii_case("application/json") {
+        return Err(Error::Invalid {
+            code: Code::InvalidJson,
+            field: None,
+            message: "expected a JSON body with Content-Type: application/json".into(),
+        }
         .into());
     }
+    let body: TokenRequest = serde_json::from_slice(&bytes).map_err(crate::http::body_error)?;
+    service::auth::check_input_sizes(&body.username, "password", &body.password)?;
     let (token, expires_at) =
         service::auth::issue_token(&state, &body.username, &body.password, &client_ip(&req))
             .await?;
@@ -94,9 +102,10 @@ pub async fn me(caller: ApiCaller) -> HttpResponse {
     })
 }
 
-/// Change your own password (logs out your other JWTs).
+/// Change your own password. Every JWT and console session of yours ends (log in again);
+/// your API tokens stay. Wrong current passwords are limited like logins (429 with `Retry-After`).
 #[utoipa::path(post, path = "/api/v1/me/password", tag = "auth", security(("bearer" = [])), request_body = OwnPasswordChange,
-    responses((status = 204), (status = 422, body = ErrorBody)))]
+    responses((status = 204), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn change_password(
     state: web::Data<AppState>,
     caller: ApiCaller,

@@ -1,4 +1,5 @@
-//! The actix extractor for open API callers: `Authorization: Bearer <JWT or API token>`.
+//! The actix extractor for open API callers (`Authorization: Bearer <JWT or API token>`), and
+//! the bounded body reader of the surfaces that take a password without a session.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -6,9 +7,10 @@ use std::pin::Pin;
 use actix_web::dev::Payload;
 use actix_web::http::header::AUTHORIZATION;
 use actix_web::{FromRequest, HttpRequest, web};
+use futures_util::StreamExt;
 
 use crate::auth::rbac::Actor;
-use crate::error::{ApiError, Error};
+use crate::error::{ApiError, Code, Error};
 use crate::http::{client_ip, request_id};
 use crate::service;
 use crate::startup::AppState;
@@ -60,4 +62,55 @@ impl FromRequest for ApiCaller {
             ))
         })
     }
+}
+
+/// The largest body of a login request (API or console): a name, a password, a CSRF token
+/// and a return path fit in far less.
+pub const LOGIN_BODY_LIMIT: usize = 8 * 1024;
+
+/// Reads a body of at most `limit` bytes, before anything else looks at it. A longer one is
+/// refused with 413 without being kept: it is read on and dropped up to `drain_limit` bytes
+/// (the server's `max_body_bytes`), so the client gets the answer rather than a reset
+/// connection; past that the connection is closed.
+///
+/// # Errors
+/// `payload_too_large`, or `invalid_json` when the body cannot be read.
+pub async fn bounded_body(
+    req: &HttpRequest,
+    mut payload: web::Payload,
+    limit: usize,
+    drain_limit: usize,
+) -> Result<web::Bytes, Error> {
+    let too_large = || Error::Invalid {
+        code: Code::PayloadTooLarge,
+        field: None,
+        message: format!("the request body is larger than {limit} bytes"),
+    };
+    let declared = req
+        .headers()
+        .get(actix_web::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > drain_limit) {
+        return Err(too_large());
+    }
+    let mut body = web::BytesMut::new();
+    let mut seen = 0usize;
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| Error::Invalid {
+            code: Code::InvalidJson,
+            field: None,
+            message: format!("unreadable body: {e}"),
+        })?;
+        seen = seen.saturating_add(chunk.len());
+        if seen > drain_limit {
+            return Err(too_large());
+        }
+        if seen <= limit {
+            body.extend_from_slice(&chunk);
+        }
+    }
+    if seen > limit {
+        return Err(too_large());
+    }
+    Ok(body.freeze())
 }

@@ -1,54 +1,223 @@
-//! Login rate limit: failed attempts per key (client IP and username) in a sliding window.
+//! The password-guessing limit shared by every surface that checks a password (API and console
+//! login, changing one's own password): a leaky bucket per account name and one per client
+//! address, checked and charged together under one lock, in tables of fixed capacity.
+//!
+//! Why not `governor`: its keyed limiters count every request and cannot refund one, while
+//! here only failures should count (a successful login must not lock its user out), and its
+//! keyed store grows until pruned, so its memory bound would still be ours to write. A small
+//! fixed-capacity map with our own eviction rule is shorter than adapting it.
+//!
+//! Invariant: an attempt is charged *before* its password is hashed, under the same lock
+//! that checked the limit, so N parallel guesses evaluate at most `limit` of them.
+//! Invariant: the tables never hold more than `capacity` keys each; keys are 64-bit keyed
+//! hashes, so an entry's size does not depend on what the client sent.
 
 use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::net::IpAddr;
 use std::sync::Mutex;
 
+/// The limiter's settings (from `login_*` config keys).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    /// Failed attempts at one account name per window, from anywhere.
+    pub per_user: u32,
+    /// Failed attempts from one client address per window, over any names (password spraying).
+    pub per_client: u32,
+    pub window_ms: i64,
+    /// Keys kept per table; the oldest-drained entries make room for new ones.
+    pub capacity: usize,
+}
+
+/// A bucket's fill at an instant; it drains linearly, `limit` units per window.
+#[derive(Debug, Clone, Copy)]
+struct Level {
+    units: f64,
+    at_ms: i64,
+}
+
+#[derive(Debug)]
+struct Table {
+    limit: f64,
+    /// Units drained per millisecond.
+    rate: f64,
+    slots: HashMap<u64, Level>,
+}
+
+impl Table {
+    fn new(limit: u32, window_ms: i64) -> Self {
+        let limit = f64::from(limit.max(1));
+        Self {
+            limit,
+            rate: limit / window_ms.max(1) as f64,
+            slots: HashMap::new(),
+        }
+    }
+
+    fn level(&self, key: u64, now_ms: i64) -> f64 {
+        self.slots
+            .get(&key)
+            .map_or(0.0, |l| drained(l, self.rate, now_ms))
+    }
+
+    /// Milliseconds until one more unit fits, or `None` when it fits now.
+    fn wait_ms(&self, key: u64, now_ms: i64) -> Option<i64> {
+        let over = self.level(key, now_ms) + 1.0 - self.limit;
+        (over > 1e-9).then(|| (over / self.rate).ceil() as i64)
+    }
+
+    fn add(&mut self, key: u64, units: f64, now_ms: i64, capacity: usize) {
+        let level = self.level(key, now_ms) + units;
+        if level <= 1e-9 {
+            self.slots.remove(&key);
+            return;
+        }
+        if !self.slots.contains_key(&key) && self.slots.len() >= capacity {
+            self.make_room(now_ms, capacity);
+        }
+        self.slots.insert(
+            key,
+            Level {
+                units: level,
+                at_ms: now_ms,
+            },
+        );
+    }
+
+    /// Frees at least one slot: drained entries first; else the one with the least penalty.
+    /// An attacker flooding new keys creates entries of one unit each, so they evict one
+    /// another and never an entry that holds a real penalty.
+    fn make_room(&mut self, now_ms: i64, capacity: usize) {
+        let rate = self.rate;
+        self.slots.retain(|_, l| drained(l, rate, now_ms) > 1e-9);
+        if self.slots.len() < capacity {
+            return;
+        }
+        let lightest = self
+            .slots
+            .iter()
+            .map(|(k, l)| (*k, drained(l, rate, now_ms)))
+            .min_by(|a, b| a.1.total_cmp(&b.1));
+        if let Some((key, _)) = lightest {
+            self.slots.remove(&key);
+        }
+    }
+}
+
+fn drained(level: &Level, rate: f64, now_ms: i64) -> f64 {
+    let elapsed = (now_ms - level.at_ms).max(0) as f64;
+    (level.units - elapsed * rate).max(0.0)
+}
+
+#[derive(Debug)]
+struct Tables {
+    user: Table,
+    client: Table,
+}
+
+/// The limiter. One lock guards both tables, so checking and charging both is one step.
 #[derive(Debug)]
 pub struct RateLimiter {
-    max_failures: usize,
-    window_ms: i64,
-    failures: Mutex<HashMap<String, Vec<i64>>>,
+    limits: Limits,
+    keys: std::collections::hash_map::RandomState,
+    tables: Mutex<Tables>,
+}
+
+/// An attempt that was let through and charged; settle it with [`RateLimiter::succeeded`] or
+/// [`RateLimiter::refund`], or leave it charged (a failure).
+#[derive(Debug, Clone, Copy)]
+#[must_use = "a charge is settled by success, refund, or left standing as a failure"]
+pub struct Charge {
+    user: u64,
+    client: u64,
 }
 
 impl RateLimiter {
-    pub fn new(max_failures: usize, window_ms: i64) -> Self {
+    pub fn new(limits: Limits) -> Self {
         Self {
-            max_failures,
-            window_ms,
-            failures: Mutex::new(HashMap::new()),
+            tables: Mutex::new(Tables {
+                user: Table::new(limits.per_user, limits.window_ms),
+                client: Table::new(limits.per_client, limits.window_ms),
+            }),
+            keys: std::collections::hash_map::RandomState::new(),
+            limits,
         }
     }
 
-    /// Whether another attempt is allowed for `key` at `now_ms`.
-    pub fn allowed(&self, key: &str, now_ms: i64) -> bool {
-        let mut map = self
-            .failures
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let Some(times) = map.get_mut(key) else {
-            return true;
-        };
-        times.retain(|t| now_ms - t < self.window_ms);
-        times.len() < self.max_failures
-    }
-
-    pub fn record_failure(&self, key: &str, now_ms: i64) {
-        let mut map = self
-            .failures
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        // Bound memory under a spray of distinct keys: forget keys whose window has passed.
-        if map.len() > 10_000 {
-            map.retain(|_, times| times.last().is_some_and(|t| now_ms - t < self.window_ms));
-        }
-        map.entry(key.to_owned()).or_default().push(now_ms);
-    }
-
-    pub fn clear(&self, key: &str) {
-        self.failures
+    fn lock(&self) -> std::sync::MutexGuard<'_, Tables> {
+        self.tables
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(key);
+    }
+
+    fn user_key(&self, username: &str) -> u64 {
+        self.keys.hash_one(("user", username))
+    }
+
+    fn client_key(&self, client_ip: &str) -> u64 {
+        self.keys.hash_one(("client", client_bucket(client_ip)))
+    }
+
+    /// Checks both buckets and, when both have room, charges one unit to each.
+    ///
+    /// # Errors
+    /// The milliseconds until the fuller bucket has room again.
+    pub fn try_charge(&self, username: &str, client_ip: &str, now_ms: i64) -> Result<Charge, i64> {
+        let charge = Charge {
+            user: self.user_key(username),
+            client: self.client_key(client_ip),
+        };
+        let capacity = self.limits.capacity.max(1);
+        let mut tables = self.lock();
+        let wait = tables
+            .user
+            .wait_ms(charge.user, now_ms)
+            .max(tables.client.wait_ms(charge.client, now_ms));
+        if let Some(wait) = wait {
+            return Err(wait.max(1));
+        }
+        tables.user.add(charge.user, 1.0, now_ms, capacity);
+        tables.client.add(charge.client, 1.0, now_ms, capacity);
+        Ok(charge)
+    }
+
+    /// The password was right: the account's failures are forgiven, and this attempt does
+    /// not count against the client (whose earlier failures stay).
+    pub fn succeeded(&self, charge: Charge, now_ms: i64) {
+        let capacity = self.limits.capacity.max(1);
+        let mut tables = self.lock();
+        tables.user.slots.remove(&charge.user);
+        tables.client.add(charge.client, -1.0, now_ms, capacity);
+    }
+
+    /// The attempt was never evaluated (e.g. hashing was too busy): take the charge back.
+    pub fn refund(&self, charge: Charge, now_ms: i64) {
+        let capacity = self.limits.capacity.max(1);
+        let mut tables = self.lock();
+        tables.user.add(charge.user, -1.0, now_ms, capacity);
+        tables.client.add(charge.client, -1.0, now_ms, capacity);
+    }
+
+    /// Keys held per table (user, client), for tests and metrics.
+    pub fn len(&self) -> (usize, usize) {
+        let tables = self.lock();
+        (tables.user.slots.len(), tables.client.slots.len())
+    }
+}
+
+/// The bucket of a client address: an IPv6 client usually holds a whole /64, so it counts as
+/// one client; anything unparsable is its own bucket.
+fn client_bucket(ip: &str) -> String {
+    match ip.parse::<IpAddr>() {
+        Ok(IpAddr::V6(v6)) if v6.to_ipv4_mapped().is_none() => {
+            let s = v6.segments();
+            format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+        }
+        Ok(IpAddr::V6(v6)) => v6
+            .to_ipv4_mapped()
+            .map_or_else(String::new, |v4| v4.to_string()),
+        Ok(IpAddr::V4(v4)) => v4.to_string(),
+        Err(_) => ip.to_owned(),
     }
 }
 
@@ -56,18 +225,80 @@ impl RateLimiter {
 mod tests {
     use super::*;
 
+    fn limiter(per_user: u32, per_client: u32, capacity: usize) -> RateLimiter {
+        RateLimiter::new(Limits {
+            per_user,
+            per_client,
+            window_ms: 1000,
+            capacity,
+        })
+    }
+
     #[test]
-    fn blocks_after_max_failures_until_the_window_passes() {
-        let limiter = RateLimiter::new(3, 1000);
+    fn blocks_after_the_limit_until_the_bucket_drains() {
+        let l = limiter(3, 100, 100);
         for t in 0..3 {
-            assert!(limiter.allowed("k", t));
-            limiter.record_failure("k", t);
+            let _ = l.try_charge("alice", "10.0.0.1", t).unwrap();
         }
-        assert!(!limiter.allowed("k", 10));
-        assert!(limiter.allowed("other", 10));
-        assert!(limiter.allowed("k", 1003));
-        limiter.record_failure("k", 1003);
-        limiter.clear("k");
-        assert!(limiter.allowed("k", 1004));
+        let wait = l.try_charge("alice", "10.0.0.1", 3).unwrap_err();
+        assert!(wait > 0 && wait <= 1000, "{wait}");
+        assert!(l.try_charge("alice", "10.0.0.2", 3).is_err(), "per account");
+        let _ = l.try_charge("bob", "10.0.0.1", 3).unwrap();
+        // One unit drains every third of the window.
+        let _ = l.try_charge("alice", "10.0.0.1", 3 + wait).unwrap();
+        let _ = l.try_charge("alice", "10.0.0.1", 2000).unwrap();
+    }
+
+    #[test]
+    fn one_client_is_limited_across_names() {
+        let l = limiter(100, 5, 100);
+        for n in 0..5 {
+            let _ = l.try_charge(&format!("user{n}"), "10.0.0.1", 0).unwrap();
+        }
+        assert!(l.try_charge("user9", "10.0.0.1", 0).is_err());
+        assert!(
+            l.try_charge("user9", "2001:db8:1:2:aaaa::1", 0).is_ok()
+                && l.try_charge("user9", "2001:db8:1:2:bbbb::1", 0).is_ok()
+        );
+        assert_eq!(
+            client_bucket("2001:db8:1:2:aaaa::1"),
+            client_bucket("2001:db8:1:2::9")
+        );
+        assert_eq!(client_bucket("::ffff:10.0.0.1"), "10.0.0.1");
+    }
+
+    #[test]
+    fn success_forgives_the_account_and_refunds_the_attempt() {
+        let l = limiter(2, 3, 100);
+        let _ = l.try_charge("alice", "c", 0).unwrap();
+        let ok = l.try_charge("alice", "c", 0).unwrap();
+        l.succeeded(ok, 0);
+        let busy = l.try_charge("alice", "c", 0).unwrap();
+        l.refund(busy, 0);
+        let _ = l.try_charge("alice", "c", 0).unwrap();
+        // Client: 1 failure + 1 standing charge = 2 of 3.
+        let _ = l.try_charge("bob", "c", 0).unwrap();
+        assert!(l.try_charge("carol", "c", 0).is_err());
+    }
+
+    #[test]
+    fn a_flood_of_new_names_neither_grows_the_table_nor_evicts_a_penalty() {
+        let l = limiter(3, 1_000_000, 50);
+        for t in 0..3 {
+            let _ = l.try_charge("victim", "attacker", t).unwrap();
+        }
+        for n in 0..10_000 {
+            let _ = l.try_charge(
+                &format!("spray{n}"),
+                &format!("10.{}.{}.1", n / 256, n % 256),
+                5,
+            );
+        }
+        let (users, clients) = l.len();
+        assert!(users <= 50 && clients <= 50, "{users} {clients}");
+        assert!(
+            l.try_charge("victim", "elsewhere", 6).is_err(),
+            "the penalised account kept its penalty"
+        );
     }
 }

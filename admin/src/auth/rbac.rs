@@ -91,6 +91,25 @@ impl Actor {
         }
     }
 
+    /// Whether anything of the group may be shown to this caller. Objects of a group it cannot
+    /// see must answer exactly like objects that do not exist (services turn `false` into their
+    /// `NotFound`), so a 403 never confirms that someone else's job or run exists.
+    pub fn sees_group(&self, group_id: i64) -> bool {
+        self.is_admin() || self.groups.contains(&group_id)
+    }
+
+    /// The right to make something of the caller's refer to an object of `group_id` so that the
+    /// object is acted on later without the caller (a child job today, a workflow node later):
+    /// it is write access to the referenced group, because the reference runs that group's
+    /// jobs on that group's agents. Callers must first hide objects the caller cannot see
+    /// (`sees_group`), since this check's `Forbidden` confirms that the object exists.
+    ///
+    /// # Errors
+    /// `Forbidden` as [`Actor::write_group`].
+    pub fn reference_group(&self, group_id: i64) -> Result<GroupWrite, Error> {
+        self.write_group(group_id)
+    }
+
     /// # Errors
     /// `Forbidden` when the group is not granted to a non-admin.
     pub fn read_group(&self, group_id: i64) -> Result<(), Error> {
@@ -142,6 +161,15 @@ mod tests {
         assert!(viewer.write_group(1).is_err());
         assert!(viewer.read_group(1).is_ok());
         assert!(viewer.read_group(2).is_err());
+        assert!(admin.sees_group(9) && viewer.sees_group(1) && operator.sees_group(1));
+        assert!(!viewer.sees_group(2) && !operator.sees_group(2));
+        assert!(admin.reference_group(9).is_ok());
+        assert!(operator.reference_group(1).is_ok());
+        assert!(operator.reference_group(2).is_err());
+        assert!(
+            viewer.reference_group(1).is_err(),
+            "seeing is not referencing"
+        );
         assert_eq!(admin.visible_groups(), None);
         assert_eq!(viewer.visible_groups(), Some(vec![1]));
     }

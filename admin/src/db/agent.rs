@@ -19,6 +19,14 @@ pub struct Agent {
     /// The latest heartbeat metrics as JSON.
     pub metrics: String,
     pub limits_mode: String,
+    /// SHA-256 (hex) of the agent's own key; empty for an XXL-Job executor (shared token only).
+    pub key_hash: String,
+    /// `approved`, `pending` or `revoked`.
+    pub approval: String,
+    /// The agent process that sent the last heartbeat.
+    pub instance_id: String,
+    /// The user its jobs run as by default (`root` is a warning), empty when not told.
+    pub run_as: String,
 }
 
 /// What a heartbeat says about an agent.
@@ -30,31 +38,45 @@ pub struct Heartbeat<'a> {
     pub hostname: &'a str,
     pub metrics: &'a str,
     pub limits_mode: &'a str,
+    pub key_hash: &'a str,
+    pub instance_id: &'a str,
+    pub run_as: &'a str,
     pub now_ms: i64,
 }
 
-/// Records a registration or heartbeat: inserts the agent or refreshes it. Two admins may
-/// receive the first beat at once; the unique key decides and the loser updates instead.
-pub fn upsert(conn: &mut AnyConnection, beat: &Heartbeat<'_>) -> Result<(), Error> {
-    let refresh = |conn: &mut AnyConnection| -> Result<usize, Error> {
-        Ok(diesel::update(
-            agent::table
-                .filter(agent::app_name.eq(beat.app_name))
-                .filter(agent::address.eq(beat.address)),
-        )
-        .set((
-            agent::version.eq(beat.version),
-            agent::hostname.eq(beat.hostname),
-            agent::last_seen_ms.eq(beat.now_ms),
-            agent::metrics.eq(beat.metrics),
-            agent::limits_mode.eq(beat.limits_mode),
-        ))
-        .execute(conn)?)
-    };
-    if refresh(conn)? > 0 {
-        return Ok(());
-    }
-    let inserted = diesel::insert_into(agent::table)
+pub const APPROVED: &str = "approved";
+pub const PENDING: &str = "pending";
+pub const REVOKED: &str = "revoked";
+
+/// The registry row of `(app_name, address)`, if any.
+pub fn find(
+    conn: &mut AnyConnection,
+    app_name: &str,
+    address: &str,
+) -> Result<Option<Agent>, Error> {
+    Ok(agent::table
+        .filter(agent::app_name.eq(app_name))
+        .filter(agent::address.eq(address))
+        .select(Agent::as_select())
+        .first(conn)
+        .optional()?)
+}
+
+/// # Errors
+/// `NotFound` when no agent has this id.
+pub fn get(conn: &mut AnyConnection, id: i64) -> Result<Agent, Error> {
+    agent::table
+        .find(id)
+        .select(Agent::as_select())
+        .first(conn)
+        .optional()?
+        .ok_or(Error::NotFound("agent"))
+}
+
+/// Inserts a first registration with its approval state. Two admins may receive the first
+/// beat at once: the unique key lets one in, the other gets `Conflict` and reads the row.
+pub fn insert(conn: &mut AnyConnection, beat: &Heartbeat<'_>, approval: &str) -> Result<(), Error> {
+    diesel::insert_into(agent::table)
         .values((
             agent::app_name.eq(beat.app_name),
             agent::address.eq(beat.address),
@@ -64,13 +86,77 @@ pub fn upsert(conn: &mut AnyConnection, beat: &Heartbeat<'_>) -> Result<(), Erro
             agent::last_seen_ms.eq(beat.now_ms),
             agent::metrics.eq(beat.metrics),
             agent::limits_mode.eq(beat.limits_mode),
+            agent::key_hash.eq(beat.key_hash),
+            agent::approval.eq(approval),
+            agent::instance_id.eq(beat.instance_id),
+            agent::run_as.eq(beat.run_as),
         ))
-        .execute(conn);
-    match inserted.map_err(Error::from) {
-        Ok(_) => Ok(()),
-        Err(Error::Conflict { .. }) => refresh(conn).map(|_| ()),
-        Err(other) => Err(other),
-    }
+        .execute(conn)?;
+    Ok(())
+}
+
+/// Refreshes a known agent from a heartbeat. The key is set only where none was stored (an
+/// agent registered before keys existed adopts its first key); a stored key never changes here.
+pub fn refresh(conn: &mut AnyConnection, id: i64, beat: &Heartbeat<'_>) -> Result<(), Error> {
+    diesel::update(agent::table.find(id))
+        .set((
+            agent::version.eq(beat.version),
+            agent::hostname.eq(beat.hostname),
+            agent::last_seen_ms.eq(beat.now_ms),
+            agent::metrics.eq(beat.metrics),
+            agent::limits_mode.eq(beat.limits_mode),
+            agent::instance_id.eq(beat.instance_id),
+            agent::run_as.eq(beat.run_as),
+        ))
+        .execute(conn)?;
+    diesel::update(agent::table.find(id).filter(agent::key_hash.eq("")))
+        .set(agent::key_hash.eq(beat.key_hash))
+        .execute(conn)?;
+    Ok(())
+}
+
+/// Sets `approved`, `pending` or `revoked`; false when the agent is gone.
+pub fn set_approval(conn: &mut AnyConnection, id: i64, approval: &str) -> Result<bool, Error> {
+    Ok(diesel::update(agent::table.find(id))
+        .set(agent::approval.eq(approval))
+        .execute(conn)?
+        > 0)
+}
+
+/// A graceful deregistration: the agent stops being live at once (its last heartbeat is moved
+/// back to `dead_ms` at the latest), and keeps its key and approval for its next start.
+pub fn mark_gone(conn: &mut AnyConnection, id: i64, dead_ms: i64) -> Result<(), Error> {
+    diesel::update(
+        agent::table
+            .find(id)
+            .filter(agent::last_seen_ms.gt(dead_ms)),
+    )
+    .set(agent::last_seen_ms.eq(dead_ms))
+    .execute(conn)?;
+    Ok(())
+}
+
+/// Forgets an agent (its key with it: it may enroll again); false when it was not there.
+pub fn delete(conn: &mut AnyConnection, id: i64) -> Result<bool, Error> {
+    Ok(diesel::delete(agent::table.find(id)).execute(conn)? > 0)
+}
+
+/// The registrations made with this key that are not revoked: the addresses its owner may
+/// report results for.
+pub fn list_by_key(conn: &mut AnyConnection, key_hash: &str) -> Result<Vec<Agent>, Error> {
+    Ok(agent::table
+        .filter(agent::key_hash.eq(key_hash))
+        .filter(agent::approval.ne(REVOKED))
+        .select(Agent::as_select())
+        .load(conn)?)
+}
+
+/// The registrations at `address` (in any group).
+pub fn list_at(conn: &mut AnyConnection, address: &str) -> Result<Vec<Agent>, Error> {
+    Ok(agent::table
+        .filter(agent::address.eq(address))
+        .select(Agent::as_select())
+        .load(conn)?)
 }
 
 /// Removes an agent (graceful deregistration); removing an unknown agent is not an error.
@@ -84,7 +170,8 @@ pub fn remove(conn: &mut AnyConnection, app_name: &str, address: &str) -> Result
         > 0)
 }
 
-/// Agents of `app_name` seen at or after `since_ms`, by address: the live set routing picks from.
+/// Approved agents of `app_name` seen at or after `since_ms`, by address: the live set routing
+/// picks from.
 pub fn list_live(
     conn: &mut AnyConnection,
     app_name: &str,
@@ -93,6 +180,7 @@ pub fn list_live(
     Ok(agent::table
         .filter(agent::app_name.eq(app_name))
         .filter(agent::last_seen_ms.ge(since_ms))
+        .filter(agent::approval.eq(APPROVED))
         .order(agent::address.asc())
         .select(Agent::as_select())
         .load(conn)?)
@@ -123,7 +211,18 @@ mod tests {
             hostname: "h",
             metrics: "{}",
             limits_mode: "rlimit",
+            key_hash: "",
+            instance_id: "i1",
+            run_as: "",
             now_ms,
+        }
+    }
+
+    /// Inserts or refreshes, as the registry service does.
+    fn upsert(conn: &mut AnyConnection, beat: &Heartbeat<'_>) -> Result<(), Error> {
+        match find(conn, beat.app_name, beat.address)? {
+            Some(row) => refresh(conn, row.id, beat),
+            None => insert(conn, beat, APPROVED),
         }
     }
 
@@ -159,4 +258,52 @@ mod tests {
         assert!(!remove(conn, "app", "http://a:1/").unwrap());
         assert!(list(conn, Some(&["other".to_owned()])).unwrap().is_empty());
     });
+
+    storage_test!(
+        only_approved_agents_are_live_and_a_stored_key_is_kept,
+        |conn| {
+            insert(
+                conn,
+                &Heartbeat {
+                    key_hash: "k1",
+                    ..beat("http://p:1/", 1_000)
+                },
+                PENDING,
+            )
+            .unwrap();
+            upsert(
+                conn,
+                &Heartbeat {
+                    key_hash: "k2",
+                    ..beat("http://q:1/", 1_000)
+                },
+            )
+            .unwrap();
+            let live: Vec<String> = list_live(conn, "app", 0)
+                .unwrap()
+                .into_iter()
+                .map(|a| a.address)
+                .collect();
+            assert_eq!(live, vec!["http://q:1/".to_owned()]);
+            let pending = find(conn, "app", "http://p:1/").unwrap().unwrap();
+            assert!(set_approval(conn, pending.id, APPROVED).unwrap());
+            assert_eq!(list_live(conn, "app", 0).unwrap().len(), 2);
+            refresh(
+                conn,
+                pending.id,
+                &Heartbeat {
+                    key_hash: "other",
+                    ..beat("http://p:1/", 2_000)
+                },
+            )
+            .unwrap();
+            assert_eq!(get(conn, pending.id).unwrap().key_hash, "k1");
+            assert!(set_approval(conn, pending.id, REVOKED).unwrap());
+            assert!(list_by_key(conn, "k1").unwrap().is_empty());
+            assert_eq!(list_by_key(conn, "k2").unwrap().len(), 1);
+            assert_eq!(list_at(conn, "http://q:1/").unwrap().len(), 1);
+            assert!(delete(conn, pending.id).unwrap());
+            assert!(matches!(get(conn, pending.id), Err(Error::NotFound(_))));
+        }
+    );
 }

@@ -83,6 +83,21 @@ pub fn revoke(conn: &mut AnyConnection, id: i64, now_ms: i64) -> Result<(), Erro
     Ok(())
 }
 
+/// Revokes every unrevoked token of a user at `now_ms`; returns how many.
+pub fn revoke_all_for_user(
+    conn: &mut AnyConnection,
+    user_id: i64,
+    now_ms: i64,
+) -> Result<usize, Error> {
+    Ok(diesel::update(
+        api_token::table
+            .filter(api_token::user_id.eq(user_id))
+            .filter(api_token::revoked_ms.is_null()),
+    )
+    .set(api_token::revoked_ms.eq(now_ms))
+    .execute(conn)?)
+}
+
 pub fn touch(conn: &mut AnyConnection, id: i64, now_ms: i64) -> Result<(), Error> {
     diesel::update(api_token::table.find(id))
         .set(api_token::last_used_ms.eq(now_ms))
@@ -126,7 +141,22 @@ mod tests {
         revoke(conn, id, 20).unwrap();
         assert_eq!(get(conn, id).unwrap().revoked_ms, Some(10));
         touch(conn, id, 30).unwrap();
-        assert_eq!(list(conn, Some(uid)).unwrap().len(), 1);
+        let second = insert(
+            conn,
+            &NewApiToken {
+                token_hash: "def",
+                ..new
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            revoke_all_for_user(conn, uid, 40).unwrap(),
+            1,
+            "only the live one"
+        );
+        assert_eq!(get(conn, second).unwrap().revoked_ms, Some(40));
+        assert_eq!(get(conn, id).unwrap().revoked_ms, Some(10));
+        assert_eq!(list(conn, Some(uid)).unwrap().len(), 2);
         assert!(list(conn, Some(uid + 1)).unwrap().is_empty());
         assert!(matches!(revoke(conn, 999, 1), Err(Error::NotFound(_))));
     });

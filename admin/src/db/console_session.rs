@@ -61,3 +61,11 @@ pub fn delete_expired(conn: &mut AnyConnection, now_ms: i64) -> Result<usize, Er
             .execute(conn)?,
     )
 }
+
+/// Ends every session of a user; returns how many.
+pub fn delete_for_user(conn: &mut AnyConnection, user_id: i64) -> Result<usize, Error> {
+    Ok(
+        diesel::delete(console_session::table.filter(console_session::user_id.eq(user_id)))
+            .execute(conn)?,
+    )
+}

@@ -17,6 +17,8 @@ pub struct ExecutorGroup {
     pub addresses: String,
     pub created_ms: i64,
     pub updated_ms: i64,
+    /// XXL-Job executors (no agent key) may register and report results with the shared token.
+    pub allow_executors: bool,
 }
 
 #[derive(Debug, Insertable)]
@@ -28,6 +30,7 @@ pub struct NewExecutorGroup<'a> {
     pub addresses: &'a str,
     pub created_ms: i64,
     pub updated_ms: i64,
+    pub allow_executors: bool,
 }
 
 #[derive(Debug, AsChangeset)]
@@ -37,6 +40,7 @@ pub struct ExecutorGroupChanges<'a> {
     pub address_mode: &'a str,
     pub addresses: &'a str,
     pub updated_ms: i64,
+    pub allow_executors: bool,
 }
 
 /// # Errors
@@ -175,6 +179,7 @@ mod tests {
             addresses: "",
             created_ms: 1,
             updated_ms: 1,
+            allow_executors: false,
         }
     }
 
@@ -191,6 +196,7 @@ mod tests {
                 address_mode: "manual",
                 addresses: "http://a:1",
                 updated_ms: 2,
+                allow_executors: true,
             },
         )
         .unwrap();

@@ -186,6 +186,33 @@ pub fn existing_ids(conn: &mut AnyConnection, ids: &[i64]) -> Result<Vec<i64>, E
         .load(conn)?)
 }
 
+/// `(id, group_id)` of those of `ids` that exist: what a reference check needs, without the rows.
+pub fn groups_of(conn: &mut AnyConnection, ids: &[i64]) -> Result<Vec<(i64, i64)>, Error> {
+    Ok(job::table
+        .filter(job::id.eq_any(ids.to_vec()))
+        .select((job::id, job::group_id))
+        .load(conn)?)
+}
+
+/// Replaces only a job's child list (a deleted child is taken out of its parents' lists).
+///
+/// # Errors
+/// `NotFound` when no job has this id.
+pub fn set_children(
+    conn: &mut AnyConnection,
+    id: i64,
+    children: &str,
+    updated_ms: i64,
+) -> Result<(), Error> {
+    let n = diesel::update(job::table.find(id))
+        .set((job::children.eq(children), job::updated_ms.eq(updated_ms)))
+        .execute(conn)?;
+    if n == 0 {
+        return Err(Error::NotFound("job"));
+    }
+    Ok(())
+}
+
 /// Every job's alert channel list that is not empty, to find the users of a channel.
 pub fn alert_channel_lists(conn: &mut AnyConnection) -> Result<Vec<(i64, String)>, Error> {
     Ok(job::table
@@ -380,6 +407,7 @@ pub(crate) mod tests {
                 addresses: "",
                 created_ms: 1,
                 updated_ms: 1,
+                allow_executors: false,
             },
         )
         .unwrap()
@@ -442,6 +470,24 @@ pub(crate) mod tests {
         };
         assert_eq!(count(conn, &enabled_only).unwrap(), 1);
         assert_eq!(existing_ids(conn, &[id, other, 999]).unwrap().len(), 2);
+        let mut groups = groups_of(conn, &[other, id, 999]).unwrap();
+        groups.sort_unstable();
+        assert_eq!(
+            groups,
+            vec![(id, g), (other, g)],
+            "missing ids are left out"
+        );
+        set_children(conn, other, &id.to_string(), 7).unwrap();
+        let with_child = get(conn, other).unwrap();
+        assert_eq!(
+            (with_child.children, with_child.updated_ms, with_child.name),
+            (id.to_string(), 7, "nightlyX100abdone".to_owned()),
+            "only the child list (and the change time) moves"
+        );
+        assert!(matches!(
+            set_children(conn, 999, "", 7),
+            Err(Error::NotFound(_))
+        ));
         delete(conn, id).unwrap();
         assert!(matches!(get(conn, id), Err(Error::NotFound(_))));
     });

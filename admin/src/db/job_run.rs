@@ -37,6 +37,9 @@ pub struct JobRun {
     pub oom_killed: Option<bool>,
     pub limits_mode: Option<String>,
     pub created_ms: i64,
+    /// The agent process that accepted the run and its accept sequence number there.
+    pub agent_instance: Option<String>,
+    pub agent_seq: Option<i64>,
 }
 
 #[derive(Debug, Clone, Insertable)]
@@ -174,18 +177,18 @@ pub fn insert_fires(conn: &mut AnyConnection, rows: &[NewJobRun]) -> Result<Vec<
 pub fn record_trigger(
     conn: &mut AnyConnection,
     id: i64,
-    agent: Option<&str>,
-    accepted: bool,
-    message: &str,
+    answer: &TriggerAnswer<'_>,
     now_ms: i64,
 ) -> Result<bool, Error> {
-    if accepted {
+    if answer.accepted {
         // A fast job's result can arrive before the agent's answer to the trigger is stored:
         // the agent and message are recorded either way, the final status is kept.
         diesel::update(job_run::table.find(id))
             .set((
-                job_run::agent_address.eq(agent),
-                job_run::trigger_msg.eq(message),
+                job_run::agent_address.eq(answer.agent),
+                job_run::trigger_msg.eq(answer.message),
+                job_run::agent_instance.eq(answer.instance),
+                job_run::agent_seq.eq(answer.seq),
             ))
             .execute(conn)?;
         diesel::update(
@@ -204,12 +207,127 @@ pub fn record_trigger(
     )
     .set((
         job_run::status.eq("failed"),
-        job_run::agent_address.eq(agent),
-        job_run::trigger_msg.eq(message),
+        job_run::agent_address.eq(answer.agent),
+        job_run::trigger_msg.eq(answer.message),
         job_run::finished_ms.eq(now_ms),
     ))
     .execute(conn)?
         > 0)
+}
+
+/// An agent's answer to a trigger, as `record_trigger` stores it.
+#[derive(Debug, Clone, Copy)]
+pub struct TriggerAnswer<'a> {
+    pub agent: Option<&'a str>,
+    pub accepted: bool,
+    pub message: &'a str,
+    /// The accepting agent process and its accept sequence number (jobfleet agents only).
+    pub instance: Option<&'a str>,
+    pub seq: Option<i64>,
+}
+
+/// Where runs went, for checking who may report their results: `(id, group_id, agent_address)`
+/// of those of `ids` that exist.
+pub fn destinations(
+    conn: &mut AnyConnection,
+    ids: &[i64],
+) -> Result<Vec<(i64, i64, Option<String>)>, Error> {
+    let mut out = Vec::with_capacity(ids.len());
+    // Bounded IN lists: MariaDB and SQLite both take 500 placeholders comfortably.
+    for chunk in ids.chunks(500) {
+        out.extend(
+            job_run::table
+                .filter(job_run::id.eq_any(chunk))
+                .select((job_run::id, job_run::group_id, job_run::agent_address))
+                .load::<(i64, i64, Option<String>)>(conn)?,
+        );
+    }
+    Ok(out)
+}
+
+/// Takes over a run in doubt that an agent turned out to hold: running there, recorded as taken
+/// by its process `instance` before it last said what it holds (sequence 0). Only if the claim
+/// is still the one `claimed_ms` names, so one admin adopts it.
+pub fn adopt(
+    conn: &mut AnyConnection,
+    id: i64,
+    claimed_ms: i64,
+    address: &str,
+    instance: &str,
+    message: &str,
+) -> Result<bool, Error> {
+    Ok(diesel::update(
+        job_run::table
+            .find(id)
+            .filter(job_run::status.eq("pending"))
+            .filter(job_run::triggered_ms.eq(claimed_ms)),
+    )
+    .set((
+        job_run::status.eq("running"),
+        job_run::agent_address.eq(address),
+        job_run::trigger_msg.eq(message),
+        job_run::agent_instance.eq(instance),
+        job_run::agent_seq.eq(0_i64),
+    ))
+    .execute(conn)?
+        > 0)
+}
+
+/// Puts a run an agent handed back unstarted back to pending and unclaimed, forgetting where it
+/// went, so the next dispatch sends it anew; only a run still pending or running.
+pub fn requeue(conn: &mut AnyConnection, id: i64, message: &str) -> Result<bool, Error> {
+    Ok(diesel::update(
+        job_run::table
+            .find(id)
+            .filter(job_run::status.eq_any(["pending", "running"])),
+    )
+    .set((
+        job_run::status.eq("pending"),
+        job_run::triggered_ms.eq(None::<i64>),
+        job_run::agent_address.eq(None::<String>),
+        job_run::agent_instance.eq(None::<String>),
+        job_run::agent_seq.eq(None::<i64>),
+        job_run::trigger_msg.eq(message),
+    ))
+    .execute(conn)?
+        > 0)
+}
+
+/// Gives up a claim nobody acted on (no agent holds the run), so the run can be sent again
+/// under a new claim; only if the claim is still the one `claimed_ms` names.
+pub fn release_claim(conn: &mut AnyConnection, id: i64, claimed_ms: i64) -> Result<bool, Error> {
+    Ok(diesel::update(
+        job_run::table
+            .find(id)
+            .filter(job_run::status.eq("pending"))
+            .filter(job_run::triggered_ms.eq(claimed_ms)),
+    )
+    .set(job_run::triggered_ms.eq(None::<i64>))
+    .execute(conn)?
+        > 0)
+}
+
+/// Runs stored as running on the agent at `address`: what its heartbeats are checked against.
+pub fn running_on(conn: &mut AnyConnection, address: &str) -> Result<Vec<JobRun>, Error> {
+    Ok(job_run::table
+        .filter(job_run::agent_address.eq(address))
+        .filter(job_run::status.eq("running"))
+        .order(job_run::id.asc())
+        .select(JobRun::as_select())
+        .load(conn)?)
+}
+
+/// Names the agent of a run whose sending admin died before it stored the answer; a run
+/// whose agent is known keeps it.
+pub fn set_agent_if_unknown(conn: &mut AnyConnection, id: i64, address: &str) -> Result<(), Error> {
+    diesel::update(
+        job_run::table
+            .find(id)
+            .filter(job_run::agent_address.is_null()),
+    )
+    .set(job_run::agent_address.eq(address))
+    .execute(conn)?;
+    Ok(())
 }
 
 /// Takes a pending run for dispatch: only one admin (and one task) wins, so a run is sent once
@@ -460,7 +578,25 @@ mod tests {
 
     storage_test!(results_are_stored_once, |conn| {
         let id = insert(conn, &run(3, None, 0)).unwrap();
-        record_trigger(conn, id, Some("http://a:1/"), true, "ok", 10).unwrap();
+        record_trigger(
+            conn,
+            id,
+            &TriggerAnswer {
+                agent: Some("http://a:1/"),
+                accepted: true,
+                message: "ok",
+                instance: Some("i1"),
+                seq: Some(7),
+            },
+            10,
+        )
+        .unwrap();
+        let stored = get(conn, id).unwrap();
+        assert_eq!(
+            (stored.agent_instance.as_deref(), stored.agent_seq),
+            (Some("i1"), Some(7))
+        );
+        assert_eq!(running_on(conn, "http://a:1/").unwrap().len(), 1);
         let running = get(conn, id).unwrap();
         assert_eq!(
             (running.status.as_str(), running.agent_address.as_deref()),
@@ -491,7 +627,19 @@ mod tests {
         assert_eq!(get(conn, id).unwrap().status, "succeeded");
         assert!(!record_result(conn, 424242, &result).unwrap());
         let failed = insert(conn, &run(3, None, 0)).unwrap();
-        record_trigger(conn, failed, None, false, "no live agent", 30).unwrap();
+        record_trigger(
+            conn,
+            failed,
+            &TriggerAnswer {
+                agent: None,
+                accepted: false,
+                message: "no live agent",
+                instance: None,
+                seq: None,
+            },
+            30,
+        )
+        .unwrap();
         assert_eq!(
             (
                 get(conn, failed).unwrap().status.as_str(),

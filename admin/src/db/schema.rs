@@ -13,6 +13,7 @@ diesel::table! {
         created_ms -> BigInt,
         updated_ms -> BigInt,
         agents_state -> Text,
+        allow_executors -> Bool,
     }
 }
 
@@ -27,6 +28,10 @@ diesel::table! {
         last_seen_ms -> BigInt,
         metrics -> Text,
         limits_mode -> Text,
+        key_hash -> Text,
+        approval -> Text,
+        instance_id -> Text,
+        run_as -> Text,
     }
 }
 
@@ -112,6 +117,8 @@ diesel::table! {
         oom_killed -> Nullable<Bool>,
         limits_mode -> Nullable<Text>,
         created_ms -> BigInt,
+        agent_instance -> Nullable<Text>,
+        agent_seq -> Nullable<BigInt>,
     }
 }
 

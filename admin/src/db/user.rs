@@ -14,7 +14,8 @@ pub struct User {
     pub password_hash: String,
     pub role: String,
     pub disabled: bool,
-    /// Tokens issued before this instant are refused, so a password reset logs everyone out.
+    /// The credentials epoch: sessions and JWTs issued before this instant are refused. A
+    /// password change moves it, and so does disabling the user (see `set_credentials_epoch`).
     pub password_changed_ms: i64,
     pub created_ms: i64,
     pub updated_ms: i64,
@@ -137,6 +138,16 @@ pub fn set_password_hash(
     )
 }
 
+/// Refuses every session and JWT of the user issued before `now_ms` (the column is named for
+/// its first use, the password change).
+pub fn set_credentials_epoch(conn: &mut AnyConnection, id: i64, now_ms: i64) -> Result<(), Error> {
+    touched(
+        diesel::update(user::table.find(id))
+            .set(user::password_changed_ms.eq(now_ms))
+            .execute(conn)?,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,6 +173,7 @@ mod tests {
         set_role(conn, id, "admin", 2).unwrap();
         set_disabled(conn, id, true, 3).unwrap();
         set_password_hash(conn, id, "h2", 4).unwrap();
+        set_credentials_epoch(conn, id, 5).unwrap();
         let u = find_by_username(conn, "alice").unwrap().unwrap();
         assert_eq!(
             (
@@ -170,7 +182,7 @@ mod tests {
                 u.password_hash.as_str(),
                 u.password_changed_ms
             ),
-            ("admin", true, "h2", 4)
+            ("admin", true, "h2", 5)
         );
         assert_eq!(count_active_admins(conn).unwrap(), 0);
         assert!(matches!(

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use jobfleet_agent::protocol::{
-    ACCESS_TOKEN_HEADER, Envelope, JobIdParam, LogParam, LogResult, TriggerParam, agent_path,
+    ACCESS_TOKEN_HEADER, Envelope, HeldRuns, JobIdParam, LogParam, LogResult, RunAccepted,
+    TriggerParam, agent_path,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -85,11 +86,23 @@ impl AgentClient {
         }
     }
 
-    /// Hands a trigger to the agent; `Ok` means it accepted the run.
-    pub async fn run(&self, address: &str, trigger: &TriggerParam) -> Result<String, CallError> {
+    /// Hands a trigger to the agent; `Ok` means it accepted the run, with the agent's message
+    /// and, from a jobfleet agent, which of its processes took it.
+    pub async fn run(
+        &self,
+        address: &str,
+        trigger: &TriggerParam,
+    ) -> Result<(String, Option<RunAccepted>), CallError> {
         self.call::<_, serde_json::Value>(address, agent_path::RUN, trigger)
             .await
-            .map(|e| e.msg.unwrap_or_default())
+            .map(|mut e| {
+                let msg = e.msg.take().unwrap_or_default();
+                // An executor's content is whatever it likes; only ours parses.
+                let taken_by = e
+                    .payload()
+                    .and_then(|content| serde_json::from_value::<RunAccepted>(content).ok());
+                (msg, taken_by)
+            })
     }
 
     /// Asks whether the agent could start `job_id` now (XXL-Job's idleBeat): `Err` when busy.
@@ -103,6 +116,14 @@ impl AgentClient {
         self.call::<_, serde_json::Value>(address, agent_path::KILL, &JobIdParam { job_id })
             .await
             .map(|e| e.msg.unwrap_or_default())
+    }
+
+    /// The runs a jobfleet agent holds now; an XXL-Job executor refuses (unknown path).
+    pub async fn held(&self, address: &str) -> Result<HeldRuns, CallError> {
+        self.call::<_, HeldRuns>(address, agent_path::HELD, &serde_json::Value::Null)
+            .await?
+            .payload()
+            .ok_or_else(|| CallError::Unreachable("the held answer has no content".into()))
     }
 
     pub async fn log(&self, address: &str, param: &LogParam) -> Result<LogResult, CallError> {

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use jobfleet_agent::protocol::HostMetrics;
+use jobfleet_agent::protocol::{HostMetrics, RunAccepted};
 
 use crate::db::job::Job;
 use crate::db::job_run::{self, JobRun};
@@ -272,6 +272,8 @@ pub struct Answer {
     accepted: bool,
     message: String,
     outcome: &'static str,
+    /// Which agent process took the run (jobfleet agents say so; XXL-Job executors do not).
+    taken_by: Option<RunAccepted>,
 }
 
 async fn hand_over(state: &AppState, job: &Job, routing: Routing, send: Send) -> Answer {
@@ -291,8 +293,9 @@ async fn hand_over(state: &AppState, job: &Job, routing: Routing, send: Send) ->
             continue;
         }
         match state.agents.run(address, &trigger).await {
-            Ok(msg) => {
+            Ok((msg, taken_by)) => {
                 return Answer {
+                    taken_by,
                     run_id: send.run.id,
                     agent: Some(address.clone()),
                     accepted: true,
@@ -319,6 +322,7 @@ async fn hand_over(state: &AppState, job: &Job, routing: Routing, send: Send) ->
                         accepted: false,
                         message: reasons.join("; "),
                         outcome: "refused",
+                        taken_by: None,
                     };
                 }
             }
@@ -330,6 +334,7 @@ async fn hand_over(state: &AppState, job: &Job, routing: Routing, send: Send) ->
         accepted: false,
         message: format!("no agent accepted the trigger: {}", reasons.join("; ")),
         outcome: "unreachable",
+        taken_by: None,
     }
 }
 
@@ -448,6 +453,7 @@ async fn send_prepared(state: &AppState, prepared: Prepared) -> Vec<Answer> {
             accepted: false,
             message,
             outcome: "no_agent",
+            taken_by: None,
         }],
         Prepared::Send {
             job,
@@ -491,14 +497,17 @@ async fn store_answers(state: &AppState, answers: Vec<Answer>) -> Result<Vec<Due
         .transaction(move |conn| {
             let mut dues = Vec::new();
             for a in &answers {
-                if job_run::record_trigger(
-                    conn,
-                    a.run_id,
-                    a.agent.as_deref(),
-                    a.accepted,
-                    &a.message,
-                    at,
-                )? {
+                let answer = job_run::TriggerAnswer {
+                    agent: a.agent.as_deref(),
+                    accepted: a.accepted,
+                    message: &a.message,
+                    instance: a.taken_by.as_ref().map(|t| t.instance_id.as_str()),
+                    seq: a
+                        .taken_by
+                        .as_ref()
+                        .map(|t| i64::try_from(t.seq).unwrap_or(i64::MAX)),
+                };
+                if job_run::record_trigger(conn, a.run_id, &answer, at)? {
                     dues.extend(followup::after_final(conn, a.run_id, at, &alerts)?);
                 }
             }

@@ -3,6 +3,7 @@
 //! dead agent left behind. See ARCHITECTURE.md for the flow and its invariants.
 
 pub mod followup;
+pub mod in_doubt;
 pub mod monitors;
 pub mod plan;
 pub mod tick;

@@ -16,10 +16,16 @@ use crate::startup::AppState;
 
 use super::{Due, followup};
 
-/// A pending run nobody took this long after its time lost its admin: send it from here.
-pub const ORPHAN_AFTER_MS: i64 = 10_000;
-/// A run taken for dispatch whose agent answer was never stored this long after: the admin
-/// died mid-send. Whether the agent got it is unknown, so it is lost (and retried).
+/// A pending run nobody took this long after its time lost its admin (or its admin is behind):
+/// send it from here. Taking a run is a compare-and-set, so helping a live admin is harmless.
+pub const ORPHAN_AFTER_MS: i64 = 3_000;
+/// Runs sent at once by a recovery pass: a dead admin's burst goes out in parallel, not one
+/// round trip after another.
+const SEND_AT_ONCE: usize = 64;
+/// A run taken for dispatch whose agent answer was never stored this long after, in a group
+/// whose agents cannot say what they hold (XXL-Job executors, manual addresses): the admin died
+/// mid-send and whether the agent got it is unknown, so it is lost (and retried). Jobfleet
+/// agents are asked instead (`in_doubt`).
 pub const STUCK_CLAIM_AFTER_MS: i64 = 60_000;
 /// The agent enforces a job's timeout; the admin steps in only this long after it.
 pub const TIMEOUT_GRACE_MS: i64 = 30_000;
@@ -69,13 +75,38 @@ pub async fn run(state: web::Data<AppState>) {
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Recovered {
     pub orphans_sent: usize,
+    /// Runs in doubt found on the agent that holds them.
+    pub stuck_adopted: usize,
+    /// Runs in doubt no agent holds, sent again.
+    pub stuck_resent: usize,
     pub stuck_lost: usize,
     pub dead_agent_lost: usize,
     pub timed_out: usize,
 }
 
+/// Sends runs, `SEND_AT_ONCE` at a time; returns how many were handled.
+///
+/// # Errors
+/// The first database error (the runs not sent stay for the next pass).
+pub(super) async fn send_all(state: &AppState, run_ids: Vec<i64>) -> Result<usize, Error> {
+    let mut sent = 0;
+    for chunk in run_ids.chunks(SEND_AT_ONCE) {
+        let outcomes = futures_util::future::join_all(
+            chunk
+                .iter()
+                .map(|&id| crate::dispatch::send::dispatch(state, id, None)),
+        )
+        .await;
+        for outcome in outcomes {
+            outcome?;
+            sent += 1;
+        }
+    }
+    Ok(sent)
+}
+
 /// Ends a run with a status the admin decided, with its follow-ups, once.
-async fn end_run(
+pub(super) async fn end_run(
     state: &AppState,
     run_id: i64,
     status: &'static str,
@@ -111,11 +142,10 @@ async fn end_run(
 pub async fn recover(state: &AppState) -> Result<Recovered, Error> {
     let now = state.clock.now_ms();
     let mut done = Recovered::default();
-    let (orphans, stuck, running, dead, jobs) = state
+    let (orphans, running, dead, jobs) = state
         .db
         .run(move |conn| {
             let orphans = job_run::unclaimed_due(conn, now - ORPHAN_AFTER_MS, 500)?;
-            let stuck = job_run::stale_claims(conn, now - STUCK_CLAIM_AFTER_MS, 500)?;
             let running = job_run::running(conn, 5_000)?;
             let dead: HashSet<String> = agent::list(conn, None)?
                 .into_iter()
@@ -129,22 +159,22 @@ pub async fn recover(state: &AppState) -> Result<Recovered, Error> {
                 .into_iter()
                 .map(|j| (j.id, j.timeout_s))
                 .collect();
-            Ok((orphans, stuck, running, dead, jobs))
+            Ok((orphans, running, dead, jobs))
         })
         .await?;
-    for run in orphans {
+    if let Some(first) = orphans.first() {
         tracing::warn!(
-            run_id = run.id,
-            scheduled_ms = run.scheduled_ms,
-            "Sending a run no admin sent"
+            runs = orphans.len(),
+            first_run_id = first.id,
+            scheduled_ms = first.scheduled_ms,
+            "Sending runs no admin sent"
         );
-        crate::dispatch::send::dispatch(state, run.id, None).await?;
-        done.orphans_sent += 1;
     }
-    for run in stuck {
-        let message = "the admin sending this run stopped before the agent's answer was stored; it may or may not have run".to_owned();
-        done.stuck_lost += usize::from(end_run(state, run.id, "lost", message).await?);
-    }
+    done.orphans_sent = send_all(state, orphans.iter().map(|r| r.id).collect()).await?;
+    let in_doubt = super::in_doubt::resolve(state, now).await?;
+    done.stuck_adopted = in_doubt.adopted;
+    done.stuck_resent = in_doubt.resent;
+    done.stuck_lost = in_doubt.lost;
     for run in running {
         let Some(address) = run.agent_address.as_deref() else {
             continue;

@@ -1,14 +1,30 @@
-//! Agents as the registry knows them, limited to the groups the caller may see.
+//! Agents: registration and heartbeats (with the agent's own key, approval, and the check of
+//! the runs it says it holds), the list the caller may see, and an admin's approve, revoke and
+//! forget.
+//!
+//! Identity: a jobfleet agent creates a random key at its first start and sends it in
+//! `X-Jobfleet-Agent-Key` on every call. Its first registration (made with the shared access
+//! token) stores the key's SHA-256 for `(group, address)`; from then on only that key may
+//! heartbeat there or report results for runs sent there. XXL-Job executors cannot send a key:
+//! a group takes them only when an admin set `allow_executors`.
+
+use std::collections::HashSet;
+use std::net::IpAddr;
 
 use serde::Serialize;
 
-use crate::auth::rbac::Actor;
-use crate::db::{Page, agent, executor_group};
+use crate::audit::{self, Entry};
+use crate::auth::rbac::{Actor, AdminProof};
+use crate::db::{AnyConnection, Page, agent, executor_group, job_run};
 use crate::error::Error;
+use crate::scheduler::followup;
 use crate::startup::AppState;
+use jobfleet_agent::protocol::{REGISTRY_GROUP_EXECUTOR, RegistryParam};
 
 /// An agent is live while its last heartbeat is younger than this (three missed 10 s beats).
 pub const DEAD_AFTER_MS: i64 = 30_000;
+/// Agent keys are random strings the agent makes; anything outside this is not one.
+const KEY_LEN: std::ops::RangeInclusive<usize> = 32..=256;
 
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct AgentView {
@@ -23,6 +39,62 @@ pub struct AgentView {
     pub limits_mode: String,
     #[schema(value_type = Object)]
     pub metrics: serde_json::Value,
+    /// `approved` (gets runs), `pending` (waits for an admin) or `revoked` (refused).
+    pub approval: String,
+    /// `agent` (a jobfleet agent with its own key) or `executor` (an XXL-Job executor that has
+    /// only the shared token).
+    pub identity: String,
+    /// The user jobs run as when a trigger names none; empty when the agent did not say.
+    pub run_as: String,
+    /// Jobs on this agent run as root.
+    pub runs_as_root: bool,
+}
+
+fn view(a: agent::Agent, now: i64) -> AgentView {
+    AgentView {
+        id: a.id,
+        live: now - a.last_seen_ms < DEAD_AFTER_MS,
+        metrics: serde_json::from_str(&a.metrics).unwrap_or(serde_json::Value::Null),
+        identity: if a.key_hash.is_empty() {
+            "executor"
+        } else {
+            "agent"
+        }
+        .into(),
+        runs_as_root: a.run_as == "root",
+        app_name: a.app_name,
+        address: a.address,
+        version: a.version,
+        hostname: a.hostname,
+        registered_ms: a.registered_ms,
+        last_seen_ms: a.last_seen_ms,
+        limits_mode: a.limits_mode,
+        approval: a.approval,
+        run_as: a.run_as,
+    }
+}
+
+/// The app names of the groups `visible` (all when `None`).
+fn app_names_of(
+    conn: &mut AnyConnection,
+    visible: Option<Vec<i64>>,
+) -> Result<Option<Vec<String>>, Error> {
+    Ok(match visible {
+        None => None,
+        Some(ids) => Some(
+            executor_group::list(
+                conn,
+                Some(&ids),
+                Page {
+                    limit: 10_000,
+                    offset: 0,
+                },
+            )?
+            .into_iter()
+            .map(|g| g.app_name)
+            .collect(),
+        ),
+    })
 }
 
 pub async fn list(state: &AppState, actor: &Actor) -> Result<Vec<AgentView>, Error> {
@@ -31,50 +103,89 @@ pub async fn list(state: &AppState, actor: &Actor) -> Result<Vec<AgentView>, Err
     state
         .db
         .run(move |conn| {
-            let app_names: Option<Vec<String>> = match visible {
-                None => None,
-                Some(ids) => Some(
-                    executor_group::list(
-                        conn,
-                        Some(&ids),
-                        Page {
-                            limit: 10_000,
-                            offset: 0,
-                        },
-                    )?
-                    .into_iter()
-                    .map(|g| g.app_name)
-                    .collect(),
-                ),
-            };
+            let app_names = app_names_of(conn, visible)?;
             Ok(agent::list(conn, app_names.as_deref())?
                 .into_iter()
-                .map(|a| AgentView {
-                    id: a.id,
-                    live: now - a.last_seen_ms < DEAD_AFTER_MS,
-                    metrics: serde_json::from_str(&a.metrics).unwrap_or(serde_json::Value::Null),
-                    app_name: a.app_name,
-                    address: a.address,
-                    version: a.version,
-                    hostname: a.hostname,
-                    registered_ms: a.registered_ms,
-                    last_seen_ms: a.last_seen_ms,
-                    limits_mode: a.limits_mode,
-                })
+                .map(|a| view(a, now))
                 .collect())
         })
         .await
 }
 
-/// A registration or heartbeat from an agent (or an XXL-Job executor).
+/// An admin's decision about an agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    Approve,
+    Revoke,
+    Forget,
+}
+
+/// Approves, revokes or forgets agent `id`, with its audit row. A revoked agent's heartbeats
+/// and results are refused and it gets no runs; a forgotten one may enroll again (with a new
+/// key, after its data folder was lost, say).
 ///
 /// # Errors
-/// `invalid_field` for a malformed registration.
+/// `NotFound` for an unknown agent.
+pub async fn decide(
+    state: &AppState,
+    actor: &Actor,
+    _: &AdminProof,
+    id: i64,
+    decision: Decision,
+) -> Result<Option<AgentView>, Error> {
+    let now = state.clock.now_ms();
+    let actor = actor.clone();
+    state
+        .db
+        .transaction(move |conn| {
+            let before = view(agent::get(conn, id)?, now);
+            let (action, after) = match decision {
+                Decision::Approve | Decision::Revoke => {
+                    let (action, approval) = if decision == Decision::Approve {
+                        ("agent.approve", agent::APPROVED)
+                    } else {
+                        ("agent.revoke", agent::REVOKED)
+                    };
+                    agent::set_approval(conn, id, approval)?;
+                    (action, Some(view(agent::get(conn, id)?, now)))
+                }
+                Decision::Forget => {
+                    agent::delete(conn, id)?;
+                    ("agent.forget", None)
+                }
+            };
+            let mut entry = Entry::new(action, "agent", id).before(&before)?;
+            if let Some(after) = &after {
+                entry = entry.after(after)?;
+            }
+            audit::record(conn, &actor, now, entry)?;
+            Ok(after)
+        })
+        .await
+}
+
+/// What the admin concluded from one heartbeat.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Registered {
+    /// Runs the agent no longer holds, ended `lost` (and retried per their job's policy).
+    pub lost: Vec<i64>,
+}
+
+/// A registration or heartbeat from an agent (or an XXL-Job executor), with the agent key it
+/// presented (`None` for an executor).
+///
+/// # Errors
+/// `invalid_field` for a malformed registration; `forbidden` for an address that belongs to
+/// another key, a revoked agent, or an executor in a group that does not allow them.
 pub async fn register(
     state: &AppState,
-    param: jobfleet_agent::protocol::RegistryParam,
-) -> Result<(), Error> {
+    param: RegistryParam,
+    key: Option<&str>,
+) -> Result<Registered, Error> {
     let (app_name, address) = check_registration(&param)?;
+    let key_hash = key.map(check_key).transpose()?;
+    let instance_id = short("instanceId", param.instance_id.as_deref(), 64)?;
+    let run_as = short("runAs", param.run_as.as_deref(), 64)?;
     let now = state.clock.now_ms();
     let metrics = param
         .metrics
@@ -82,41 +193,189 @@ pub async fn register(
         .map(serde_json::to_string)
         .transpose()
         .map_err(|e| Error::Internal(e.into()))?;
+    let needs_approval = state.config.agents_need_approval;
+    let outbox = state.alerts.outbox();
+    let alerts = outbox.clone();
+    let (registered, dues) = state
+        .db
+        .transaction(move |conn| {
+            let beat = agent::Heartbeat {
+                app_name: &app_name,
+                address: &address,
+                version: param.agent_version.as_deref().unwrap_or("xxl-job"),
+                hostname: param.hostname.as_deref().unwrap_or(""),
+                metrics: metrics.as_deref().unwrap_or("{}"),
+                limits_mode: param.limits_mode.as_deref().unwrap_or(""),
+                key_hash: key_hash.as_deref().unwrap_or(""),
+                instance_id: &instance_id,
+                run_as: &run_as,
+                now_ms: now,
+            };
+            if key_hash.is_none() {
+                admit_executor(conn, &app_name)?;
+            }
+            let row = match agent::find(conn, &app_name, &address)? {
+                Some(row) => row,
+                None => {
+                    let approval = if needs_approval {
+                        agent::PENDING
+                    } else {
+                        agent::APPROVED
+                    };
+                    match agent::insert(conn, &beat, approval) {
+                        // A first registration: nothing can be held yet.
+                        Ok(()) => return Ok((Registered::default(), Vec::new())),
+                        // Another admin stored the same first beat a moment ago.
+                        Err(Error::Conflict { .. }) => agent::find(conn, &app_name, &address)?
+                            .ok_or(Error::NotFound("agent"))?,
+                        Err(e) => return Err(e),
+                    }
+                }
+            };
+            check_identity(&row, key_hash.as_deref())?;
+            agent::refresh(conn, row.id, &beat)?;
+            let mut registered = Registered::default();
+            let mut dues = Vec::new();
+            if let (Some(held), Some(through)) = (&param.held_runs, param.accepted_through) {
+                let held: HashSet<i64> = held.iter().copied().collect();
+                let through = i64::try_from(through).unwrap_or(i64::MAX);
+                for run in job_run::running_on(conn, &address)? {
+                    let Some(why) = no_longer_held(&run, &held, &instance_id, through) else {
+                        continue;
+                    };
+                    if job_run::finish(conn, run.id, "lost", why, now)? {
+                        dues.extend(followup::after_final(conn, run.id, now, &alerts)?);
+                        registered.lost.push(run.id);
+                    }
+                }
+            }
+            Ok((registered, dues))
+        })
+        .await?;
+    outbox.committed();
+    for run_id in &registered.lost {
+        state.metrics.run_outcomes.inc("lost");
+        tracing::warn!(
+            run_id,
+            agent = %param.registry_value,
+            "Run lost: its agent no longer holds it"
+        );
+    }
+    state.scheduler.enqueue(dues);
+    Ok(registered)
+}
+
+/// Why a run the admin has as running on this agent is gone, judged from a heartbeat that
+/// lists what the agent holds; `None` while it may still be there.
+///
+/// A run is gone when a different agent process answers at its address (the one that took it
+/// died), or when the same process has handed out the run's accept number and does not list
+/// it. A run stored without an instance (an XXL-Job executor, an admin before this check) is
+/// left to the liveness monitor.
+fn no_longer_held(
+    run: &job_run::JobRun,
+    held: &HashSet<i64>,
+    instance_id: &str,
+    accepted_through: i64,
+) -> Option<&'static str> {
+    if held.contains(&run.id) || instance_id.is_empty() {
+        return None;
+    }
+    let (Some(taken_by), Some(seq)) = (run.agent_instance.as_deref(), run.agent_seq) else {
+        return None;
+    };
+    if taken_by != instance_id {
+        Some(
+            "the agent restarted and no longer holds this run (it was killed or crashed while the run was in progress)",
+        )
+    } else if seq <= accepted_through {
+        Some("the agent no longer holds this run and never reported its result")
+    } else {
+        None
+    }
+}
+
+/// An executor without a key may register only in a group that allows executors.
+fn admit_executor(conn: &mut AnyConnection, app_name: &str) -> Result<(), Error> {
+    match executor_group::find_by_app_name(conn, app_name)? {
+        Some(group) if group.allow_executors => Ok(()),
+        _ => Err(Error::Forbidden(format!(
+            "group `{app_name}` takes only jobfleet agents with their own key; an admin can allow XXL-Job executors on the group"
+        ))),
+    }
+}
+
+/// The caller's key must be the one stored for this registration (or none was stored yet).
+fn check_identity(row: &agent::Agent, key_hash: Option<&str>) -> Result<(), Error> {
+    if row.approval == agent::REVOKED {
+        return Err(Error::Forbidden(
+            "this agent was revoked by an admin".into(),
+        ));
+    }
+    match key_hash {
+        Some(hash) if !row.key_hash.is_empty() && !crate::auth::csrf::matches(&row.key_hash, hash) => {
+            Err(Error::Forbidden(
+                "this address is registered to another agent key; an admin can forget that agent so this one may enroll".into(),
+            ))
+        }
+        None if !row.key_hash.is_empty() => Err(Error::Forbidden(
+            "this address belongs to a jobfleet agent: its calls need its agent key".into(),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Graceful deregistration, by the agent that registered (same key rules as a heartbeat).
+pub async fn deregister(
+    state: &AppState,
+    param: RegistryParam,
+    key: Option<&str>,
+) -> Result<(), Error> {
+    let (app_name, address) = check_registration(&param)?;
+    let key_hash = key.map(check_key).transpose()?;
+    let now = state.clock.now_ms();
     state
         .db
-        .run(move |conn| {
-            agent::upsert(
-                conn,
-                &agent::Heartbeat {
-                    app_name: &app_name,
-                    address: &address,
-                    version: param.agent_version.as_deref().unwrap_or("xxl-job"),
-                    hostname: param.hostname.as_deref().unwrap_or(""),
-                    metrics: metrics.as_deref().unwrap_or("{}"),
-                    limits_mode: param.limits_mode.as_deref().unwrap_or(""),
-                    now_ms: now,
-                },
-            )
+        .transaction(move |conn| {
+            let Some(row) = agent::find(conn, &app_name, &address)? else {
+                return Ok(());
+            };
+            check_identity(&row, key_hash.as_deref())?;
+            // The row (and with it the key and the approval) stays: a restart should not need
+            // a new approval. It only stops being live.
+            agent::mark_gone(conn, row.id, now - DEAD_AFTER_MS)
         })
         .await
 }
 
-/// Graceful deregistration.
-pub async fn deregister(
-    state: &AppState,
-    param: jobfleet_agent::protocol::RegistryParam,
-) -> Result<(), Error> {
-    let (app_name, address) = check_registration(&param)?;
-    state
-        .db
-        .run(move |conn| agent::remove(conn, &app_name, &address).map(|_| ()))
-        .await
+/// The key's hash, after a check that it looks like one.
+fn check_key(key: &str) -> Result<String, Error> {
+    if !KEY_LEN.contains(&key.len()) || !key.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(Error::invalid(
+            "X-Jobfleet-Agent-Key",
+            format!(
+                "an agent key is {} to {} printable ASCII characters",
+                KEY_LEN.start(),
+                KEY_LEN.end()
+            ),
+        ));
+    }
+    Ok(crate::auth::sha256_hex(key))
 }
 
-fn check_registration(
-    param: &jobfleet_agent::protocol::RegistryParam,
-) -> Result<(String, String), Error> {
-    if param.registry_group != jobfleet_agent::protocol::REGISTRY_GROUP_EXECUTOR {
+fn short(field: &str, value: Option<&str>, max: usize) -> Result<String, Error> {
+    let value = value.unwrap_or("").trim();
+    if value.len() > max || value.chars().any(char::is_control) {
+        return Err(Error::invalid(
+            field,
+            format!("at most {max} characters, no control characters"),
+        ));
+    }
+    Ok(value.to_owned())
+}
+
+fn check_registration(param: &RegistryParam) -> Result<(String, String), Error> {
+    if param.registry_group != REGISTRY_GROUP_EXECUTOR {
         return Err(Error::invalid("registryGroup", "must be EXECUTOR"));
     }
     let app_name = crate::service::groups::check_app_name(&param.registry_key).map_err(|_| {
@@ -131,11 +390,16 @@ fn check_registration(
     if !matches!(parsed.scheme(), "http" | "https")
         || parsed.host_str().is_none()
         || value.len() > 255
+        || parsed.query().is_some()
+        || !parsed.username().is_empty()
     {
         return Err(Error::invalid(
             "registryValue",
             "must be the agent's http(s) base URL",
         ));
+    }
+    if let Some(why) = forbidden_host(&parsed) {
+        return Err(Error::invalid("registryValue", why));
     }
     let address = if value.ends_with('/') {
         value.to_owned()
@@ -143,4 +407,184 @@ fn check_registration(
         format!("{value}/")
     };
     Ok((app_name, address))
+}
+
+/// Addresses the admin must never be told to call: cloud metadata services and other
+/// link-local or unspecified addresses. Triggers carry job sources and parameters, and an
+/// admin calling a metadata endpoint with them is a server-side request forgery.
+fn forbidden_host(url: &url::Url) -> Option<&'static str> {
+    let ip = match url.host()? {
+        url::Host::Ipv4(ip) => IpAddr::V4(ip),
+        url::Host::Ipv6(ip) => IpAddr::V6(ip),
+        url::Host::Domain(name) => {
+            let name = name.trim_end_matches('.').to_ascii_lowercase();
+            return (name == "metadata.google.internal"
+                || name == "metadata"
+                || name.ends_with(".metadata.google.internal"))
+            .then_some("a cloud metadata service is not an agent");
+        }
+    };
+    let bad = match ip {
+        IpAddr::V4(v4) => v4.is_link_local() || v4.is_unspecified() || v4.is_broadcast(),
+        IpAddr::V6(v6) => {
+            v6.is_unspecified()
+                || (v6.segments()[0] & 0xffc0) == 0xfe80
+                || v6.segments() == [0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254]
+                || v6
+                    .to_ipv4_mapped()
+                    .is_some_and(|v4| v4.is_link_local() || v4.is_unspecified())
+        }
+    };
+    bad.then_some("a link-local, unspecified or metadata address is not an agent")
+}
+
+/// Who sent a batch of results, as far as the admin can tell.
+#[derive(Debug, Clone)]
+pub enum Reporter {
+    /// A jobfleet agent with its key: the registrations made with it.
+    Agent(Vec<agent::Agent>),
+    /// Only the shared token: an XXL-Job executor.
+    Executor,
+}
+
+/// Resolves the key a callback came with.
+///
+/// # Errors
+/// `forbidden` for a key no registration has (or only revoked ones).
+pub fn reporter(conn: &mut AnyConnection, key: Option<&str>) -> Result<Reporter, Error> {
+    let Some(key) = key else {
+        return Ok(Reporter::Executor);
+    };
+    let rows = agent::list_by_key(conn, &check_key(key)?)?;
+    if rows.is_empty() {
+        return Err(Error::Forbidden(
+            "no registered agent has this key (register first, or it was revoked)".into(),
+        ));
+    }
+    Ok(Reporter::Agent(rows))
+}
+
+/// Whether `reporter` may report the result of a run of group `group_id` sent to
+/// `sent_to`; for a run whose agent was never stored (the admin sending it died before it
+/// stored the answer), the address to record as its agent.
+///
+/// # Errors
+/// Database errors.
+pub fn may_report(
+    conn: &mut AnyConnection,
+    reporter: &Reporter,
+    group_id: i64,
+    sent_to: Option<&str>,
+) -> Result<Result<Option<String>, &'static str>, Error> {
+    match (reporter, sent_to) {
+        (Reporter::Agent(rows), Some(address)) => {
+            Ok(if rows.iter().any(|r| r.address == address) {
+                Ok(None)
+            } else {
+                Err("the run was sent to another agent")
+            })
+        }
+        (Reporter::Agent(rows), None) => {
+            let group = executor_group::get(conn, group_id)?;
+            Ok(rows
+                .iter()
+                .find(|r| r.app_name == group.app_name && r.approval == agent::APPROVED)
+                .map(|r| Some(r.address.clone()))
+                .ok_or("the run belongs to a group this agent is not in"))
+        }
+        (Reporter::Executor, address) => {
+            let group = executor_group::get(conn, group_id)?;
+            if !group.allow_executors {
+                return Ok(Err(
+                    "the run's group does not take results without an agent key",
+                ));
+            }
+            if let Some(address) = address
+                && agent::list_at(conn, address)?
+                    .iter()
+                    .any(|r| !r.key_hash.is_empty())
+            {
+                return Ok(Err(
+                    "the run was sent to a jobfleet agent, whose results need its key",
+                ));
+            }
+            Ok(Ok(None))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(instance: Option<&str>, seq: Option<i64>) -> job_run::JobRun {
+        job_run::JobRun {
+            id: 7,
+            job_id: 1,
+            group_id: 1,
+            first_run_id: None,
+            attempt: 1,
+            trigger_kind: "api".into(),
+            fire_slot_ms: None,
+            scheduled_ms: 0,
+            status: "running".into(),
+            agent_address: Some("http://a:1/".into()),
+            params: String::new(),
+            shard_index: 0,
+            shard_total: 1,
+            trigger_msg: None,
+            triggered_ms: None,
+            started_ms: None,
+            finished_ms: None,
+            handle_code: None,
+            handle_msg: None,
+            exit_code: None,
+            term_signal: None,
+            cpu_ms: None,
+            max_rss_kb: None,
+            oom_killed: None,
+            limits_mode: None,
+            created_ms: 0,
+            agent_instance: instance.map(str::to_owned),
+            agent_seq: seq,
+        }
+    }
+
+    #[test]
+    fn a_run_is_lost_only_when_the_heartbeat_proves_it() {
+        let none = HashSet::new();
+        let held: HashSet<i64> = [7].into();
+        // Another process answers at the address: the one that took the run is gone.
+        assert!(no_longer_held(&run(Some("old"), Some(3)), &none, "new", 0).is_some());
+        // Same process, it handed out number 3 and does not list the run.
+        assert!(no_longer_held(&run(Some("i"), Some(3)), &none, "i", 3).is_some());
+        // Same process, but the heartbeat was taken before it accepted the run.
+        assert!(no_longer_held(&run(Some("i"), Some(4)), &none, "i", 3).is_none());
+        // Listed: held, whatever else.
+        assert!(no_longer_held(&run(Some("old"), Some(3)), &held, "new", 9).is_none());
+        // Nothing to judge by.
+        assert!(no_longer_held(&run(None, None), &none, "new", 9).is_none());
+        assert!(no_longer_held(&run(Some("i"), Some(1)), &none, "", 9).is_none());
+    }
+
+    #[test]
+    fn metadata_and_link_local_addresses_are_refused() {
+        let refused = |u: &str| forbidden_host(&url::Url::parse(u).unwrap()).is_some();
+        assert!(refused("http://169.254.169.254/"));
+        assert!(refused("http://[fd00:ec2::254]/"));
+        assert!(refused("http://metadata.google.internal/"));
+        assert!(refused("http://0.0.0.0:9999/"));
+        assert!(refused("http://[fe80::1]:9999/"));
+        assert!(!refused("http://127.0.0.1:9999/"));
+        assert!(!refused("http://10.0.0.5:9999/"));
+        assert!(!refused("http://agent-7.internal:9999/"));
+    }
+
+    #[test]
+    fn agent_keys_are_checked_for_shape() {
+        assert!(check_key("short").is_err());
+        assert!(check_key(&"k".repeat(257)).is_err());
+        assert!(check_key(&format!("{} x", "k".repeat(40))).is_err());
+        assert_eq!(check_key(&"k".repeat(40)).unwrap().len(), 64);
+    }
 }

@@ -1,6 +1,9 @@
 //! Turning credentials into an `Actor`: password logins that issue JWTs (rate-limited), and
 //! bearer credentials (JWT or API token) checked against the database on every request.
 
+use std::future::Future;
+
+use crate::auth::rate_limit::Charge;
 use crate::auth::rbac::{Actor, ActorKind};
 use crate::auth::{api_token, password, sha256_hex};
 use crate::db::{api_token as api_token_db, user, user_group_grant};
@@ -14,8 +17,8 @@ const TOUCH_EVERY_MS: i64 = 60_000;
 /// Checks a username and password and issues a JWT with its expiry (ms).
 ///
 /// # Errors
-/// `RateLimited` after too many failures from this client for this name; `Unauthenticated`
-/// for a wrong name or password or a disabled user (one message for all, so names cannot be probed).
+/// `RateLimited` after too many failures at this name or from this client; `Overloaded` when
+/// password hashing is busy past its queue deadline; `Unauthenticated` for a wrong name or password or a disabled user (one message for all, so names cannot be probed).
 pub async fn issue_token(
     state: &AppState,
     username: &str,
@@ -31,51 +34,129 @@ pub async fn issue_token(
     )
 }
 
-/// Checks a username and password (rate-limited per client and name).
+/// The longest account name a login accepts: names are at most 64 bytes when created.
+pub const MAX_USERNAME_BYTES: usize = 64;
+
+/// Refuses a username or password too long to be a real credential, before the limiter
+/// remembers anything or a hash is computed.
 ///
 /// # Errors
-/// As `issue_token`.
+/// `invalid_field` naming `username` or `password_field`.
+pub fn check_input_sizes(
+    username: &str,
+    password_field: &str,
+    password_text: &str,
+) -> Result<(), Error> {
+    if username.len() > MAX_USERNAME_BYTES {
+        return Err(Error::invalid(
+            "username",
+            format!("must be at most {MAX_USERNAME_BYTES} bytes"),
+        ));
+    }
+    if password_text.len() > password::MAX_LEN {
+        return Err(Error::invalid(
+            password_field,
+            format!("must be at most {} bytes", password::MAX_LEN),
+        ));
+    }
+    Ok(())
+}
+
+/// Charges one guess at `account` from `ip`, or says how long to wait.
+fn charge(state: &AppState, account: &str, ip: &str) -> Result<Charge, Error> {
+    state
+        .login_limiter
+        .try_charge(account, ip, state.clock.now_ms())
+        .map_err(|wait_ms| Error::RateLimited {
+            retry_after_s: u64::try_from(wait_ms).unwrap_or(1000).div_ceil(1000).max(1),
+        })
+}
+
+/// Verifies `candidate` against `stored` (the dummy hash when there is no such user, so an
+/// unknown name costs the same hash as a wrong password) as one charged guess at `account`
+/// from `ip`. A right password forgives the account's failures; an attempt that could not be
+/// evaluated (hashing overloaded, database down) is refunded; a wrong one stays charged.
+///
+/// # Errors
+/// `RateLimited` before hashing when a limit is reached; `Overloaded` when no hashing slot
+/// frees in time; database errors from `stored`.
+async fn guarded_verify<T, F>(
+    state: &AppState,
+    account: &str,
+    ip: &str,
+    candidate: &str,
+    stored: F,
+) -> Result<(Option<T>, bool), Error>
+where
+    F: Future<Output = Result<Option<(T, String)>, Error>>,
+{
+    let charge = charge(state, account, ip)?;
+    let outcome = async {
+        let (found, hash) = match stored.await? {
+            Some((found, hash)) => (Some(found), hash),
+            None => (None, password::dummy_hash().to_owned()),
+        };
+        let ok = state
+            .password_gate
+            .verify(hash, candidate.to_owned())
+            .await?;
+        Ok((found, ok))
+    }
+    .await;
+    let now = state.clock.now_ms();
+    match &outcome {
+        Err(_) => state.login_limiter.refund(charge, now),
+        Ok((Some(_), true)) => state.login_limiter.succeeded(charge, now),
+        Ok(_) => {}
+    }
+    outcome
+}
+
+/// Checks a username and password (rate-limited per name and per client).
+///
+/// # Errors
+/// As `issue_token`, plus `invalid_field` for oversized input and `Overloaded`.
 pub async fn check_credentials(
     state: &AppState,
     username: &str,
     password_text: &str,
     ip: &str,
 ) -> Result<user::User, Error> {
-    let now = state.clock.now_ms();
-    let limit_key = format!("{ip}|{username}");
-    if !state.login_limiter.allowed(&limit_key, now) {
-        return Err(Error::RateLimited);
-    }
+    check_input_sizes(username, "password", password_text)?;
     let name = username.to_owned();
-    let found = state
-        .db
-        .run(move |conn| user::find_by_username(conn, &name))
-        .await?;
-    let candidate = password_text.to_owned();
-    // Hashing is deliberately slow: keep it off the async workers.
-    let (found, ok) = tokio::task::spawn_blocking(move || {
-        let ok = match &found {
-            Some(u) => password::verify(&u.password_hash, &candidate) && !u.disabled,
-            None => {
-                password::verify(password::dummy_hash(), &candidate);
-                false
-            }
-        };
-        (found, ok)
-    })
-    .await
-    .map_err(|e| Error::Internal(anyhow::anyhow!("password check task: {e}")))?;
-    let user = match (found, ok) {
-        (Some(user), true) => user,
-        _ => {
-            state.login_limiter.record_failure(&limit_key, now);
-            return Err(Error::Unauthenticated(
-                "wrong username or password, or the user is disabled".into(),
-            ));
-        }
-    };
-    state.login_limiter.clear(&limit_key);
-    Ok(user)
+    let lookup = state.db.run(move |conn| {
+        Ok(user::find_by_username(conn, &name)?.map(|u| {
+            let hash = u.password_hash.clone();
+            (u, hash)
+        }))
+    });
+    let (found, ok) = guarded_verify(state, username, ip, password_text, lookup).await?;
+    match found {
+        // A disabled user's right password still counts as a failure: nothing tells them apart.
+        Some(user) if ok && !user.disabled => Ok(user),
+        _ => Err(Error::Unauthenticated(
+            "wrong username or password, or the user is disabled".into(),
+        )),
+    }
+}
+
+/// Checks the current password of a logged-in user, limited like a login under their name
+/// and client, so the password-change form is no unlimited oracle.
+///
+/// # Errors
+/// `RateLimited`, `Overloaded`, database errors.
+pub async fn check_own_password(
+    state: &AppState,
+    actor: &Actor,
+    user_id: i64,
+    candidate: &str,
+) -> Result<bool, Error> {
+    let lookup = state.db.run(move |conn| {
+        let u = user::get(conn, user_id)?;
+        Ok(Some(((), u.password_hash)))
+    });
+    let (_, ok) = guarded_verify(state, &actor.name, &actor.ip, candidate, lookup).await?;
+    Ok(ok)
 }
 
 /// Resolves an `Authorization: Bearer` credential into an actor.

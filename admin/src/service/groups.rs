@@ -18,6 +18,9 @@ pub struct GroupView {
     #[schema(value_type = String)]
     pub address_mode: AddressMode,
     pub addresses: Vec<String>,
+    /// XXL-Job executors (which cannot present an agent key) may register in this group and
+    /// report results with the shared access token alone.
+    pub allow_executors: bool,
     pub created_ms: i64,
     pub updated_ms: i64,
 }
@@ -32,6 +35,8 @@ pub struct GroupInput {
     pub address_mode: Option<AddressMode>,
     /// Agent base URLs for `manual` mode.
     pub addresses: Option<Vec<String>>,
+    /// Let XXL-Job executors in with the shared token alone (default false).
+    pub allow_executors: Option<bool>,
 }
 
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
@@ -41,6 +46,8 @@ pub struct GroupUpdate {
     #[schema(value_type = Option<String>, example = "manual")]
     pub address_mode: Option<AddressMode>,
     pub addresses: Option<Vec<String>>,
+    /// Unchanged when absent.
+    pub allow_executors: Option<bool>,
 }
 
 fn view(row: executor_group::ExecutorGroup) -> Result<GroupView, Error> {
@@ -58,6 +65,7 @@ fn view(row: executor_group::ExecutorGroup) -> Result<GroupView, Error> {
             .collect(),
         app_name: row.app_name,
         title: row.title,
+        allow_executors: row.allow_executors,
         created_ms: row.created_ms,
         updated_ms: row.updated_ms,
     })
@@ -149,6 +157,7 @@ pub async fn create(
                     addresses: &addresses,
                     created_ms: now,
                     updated_ms: now,
+                    allow_executors: input.allow_executors.unwrap_or(false),
                 },
             )?;
             let created = view(executor_group::get(conn, id)?)?;
@@ -179,6 +188,7 @@ pub async fn update(
         .db
         .transaction(move |conn| {
             let before = view(executor_group::get(conn, id)?)?;
+            let allow_executors = input.allow_executors.unwrap_or(before.allow_executors);
             executor_group::update(
                 conn,
                 id,
@@ -187,6 +197,7 @@ pub async fn update(
                     address_mode: mode.as_str(),
                     addresses: &addresses,
                     updated_ms: now,
+                    allow_executors,
                 },
             )?;
             let after = view(executor_group::get(conn, id)?)?;

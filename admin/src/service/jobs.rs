@@ -210,6 +210,23 @@ fn fields(spec: &JobSpec, script_version: i32, now: UnixMillis) -> job::JobField
     }
 }
 
+/// The job `id` if the caller may see it. A job of a group the caller cannot see answers
+/// exactly like one that does not exist (`NotFound("job")`, the error `job::get` gives), so
+/// nobody learns what other groups hold by probing ids.
+///
+/// # Errors
+/// `NotFound` for a missing or hidden job; database errors.
+pub(crate) fn visible_job(
+    conn: &mut AnyConnection,
+    actor: &Actor,
+    id: i64,
+) -> Result<job::Job, Error> {
+    match job::find(conn, id)? {
+        Some(row) if actor.sees_group(row.group_id) => Ok(row),
+        _ => Err(Error::NotFound("job")),
+    }
+}
+
 fn require_group(conn: &mut AnyConnection, group_id: i64) -> Result<(), Error> {
     if executor_group::find(conn, group_id)?.is_none() {
         return Err(Error::invalid_as(
@@ -221,15 +238,65 @@ fn require_group(conn: &mut AnyConnection, group_id: i64) -> Result<(), Error> {
     Ok(())
 }
 
-/// Children must exist and, with this job's new list, the child graph must stay acyclic.
+/// The one check for making an object refer to other jobs, which then run later without the
+/// caller (a job's `children` today; every later kind of reference, such as a workflow node,
+/// calls this too). Each referenced job must exist, be visible to the caller, and be in a group
+/// the caller may write (`Actor::reference_group`). A job the caller cannot see gives exactly
+/// the error of a job that does not exist (`invalid_field` on `field`, "job N does not exist");
+/// a visible job of a group the caller may only read gives `Forbidden`.
+///
+/// Returns the write proofs, one per referenced job, in the order of `ids`.
+///
+/// # Errors
+/// `Invalid` (missing or hidden job), `Forbidden` (visible, not writable), database errors.
+pub fn check_job_references(
+    conn: &mut AnyConnection,
+    actor: &Actor,
+    field: &str,
+    ids: &[i64],
+) -> Result<Vec<GroupWrite>, Error> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let groups = job::groups_of(conn, ids)?;
+    ids.iter()
+        .map(|id| {
+            let group_id = groups
+                .iter()
+                .find(|(job_id, _)| job_id == id)
+                .map(|(_, group_id)| *group_id)
+                .filter(|g| actor.sees_group(*g))
+                .ok_or_else(|| Error::invalid(field, format!("job {id} does not exist")))?;
+            actor.reference_group(group_id).map_err(|_| {
+                Error::Forbidden(format!(
+                    "{field}: referring to job {id} needs write access to its executor group \
+                     {group_id}"
+                ))
+            })
+        })
+        .collect()
+}
+
+/// A job's new child list. References it adds go through [`check_job_references`]; the ones it
+/// keeps from `before` were checked when they were added (or predate that check) and need only
+/// still exist, so someone who may edit this job can save it unchanged even when a child is in
+/// a group only an admin may write. With the new list the child graph must stay acyclic.
 fn check_children(
     conn: &mut AnyConnection,
+    actor: &Actor,
     job_id: Option<i64>,
+    before: &[i64],
     children: &[i64],
 ) -> Result<(), Error> {
     if children.is_empty() {
         return Ok(());
     }
+    let added: Vec<i64> = children
+        .iter()
+        .copied()
+        .filter(|id| !before.contains(id))
+        .collect();
+    check_job_references(conn, actor, "children", &added)?;
     let existing = job::existing_ids(conn, children)?;
     if let Some(missing) = children.iter().find(|id| !existing.contains(id)) {
         return Err(Error::invalid(
@@ -243,9 +310,18 @@ fn check_children(
             .map(|(parent, list)| (parent, parse_id_list(&list)))
             .collect();
         if let Some(cycle) = find_child_cycle(id, children, &edges) {
+            // The cycle may run through jobs the caller cannot see: name those by no id.
+            let groups = job::groups_of(conn, &cycle)?;
             let path = cycle
                 .iter()
-                .map(i64::to_string)
+                .map(|j| {
+                    let visible = groups.iter().any(|(id, g)| id == j && actor.sees_group(*g));
+                    if visible {
+                        j.to_string()
+                    } else {
+                        "(a job you cannot see)".to_owned()
+                    }
+                })
                 .collect::<Vec<_>>()
                 .join(" → ");
             return Err(Error::invalid_as(
@@ -307,8 +383,10 @@ fn save_script_version(
     Ok(version)
 }
 
-/// Creates a job. The caller proved write access to `spec.group_id` — unless the group does not
-/// exist, which is reported as `unknown_group` first.
+/// Creates a job (the console's copy is a create too). The caller proves write access to
+/// `spec.group_id` — unless the group does not exist, which is reported as `unknown_group`
+/// first — and to the group of every child
+/// ([`check_job_references`]).
 pub async fn create(state: &AppState, actor: &Actor, spec: JobSpec) -> Result<JobView, Error> {
     let now = state.clock.now_ms();
     let actor = actor.clone();
@@ -323,7 +401,7 @@ pub async fn create(state: &AppState, actor: &Actor, spec: JobSpec) -> Result<Jo
                     format!("a job named `{}` already exists in the group", spec.name),
                 ));
             }
-            check_children(conn, None, &spec.children)?;
+            check_children(conn, &actor, None, &[], &spec.children)?;
             check_alert_channels(conn, &spec.alert.channels)?;
             let id = job::insert(
                 conn,
@@ -352,7 +430,8 @@ pub async fn create(state: &AppState, actor: &Actor, spec: JobSpec) -> Result<Jo
         .inspect(|_| state.scheduler.jobs_changed())
 }
 
-/// Replaces a job's settings. Moving it to another group needs write access to both.
+/// Replaces a job's settings. Moving it to another group needs write access to both; a child
+/// it did not have before needs write access to the child's group.
 pub async fn update(
     state: &AppState,
     actor: &Actor,
@@ -364,7 +443,7 @@ pub async fn update(
     state
         .db
         .transaction(move |conn| {
-            let before_row = job::get(conn, id)?;
+            let before_row = visible_job(conn, &actor, id)?;
             actor.write_group(before_row.group_id)?;
             require_group(conn, spec.group_id)?;
             actor.write_group(spec.group_id)?;
@@ -376,7 +455,8 @@ pub async fn update(
                     format!("a job named `{}` already exists in the group", spec.name),
                 ));
             }
-            check_children(conn, Some(id), &spec.children)?;
+            let kept = parse_id_list(&before_row.children);
+            check_children(conn, &actor, Some(id), &kept, &spec.children)?;
             check_alert_channels(conn, &spec.alert.channels)?;
             let script_changed = match &spec.handler {
                 Handler::Script {
@@ -425,7 +505,7 @@ pub async fn set_enabled(
     state
         .db
         .transaction(move |conn| {
-            let row = job::get(conn, id)?;
+            let row = visible_job(conn, &actor, id)?;
             actor.write_group(row.group_id)?;
             let before = view(row.clone());
             let spec = spec_of(&row)?;
@@ -553,36 +633,45 @@ fn spec_of(row: &job::Job) -> Result<JobSpec, Error> {
     })
 }
 
+/// What deleting a job changed besides the job itself, for its audit row.
+#[derive(Debug, Serialize)]
+struct DeleteEffects {
+    /// The jobs whose `children` listed the deleted job and no longer do.
+    removed_from_children_of: Vec<i64>,
+}
+
+/// Deletes a job and takes it out of every other job's child list (whether or not the caller
+/// can see those jobs), all in one transaction with one audit row.
 pub async fn delete(state: &AppState, actor: &Actor, id: i64) -> Result<(), Error> {
     let now = state.clock.now_ms();
     let actor = actor.clone();
     state
         .db
         .transaction(move |conn| {
-            let row = job::get(conn, id)?;
+            let row = visible_job(conn, &actor, id)?;
             actor.write_group(row.group_id)?;
-            let parents: Vec<i64> = job::children_edges(conn)?
-                .into_iter()
-                .filter(|(_, list)| parse_id_list(list).contains(&id))
-                .map(|(parent, _)| parent)
-                .collect();
-            if !parents.is_empty() {
-                return Err(Error::Conflict {
-                    field: None,
-                    message: format!(
-                        "job {id} is a child of job(s) {}; remove it there first",
-                        join_id_list(&parents)
-                    ),
-                });
+            // Jobs that list this one as a child lose it in the same transaction. Refusing
+            // instead would let anyone who may write a parent (in any group) pin this job
+            // forever, and the refusal would name parents the caller may not be able to see.
+            let mut parents = Vec::new();
+            for (parent, list) in job::children_edges(conn)? {
+                let list = parse_id_list(&list);
+                if list.contains(&id) {
+                    let kept: Vec<i64> = list.into_iter().filter(|c| *c != id).collect();
+                    job::set_children(conn, parent, &join_id_list(&kept), now)?;
+                    parents.push(parent);
+                }
             }
             let before = view(row);
             job::delete(conn, id)?;
-            audit::record(
-                conn,
-                &actor,
-                now,
-                Entry::new("job.delete", "job", id).before(&before)?,
-            )
+            // The one audit row of the delete says which child lists it changed, if any.
+            let mut entry = Entry::new("job.delete", "job", id).before(&before)?;
+            if !parents.is_empty() {
+                entry = entry.after(&DeleteEffects {
+                    removed_from_children_of: parents,
+                })?;
+            }
+            audit::record(conn, &actor, now, entry)
         })
         .await
         // Plan at once: a new or changed schedule must not wait for the next pass.
@@ -590,8 +679,11 @@ pub async fn delete(state: &AppState, actor: &Actor, id: i64) -> Result<(), Erro
 }
 
 pub async fn get(state: &AppState, actor: &Actor, id: i64) -> Result<JobView, Error> {
-    let row = state.db.run(move |conn| job::get(conn, id)).await?;
-    actor.read_group(row.group_id)?;
+    let actor = actor.clone();
+    let row = state
+        .db
+        .run(move |conn| visible_job(conn, &actor, id))
+        .await?;
     Ok(view(row))
 }
 
@@ -678,8 +770,7 @@ pub async fn script_versions(
     state
         .db
         .run(move |conn| {
-            let row = job::get(conn, job_id)?;
-            actor.read_group(row.group_id)?;
+            let row = visible_job(conn, &actor, job_id)?;
             Ok(job_script::list_for_job(conn, job_id)?
                 .into_iter()
                 .map(|v| version_view(v, row.script_version, false))
@@ -698,8 +789,7 @@ pub async fn script_version(
     state
         .db
         .run(move |conn| {
-            let row = job::get(conn, job_id)?;
-            actor.read_group(row.group_id)?;
+            let row = visible_job(conn, &actor, job_id)?;
             Ok(version_view(
                 job_script::get_version(conn, job_id, version)?,
                 row.script_version,
@@ -721,7 +811,7 @@ pub async fn rollback_script(
     state
         .db
         .transaction(move |conn| {
-            let row = job::get(conn, job_id)?;
+            let row = visible_job(conn, &actor, job_id)?;
             actor.write_group(row.group_id)?;
             if row.handler_type != "script" {
                 return Err(Error::invalid(
@@ -809,4 +899,97 @@ pub fn cron_preview(
         next_ms,
         next_local,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::job::tests::{fields, insert_group};
+    use crate::domain::role::Role;
+    use crate::testing::storage_test;
+
+    fn actor(role: Role, groups: &[i64]) -> Actor {
+        Actor {
+            role,
+            groups: groups.to_vec(),
+            ..Actor::system("t")
+        }
+    }
+
+    fn new_job(conn: &mut AnyConnection, group_id: i64, name: &str) -> i64 {
+        job::insert(
+            conn,
+            &job::NewJob {
+                fields: fields(group_id, name),
+                created_ms: 1,
+            },
+        )
+        .unwrap()
+    }
+
+    // The HTTP suite (tests/it/security/references.rs) covers hidden and writable references;
+    // "visible but not writable" needs a caller whose read and write rights differ on a group,
+    // which only the viewer role gives, and a viewer writes no parent to begin with.
+    storage_test!(
+        a_reference_needs_write_and_hides_what_it_cannot_see,
+        |conn| {
+            let g1 = insert_group(conn, "g1");
+            let g2 = insert_group(conn, "g2");
+            let mine = new_job(conn, g1, "mine");
+            let theirs = new_job(conn, g2, "theirs");
+            let missing = theirs + 1000;
+            let operator = actor(Role::Operator, &[g1]);
+
+            let hidden = check_job_references(conn, &operator, "children", &[theirs]).unwrap_err();
+            let absent = check_job_references(conn, &operator, "children", &[missing]).unwrap_err();
+            assert_eq!(
+                (hidden.code(), hidden.field(), hidden.public_message()),
+                (
+                    Code::InvalidField,
+                    Some("children"),
+                    format!("job {theirs} does not exist")
+                )
+            );
+            assert_eq!(
+                (absent.code(), absent.field(), absent.public_message()),
+                (
+                    Code::InvalidField,
+                    Some("children"),
+                    format!("job {missing} does not exist")
+                )
+            );
+
+            let reader = actor(Role::Viewer, &[g1, g2]);
+            let read_only = check_job_references(conn, &reader, "children", &[theirs]).unwrap_err();
+            assert_eq!(
+                read_only.code(),
+                Code::Forbidden,
+                "it can see the job anyway"
+            );
+            assert!(
+                read_only
+                    .public_message()
+                    .contains(&format!("job {theirs}"))
+            );
+
+            let both = actor(Role::Operator, &[g1, g2]);
+            let proofs = check_job_references(conn, &both, "children", &[mine, theirs]).unwrap();
+            assert_eq!(
+                proofs.iter().map(GroupWrite::group_id).collect::<Vec<_>>(),
+                vec![g1, g2]
+            );
+            let admin = actor(Role::Admin, &[]);
+            assert_eq!(
+                check_job_references(conn, &admin, "nodes", &[theirs])
+                    .unwrap()
+                    .len(),
+                1
+            );
+            assert!(
+                check_job_references(conn, &operator, "children", &[])
+                    .unwrap()
+                    .is_empty()
+            );
+        }
+    );
 }

@@ -134,10 +134,22 @@ pub async fn list(
         .await
 }
 
-pub async fn get(state: &AppState, actor: &Actor, id: i64) -> Result<RunView, Error> {
+/// The run `id` if the caller may see its group. A run of a group the caller cannot see answers
+/// exactly like one that does not exist (`NotFound("run")`, the error `job_run::get` gives).
+///
+/// # Errors
+/// `NotFound` for a missing or hidden run; database errors.
+async fn visible_run(state: &AppState, actor: &Actor, id: i64) -> Result<job_run::JobRun, Error> {
     let row = state.db.run(move |conn| job_run::get(conn, id)).await?;
-    actor.read_group(row.group_id)?;
-    Ok(view(row))
+    if actor.sees_group(row.group_id) {
+        Ok(row)
+    } else {
+        Err(Error::NotFound("run"))
+    }
+}
+
+pub async fn get(state: &AppState, actor: &Actor, id: i64) -> Result<RunView, Error> {
+    Ok(view(visible_run(state, actor, id).await?))
 }
 
 /// `POST /api/v1/jobs/{id}/trigger`: optional params (default: the job's) and agent address.
@@ -188,7 +200,7 @@ pub async fn trigger(
     let run_id = state
         .db
         .transaction(move |conn| {
-            let job = crate::db::job::get(conn, job_id)?;
+            let job = crate::service::jobs::visible_job(conn, &actor_owned, job_id)?;
             actor_owned.write_group(job.group_id)?;
             if let Some(address) = &wanted {
                 let (_, live) = crate::dispatch::send::candidates(conn, job.group_id, now)?;
@@ -255,8 +267,7 @@ pub async fn log(
     if from_line < 1 {
         return Err(Error::invalid("from_line", "must be at least 1"));
     }
-    let run = state.db.run(move |conn| job_run::get(conn, run_id)).await?;
-    actor.read_group(run.group_id)?;
+    let run = visible_run(state, actor, run_id).await?;
     let Some(address) = run.agent_address.clone() else {
         return Ok(LogPage {
             from_line,
@@ -285,7 +296,7 @@ pub async fn log(
 
 /// Asks the run's agent to kill it; the agent reports the run as killed through its callback.
 pub async fn kill(state: &AppState, actor: &Actor, run_id: i64) -> Result<RunView, Error> {
-    let run = state.db.run(move |conn| job_run::get(conn, run_id)).await?;
+    let run = visible_run(state, actor, run_id).await?;
     actor.write_group(run.group_id)?;
     if run.status != "running" {
         return Err(Error::Conflict {

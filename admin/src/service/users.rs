@@ -7,7 +7,9 @@ use crate::auth::{
     password, random_token,
     rbac::{Actor, AdminProof},
 };
-use crate::db::{AnyConnection, Page, executor_group, user, user_group_grant};
+use crate::db::{
+    AnyConnection, Page, api_token, console_session, executor_group, user, user_group_grant,
+};
 use crate::domain::role::Role;
 use crate::error::Error;
 use crate::service::Paged;
@@ -140,10 +142,42 @@ fn insert_audited(
     Ok(created)
 }
 
-async fn hash_off_thread(password_text: String) -> Result<String, Error> {
-    tokio::task::spawn_blocking(move || password::hash(&password_text))
-        .await
-        .map_err(|e| Error::Internal(anyhow::anyhow!("hash task: {e}")))?
+/// What ending a user's credentials ended, for the audit row: console sessions deleted, API
+/// tokens revoked, and the instant before which every JWT of the user is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct CredentialsEnded {
+    pub sessions_ended: usize,
+    pub api_tokens_revoked: usize,
+    pub jwts_issued_before_ms: i64,
+}
+
+/// Ends every console session and JWT of user `id`, and its API tokens when `tokens`; the
+/// caller holds the transaction.
+fn end_credentials(
+    conn: &mut AnyConnection,
+    id: i64,
+    now: i64,
+    tokens: bool,
+) -> Result<CredentialsEnded, Error> {
+    user::set_credentials_epoch(conn, id, now)?;
+    Ok(CredentialsEnded {
+        sessions_ended: console_session::delete_for_user(conn, id)?,
+        api_tokens_revoked: if tokens {
+            api_token::revoke_all_for_user(conn, id, now)?
+        } else {
+            0
+        },
+        jwts_issued_before_ms: now,
+    })
+}
+
+/// A user update's audit `after`: the user, plus what disabling ended.
+#[derive(Serialize)]
+struct UpdatedUser<'a> {
+    #[serde(flatten)]
+    user: &'a UserView,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    credentials_ended: Option<CredentialsEnded>,
 }
 
 pub async fn create(
@@ -154,7 +188,7 @@ pub async fn create(
 ) -> Result<UserView, Error> {
     let username = check_username(&request.username)?;
     password::check_policy("password", &request.password)?;
-    let hash = hash_off_thread(request.password).await?;
+    let hash = state.password_gate.hash(request.password).await?;
     let groups = request.groups.unwrap_or_default();
     let now = state.clock.now_ms();
     let actor = actor.clone();
@@ -185,8 +219,13 @@ pub async fn update(
             if let Some(role) = change.role {
                 user::set_role(conn, id, role.as_str(), now)?;
             }
+            let mut ended = None;
             if let Some(disabled) = change.disabled {
                 user::set_disabled(conn, id, disabled, now)?;
+                if disabled && !before.disabled {
+                    // Re-enabling must not revive what was out there when it was disabled.
+                    ended = Some(end_credentials(conn, id, now, true)?);
+                }
             }
             if let Some(groups) = &change.groups {
                 check_groups(conn, groups)?;
@@ -208,14 +247,18 @@ pub async fn update(
                 now,
                 Entry::new("user.update", "user", id)
                     .before(&before)?
-                    .after(&after)?,
+                    .after(&UpdatedUser {
+                        user: &after,
+                        credentials_ended: ended,
+                    })?,
             )?;
             Ok(after)
         })
         .await
 }
 
-/// Sets a new password; tokens issued before it stop working.
+/// Sets a new password and ends everything the old one opened: console sessions, JWTs and
+/// API tokens (revoked). The audit row says how many sessions and tokens ended.
 pub async fn reset_password(
     state: &AppState,
     actor: &Actor,
@@ -224,24 +267,29 @@ pub async fn reset_password(
     reset: PasswordReset,
 ) -> Result<(), Error> {
     password::check_policy("password", &reset.password)?;
-    let hash = hash_off_thread(reset.password).await?;
+    let hash = state.password_gate.hash(reset.password).await?;
     let now = state.clock.now_ms();
     let actor = actor.clone();
     state
         .db
         .transaction(move |conn| {
             user::set_password_hash(conn, id, &hash, now)?;
-            // The audit row records that it happened, never the password or its hash.
+            let ended = end_credentials(conn, id, now, true)?;
+            // The audit row records what ended, never the password or its hash.
             audit::record(
                 conn,
                 &actor,
                 now,
-                Entry::new("user.reset_password", "user", id),
+                Entry::new("user.reset_password", "user", id).after(&ended)?,
             )
         })
         .await
 }
 
+/// A user changes their own password, giving the current one (a limited guess, like a login).
+///
+/// # Errors
+/// `invalid_field` for a wrong current password or a weak new one; `RateLimited`; `Overloaded`.
 pub async fn change_own_password(
     state: &AppState,
     actor: &Actor,
@@ -255,30 +303,34 @@ pub async fn change_own_password(
             "API tokens cannot change passwords".into(),
         ));
     }
+    crate::service::auth::check_input_sizes(
+        &actor.name,
+        "current_password",
+        &change.current_password,
+    )?;
     password::check_policy("new_password", &change.new_password)?;
-    let row = state.db.run(move |conn| user::get(conn, id)).await?;
-    let current = change.current_password;
-    let ok = tokio::task::spawn_blocking(move || password::verify(&row.password_hash, &current))
-        .await
-        .map_err(|e| Error::Internal(anyhow::anyhow!("verify task: {e}")))?;
-    if !ok {
+    if !crate::service::auth::check_own_password(state, actor, id, &change.current_password).await?
+    {
         return Err(Error::invalid(
             "current_password",
             "is not your current password",
         ));
     }
-    let hash = hash_off_thread(change.new_password).await?;
+    let hash = state.password_gate.hash(change.new_password).await?;
     let now = state.clock.now_ms();
     let actor = actor.clone();
     state
         .db
         .transaction(move |conn| {
             user::set_password_hash(conn, id, &hash, now)?;
+            // Every session and JWT ends, this one's too; API tokens are separate credentials
+            // made on purpose (automation), so they stay until revoked one by one.
+            let ended = end_credentials(conn, id, now, false)?;
             audit::record(
                 conn,
                 &actor,
                 now,
-                Entry::new("user.change_password", "user", id),
+                Entry::new("user.change_password", "user", id).after(&ended)?,
             )
         })
         .await
@@ -342,7 +394,7 @@ pub async fn bootstrap_admin(
             (p.clone(), Bootstrap::CreatedWithRandomPassword(p))
         }
     };
-    let hash = hash_off_thread(password_text).await?;
+    let hash = state.password_gate.hash(password_text).await?;
     let now = state.clock.now_ms();
     let system = Actor::system("bootstrap");
     state

@@ -2,6 +2,7 @@
 
 use actix_web::cookie::{Cookie, SameSite};
 use actix_web::http::StatusCode;
+use actix_web::http::header::{HeaderValue, RETRY_AFTER};
 use actix_web::{HttpRequest, web};
 use askama::Template;
 
@@ -113,6 +114,26 @@ async fn change_password(
             f.fail(&e, FIELDS);
             let page = page(&req, &state, &user, f).await?;
             render(e.code().status(), &page)
+        }
+        // Wrong current passwords are limited like logins: the page says so, with Retry-After.
+        Err(e @ (Error::RateLimited { .. } | Error::Overloaded { .. })) => {
+            let mut f = FormState::default();
+            f.general = user
+                .chrome
+                .t(if matches!(e, Error::RateLimited { .. }) {
+                    "login.rate_limited"
+                } else {
+                    "login.busy"
+                })
+                .to_owned();
+            let page = page(&req, &state, &user, f).await?;
+            let mut res = render(e.code().status(), &page)?;
+            if let Some(seconds) = e.retry_after_s()
+                && let Ok(value) = HeaderValue::from_str(&seconds.to_string())
+            {
+                res.headers_mut().insert(RETRY_AFTER, value);
+            }
+            Ok(res)
         }
         Err(e) => Err(e.into()),
     }

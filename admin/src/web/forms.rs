@@ -232,15 +232,13 @@ impl FromRequest for CsrfForm {
                 message: format!("the form could not be read: {e}"),
             })?;
             let user = user.await?;
-            if !urlencoded {
-                return Err(Error::Invalid {
-                    code: Code::InvalidField,
-                    field: None,
-                    message: "expected a form (application/x-www-form-urlencoded)".into(),
-                }
-                .into());
-            }
-            let fields = Fields::parse(&body);
+            // No token, no write: a POST that is not a form carries no token, so it is refused
+            // the same way (403), before its content is looked at.
+            let fields = if urlencoded {
+                Fields::parse(&body)
+            } else {
+                Fields::default()
+            };
             match fields.get("csrf") {
                 Some(given) if csrf::matches(&user.chrome.csrf, given) => Ok(CsrfForm { user, fields }),
                 _ => Err(Error::Forbidden(

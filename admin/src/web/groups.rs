@@ -13,11 +13,18 @@ use crate::db::Page;
 use crate::domain::policy::AddressMode;
 use crate::error::Error;
 use crate::service;
+use crate::service::agents::Decision;
 use crate::service::groups::{GroupInput, GroupUpdate, GroupView};
 use crate::service::runs::RunQuery;
 use crate::startup::AppState;
 
-const FORM_FIELDS: &[&str] = &["app_name", "title", "address_mode", "addresses"];
+const FORM_FIELDS: &[&str] = &[
+    "app_name",
+    "title",
+    "address_mode",
+    "addresses",
+    "allow_executors",
+];
 
 #[derive(Debug, Clone)]
 pub struct GroupRow {
@@ -57,6 +64,13 @@ pub struct AgentRow {
     pub metrics: String,
     /// Run id and job name.
     pub runs: Vec<(i64, String)>,
+    pub id: i64,
+    /// `approved`, `pending` or `revoked`.
+    pub approval: String,
+    /// `agent` or `executor` (an XXL-Job executor on the shared token).
+    pub identity: String,
+    pub run_as: String,
+    pub runs_as_root: bool,
 }
 
 #[derive(Template, WebTemplate)]
@@ -110,6 +124,7 @@ fn form_of(g: &GroupView) -> FormState {
         ("title", g.title.clone()),
         ("address_mode", g.address_mode.to_string()),
         ("addresses", g.addresses.join("\n")),
+        ("allow_executors", g.allow_executors.to_string()),
     ])
 }
 
@@ -182,6 +197,7 @@ async fn create(state: web::Data<AppState>, form: CsrfForm) -> PageResult {
                 title: fields.text("title"),
                 address_mode,
                 addresses,
+                allow_executors: Some(fields.flag("allow_executors")),
             };
             service::groups::create(&state, &user.actor, &proof, input).await
         }
@@ -230,6 +246,7 @@ async fn update(state: web::Data<AppState>, form: CsrfForm, id: web::Path<i64>) 
                 title: fields.text("title"),
                 address_mode,
                 addresses,
+                allow_executors: Some(fields.flag("allow_executors")),
             };
             service::groups::update(&state, &user.actor, &proof, id, input).await
         }
@@ -262,6 +279,27 @@ async fn delete(state: web::Data<AppState>, form: CsrfForm, id: web::Path<i64>) 
         "/console/groups",
         form.user.chrome.t("flash.deleted"),
     ))
+}
+
+async fn decide(state: &AppState, form: CsrfForm, id: i64, decision: Decision) -> PageResult {
+    let proof = form.user.actor.require_admin()?;
+    service::agents::decide(state, &form.user.actor, &proof, id, decision).await?;
+    Ok(see_other_with(
+        "/console/agents",
+        form.user.chrome.t("flash.saved"),
+    ))
+}
+
+async fn approve(state: web::Data<AppState>, form: CsrfForm, id: web::Path<i64>) -> PageResult {
+    decide(&state, form, *id, Decision::Approve).await
+}
+
+async fn revoke(state: web::Data<AppState>, form: CsrfForm, id: web::Path<i64>) -> PageResult {
+    decide(&state, form, *id, Decision::Revoke).await
+}
+
+async fn forget(state: web::Data<AppState>, form: CsrfForm, id: web::Path<i64>) -> PageResult {
+    decide(&state, form, *id, Decision::Forget).await
 }
 
 /// The metrics an agent reports with its heartbeat, in a line.
@@ -308,6 +346,11 @@ async fn agents(state: web::Data<AppState>, user: ConsoleUser) -> PageResult<Age
                 hostname: a.hostname,
                 version: a.version,
                 limits_mode: a.limits_mode,
+                id: a.id,
+                approval: a.approval,
+                identity: a.identity,
+                run_as: a.run_as,
+                runs_as_root: a.runs_as_root,
             })
             .collect(),
         c: user.page("agents"),
@@ -321,5 +364,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/groups/{id}/edit", web::get().to(edit))
         .route("/groups/{id}", web::post().to(update))
         .route("/groups/{id}/delete", web::post().to(delete))
-        .route("/agents", web::get().to(agents));
+        .route("/agents", web::get().to(agents))
+        .route("/agents/{id}/approve", web::post().to(approve))
+        .route("/agents/{id}/revoke", web::post().to(revoke))
+        .route("/agents/{id}/forget", web::post().to(forget));
 }

@@ -3,12 +3,14 @@
 
 use actix_web::cookie::{Cookie, SameSite};
 use actix_web::http::StatusCode;
+use actix_web::http::header::{HeaderValue, RETRY_AFTER};
 use actix_web::{HttpRequest, web};
 
 use super::forms::{CsrfForm, Fields};
 use super::i18n::{Lang, lang_of, tr};
 use super::views::LoginPage;
 use super::{PageResult, SESSION_COOKIE, render, safe_next, see_other};
+use crate::auth::extract::{LOGIN_BODY_LIMIT, bounded_body};
 use crate::auth::{csrf, random_token};
 use crate::error::Error;
 use crate::http::client_ip;
@@ -74,8 +76,35 @@ async fn show(req: HttpRequest, state: web::Data<AppState>) -> PageResult {
     form_response(&req, StatusCode::OK, &next, "", String::new())
 }
 
-async fn submit(req: HttpRequest, state: web::Data<AppState>, body: web::Bytes) -> PageResult {
+/// The login page again with `status`, a message, and `Retry-After` when the error has one.
+fn refused(
+    req: &HttpRequest,
+    status: StatusCode,
+    next: &str,
+    username: &str,
+    message: &str,
+    retry_after_s: Option<u64>,
+) -> PageResult {
+    let mut res = form_response(req, status, next, username, message.to_owned())?;
+    if let Some(seconds) = retry_after_s
+        && let Ok(value) = HeaderValue::from_str(&seconds.to_string())
+    {
+        res.headers_mut().insert(RETRY_AFTER, value);
+    }
+    Ok(res)
+}
+
+async fn submit(req: HttpRequest, state: web::Data<AppState>, payload: web::Payload) -> PageResult {
     let lang = lang_of(&req);
+    // Sizes first: nothing of an oversized login is kept, echoed or hashed.
+    let body =
+        match bounded_body(&req, payload, LOGIN_BODY_LIMIT, state.config.max_body_bytes).await {
+            Ok(body) => body,
+            Err(e) => {
+                let status = e.code().status();
+                return refused(&req, status, "", "", tr(lang, "login.too_large"), None);
+            }
+        };
     let fields = Fields::parse(&body);
     let next = fields.text("next");
     let username = fields.text("username");
@@ -83,23 +112,30 @@ async fn submit(req: HttpRequest, state: web::Data<AppState>, body: web::Bytes) 
         .cookie(LOGIN_CSRF_COOKIE)
         .map(|c| c.value().to_owned())
         .unwrap_or_default();
+    let shown_name = if username.len() <= service::auth::MAX_USERNAME_BYTES {
+        username.as_str()
+    } else {
+        ""
+    };
     if !csrf::matches(&cookie_token, fields.get("csrf").unwrap_or("")) {
-        return form_response(
+        return refused(
             &req,
             StatusCode::FORBIDDEN,
             &next,
-            &username,
-            tr(lang, "login.stale").into(),
+            shown_name,
+            tr(lang, "login.stale"),
+            None,
         );
     }
     let password = fields.raw("password");
     if username.is_empty() || password.is_empty() {
-        return form_response(
+        return refused(
             &req,
             StatusCode::UNPROCESSABLE_ENTITY,
             &next,
-            &username,
-            tr(lang, "login.missing").into(),
+            shown_name,
+            tr(lang, "login.missing"),
+            None,
         );
     }
     match service::sessions::login(&state, &username, password, &client_ip(&req)).await {
@@ -115,21 +151,23 @@ async fn submit(req: HttpRequest, state: web::Data<AppState>, body: web::Bytes) 
                 .map_err(|e| Error::Internal(anyhow::anyhow!("session cookie: {e}")))?;
             Ok(res)
         }
-        Err(Error::RateLimited) => form_response(
-            &req,
-            StatusCode::TOO_MANY_REQUESTS,
-            &next,
-            &username,
-            tr(lang, "login.rate_limited").into(),
-        ),
-        Err(Error::Unauthenticated(_)) => form_response(
-            &req,
-            StatusCode::UNAUTHORIZED,
-            &next,
-            &username,
-            tr(lang, "login.failed").into(),
-        ),
-        Err(other) => Err(other.into()),
+        Err(e) => {
+            let key = match &e {
+                Error::RateLimited { .. } => "login.rate_limited",
+                Error::Overloaded { .. } => "login.busy",
+                Error::Unauthenticated(_) => "login.failed",
+                Error::Invalid { .. } => "login.too_long",
+                _ => return Err(e.into()),
+            };
+            refused(
+                &req,
+                e.code().status(),
+                &next,
+                shown_name,
+                tr(lang, key),
+                e.retry_after_s(),
+            )
+        }
     }
 }
 

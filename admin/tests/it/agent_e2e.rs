@@ -387,11 +387,11 @@ async fn sigterm_lets_the_running_job_finish_and_deregisters() {
         done["status"], "succeeded",
         "the running job finished within the grace period: {done}"
     );
+    // Deregistered: no longer live at once; the row (key, approval) stays for the next start.
     let agents = app.get("/api/v1/agents", &app.admin).await.body;
-    assert!(
-        agents.as_array().unwrap().is_empty(),
-        "deregistered: {agents}"
-    );
+    let agents = agents.as_array().unwrap();
+    assert_eq!(agents.len(), 1, "{agents:?}");
+    assert_eq!(agents[0]["live"], false, "deregistered: {agents:?}");
     // The run queued behind it never started; its result says so instead of vanishing.
     let dropped = app.finished_run(queued, RUN_WITHIN).await;
     assert_eq!(dropped["status"], "failed", "{dropped}");

@@ -322,14 +322,6 @@ async fn roles_and_grants_are_enforced_on_every_endpoint(app: &TestApp) {
             Some(json!({"password": "long-password"})),
         ),
         ("GET", "/api/v1/audit".to_owned(), None),
-        ("GET", format!("/api/v1/jobs/{job_b}"), None),
-        (
-            "PUT",
-            format!("/api/v1/jobs/{job_b}"),
-            Some(TestApp::job_body(b, "hijack")),
-        ),
-        ("DELETE", format!("/api/v1/jobs/{job_b}"), None),
-        ("POST", format!("/api/v1/jobs/{job_b}/disable"), None),
         ("GET", format!("/api/v1/groups/{b}"), None),
         (
             "POST",
@@ -373,6 +365,27 @@ async fn roles_and_grants_are_enforced_on_every_endpoint(app: &TestApp) {
             r.body
         );
     }
+    // A job of a group the caller cannot see answers like a missing one (issue 12).
+    let hidden = [
+        ("GET", format!("/api/v1/jobs/{job_b}"), None),
+        (
+            "PUT",
+            format!("/api/v1/jobs/{job_b}"),
+            Some(TestApp::job_body(a, "hijack")),
+        ),
+        ("DELETE", format!("/api/v1/jobs/{job_b}"), None),
+        ("POST", format!("/api/v1/jobs/{job_b}/disable"), None),
+    ];
+    for (method, path, body) in &hidden {
+        for (who, token) in [("operator", &operator), ("viewer", &viewer)] {
+            let r = app.call(method, path, Some(token), body.clone()).await;
+            assert_eq!(
+                (r.status, r.code()),
+                (StatusCode::NOT_FOUND, "not_found"),
+                "{who} {method} {path}"
+            );
+        }
+    }
     // What each may read: only granted groups.
     let listed = app.get("/api/v1/jobs", &viewer).await;
     assert_eq!(listed.body["total"], 1);
@@ -412,7 +425,7 @@ async fn roles_and_grants_are_enforced_on_every_endpoint(app: &TestApp) {
         app.get(&format!("/api/v1/jobs/{job_a}"), &viewer)
             .await
             .status,
-        StatusCode::FORBIDDEN
+        StatusCode::NOT_FOUND
     );
     assert_eq!(
         app.get(&format!("/api/v1/jobs/{job_b}"), &viewer)

@@ -17,6 +17,10 @@ struct AdminProc {
 
 impl AdminProc {
     fn start(database_url: &str) -> Self {
+        Self::start_with(database_url, &[])
+    }
+
+    fn start_with(database_url: &str, extra: &[(&str, &str)]) -> Self {
         let port = free_port();
         let child = Command::new(env!("CARGO_BIN_EXE_jobfleet-admin"))
             .arg("serve")
@@ -29,8 +33,10 @@ impl AdminProc {
                 "cluster-secret-cluster-secret-cluster-0",
             )
             .env("JOBFLEET_ACCESS_TOKEN", "test-agent-token")
+            .env("JOBFLEET_APPROVE_AGENTS", "auto")
             .env("JOBFLEET_ADMIN_PASSWORD", ADMIN_PASSWORD)
             .env("JOBFLEET_LOG", "warn")
+            .envs(extra.iter().copied())
             .stdout(Stdio::null())
             .spawn()
             .unwrap();
@@ -54,6 +60,17 @@ impl AdminProc {
             },
         )
         .await;
+    }
+
+    /// Starts an admin on a given base URL (`http://127.0.0.1:PORT`), e.g. the one a killed
+    /// admin had, so agents configured with it find it again.
+    fn start_on(database_url: &str, base: &str, extra: &[(&str, &str)]) -> Self {
+        let listen = base.trim_start_matches("http://").to_owned();
+        let mut vars: Vec<(&str, &str)> = extra.to_vec();
+        vars.push(("JOBFLEET_LISTEN", &listen));
+        let mut admin = Self::start_with(database_url, &vars);
+        admin.base = base.to_owned();
+        admin
     }
 
     fn kill9(&mut self) {
@@ -344,4 +361,253 @@ async fn the_scheduler_survives_a_30_s_database_outage() {
         "slots inside the outage are not replayed: {gap:?}"
     );
     assert!(app.state.metrics.misfired_slots.get("fire_once_now") >= 15);
+}
+
+/// Issue 20: 2,000 one-shot jobs due at one instant on two admins and two agents; the admin
+/// sending them is killed -9 mid-dispatch (and restarted 10 s later), and an agent holding
+/// queued runs is killed -9 (and restarted). From the jobs' own records: every job ran exactly
+/// once, no run ended `lost` without having started, and every run names its agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_survives_its_admin_and_an_agent_killed_mid_dispatch() {
+    use diesel::connection::SimpleConnection;
+    const JOBS: usize = 2_000;
+    let db = crate::support::mysql_db().await;
+    let url = db.url_string();
+    crate::support::install_crypto();
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    // A short trigger timeout keeps the wait for a dead admin's hand-overs short.
+    let fast = [("JOBFLEET_TRIGGER_TIMEOUT_MS", "1000")];
+    let mut sender = AdminProc::start_with(&url, &fast);
+    sender.ready(&client).await;
+    let login = call(
+        &client,
+        "POST",
+        format!("{}/api/v1/auth/token", sender.base),
+        "",
+        json!({"username": "admin", "password": ADMIN_PASSWORD}),
+    )
+    .await;
+    let token = login["token"].as_str().unwrap().to_owned();
+    let group = call(
+        &client,
+        "POST",
+        format!("{}/api/v1/groups", sender.base),
+        &token,
+        json!({"app_name": "burst", "title": "burst"}),
+    )
+    .await["id"]
+        .as_i64()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    let survivor_base = format!("http://127.0.0.1:{}", free_port());
+    // Both admins from the start, so results and heartbeats fail over to the survivor.
+    let admins = format!("{}/,{}/", sender.base, survivor_base);
+    let busy = [("JOBFLEET_AGENT_MAX_CONCURRENT", "16")];
+    let steady = AgentProc::start_with(&admins, "burst", &dir.path().join("steady"), &busy);
+    let mut victim = AgentProc::start_with(&admins, "burst", &dir.path().join("victim"), &busy);
+    for agent in [&steady, &victim] {
+        wait_for(
+            Duration::from_secs(20),
+            "the agents to register",
+            || async {
+                let agents = call(
+                    &client,
+                    "GET",
+                    format!("{}/api/v1/agents", sender.base),
+                    &token,
+                    Value::Null,
+                )
+                .await;
+                agents
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|a| a["address"] == agent.address.as_str() && a["live"] == true)
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+    // Each job notes its own execution: "job run" per line (appends this small are atomic).
+    let command = format!(
+        "echo \"$JOBFLEET_JOB_ID $JOBFLEET_RUN_ID\" >> {}; sleep 0.3",
+        ran.display()
+    );
+    let mut conn = db.conn();
+    let now = chrono::Utc::now().timestamp_millis();
+    for chunk in (0..JOBS).collect::<Vec<_>>().chunks(500) {
+        let values: Vec<String> = chunk
+            .iter()
+            .map(|i| {
+                format!(
+                    "({group}, 'burst-{i}', '', 'none', NULL, NULL, NULL, 'UTC', 'shell', '{}', '', 'round_robin', 0, 0, 0, 10, 'do_nothing', 'allow', 'serial', 0, 0, 0, {now}, {now})",
+                    command.replace('\'', "''")
+                )
+            })
+            .collect();
+        conn.batch_execute(&format!(
+            "INSERT INTO job (group_id, name, description, schedule_type, schedule_expr, interval_s, once_at_ms, timezone, handler_type, command, params, routing, enabled, timeout_s, retry_count, retry_backoff_s, misfire, concurrency, block_strategy, alert_on_failure, alert_on_timeout, alert_on_lost, created_ms, updated_ms) VALUES {}",
+            values.join(",")
+        ))
+        .unwrap();
+    }
+    let due = chrono::Utc::now().timestamp_millis() + 7_000;
+    conn.batch_execute(&format!(
+        "UPDATE job SET enabled = 1, schedule_type = 'once', once_at_ms = {due}, next_fire_ms = {due}"
+    ))
+    .unwrap();
+    // The sender plans every fire (the other admin starts only after that), then dies
+    // 400 ms into sending them.
+    wait_for(Duration::from_secs(20), "every fire planned", || async {
+        (count(&db, "SELECT COUNT(*) AS n FROM job_run") == JOBS as i64).then_some(())
+    })
+    .await;
+    let survivor = AdminProc::start_on(&url, &survivor_base, &fast);
+    survivor.ready(&client).await;
+    let wait_until = |at_ms: i64| async move {
+        let left = at_ms - chrono::Utc::now().timestamp_millis();
+        if left > 0 {
+            tokio::time::sleep(Duration::from_millis(left as u64)).await;
+        }
+    };
+    let progress = |db: &jobfleet_admin::testing::TestDb, when: &str| {
+        eprintln!(
+            "{when}: unclaimed {}, claimed {}, running {}, done {}",
+            count(
+                db,
+                "SELECT COUNT(*) AS n FROM job_run WHERE status = 'pending' AND triggered_ms IS NULL"
+            ),
+            count(
+                db,
+                "SELECT COUNT(*) AS n FROM job_run WHERE status = 'pending' AND triggered_ms IS NOT NULL"
+            ),
+            count(
+                db,
+                "SELECT COUNT(*) AS n FROM job_run WHERE status = 'running'"
+            ),
+            count(
+                db,
+                "SELECT COUNT(*) AS n FROM job_run WHERE status NOT IN ('pending', 'running')"
+            ),
+        );
+    };
+    // Mid-dispatch: some sent, some taken and not yet answered, the rest not taken yet.
+    wait_for(
+        Duration::from_secs(30),
+        "the sender to be sending",
+        || async {
+            (count(
+                &db,
+                "SELECT COUNT(*) AS n FROM job_run WHERE triggered_ms IS NOT NULL",
+            ) >= 300)
+                .then_some(())
+        },
+    )
+    .await;
+    sender.kill9();
+    let killed_at = chrono::Utc::now().timestamp_millis();
+    progress(&db, "sender killed");
+    // The survivor sends the dead admin's runs; the agents queue them (16 at a time, 0.3 s
+    // each), and the victim is killed holding a queue.
+    wait_for(
+        Duration::from_secs(30),
+        "runs queued on the agents",
+        || async {
+            (count(
+                &db,
+                "SELECT COUNT(*) AS n FROM job_run WHERE status = 'running'",
+            ) >= 200)
+                .then_some(())
+        },
+    )
+    .await;
+    victim.kill9();
+    progress(&db, "victim killed");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    victim.restart();
+    wait_until(killed_at + 10_000).await;
+    let _sender_again = AdminProc::start_on(&url, &sender.base, &fast);
+    wait_for(Duration::from_secs(180), "every run to end", || async {
+        (count(
+            &db,
+            "SELECT COUNT(*) AS n FROM job_run WHERE status IN ('pending', 'running')",
+        ) == 0)
+            .then_some(())
+    })
+    .await;
+    let executed = std::fs::read_to_string(&ran).unwrap();
+    let mut per_job: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+    for line in executed.lines() {
+        let (job, run) = line.split_once(' ').unwrap();
+        per_job
+            .entry(job.parse().unwrap())
+            .or_default()
+            .push(run.parse().unwrap());
+    }
+    let twice: Vec<_> = per_job.iter().filter(|(_, runs)| runs.len() > 1).collect();
+    assert!(twice.is_empty(), "jobs that ran twice: {twice:?}");
+    let started: std::collections::HashSet<i64> = per_job.values().flatten().copied().collect();
+    let rows: Vec<(i64, i64, String, Option<String>)> = {
+        use diesel::prelude::*;
+        use jobfleet_admin::db::schema::job_run;
+        job_run::table
+            .select((
+                job_run::id,
+                job_run::job_id,
+                job_run::status,
+                job_run::agent_address,
+            ))
+            .load(&mut conn)
+            .unwrap()
+    };
+    let never: Vec<_> = rows
+        .iter()
+        .filter(|(_, job, _, _)| !per_job.contains_key(job))
+        .collect();
+    assert!(
+        never.is_empty(),
+        "jobs that never ran: {} e.g. {:?}",
+        never.len(),
+        never.first()
+    );
+    let lost_unstarted: Vec<_> = rows
+        .iter()
+        .filter(|(id, _, status, _)| status == "lost" && !started.contains(id))
+        .collect();
+    assert!(
+        lost_unstarted.is_empty(),
+        "lost without having started: {lost_unstarted:?}"
+    );
+    let nameless: Vec<_> = rows
+        .iter()
+        .filter(|(_, _, _, agent)| agent.is_none())
+        .collect();
+    assert!(
+        nameless.is_empty(),
+        "runs without their agent: {nameless:?}"
+    );
+    let mut statuses: BTreeMap<&str, usize> = BTreeMap::new();
+    for (_, _, status, _) in &rows {
+        *statuses.entry(status.as_str()).or_default() += 1;
+    }
+    eprintln!("burst outcome: {statuses:?}, {} jobs ran", per_job.len());
+}
+
+#[derive(diesel::QueryableByName)]
+struct Count {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    n: i64,
+}
+
+/// `SELECT COUNT(*) AS n …` on a connection of its own.
+fn count(db: &jobfleet_admin::testing::TestDb, sql: &str) -> i64 {
+    use diesel::RunQueryDsl;
+    diesel::sql_query(sql)
+        .get_result::<Count>(&mut db.conn())
+        .unwrap()
+        .n
 }

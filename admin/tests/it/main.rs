@@ -18,3 +18,4 @@ mod cli;
 mod cluster;
 mod console;
 mod scheduler;
+mod security;

@@ -823,13 +823,16 @@ async fn orphaned_and_overdue_runs_are_recovered() {
     let run = app.trigger(stuck, json!({})).await;
     let run_id = run["id"].as_i64().unwrap();
     app.finished_run(run_id, WITHIN).await;
-    // Simulate a lost report: force the row back to running.
+    // Simulate a lost report: force the row back to running. Without the accepting agent
+    // process on the row (as for an XXL-Job executor), heartbeats cannot judge it, so only the
+    // timeout monitor can end it; with it, the next heartbeat would end it `lost` (see
+    // security::agent_identity).
     app.state
         .db
         .run(move |conn| {
             use diesel::prelude::*;
             diesel::sql_query(format!(
-                "UPDATE job_run SET status = 'running', finished_ms = NULL WHERE id = {run_id}"
+                "UPDATE job_run SET status = 'running', finished_ms = NULL, agent_instance = NULL, agent_seq = NULL WHERE id = {run_id}"
             ))
             .execute(conn)?;
             Ok(())

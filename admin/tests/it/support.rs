@@ -144,6 +144,8 @@ impl TestApp {
                 "JOBFLEET_ACCESS_TOKEN".to_owned(),
                 "test-agent-token".to_owned(),
             ),
+            // Agents of tests are approved as they enroll; the security suite turns it off.
+            ("JOBFLEET_APPROVE_AGENTS".to_owned(), "auto".to_owned()),
         ];
         vars.extend(env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
         let config = Config::load(&Sources {
@@ -529,6 +531,11 @@ impl AgentProc {
             .status()
             .unwrap();
         child.wait().unwrap()
+    }
+
+    /// The agent process's pid (for reading its /proc figures).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
     }
 
     pub fn spool_files(&self) -> usize {

@@ -24,6 +24,43 @@ pub struct RegistryParam {
     pub labels: Option<BTreeMap<String, String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits_mode: Option<String>,
+    /// jobfleet: a random id of this agent process, new at every start. A heartbeat from a new
+    /// instance tells the admin that runs the previous one held are gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_id: Option<String>,
+    /// jobfleet: the run ids this instance holds (running, queued, or with a result not yet
+    /// acknowledged), as of the heartbeat.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_runs: Option<Vec<i64>>,
+    /// jobfleet: the highest accept sequence number this instance had handed out when
+    /// `held_runs` was taken; a run accepted with a sequence at or below it and missing from
+    /// `held_runs` is no longer held.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted_through: Option<u64>,
+    /// jobfleet: the user jobs run as when a trigger names none (`root` when the agent runs
+    /// as root without a `run_as`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_as: Option<String>,
+}
+
+/// jobfleet's answer to an accepted `run`, in the envelope's `content`: which agent instance
+/// took the run and its accept sequence number there. XXL-Job admins ignore it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunAccepted {
+    pub instance_id: String,
+    pub seq: u64,
+}
+
+/// jobfleet: what an agent holds now (`held`), the same facts a heartbeat carries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HeldRuns {
+    pub instance_id: String,
+    /// Running, queued, or with a result not yet acknowledged.
+    pub held_runs: Vec<i64>,
+    /// The last accept sequence number handed out before `held_runs` was taken.
+    pub accepted_through: u64,
 }
 
 /// Host metrics an agent sends with each heartbeat.

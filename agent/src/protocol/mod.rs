@@ -13,6 +13,9 @@ pub use messages::*;
 
 /// Header carrying the shared access token, both directions.
 pub const ACCESS_TOKEN_HEADER: &str = "XXL-JOB-ACCESS-TOKEN";
+/// jobfleet: header carrying the agent's own key (created at its first start, enrolled at its
+/// first registration under the shared token) on every agent→admin call.
+pub const AGENT_KEY_HEADER: &str = "X-Jobfleet-Agent-Key";
 /// What XXL-Job answers for a missing or wrong token.
 pub const WRONG_TOKEN_MSG: &str = "The access token is wrong.";
 
@@ -30,7 +33,14 @@ pub mod agent_path {
     pub const RUN: &str = "run";
     pub const KILL: &str = "kill";
     pub const LOG: &str = "log";
+    /// jobfleet: the runs this agent holds now (`HeldRuns`), for an admin recovering runs
+    /// whose sending admin died before it stored the agent's answer.
+    pub const HELD: &str = "held";
 }
+
+/// jobfleet: the callback `status` of a run an agent accepted into its queue and never started
+/// (the agent restarted): the admin sends it again as the same run, without using a retry.
+pub const NOT_STARTED: &str = "not_started";
 
 /// `registryGroup` of an executor registration.
 pub const REGISTRY_GROUP_EXECUTOR: &str = "EXECUTOR";

@@ -268,26 +268,101 @@ impl RunCgroup {
     /// Kills whatever is left in the cgroup and removes it.
     pub fn remove(self) {
         for dir in &self.dirs {
-            let deadline = Instant::now() + Duration::from_secs(2);
-            loop {
-                let pids: Vec<i32> = std::fs::read_to_string(dir.join("cgroup.procs"))
-                    .unwrap_or_default()
-                    .lines()
-                    .filter_map(|l| l.trim().parse().ok())
-                    .collect();
-                if pids.is_empty() || Instant::now() > deadline {
-                    break;
-                }
-                for pid in pids {
-                    let _ = nix::sys::signal::kill(
-                        nix::unistd::Pid::from_raw(pid),
-                        nix::sys::signal::Signal::SIGKILL,
-                    );
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            if let Err(e) = std::fs::remove_dir(dir) {
+            if let Err(e) = empty_and_remove(dir) {
                 tracing::warn!(cgroup = %dir.display(), error = %e, "Cannot remove a run's cgroup");
+            }
+        }
+    }
+}
+
+/// Kills every process in the cgroup `dir` (waiting up to 2 s for them to go) and removes it.
+fn empty_and_remove(dir: &Path) -> std::io::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let pids: Vec<i32> = std::fs::read_to_string(dir.join("cgroup.procs"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect();
+        if pids.is_empty() || Instant::now() > deadline {
+            break;
+        }
+        for pid in pids {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        // Polling is all cgroup v1 offers here (no cgroup.events); the processes are SIGKILLed.
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::fs::remove_dir(dir)
+}
+
+impl Mode {
+    /// The agent's folder in each hierarchy (`<own cgroup>/<cgroup_parent>/agent-<port>`).
+    fn agent_dirs(&self) -> Vec<PathBuf> {
+        let mut dirs = match self {
+            Mode::V2 { base } => vec![base.clone()],
+            Mode::V1 {
+                cpu,
+                cpuacct,
+                memory,
+                pids,
+            } => [cpu, cpuacct, memory, pids]
+                .into_iter()
+                .flatten()
+                .cloned()
+                .collect(),
+            Mode::Rlimit | Mode::Unlimited => Vec::new(),
+        };
+        dirs.dedup();
+        dirs
+    }
+
+    /// Removes run cgroups a previous agent on this port left behind (killed, or crashed),
+    /// killing what still runs in them: their runs are lost either way, and the admin retries
+    /// them. Returns how many went.
+    pub fn remove_stale_runs(&self) -> usize {
+        let mut removed = 0;
+        for dir in self.agent_dirs() {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let is_run = entry.file_name().to_string_lossy().starts_with("run-");
+                if is_run && entry.path().is_dir() {
+                    match empty_and_remove(&entry.path()) {
+                        Ok(()) => removed += 1,
+                        Err(e) => {
+                            tracing::warn!(cgroup = %entry.path().display(), error = %e, "Cannot remove a stale run cgroup");
+                        }
+                    }
+                }
+            }
+        }
+        removed
+    }
+
+    /// Removes the agent's folders on a graceful exit (after the runs ended), and the
+    /// `cgroup_parent` folder above them when no other agent uses it.
+    pub fn remove_agent_dirs(&self) {
+        self.remove_stale_runs();
+        for dir in self.agent_dirs() {
+            if let Mode::V2 { .. } = self {
+                // The agent sits in the leaf `agent/`: move back to where it started first.
+                if let Some(start) = dir.parent().and_then(Path::parent) {
+                    let _ =
+                        std::fs::write(start.join("cgroup.procs"), std::process::id().to_string());
+                }
+                let _ = std::fs::remove_dir(dir.join("agent"));
+            }
+            if let Err(e) = std::fs::remove_dir(&dir) {
+                tracing::warn!(cgroup = %dir.display(), error = %e, "Cannot remove the agent's cgroup");
+            }
+            if let Some(parent) = dir.parent() {
+                // Fails while another agent's folder is in it, which is what we want.
+                let _ = std::fs::remove_dir(parent);
             }
         }
     }

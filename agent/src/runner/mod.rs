@@ -1,8 +1,10 @@
 //! The in-flight table: which run each job has going and what is queued behind it, the block
 //! strategies, and the supervision of each run as its own task that awaits the child's exit.
 
+pub mod contain;
 pub mod kill;
 pub mod limits;
+pub mod output;
 pub mod script;
 pub mod spawn;
 
@@ -13,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, oneshot};
 
+use crate::journal::{Fate, Journal, Landed};
 use crate::logs::Logs;
 use crate::protocol::{
     CODE_FAIL, CODE_OK, CODE_TIMEOUT, HandleCallbackParam, Limits, TriggerParam, Usage,
@@ -68,6 +71,9 @@ struct State {
     /// stale when its job was killed or started otherwise; it is skipped when reached.
     waiting: VecDeque<i64>,
     accepting: bool,
+    /// Accept sequence numbers handed out so far: the admin stores a run's number, and a
+    /// heartbeat that has handed it out and does not list the run proves the run is gone.
+    accepted: u64,
 }
 
 impl State {
@@ -91,10 +97,32 @@ pub struct RunnerConfig {
     pub max_queued: usize,
     pub kill_grace: Duration,
     pub run_as: Option<(u32, u32)>,
+    /// The user every run runs as (`run_as`, or the agent's own user); a trigger naming
+    /// another user is refused.
+    pub jobs_user: String,
     pub limits_mode: limits::Mode,
+    pub output: output::OutputLimits,
+}
+
+/// An accepted trigger: the answer, its accept number, and for a new run the journal line
+/// whose landing makes the acceptance durable.
+#[derive(Debug)]
+pub struct Accepted {
+    pub message: String,
+    pub seq: u64,
+    pub landed: Option<Landed>,
+}
+
+fn fate_name(fate: Fate) -> &'static str {
+    match fate {
+        Fate::Queued => "queued",
+        Fate::Started => "running",
+        Fate::Finished => "finished",
+    }
 }
 
 pub struct Runner {
+    journal: Journal,
     state: Mutex<State>,
     config: RunnerConfig,
     logs: Logs,
@@ -104,6 +132,7 @@ pub struct Runner {
     pub results: Arc<Notify>,
     /// Woken when a run finishes (shutdown waits on it).
     finished: Notify,
+    containment: Arc<contain::Containment>,
 }
 
 fn block_of(name: Option<&str>) -> Result<Block, String> {
@@ -180,14 +209,16 @@ fn validate(trigger: TriggerParam, received: Instant) -> Result<Prepared, String
 
 impl Runner {
     /// Starts the spool writer too, so it needs a tokio runtime.
-    pub fn new(config: RunnerConfig, logs: Logs, spool: Spool) -> Arc<Self> {
+    pub fn new(config: RunnerConfig, logs: Logs, spool: Spool, journal: Journal) -> Arc<Self> {
         let results = Arc::new(Notify::new());
         Arc::new(Self {
+            journal,
             state: Mutex::new(State {
                 jobs: HashMap::new(),
                 running: 0,
                 waiting: VecDeque::new(),
                 accepting: true,
+                accepted: 0,
             }),
             config,
             logs,
@@ -195,6 +226,7 @@ impl Runner {
             spool,
             results,
             finished: Notify::new(),
+            containment: Arc::default(),
         })
     }
 
@@ -208,19 +240,64 @@ impl Runner {
         self.config.limits_mode.name()
     }
 
-    /// Accepts a trigger (starts it, queues it, or replaces the running one) or says why not.
-    /// Nothing is spawned for a rejected trigger.
+    /// The user runs run as.
+    pub fn jobs_user(&self) -> &str {
+        &self.config.jobs_user
+    }
+
+    /// Accepts a trigger (starts it, queues it, or replaces the running one) with its accept
+    /// sequence number, or says why not. Nothing is spawned for a rejected trigger.
+    ///
+    /// A run id this agent already accepted (now, or before a restart, as far as the journal
+    /// remembers) is not run again: the repeat is answered as accepted, with nothing new to
+    /// wait for. Otherwise the answer comes with the journal line to wait for: the acceptance
+    /// is durable once it lands, and the admin should hear "accepted" only then.
     pub fn submit(
         self: &Arc<Self>,
         trigger: TriggerParam,
         received: Instant,
-    ) -> Result<String, String> {
+    ) -> Result<Accepted, String> {
+        let mut state = self.lock();
+        if let Some(fate) = self.journal.fate(trigger.log_id) {
+            return Ok(Accepted {
+                message: format!("already accepted here ({}); not run again", fate_name(fate)),
+                seq: state.accepted,
+                landed: None,
+            });
+        }
+        let (message, landed) = self.admit(&mut state, trigger, received)?;
+        // Numbered under the lock that put the run in the table, so `held` never sees a
+        // number without its run.
+        state.accepted += 1;
+        Ok(Accepted {
+            message,
+            seq: state.accepted,
+            landed: Some(landed),
+        })
+    }
+
+    fn admit(
+        self: &Arc<Self>,
+        state: &mut MutexGuard<'_, State>,
+        trigger: TriggerParam,
+        received: Instant,
+    ) -> Result<(String, Landed), String> {
+        // The agent's config decides the user; a trigger may only name that same user.
+        if let Some(wanted) = trigger.run_as.as_deref().filter(|u| !u.is_empty())
+            && wanted != self.config.jobs_user
+        {
+            return Err(format!(
+                "runAs `{wanted}` is not allowed here: this agent runs jobs as `{}` (its run_as)",
+                self.config.jobs_user
+            ));
+        }
         let prepared = validate(trigger, received)?;
         let job_id = prepared.trigger.job_id;
-        let mut state = self.lock();
+        let run_id = prepared.trigger.log_id;
         if !state.accepting {
             return Err("the agent is shutting down".into());
         }
+        let queued = |journal: &Journal| journal.accepted(run_id, true, crate::now_ms());
         // A run waiting for a slot occupies its job as much as a running one.
         let busy = state
             .jobs
@@ -237,20 +314,31 @@ impl Runner {
                 Block::Serial => {
                     let job = state.jobs.entry(job_id).or_default();
                     job.queue.push_back(prepared);
-                    return Ok(format!(
+                    let message = format!(
                         "queued behind the running run ({} waiting)",
                         job.queue.len()
-                    ));
+                    );
+                    return Ok((message, queued(&self.journal)));
                 }
                 Block::CoverEarly => {
                     let job = state.jobs.entry(job_id).or_default();
-                    job.queue.clear();
+                    // Runs queued behind the covered one never start: each says so, or the
+                    // admin would wait for them.
+                    let covered: Vec<Prepared> = job.queue.drain(..).collect();
                     if let Some(stop) = job.current.as_mut().and_then(|c| c.stop.take()) {
                         let _ = stop.send(StopReason::CoveredBy);
                     }
                     // The covered run frees the slot when it exits; the new run starts then.
                     job.queue.push_back(prepared);
-                    return Ok("replacing the running run (cover early)".into());
+                    self.report_dropped(
+                        &covered,
+                        "killed",
+                        "covered by a newer trigger (cover early) before it started",
+                    );
+                    return Ok((
+                        "replacing the running run (cover early)".into(),
+                        queued(&self.journal),
+                    ));
                 }
             }
         }
@@ -268,17 +356,21 @@ impl Runner {
                 .queue
                 .push_back(prepared);
             state.waiting.push_back(job_id);
-            return Ok(format!(
+            let message = format!(
                 "queued for a free slot ({} runs going, {} waiting)",
                 state.running,
                 state.waiting.len()
-            ));
+            );
+            return Ok((message, queued(&self.journal)));
         }
-        self.start(&mut state, prepared);
-        Ok("started".into())
+        let landed = self.journal.accepted(run_id, false, crate::now_ms());
+        self.start(state, prepared, landed.clone());
+        Ok(("started".into(), landed))
     }
 
-    fn start(self: &Arc<Self>, state: &mut State, prepared: Prepared) {
+    /// Starts a run once `landed` says its start is in the journal: a run whose start is not
+    /// on disk must not have run, or a restart would not know to report it.
+    fn start(self: &Arc<Self>, state: &mut State, prepared: Prepared, landed: Landed) {
         let (stop_tx, stop_rx) = oneshot::channel();
         state.running += 1;
         let job = state.jobs.entry(prepared.trigger.job_id).or_default();
@@ -290,12 +382,20 @@ impl Runner {
         tokio::spawn(async move {
             let job_id = prepared.trigger.job_id;
             let run_id = prepared.trigger.log_id;
-            let result = runner.execute(prepared, stop_rx).await;
+            let result = if landed.wait().await {
+                runner.execute(prepared, stop_rx).await
+            } else {
+                rejected(
+                    &prepared.trigger,
+                    "not started: the agent could not record it in its accept journal (disk full or unwritable?)",
+                )
+            };
             // The slot is freed only once the result is durable: a shutdown that waits for
             // the slots therefore waits for the results too.
             if let Err(e) = runner.writer.write(result).await {
                 tracing::error!(run_id, error = %e, "A result could not be spooled");
             }
+            runner.journal.finished(run_id);
             runner.finish(job_id);
         });
     }
@@ -312,7 +412,10 @@ impl Runner {
             })
             .or_else(|| state.next_waiting());
         match next {
-            Some(prepared) if state.accepting => self.start(&mut state, prepared),
+            Some(prepared) if state.accepting => {
+                let landed = self.journal.started(prepared.trigger.log_id);
+                self.start(&mut state, prepared, landed);
+            }
             Some(prepared) => {
                 // Shutting down: queued triggers never run; report each so the admin can retry elsewhere.
                 let mut dropped = vec![prepared];
@@ -346,6 +449,7 @@ impl Runner {
             if let Err(e) = self.spool.put(&result) {
                 tracing::error!(run_id = prepared.trigger.log_id, error = %e, "Cannot spool a dropped run's result");
             }
+            self.journal.finished(prepared.trigger.log_id);
         }
         if !dropped.is_empty() {
             self.results.notify_one();
@@ -367,8 +471,9 @@ impl Runner {
         if job.current.is_none() {
             state.jobs.remove(&job_id);
         }
-        drop(state);
+        // Spooled before the lock goes, so no heartbeat sees these runs in neither place.
         self.report_dropped(&dropped, "killed", "killed before it started");
+        drop(state);
         was_live
     }
 
@@ -390,6 +495,32 @@ impl Runner {
 
     pub fn running(&self) -> usize {
         self.lock().running
+    }
+
+    /// The runs this agent holds (running, queued, or with a result not yet acknowledged) and
+    /// the last accept number handed out before they were listed.
+    ///
+    /// A run leaves the table only after its result is in the spool, and the table is read
+    /// first: a run is in one or the other, or its result was acknowledged (then the admin
+    /// has it final and does not ask).
+    pub fn held(&self) -> (Vec<i64>, u64) {
+        let state = self.lock();
+        let mut held: Vec<i64> = state
+            .jobs
+            .values()
+            .flat_map(|j| {
+                j.current
+                    .iter()
+                    .map(|c| c.run_id)
+                    .chain(j.queue.iter().map(|p| p.trigger.log_id))
+            })
+            .collect();
+        let accepted = state.accepted;
+        drop(state);
+        held.extend(self.spool.held());
+        held.sort_unstable();
+        held.dedup();
+        (held, accepted)
     }
 
     /// Stops accepting triggers, waits up to `grace` for running runs, then kills the rest.
@@ -441,8 +572,10 @@ impl Runner {
             .map(std::fs::create_dir_all)
             .transpose()
             .and_then(|_| {
+                // Read too: a note looks at the last byte to start on a line of its own.
                 std::fs::OpenOptions::new()
                     .create(true)
+                    .read(true)
                     .append(true)
                     .open(&log_path)
             }) {
@@ -456,9 +589,18 @@ impl Runner {
                 );
             }
         };
+        // On a line of its own even after output without a final newline.
         let note = |text: &str| {
             use std::io::Write;
-            let _ = writeln!(&log, "[jobfleet-agent] {text}");
+            use std::os::unix::fs::FileExt;
+            let mut last = [b'\n'];
+            if let Ok(meta) = log.metadata()
+                && meta.len() > 0
+            {
+                let _ = log.read_at(&mut last, meta.len() - 1);
+            }
+            let newline = if last[0] == b'\n' { "" } else { "\n" };
+            let _ = writeln!(&log, "{newline}[jobfleet-agent] {text}");
         };
         let Some(program) = script::which(prepared.interpreter) else {
             let msg = format!(
@@ -560,14 +702,34 @@ impl Runner {
             },
             user: self.config.run_as,
         };
+        let (output_read, output_write) = match output::pipe() {
+            Ok(p) => p,
+            Err(e) => {
+                if let Some(c) = cgroup {
+                    c.remove();
+                }
+                return failed(
+                    trigger,
+                    started_ms,
+                    format!("cannot make the output pipe: {e}"),
+                    mode.name(),
+                );
+            }
+        };
         let spec = spawn::Spec {
             program: &program,
             args: &args,
             env: &env,
             cwd: &self.config.scripts_dir,
-            log: &log,
+            output: &output_write,
         };
-        let child = match spawn::spawn(&spec, isolation) {
+        let spawned = self
+            .containment
+            .spawn(run_id, || spawn::spawn(&spec, isolation));
+        // Only the job holds the write end now: the copier sees the end of the output when
+        // the job's last process closes it.
+        drop(output_write);
+        let child = match spawned {
             Ok(c) => c,
             Err(e) => {
                 let msg = format!("cannot start `{}`: {e}", prepared.interpreter);
@@ -585,7 +747,13 @@ impl Runner {
         let start_latency_us =
             u64::try_from(prepared.received.elapsed().as_micros()).unwrap_or(u64::MAX);
         tracing::info!(run_id, job_id = trigger.job_id, pid, "Run started");
-        let mut waiter = tokio::task::spawn_blocking(move || spawn::wait(pid));
+        let copier = tokio::task::spawn_blocking({
+            let (path, limits) = (log_path.clone(), self.config.output);
+            move || output::copy(output_read, &path, limits)
+        });
+        let containment = self.containment.clone();
+        let mut waiter =
+            tokio::task::spawn_blocking(move || spawn::wait(pid, || containment.reaped(pid)));
         let timeout = (trigger.executor_timeout > 0)
             .then(|| Duration::from_secs(trigger.executor_timeout as u64));
         let deadline = async {
@@ -600,7 +768,7 @@ impl Runner {
             () = deadline => {
                 stopped = Some("timed_out");
                 note(&format!("timeout of {}s reached: stopping the run", trigger.executor_timeout));
-                self.stop_and_wait(pid, &mut waiter).await
+                self.stop_and_wait(run_id, pid, &mut waiter).await
             }
             reason = &mut stop_rx => {
                 stopped = Some(match reason {
@@ -608,11 +776,35 @@ impl Runner {
                     Ok(StopReason::Shutdown) => { note("the agent is shutting down"); "killed" }
                     _ => { note("killed on request"); "killed" }
                 });
-                self.stop_and_wait(pid, &mut waiter).await
+                self.stop_and_wait(run_id, pid, &mut waiter).await
             }
         };
-        // Leftover grandchildren die with the run.
+        // Whatever the run left behind (a background daemon, a `setsid` escapee) ends with
+        // it: nothing of a run outlives its result unnoticed.
         kill::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
+        let leftovers = self
+            .sweep(run_id, None, nix::sys::signal::Signal::SIGKILL)
+            .await;
+        // The output ends once the last process holding the pipe is gone; should something
+        // still hold it, the result does not wait for it forever.
+        let copied = tokio::time::timeout(Duration::from_secs(10), copier).await;
+        // Notes go in once the copier is done, so they never land inside the job's output.
+        if leftovers > 0 && stopped.is_none() {
+            note(&format!(
+                "ended {leftovers} process(es) the run left running after it finished"
+            ));
+        }
+        let logged = match copied {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(e)) => output::Outcome {
+                stopped: Some(format!("the log copier failed: {e}")),
+                ..output::Outcome::default()
+            },
+            Err(_) => output::Outcome {
+                stopped: Some("the output was still open 10 s after the run ended".into()),
+                ..output::Outcome::default()
+            },
+        };
         let finished_ms = crate::now_ms();
         let cg_usage = cgroup
             .as_ref()
@@ -674,6 +866,16 @@ impl Runner {
             "killed" => format!("killed ({describe})"),
             _ => format!("failed: {describe}"),
         };
+        let mut handle_msg = handle_msg;
+        if logged.cut_bytes > 0 {
+            handle_msg.push_str(&format!(
+                "; log capped: {} of {} bytes of output cut",
+                logged.cut_bytes, logged.total_bytes
+            ));
+        }
+        if let Some(why) = &logged.stopped {
+            handle_msg.push_str(&format!("; logging stopped: {why}"));
+        }
         tracing::info!(run_id, status, "Run finished");
         HandleCallbackParam {
             log_id: run_id,
@@ -692,21 +894,41 @@ impl Runner {
         }
     }
 
+    /// Stops a run: TERM to its group and its whole tree, KILL to what is left after the
+    /// grace period or once the leader exited.
     async fn stop_and_wait(
-        &self,
-        pgid: i32,
+        self: &Arc<Self>,
+        run_id: i64,
+        pid: i32,
         waiter: &mut tokio::task::JoinHandle<std::io::Result<spawn::Exit>>,
     ) -> Result<std::io::Result<spawn::Exit>, tokio::task::JoinError> {
-        let exited = Arc::new(Notify::new());
-        let signal_exit = exited.clone();
-        let grace = self.config.kill_grace;
-        let killer = tokio::spawn(async move {
-            kill::terminate_group(pgid, grace, signal_exit.notified()).await
-        });
-        let exit = waiter.await;
-        exited.notify_one();
-        let _ = killer.await;
-        exit
+        use nix::sys::signal::Signal;
+        kill::signal_group(pid, Signal::SIGTERM);
+        self.sweep(run_id, Some(pid), Signal::SIGTERM).await;
+        let exit = tokio::select! {
+            exit = &mut *waiter => Some(exit),
+            () = tokio::time::sleep(self.config.kill_grace) => None,
+        };
+        // Grandchildren may still be alive even when the leader exited: always finish the tree.
+        kill::signal_group(pid, Signal::SIGKILL);
+        self.sweep(run_id, Some(pid), Signal::SIGKILL).await;
+        match exit {
+            Some(exit) => exit,
+            None => waiter.await,
+        }
+    }
+
+    /// `contain::Containment::sweep` on a blocking thread (it reads `/proc` and reaps).
+    async fn sweep(
+        &self,
+        run_id: i64,
+        leader: Option<i32>,
+        signal: nix::sys::signal::Signal,
+    ) -> usize {
+        let containment = self.containment.clone();
+        tokio::task::spawn_blocking(move || containment.sweep(run_id, leader, signal))
+            .await
+            .unwrap_or(0)
     }
 }
 

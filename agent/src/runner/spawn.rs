@@ -1,4 +1,4 @@
-//! Starting a run's process: its own process group, output to the run's log file, the job's
+//! Starting a run's process: its own process group, output into the run's output pipe, the job's
 //! context in the environment and arguments, and — between fork and exec — joining the run's
 //! cgroup, applying rlimits and dropping to the run-as user.
 #![allow(
@@ -57,7 +57,8 @@ pub struct Spec<'a> {
     pub args: &'a [String],
     pub env: &'a BTreeMap<String, String>,
     pub cwd: &'a Path,
-    pub log: &'a File,
+    /// The write end of the run's output pipe (stdout and stderr).
+    pub output: &'a File,
 }
 
 /// Spawns the process as the leader of a new process group.
@@ -69,19 +70,18 @@ pub fn spawn(spec: &Spec<'_>, isolation: Isolation) -> std::io::Result<std::proc
         .envs(spec.env)
         .current_dir(spec.cwd)
         .stdin(Stdio::null())
-        .stdout(Stdio::from(spec.log.try_clone()?))
-        .stderr(Stdio::from(spec.log.try_clone()?))
+        .stdout(Stdio::from(spec.output.try_clone()?))
+        .stderr(Stdio::from(spec.output.try_clone()?))
         .process_group(0);
     let Isolation {
         cgroup_procs,
         rlimits,
         user,
     } = isolation;
-    if cgroup_procs.is_empty() && rlimits.is_empty() && user.is_none() {
-        // Without a pre_exec hook std starts the child with posix_spawn (a vfork), which does
-        // not copy the agent's page tables: a plain run starts several times cheaper.
-        return command.spawn();
-    }
+    // Always a pre_exec hook, so std forks rather than posix_spawn (a vfork): the kernel
+    // carries the peak RSS of the memory a process execs away from into its own peak, and
+    // after a vfork that memory is the whole agent's, so every small job reported the agent's
+    // peak. A fork's copy holds only the agent's anonymous pages that are mapped at the time.
     // SAFETY: the closure runs in the child between fork and exec. It only calls async-signal-safe
     // libc functions (getpid, write, setrlimit, setgroups, setgid, setuid) on data prepared before
     // the fork, and allocates nothing.
@@ -127,8 +127,30 @@ pub struct Exit {
     pub max_rss_kb: u64,
 }
 
-/// Blocks until `pid` exits and reaps it with its rusage.
-pub fn wait(pid: i32) -> std::io::Result<Exit> {
+/// Blocks until `pid` exits, calls `before_reap` while it is still a zombie (its pid cannot
+/// be reused yet), then reaps it with its rusage.
+pub fn wait(pid: i32, before_reap: impl FnOnce()) -> std::io::Result<Exit> {
+    loop {
+        // SAFETY: an all-zero siginfo_t is a valid value of this plain C struct.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid writes only into the local we pass, which outlives the call.
+        let r = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        if r == 0 {
+            break;
+        }
+        let err = std::io::Error::last_os_error();
+        if err.kind() != std::io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+    before_reap();
     let mut status: libc::c_int = 0;
     // SAFETY: an all-zero rusage is a valid value of this plain C struct.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };

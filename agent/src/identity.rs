@@ -1,0 +1,89 @@
+//! Who this agent is to the admins: its key, made once and kept in the data folder, and the id
+//! of this process, new at every start.
+//!
+//! The key is the agent's credential after enrollment: the admin stores its hash at the first
+//! registration (made with the shared access token) and from then on takes heartbeats and
+//! results for this agent's address only with it. The instance id lets the admin tell a
+//! restarted agent from the one that took its runs.
+
+use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+/// Bytes of randomness in a key (hex-encoded: twice as many characters).
+const KEY_BYTES: usize = 32;
+const INSTANCE_BYTES: usize = 12;
+pub const KEY_FILE: &str = "agent.key";
+
+fn random_hex(bytes: usize) -> std::io::Result<String> {
+    let mut buf = vec![0u8; bytes];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Reads the agent's key from `<data_dir>/agent.key`, creating it (0600) on the first start.
+///
+/// # Errors
+/// When the file cannot be read or written, or holds something that is not a key.
+pub fn load_or_create_key(data_dir: &Path) -> std::io::Result<String> {
+    let path = data_dir.join(KEY_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let key = text.trim().to_owned();
+            if key.len() < 2 * KEY_BYTES || !key.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(std::io::Error::other(format!(
+                    "{} does not hold an agent key; remove it to make a new one (an admin must then forget the old agent)",
+                    path.display()
+                )));
+            }
+            Ok(key)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let key = random_hex(KEY_BYTES)?;
+            let temp = path.with_extension("key.tmp");
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&temp)?;
+            f.write_all(key.as_bytes())?;
+            f.sync_all()?;
+            std::fs::rename(&temp, &path)?;
+            std::fs::File::open(data_dir)?.sync_all()?;
+            Ok(key)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// A fresh id for this agent process.
+///
+/// # Errors
+/// When the system's randomness cannot be read.
+pub fn new_instance_id() -> std::io::Result<String> {
+    random_hex(INSTANCE_BYTES)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_key_is_made_once_private_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = load_or_create_key(dir.path()).unwrap();
+        assert_eq!(key.len(), 64);
+        let mode = std::fs::metadata(dir.path().join(KEY_FILE))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert_eq!(load_or_create_key(dir.path()).unwrap(), key);
+        std::fs::write(dir.path().join(KEY_FILE), "garbage").unwrap();
+        assert!(load_or_create_key(dir.path()).is_err());
+        assert_ne!(new_instance_id().unwrap(), new_instance_id().unwrap());
+    }
+}

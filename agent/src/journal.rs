@@ -1,0 +1,424 @@
+//! The accept journal: which runs this agent took, kept on disk so that a trigger repeated by
+//! an admin (a run in doubt sent again, under the same run id) never runs twice, and so that an
+//! agent restarted after a crash knows what it had.
+//!
+//! One line per fact, appended: `A id ms` accepted and started at once, `Q id ms` accepted into
+//! the queue, `S id` a queued run starts, `F id` its result is in the spool, `R id` released (it
+//! never started and was handed back to the admins, so it may be accepted again). `A` and `S`
+//! are on disk (fsync, shared by the runs of a burst) before the run's process is spawned: a run
+//! whose start is not on disk never ran. `F` and `R` are written without waiting: losing one to
+//! a crash makes a finished run look interrupted, which is reported and ignored by the admin
+//! (the run is final there).
+//!
+//! Memory and disk are bounded: the newest `capacity` runs are remembered, older ones are
+//! forgotten when the file is compacted (at start and whenever it has grown to twice that).
+
+use std::collections::HashMap;
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::{mpsc, watch};
+
+pub const FILE: &str = "accepted.journal";
+
+/// What the journal knows of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fate {
+    /// Waiting for a free slot; it has not started.
+    Queued,
+    /// Its process may have started.
+    Started,
+    /// Its result went to the spool.
+    Finished,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Known {
+    fate: Fate,
+    /// Order of acceptance, for forgetting the oldest first.
+    order: u64,
+    accepted_ms: i64,
+}
+
+/// What a restarted agent finds of its previous process's runs.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Leftovers {
+    /// Accepted into the queue and never started: safe to hand back for sending elsewhere.
+    pub never_started: Vec<i64>,
+    /// Started and never finished: the process died with the agent; it may have run partly.
+    pub interrupted: Vec<i64>,
+}
+
+struct Inner {
+    runs: HashMap<i64, Known>,
+    next_order: u64,
+    /// Lines in the file, for deciding when to compact.
+    lines: usize,
+}
+
+type Pending = (String, Option<watch::Sender<bool>>);
+
+/// Resolves once a journal line is on disk; clones wait for the same line.
+#[derive(Debug, Clone)]
+pub struct Landed(watch::Receiver<bool>);
+
+impl Landed {
+    /// True once the line is on disk; false if it never will be (the writer failed or stopped).
+    pub async fn wait(mut self) -> bool {
+        self.0.wait_for(|written| *written).await.is_ok()
+    }
+}
+
+#[derive(Clone)]
+pub struct Journal {
+    path: PathBuf,
+    capacity: usize,
+    inner: Arc<Mutex<Inner>>,
+    queue: mpsc::UnboundedSender<Pending>,
+}
+
+impl Journal {
+    /// Opens (creating) the journal in `dir`, reads what the previous process left, compacts
+    /// the file and starts the writer (so it needs a tokio runtime).
+    ///
+    /// # Errors
+    /// When the file cannot be read or rewritten.
+    pub fn open(dir: &Path, capacity: usize) -> std::io::Result<(Self, Leftovers)> {
+        let path = dir.join(FILE);
+        let mut runs: HashMap<i64, Known> = HashMap::new();
+        let mut next_order = 0;
+        match std::fs::File::open(&path) {
+            Ok(file) => {
+                for line in std::io::BufReader::new(file).lines() {
+                    // A torn last line (a crash mid-write) is skipped, as is anything unreadable.
+                    let Ok(line) = line else { break };
+                    apply(&mut runs, &mut next_order, &line);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        let mut leftovers = Leftovers::default();
+        for (&id, known) in &runs {
+            match known.fate {
+                Fate::Queued => leftovers.never_started.push(id),
+                Fate::Started => leftovers.interrupted.push(id),
+                Fate::Finished => {}
+            }
+        }
+        leftovers.never_started.sort_unstable();
+        leftovers.interrupted.sort_unstable();
+        // The previous process's unfinished runs are settled by the caller now (handed back
+        // or reported), so they are remembered as finished; never-started ones are forgotten.
+        runs.retain(|_, k| k.fate != Fate::Queued);
+        for known in runs.values_mut() {
+            known.fate = Fate::Finished;
+        }
+        forget_oldest(&mut runs, capacity);
+        let lines = rewrite(&path, &runs)?;
+        let (queue, inbox) = mpsc::unbounded_channel();
+        let journal = Self {
+            path,
+            capacity,
+            inner: Arc::new(Mutex::new(Inner {
+                runs,
+                next_order,
+                lines,
+            })),
+            queue,
+        };
+        tokio::spawn(write_forever(journal.clone(), inbox));
+        Ok((journal, leftovers))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// What is known of `run_id`, if it was accepted here (by this process or, within the
+    /// journal's memory, a previous one).
+    pub fn fate(&self, run_id: i64) -> Option<Fate> {
+        self.lock().runs.get(&run_id).map(|k| k.fate)
+    }
+
+    /// Notes an accepted run; returns a receiver that fires once the note is on disk (for a
+    /// run that starts now) — the process must not be spawned before.
+    pub fn accepted(&self, run_id: i64, queued: bool, now_ms: i64) -> Landed {
+        {
+            let mut inner = self.lock();
+            let order = inner.next_order;
+            inner.next_order += 1;
+            inner.runs.insert(
+                run_id,
+                Known {
+                    fate: if queued { Fate::Queued } else { Fate::Started },
+                    order,
+                    accepted_ms: now_ms,
+                },
+            );
+        }
+        let tag = if queued { 'Q' } else { 'A' };
+        self.append(format!("{tag} {run_id} {now_ms}\n"), true)
+    }
+
+    /// Notes that a queued run starts; the receiver fires once that is on disk.
+    pub fn started(&self, run_id: i64) -> Landed {
+        self.set(run_id, Fate::Started);
+        self.append(format!("S {run_id}\n"), true)
+    }
+
+    /// Notes that a run's result is in the spool.
+    pub fn finished(&self, run_id: i64) {
+        self.set(run_id, Fate::Finished);
+        let _ = self.append(format!("F {run_id}\n"), false);
+    }
+
+    /// Forgets a run that never started and was handed back: it may be accepted again.
+    pub fn released(&self, run_id: i64) {
+        self.lock().runs.remove(&run_id);
+        let _ = self.append(format!("R {run_id}\n"), false);
+    }
+
+    fn set(&self, run_id: i64, fate: Fate) {
+        if let Some(known) = self.lock().runs.get_mut(&run_id) {
+            known.fate = fate;
+        }
+    }
+
+    fn append(&self, line: String, durable: bool) -> Landed {
+        let (done, landed) = watch::channel(false);
+        let waiter = durable.then_some(done);
+        // A stopped writer means the agent is stopping; the dropped sender tells the waiter.
+        let _ = self.queue.send((line, waiter));
+        Landed(landed)
+    }
+}
+
+fn apply(runs: &mut HashMap<i64, Known>, next_order: &mut u64, line: &str) {
+    let mut parts = line.split_ascii_whitespace();
+    let (Some(tag), Some(Ok(id))) = (parts.next(), parts.next().map(str::parse::<i64>)) else {
+        return;
+    };
+    let ms = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    match tag {
+        "A" | "Q" => {
+            runs.insert(
+                id,
+                Known {
+                    fate: if tag == "Q" {
+                        Fate::Queued
+                    } else {
+                        Fate::Started
+                    },
+                    order: *next_order,
+                    accepted_ms: ms,
+                },
+            );
+            *next_order += 1;
+        }
+        "S" | "F" => {
+            if let Some(known) = runs.get_mut(&id) {
+                known.fate = if tag == "S" {
+                    Fate::Started
+                } else {
+                    Fate::Finished
+                };
+            }
+        }
+        "R" => {
+            runs.remove(&id);
+        }
+        _ => {}
+    }
+}
+
+fn forget_oldest(runs: &mut HashMap<i64, Known>, capacity: usize) {
+    if runs.len() <= capacity {
+        return;
+    }
+    let mut orders: Vec<u64> = runs.values().map(|k| k.order).collect();
+    orders.sort_unstable();
+    let cutoff = orders[orders.len() - capacity];
+    // Only finished runs are forgotten: a live one must keep answering repeats.
+    runs.retain(|_, k| k.order >= cutoff || k.fate != Fate::Finished);
+}
+
+/// Writes the remembered runs to a new file and puts it in place; returns its line count.
+fn rewrite(path: &Path, runs: &HashMap<i64, Known>) -> std::io::Result<usize> {
+    let temp = path.with_extension("journal.tmp");
+    let mut ordered: Vec<(&i64, &Known)> = runs.iter().collect();
+    ordered.sort_by_key(|(_, k)| k.order);
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&temp)?);
+    for (id, known) in &ordered {
+        let tag = match known.fate {
+            Fate::Queued => 'Q',
+            Fate::Started => 'A',
+            Fate::Finished => 'A',
+        };
+        writeln!(out, "{tag} {id} {}", known.accepted_ms)?;
+        if known.fate == Fate::Finished {
+            writeln!(out, "F {id}")?;
+        }
+    }
+    let file = out
+        .into_inner()
+        .map_err(std::io::IntoInnerError::into_error)?;
+    file.sync_all()?;
+    std::fs::rename(&temp, path)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(ordered.len() * 2)
+}
+
+/// Appends lines as they come, a burst per write and fsync, and answers the waiters once their
+/// line is on disk. Compacts when the file has grown to twice what is remembered.
+async fn write_forever(journal: Journal, mut inbox: mpsc::UnboundedReceiver<Pending>) {
+    while let Some(first) = inbox.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < 4096
+            && let Ok(more) = inbox.try_recv()
+        {
+            batch.push(more);
+        }
+        let (lines, waiters): (Vec<String>, Vec<Option<watch::Sender<bool>>>) =
+            batch.into_iter().unzip();
+        let durable = waiters.iter().any(Option::is_some);
+        let path = journal.path.clone();
+        let written = tokio::task::spawn_blocking(move || append_lines(&path, &lines, durable))
+            .await
+            .map_err(|e| std::io::Error::other(e.to_string()))
+            .and_then(|r| r);
+        match written {
+            Ok(n) => {
+                for waiter in waiters.into_iter().flatten() {
+                    let _ = waiter.send(true);
+                }
+                let compact = {
+                    let mut inner = journal.lock();
+                    inner.lines += n;
+                    inner.lines > 2 * journal.capacity.max(1000) * 2
+                };
+                if compact {
+                    compact_now(&journal);
+                }
+            }
+            Err(e) => {
+                // Waiters are dropped: their runs are not started (a run whose acceptance is
+                // not on disk must not run), and say why.
+                tracing::error!(error = %e, "Cannot write the accept journal");
+            }
+        }
+    }
+}
+
+fn append_lines(path: &Path, lines: &[String], durable: bool) -> std::io::Result<usize> {
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    let mut buf = String::with_capacity(lines.iter().map(String::len).sum());
+    for line in lines {
+        buf.push_str(line);
+    }
+    file.write_all(buf.as_bytes())?;
+    if durable {
+        file.sync_data()?;
+    }
+    Ok(lines.len())
+}
+
+fn compact_now(journal: &Journal) {
+    let mut inner = journal.lock();
+    let capacity = journal.capacity;
+    forget_oldest(&mut inner.runs, capacity);
+    // Rewritten under the lock: no line is appended (the writer is this task) and no run
+    // changes meanwhile.
+    match rewrite(&journal.path, &inner.runs) {
+        Ok(lines) => inner.lines = lines,
+        Err(e) => tracing::warn!(error = %e, "Cannot compact the accept journal"),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_restart_knows_what_was_accepted_and_what_never_started() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (journal, leftovers) = Journal::open(dir.path(), 100).unwrap();
+            assert_eq!(leftovers, Leftovers::default());
+            assert!(journal.accepted(1, false, 10).wait().await);
+            assert!(journal.accepted(2, true, 11).wait().await);
+            assert!(journal.accepted(3, true, 12).wait().await);
+            assert!(journal.started(3).wait().await);
+            assert!(journal.accepted(4, false, 13).wait().await);
+            journal.finished(4);
+            assert!(journal.accepted(5, true, 14).wait().await);
+            journal.released(5);
+            // Durable lines land after the lazy ones before them.
+            assert!(journal.accepted(6, false, 15).wait().await);
+            assert_eq!(journal.fate(1), Some(Fate::Started));
+            assert_eq!(journal.fate(2), Some(Fate::Queued));
+            assert_eq!(journal.fate(5), None);
+        }
+        let (journal, leftovers) = Journal::open(dir.path(), 100).unwrap();
+        assert_eq!(
+            leftovers,
+            Leftovers {
+                never_started: vec![2],
+                interrupted: vec![1, 3, 6],
+            }
+        );
+        // Remembered across the restart: a repeat of 1, 3, 4 or 6 is known; 2 and 5 were
+        // handed back and may come again.
+        for id in [1, 3, 4, 6] {
+            assert_eq!(journal.fate(id), Some(Fate::Finished), "run {id}");
+        }
+        assert_eq!(journal.fate(2), None);
+        assert_eq!(journal.fate(5), None);
+    }
+
+    #[tokio::test]
+    async fn memory_is_bounded_to_the_newest_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (journal, _) = Journal::open(dir.path(), 1000).unwrap();
+            for id in 1..=5000 {
+                let landed = journal.accepted(id, false, id);
+                journal.finished(id);
+                if id % 1000 == 0 {
+                    assert!(landed.wait().await);
+                }
+            }
+            assert!(journal.accepted(9999, false, 1).wait().await);
+        }
+        let (journal, _) = Journal::open(dir.path(), 1000).unwrap();
+        assert_eq!(journal.fate(1), None, "the oldest are forgotten");
+        assert_eq!(journal.fate(5000), Some(Fate::Finished));
+        assert_eq!(journal.fate(9999), Some(Fate::Finished));
+        let lines = std::fs::read_to_string(dir.path().join(FILE))
+            .unwrap()
+            .lines()
+            .count();
+        assert!(lines <= 2 * 1000 + 2, "{lines} lines");
+    }
+
+    #[test]
+    fn torn_and_foreign_lines_are_skipped() {
+        let mut runs = HashMap::new();
+        let mut order = 0;
+        for line in ["A 1 5", "garbage", "S x", "Q 2", "F 1", "A"] {
+            apply(&mut runs, &mut order, line);
+        }
+        assert_eq!(runs.len(), 2);
+        assert_eq!(runs[&1].fate, Fate::Finished);
+        assert_eq!(runs[&2].fate, Fate::Queued);
+    }
+}

@@ -1,0 +1,224 @@
+//! Containment of every run, limits or not: a timeout, a kill or the run's end stops all of its
+//! descendants, including those that left its process group (`setsid`, double forks, daemons).
+//!
+//! The agent is a child subreaper, so a run's orphans are re-parented to the agent instead of
+//! init and stay in its process tree. Each run's environment carries `JOBFLEET_RUN_ID`, which
+//! its descendants inherit. A sweep for a run signals the run leader's whole tree, and every
+//! child of the agent that is not a run leader and whose tag names that run, names a run that
+//! is no longer going, or is missing (a job that scrubbed its environment), with their trees.
+//! Nothing of this is on the start path: a run starts exactly as before, and the cost is a few
+//! reads of `/proc` when a run ends. A cgroup, where a run has one, is swept as well (see
+//! `limits`). A job running as root can still escape on purpose (it can do anything); this
+//! stops careless escapes and everything a `run_as` user can do.
+//!
+//! Invariant: a pid in the leader table is never reaped here (its own waiter reaps it), and
+//! a leader is entered in the table under the same lock as its spawn, so a sweep never
+//! mistakes a just-spawned leader for an orphan.
+
+use std::collections::{HashMap, HashSet};
+use std::io::Read;
+use std::sync::{Mutex, MutexGuard};
+
+use nix::sys::signal::{Signal, kill};
+use nix::sys::wait::{WaitPidFlag, waitpid};
+use nix::unistd::Pid;
+
+/// The tag every run's environment carries.
+pub const RUN_TAG: &str = "JOBFLEET_RUN_ID";
+/// Rounds of a sweep: killing an orphan re-parents its children to the agent, which the next
+/// round finds.
+const ROUNDS: usize = 8;
+/// Most of a process's environment read to find the tag.
+const MAX_ENVIRON: u64 = 1024 * 1024;
+
+/// Makes this process the subreaper of its descendants.
+///
+/// # Errors
+/// When the kernel refuses (Linux before 3.4).
+pub fn become_subreaper() -> nix::Result<()> {
+    nix::sys::prctl::set_child_subreaper(true)
+}
+
+/// The run leaders this agent has spawned and not yet reaped, by pid.
+#[derive(Default)]
+pub struct Containment {
+    leaders: Mutex<HashMap<i32, i64>>,
+}
+
+/// The direct children of `pid` (all its threads'), from `/proc`.
+fn children(pid: &str) -> Vec<i32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for task in tasks.flatten() {
+        if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
+            out.extend(
+                text.split_whitespace()
+                    .filter_map(|p| p.parse::<i32>().ok()),
+            );
+        }
+    }
+    out
+}
+
+/// `root` and all its descendants, found breadth first.
+fn tree(root: i32) -> Vec<i32> {
+    let mut seen = HashSet::from([root]);
+    let mut out = vec![root];
+    let mut i = 0;
+    while i < out.len() && out.len() < 100_000 {
+        for child in children(&out[i].to_string()) {
+            if seen.insert(child) {
+                out.push(child);
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Tag {
+    Run(i64),
+    /// No tag: scrubbed, or the process is a zombie (no environment left).
+    Missing,
+}
+
+fn tag_of(environ: &[u8]) -> Tag {
+    let prefix = format!("{RUN_TAG}=");
+    environ
+        .split(|b| *b == 0)
+        .find_map(|entry| entry.strip_prefix(prefix.as_bytes()))
+        .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
+        .map_or(Tag::Missing, Tag::Run)
+}
+
+fn tag(pid: i32) -> Tag {
+    let mut environ = Vec::new();
+    match std::fs::File::open(format!("/proc/{pid}/environ")) {
+        Ok(f) => {
+            let _ = f.take(MAX_ENVIRON).read_to_end(&mut environ);
+            tag_of(&environ)
+        }
+        Err(_) => Tag::Missing,
+    }
+}
+
+impl Containment {
+    fn lock(&self) -> MutexGuard<'_, HashMap<i32, i64>> {
+        self.leaders
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Spawns a run's leader with `spawn` and enters it, under the table's lock.
+    ///
+    /// # Errors
+    /// What `spawn` returns.
+    pub fn spawn(
+        &self,
+        run_id: i64,
+        spawn: impl FnOnce() -> std::io::Result<std::process::Child>,
+    ) -> std::io::Result<std::process::Child> {
+        let mut leaders = self.lock();
+        let child = spawn()?;
+        leaders.insert(child.id() as i32, run_id);
+        Ok(child)
+    }
+
+    /// Forgets a leader once its waiter has reaped it.
+    pub fn reaped(&self, pid: i32) {
+        self.lock().remove(&pid);
+    }
+
+    /// Sends `signal` to everything of `run_id`: the tree of `leader` (while it lives) and the
+    /// agent's orphaned children that belong to it or to no going run, with their trees. With
+    /// SIGKILL it repeats until nothing is left and reaps the orphans. Returns how many
+    /// processes it signalled, the leader's tree included.
+    pub fn sweep(&self, run_id: i64, leader: Option<i32>, signal: Signal) -> usize {
+        let mut signalled = 0;
+        let mut orphans_killed = Vec::new();
+        for round in 0..ROUNDS {
+            let mut victims = Vec::new();
+            {
+                let leaders = self.lock();
+                // The leader only while the table holds it: then it is not reaped yet, so its
+                // pid cannot have been reused.
+                if round == 0
+                    && let Some(pid) = leader
+                    && leaders.contains_key(&pid)
+                {
+                    victims.extend(tree(pid));
+                }
+                let going: HashSet<i64> = leaders.values().copied().collect();
+                for child in children("self") {
+                    if leaders.contains_key(&child) {
+                        continue;
+                    }
+                    let ours = match tag(child) {
+                        Tag::Run(id) => id == run_id || !going.contains(&id),
+                        Tag::Missing => true,
+                    };
+                    if ours {
+                        victims.extend(tree(child));
+                        orphans_killed.push(child);
+                    }
+                }
+                for pid in &victims {
+                    if kill(Pid::from_raw(*pid), signal).is_ok() {
+                        signalled += 1;
+                    }
+                }
+            }
+            if signal != Signal::SIGKILL || victims.is_empty() {
+                break;
+            }
+            // Reap the orphans (they are our children now); a SIGKILLed process dies at once
+            // unless it is inside an uninterruptible call, which ends soon.
+            for pid in orphans_killed.drain(..) {
+                let _ = waitpid(Pid::from_raw(pid), None);
+            }
+        }
+        // Orphans that exited by themselves wait as zombies: reap whatever has ended.
+        for pid in orphans_killed {
+            let _ = waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG));
+        }
+        signalled
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tag_is_read_from_the_environment() {
+        assert_eq!(
+            tag_of(b"PATH=/bin\0JOBFLEET_RUN_ID=42\0HOME=/"),
+            Tag::Run(42)
+        );
+        assert_eq!(tag_of(b"PATH=/bin\0XJOBFLEET_RUN_ID=42\0"), Tag::Missing);
+        assert_eq!(tag_of(b""), Tag::Missing);
+        assert_eq!(tag_of(b"JOBFLEET_RUN_ID=abc\0"), Tag::Missing);
+    }
+
+    #[test]
+    fn a_tree_holds_grandchildren() {
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & sleep 30 & wait"])
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while tree(pid).len() < 3 {
+            assert!(std::time::Instant::now() < deadline, "{:?}", tree(pid));
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        for p in tree(pid).into_iter().rev() {
+            let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+        }
+        child.wait().unwrap();
+    }
+}

@@ -1,0 +1,352 @@
+//! A run's output: the child's stdout and stderr go into one pipe, and a copier thread moves
+//! them into the run's log file, capped and watched.
+//!
+//! The cap keeps the head and the tail. The first half of `max_bytes` is written live; beyond
+//! it, output goes into a ring file of the other half (`<run>.log.tail`, so memory stays
+//! bounded) and, when the output ends, the ring is appended after a line saying how many bytes
+//! were cut. The log file is only ever appended to, so line numbers a pager has seen never
+//! change. When free space on the log disk falls below the floor (or a write fails), logging
+//! stops: the copier keeps draining the pipe so the job is never blocked, and says so in the
+//! outcome and, where it can, in the log.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// Bytes read from the pipe at a time; kept small because every running run holds one.
+const CHUNK: usize = 16 * 1024;
+/// Free space is checked again after this many bytes were written.
+const CHECK_EVERY: u64 = 1024 * 1024;
+
+#[derive(Debug, Clone, Copy)]
+pub struct OutputLimits {
+    /// Most bytes of output kept (head plus tail).
+    pub max_bytes: u64,
+    /// Below this much free space on the log disk, logging stops.
+    pub min_free_bytes: u64,
+}
+
+/// What happened to a run's output.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// Bytes the job wrote.
+    pub total_bytes: u64,
+    /// Bytes dropped between the head and the tail.
+    pub cut_bytes: u64,
+    /// Why logging stopped early, if it did.
+    pub stopped: Option<String>,
+}
+
+/// A pipe for the child's stdout and stderr: (read end for the copier, write end for the child).
+///
+/// # Errors
+/// When the process is out of file descriptors.
+pub fn pipe() -> std::io::Result<(File, File)> {
+    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    Ok((File::from(read), File::from(write)))
+}
+
+/// Free bytes for unprivileged users on the file system holding `path`.
+fn free_bytes(path: &Path) -> std::io::Result<u64> {
+    let stat = nix::sys::statvfs::statvfs(path)?;
+    Ok(stat.blocks_available() * stat.fragment_size())
+}
+
+/// The ring of the last `cap` bytes, in a file beside the log.
+struct Ring {
+    path: PathBuf,
+    file: Option<File>,
+    cap: u64,
+    written: u64,
+}
+
+impl Ring {
+    fn push(&mut self, mut bytes: &[u8]) -> std::io::Result<()> {
+        if self.cap == 0 {
+            self.written += bytes.len() as u64;
+            return Ok(());
+        }
+        let file = match &self.file {
+            Some(f) => f,
+            None => self.file.insert(
+                OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .open(&self.path)?,
+            ),
+        };
+        // Only the last `cap` bytes of a large chunk can survive.
+        if bytes.len() as u64 > self.cap {
+            let skip = bytes.len() - self.cap as usize;
+            self.written += skip as u64;
+            bytes = &bytes[skip..];
+        }
+        while !bytes.is_empty() {
+            let at = self.written % self.cap;
+            let room = (self.cap - at) as usize;
+            let take = room.min(bytes.len());
+            file.write_all_at(&bytes[..take], at)?;
+            self.written += take as u64;
+            bytes = &bytes[take..];
+        }
+        Ok(())
+    }
+
+    /// Bytes that fell out of the ring.
+    fn cut(&self) -> u64 {
+        self.written.saturating_sub(self.cap)
+    }
+
+    /// Appends what the ring holds, oldest first, to `out`; then removes the ring file.
+    fn drain_into(self, out: &mut impl Write) -> std::io::Result<()> {
+        let Some(file) = &self.file else {
+            return Ok(());
+        };
+        let held = self.written.min(self.cap);
+        let start = if self.written > self.cap {
+            self.written % self.cap
+        } else {
+            0
+        };
+        let mut buf = vec![0u8; CHUNK];
+        let mut done = 0;
+        while done < held {
+            let at = (start + done) % self.cap;
+            let take = ((self.cap - at).min(held - done) as usize).min(CHUNK);
+            file.read_exact_at(&mut buf[..take], at)?;
+            out.write_all(&buf[..take])?;
+            done += take as u64;
+        }
+        let _ = std::fs::remove_file(&self.path);
+        Ok(())
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        if self.file.is_some() {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+fn mib(bytes: u64) -> String {
+    if bytes.is_multiple_of(1024 * 1024) {
+        format!("{} MiB", bytes / (1024 * 1024))
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+/// Copies `source` into the log at `log_path` until end of file; blocks, so run it on a
+/// blocking thread. Never fails: what went wrong is in the outcome.
+pub fn copy(mut source: File, log_path: &Path, limits: OutputLimits) -> Outcome {
+    let mut outcome = Outcome::default();
+    let mut log = match OpenOptions::new().append(true).create(true).open(log_path) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            outcome.stopped = Some(format!("cannot open the log: {e}"));
+            None
+        }
+    };
+    let head_cap = limits.max_bytes / 2;
+    let mut ring = Ring {
+        path: log_path.with_extension("log.tail"),
+        file: None,
+        cap: limits.max_bytes - head_cap,
+        written: 0,
+    };
+    let dir = log_path.parent().unwrap_or(Path::new("."));
+    let mut head: u64 = 0;
+    let mut last_byte = b'\n';
+    // Said once, when the first byte beyond the head arrives, whether or not a read happens
+    // to end exactly at the head's end.
+    let mut held_back_said = false;
+    let mut next_check: u64 = 0;
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        let n = match source.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                outcome
+                    .stopped
+                    .get_or_insert(format!("cannot read the output: {e}"));
+                break;
+            }
+        };
+        outcome.total_bytes += n as u64;
+        let Some(file) = log.as_mut() else {
+            continue; // Logging stopped: drain so the job never blocks on a full pipe.
+        };
+        if outcome.total_bytes >= next_check {
+            next_check = outcome.total_bytes + CHECK_EVERY;
+            if let Ok(free) = free_bytes(dir)
+                && free < limits.min_free_bytes
+            {
+                let why = format!(
+                    "free space on the log disk is below {} ({} left)",
+                    mib(limits.min_free_bytes),
+                    mib(free)
+                );
+                let _ = writeln!(
+                    file,
+                    "{}[jobfleet-agent] logging stopped: {why}; the run goes on",
+                    if last_byte == b'\n' { "" } else { "\n" }
+                );
+                outcome.stopped = Some(why);
+                log = None;
+                continue;
+            }
+        }
+        let mut chunk = &buf[..n];
+        let result = (|| -> std::io::Result<()> {
+            if head < head_cap {
+                let take = (head_cap - head).min(chunk.len() as u64) as usize;
+                file.write_all(&chunk[..take])?;
+                head += take as u64;
+                if take > 0 {
+                    last_byte = chunk[take - 1];
+                }
+                chunk = &chunk[take..];
+            }
+            if !chunk.is_empty() && !held_back_said {
+                held_back_said = true;
+                writeln!(
+                    file,
+                    "{}[jobfleet-agent] output beyond the first {} is held back; its last {} \
+                     follow when the run ends (log_max_bytes)",
+                    if last_byte == b'\n' { "" } else { "\n" },
+                    mib(head_cap),
+                    mib(ring.cap)
+                )?;
+                last_byte = b'\n';
+            }
+            ring.push(chunk)
+        })();
+        if let Err(e) = result {
+            outcome.stopped = Some(format!("cannot write the log: {e}"));
+            log = None;
+        }
+    }
+    outcome.cut_bytes = ring.cut();
+    if let Some(mut file) = log
+        && ring.written > 0
+    {
+        let result = (|| -> std::io::Result<()> {
+            if outcome.cut_bytes > 0 {
+                writeln!(
+                    file,
+                    "{}[jobfleet-agent] log capped at {} (log_max_bytes): {} bytes cut here; the \
+                     last {} follow",
+                    if last_byte == b'\n' { "" } else { "\n" },
+                    mib(limits.max_bytes),
+                    outcome.cut_bytes,
+                    mib(ring.cap)
+                )?;
+            }
+            ring.drain_into(&mut file)
+        })();
+        if let Err(e) = result {
+            outcome.stopped = Some(format!("cannot write the log's tail: {e}"));
+        }
+    }
+    outcome
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn run(output: &[u8], limits: OutputLimits) -> (Outcome, Vec<u8>, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("7.log");
+        let (read, mut write) = pipe().unwrap();
+        let data = output.to_vec();
+        let writer = std::thread::spawn(move || write.write_all(&data).unwrap());
+        let outcome = copy(read, &log, limits);
+        writer.join().unwrap();
+        let text = std::fs::read(&log).unwrap_or_default();
+        (outcome, text, dir)
+    }
+
+    const ROOMY: OutputLimits = OutputLimits {
+        max_bytes: 1000,
+        min_free_bytes: 0,
+    };
+
+    #[test]
+    fn output_under_the_cap_is_kept_whole() {
+        let data: Vec<u8> = (0..900).map(|i| b'a' + (i % 26) as u8).collect();
+        let (outcome, text, dir) = run(&data, ROOMY);
+        let notices = String::from_utf8_lossy(&text)
+            .lines()
+            .filter(|l| l.contains("[jobfleet-agent]"))
+            .count();
+        // The held-back notice sits between head and tail; all bytes are there.
+        assert_eq!(notices, 1);
+        let kept: Vec<u8> = String::from_utf8_lossy(&text)
+            .split('\n')
+            .filter(|l| !l.contains("[jobfleet-agent]"))
+            .collect::<String>()
+            .into_bytes();
+        assert_eq!(kept, data);
+        assert_eq!((outcome.total_bytes, outcome.cut_bytes), (900, 0));
+        assert!(!dir.path().join("7.log.tail").exists());
+        let (outcome, text, _dir) = run(b"short\n", ROOMY);
+        assert_eq!((text.as_slice(), outcome.cut_bytes), (&b"short\n"[..], 0));
+    }
+
+    #[test]
+    fn long_output_keeps_head_and_tail_and_says_what_was_cut() {
+        let mut data = Vec::new();
+        for i in 0..2000 {
+            data.extend_from_slice(format!("line {i:05}\n").as_bytes());
+        }
+        let (outcome, text, dir) = run(&data, ROOMY);
+        let text = String::from_utf8(text).unwrap();
+        assert_eq!(outcome.total_bytes, data.len() as u64);
+        assert_eq!(outcome.cut_bytes, data.len() as u64 - 1000);
+        assert!(text.starts_with("line 00000\nline 00001\n"), "{text}");
+        assert!(text.ends_with("line 01998\nline 01999\n"), "{text}");
+        assert!(
+            text.contains(&format!("{} bytes cut here", data.len() - 1000)),
+            "{text}"
+        );
+        let kept = text
+            .lines()
+            .filter(|l| !l.starts_with("[jobfleet-agent]"))
+            .map(str::len)
+            .sum::<usize>();
+        assert!(kept <= 1000, "{kept}");
+        assert!(!dir.path().join("7.log.tail").exists());
+    }
+
+    #[test]
+    fn logging_stops_below_the_free_space_floor_and_the_pipe_is_drained() {
+        let data = vec![b'x'; 3 * CHUNK];
+        let (outcome, text, _dir) = run(
+            &data,
+            OutputLimits {
+                max_bytes: 1 << 20,
+                min_free_bytes: u64::MAX,
+            },
+        );
+        assert_eq!(outcome.total_bytes, data.len() as u64);
+        assert!(
+            outcome.stopped.as_deref().unwrap().contains("free space"),
+            "{outcome:?}"
+        );
+        assert!(
+            String::from_utf8_lossy(&text).contains("logging stopped"),
+            "{}",
+            String::from_utf8_lossy(&text)
+        );
+        assert!(text.len() < CHUNK);
+    }
+}

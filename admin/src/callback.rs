@@ -1,6 +1,7 @@
 //! Results from agents (`/api/callback`), stored idempotently: a result for an unknown or
 //! already-finished run is acknowledged and changes nothing, so agents can resend freely. A
-//! stored result creates its follow-ups (retry, child jobs) in the same transaction.
+//! stored result creates its follow-ups (retry, child jobs) in the same transaction, through
+//! the run lifecycle.
 
 use jobfleet_agent::protocol::{CODE_OK, CODE_TIMEOUT, HandleCallbackParam};
 
@@ -9,24 +10,25 @@ use std::collections::HashMap;
 use jobfleet_agent::protocol::NOT_STARTED;
 
 use crate::db::job_run::{self, RunResult};
+use crate::domain::policy::RunStatus;
 use crate::error::Error;
-use crate::scheduler::followup;
+use crate::lifecycle::Changes;
 use crate::service::agents;
-use crate::startup::AppState;
+use crate::state::AppState;
 
 /// The run status a callback means. jobfleet agents say it; XXL-Job executors only give a code.
-fn status_of(cb: &HandleCallbackParam) -> &'static str {
+fn status_of(cb: &HandleCallbackParam) -> RunStatus {
     match cb.status.as_deref() {
-        Some("succeeded") => "succeeded",
-        Some("timed_out") => "timed_out",
-        Some("killed") => "killed",
+        Some("succeeded") => RunStatus::Succeeded,
+        Some("timed_out") => RunStatus::TimedOut,
+        Some("killed") => RunStatus::Killed,
         // The agent died while the run was going (it says so after its restart).
-        Some("lost") => "lost",
-        Some(_) => "failed",
+        Some("lost") => RunStatus::Lost,
+        Some(_) => RunStatus::Failed,
         None => match cb.handle_code {
-            CODE_OK => "succeeded",
-            CODE_TIMEOUT => "timed_out",
-            _ => "failed",
+            CODE_OK => RunStatus::Succeeded,
+            CODE_TIMEOUT => RunStatus::TimedOut,
+            _ => RunStatus::Failed,
         },
     }
 }
@@ -35,7 +37,7 @@ fn result_of(cb: &HandleCallbackParam) -> RunResult {
     let usage = cb.usage.as_ref();
     let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
     RunResult {
-        status: status_of(cb).to_owned(),
+        status: status_of(cb),
         started_ms: cb.started_ms,
         finished_ms: Some(cb.finished_ms.unwrap_or(cb.log_date_tim)),
         handle_code: Some(cb.handle_code),
@@ -67,16 +69,14 @@ pub async fn accept(
         return Err(Error::invalid("callback", "at most 1000 results per batch"));
     }
     let key = key.map(str::to_owned);
-    let now = state.clock.now_ms();
-    let outbox = state.alerts.outbox();
-    let alerts = outbox.clone();
-    let (stored, statuses, dues, refused) = state
+    let changes = Changes::new(state);
+    let (stored, refused, changes) = state
         .db
         .transaction(move |conn| {
+            let mut changes = changes;
+            let now = changes.now_ms();
             let mut refused = Vec::new();
             let mut stored = 0;
-            let mut statuses = Vec::new();
-            let mut dues = Vec::new();
             let reporter = agents::reporter(conn, key.as_deref())?;
             let ids: Vec<i64> = batch.iter().map(|cb| cb.log_id).collect();
             let destinations: HashMap<i64, (i64, Option<String>)> =
@@ -107,35 +107,23 @@ pub async fn accept(
                         "handed back unstarted: {}",
                         cb.handle_msg.as_deref().unwrap_or("the agent restarted")
                     );
-                    if job_run::requeue(conn, cb.log_id, &why)? {
-                        dues.push(crate::scheduler::Due {
-                            at_ms: now,
-                            run_id: cb.log_id,
-                        });
-                    }
+                    changes.requeued(conn, cb.log_id, &why)?;
                     continue;
                 }
                 let mut result = result_of(cb);
                 if result.finished_ms.is_none_or(|t| t <= 0) {
                     result.finished_ms = Some(now);
                 }
-                if job_run::record_result(conn, cb.log_id, &result)? {
+                if changes.finished(conn, cb.log_id, &result)? {
                     stored += 1;
-                    // In this transaction: the retry or the children exist iff the result does.
-                    dues.extend(followup::after_final(conn, cb.log_id, now, &alerts)?);
-                    statuses.push(result.status);
                 }
             }
-            Ok((stored, statuses, dues, refused))
+            Ok((stored, refused, changes))
         })
         .await?;
     if !refused.is_empty() {
         tracing::warn!(runs = ?refused, "Results from an agent the runs were not sent to were ignored");
     }
-    outbox.committed();
-    for status in &statuses {
-        state.metrics.run_outcomes.inc(status);
-    }
-    state.scheduler.enqueue(dues);
+    changes.committed(state);
     Ok(stored)
 }

@@ -14,11 +14,14 @@ pub mod dispatch;
 pub mod domain;
 pub mod error;
 pub mod http;
+pub mod lifecycle;
 pub mod metrics;
 pub mod rpc;
 pub mod scheduler;
 pub mod service;
 pub mod startup;
+pub mod state;
 #[doc(hidden)]
 pub mod testing;
 pub mod web;
+pub mod worker;

@@ -183,6 +183,8 @@ pub struct Metrics {
     pub lock_wait: Histogram,
     pub agents_alive: Gauge,
     pub runs_in_flight: Gauge,
+    /// The background workers' health.
+    pub workers: std::sync::Arc<crate::worker::WorkerRegistry>,
 }
 
 impl Default for Metrics {
@@ -256,6 +258,7 @@ impl Default for Metrics {
                 "jobfleet_runs_in_flight",
                 "Runs sent to an agent and not finished.",
             ),
+            workers: std::sync::Arc::default(),
         }
     }
 }
@@ -282,7 +285,50 @@ impl Metrics {
         }
         self.agents_alive.render(&mut out);
         self.runs_in_flight.render(&mut out);
+        self.render_workers(&mut out);
         out
+    }
+
+    fn render_workers(&self, out: &mut String) {
+        use crate::worker::WorkerState;
+        let workers = self.workers.snapshot();
+        let _ = writeln!(
+            out,
+            "# HELP jobfleet_worker_up 1 while a background worker runs (or backs off), 0 once it ended."
+        );
+        let _ = writeln!(out, "# TYPE jobfleet_worker_up gauge");
+        for (name, h) in &workers {
+            let up = matches!(h.state, WorkerState::Running | WorkerState::BackingOff);
+            let _ = writeln!(
+                out,
+                "jobfleet_worker_up{{worker=\"{name}\"}} {}",
+                u8::from(up)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP jobfleet_worker_failures_total Failed passes of a background worker."
+        );
+        let _ = writeln!(out, "# TYPE jobfleet_worker_failures_total counter");
+        for (name, h) in &workers {
+            let _ = writeln!(
+                out,
+                "jobfleet_worker_failures_total{{worker=\"{name}\"}} {}",
+                h.failures
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP jobfleet_worker_failing 1 while a worker's last pass failed."
+        );
+        let _ = writeln!(out, "# TYPE jobfleet_worker_failing gauge");
+        for (name, h) in &workers {
+            let _ = writeln!(
+                out,
+                "jobfleet_worker_failing{{worker=\"{name}\"}} {}",
+                u8::from(h.failing_for > 0)
+            );
+        }
     }
 }
 

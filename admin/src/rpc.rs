@@ -12,7 +12,7 @@ use jobfleet_agent::protocol::{
 use serde::de::DeserializeOwned;
 
 use crate::error::Error;
-use crate::startup::AppState;
+use crate::state::AppState;
 use crate::{callback, service};
 
 /// The RPC rendering of an outcome: the envelope, with causes hidden as in the open API.

@@ -1,5 +1,5 @@
 //! Start-up: builds the pool, runs migrations, loads or creates secrets, bootstraps the first
-//! admin, binds the listener and serves until SIGTERM/Ctrl-C. Owns `AppState`.
+//! admin, binds the listener and serves until SIGTERM/Ctrl-C. Builds the `AppState`.
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -16,32 +16,9 @@ use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::db::{Db, DbUrl, migrate};
 use crate::dispatch::client::AgentClient;
-use crate::dispatch::routing::Router;
-use crate::metrics::Metrics;
-use crate::scheduler::SchedulerHandle;
+use crate::scheduler::handle::SchedulerHandle;
 use crate::service::users::{Bootstrap, bootstrap_admin};
-
-/// Everything request handlers and workers share. Passed explicitly; there is no global.
-#[derive(Debug)]
-pub struct AppState {
-    pub db: Db,
-    pub clock: SharedClock,
-    pub jwt: JwtKeys,
-    pub jwt_ttl_ms: i64,
-    /// The password-guessing limit of every surface that checks a password.
-    pub login_limiter: RateLimiter,
-    /// Bounds concurrent password hashing (memory and CPU).
-    pub password_gate: HashGate,
-    pub config: Arc<Config>,
-    /// The token agents must present, and that we present to them.
-    pub access_token: String,
-    pub agents: AgentClient,
-    pub scheduler: SchedulerHandle,
-    pub router: Arc<Router>,
-    pub metrics: Arc<Metrics>,
-    /// Alert delivery: the worker's wake-up, the webhook client, the SMTP mailer.
-    pub alerts: crate::alert::Alerts,
-}
+use crate::state::AppState;
 
 /// Reads a secret kept beside the SQLite file, creating it (mode 0600) on first start, so a
 /// single-node admin keeps its tokens valid across restarts without any configuration.
@@ -233,7 +210,9 @@ pub async fn serve(
     stop.await;
     tracing::info!("Shutting down");
     // Stop firing first; what is stored and unsent is recovered by another admin or on restart.
-    drop(workers);
+    if let Some(workers) = workers {
+        workers.shutdown(WORKER_SHUTDOWN).await;
+    }
     running.handle.stop(true).await;
     running
         .task
@@ -242,6 +221,10 @@ pub async fn serve(
         .context("server")?;
     Ok(())
 }
+
+/// How long a stopping admin lets its workers finish their pass (and store the answers of the
+/// triggers in flight) before it aborts them.
+const WORKER_SHUTDOWN: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Registers the SIGTERM and Ctrl-C handlers now and returns a future that completes on either.
 fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {

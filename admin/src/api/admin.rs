@@ -12,7 +12,7 @@ use crate::service::groups::{GroupInput, GroupUpdate, GroupView};
 use crate::service::tokens::{CreatedToken, NewTokenRequest, TokenView};
 use crate::service::users::{NewUserRequest, PasswordReset, UserUpdate, UserView};
 use crate::service::{self, Paged};
-use crate::startup::AppState;
+use crate::state::AppState;
 
 /// List the executor groups you may see.
 #[utoipa::path(get, path = "/api/v1/groups", tag = "groups", security(("bearer" = [])), params(PageQuery),

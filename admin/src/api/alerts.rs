@@ -7,7 +7,7 @@ use crate::domain::alert::ChannelInput;
 use crate::error::{ApiResult, ErrorBody};
 use crate::service::alerts::{ChannelView, EventQuery, EventView, TestOutcome};
 use crate::service::{self, Paged};
-use crate::startup::AppState;
+use crate::state::AppState;
 
 /// List alert channels (any role; only admins see webhook URLs in full).
 #[utoipa::path(get, path = "/api/v1/alert-channels", tag = "alerts", security(("bearer" = [])),

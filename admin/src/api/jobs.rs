@@ -11,7 +11,7 @@ use crate::service::jobs::{
 };
 use crate::service::runs::{LogPage, RunQuery, RunView, TriggerRequest};
 use crate::service::{self, Paged};
-use crate::startup::AppState;
+use crate::state::AppState;
 
 /// A job id and a script version from the path.
 #[derive(Debug, Deserialize)]
@@ -194,7 +194,7 @@ pub async fn trigger(
     let request = if body.iter().all(u8::is_ascii_whitespace) {
         TriggerRequest::default()
     } else {
-        serde_json::from_slice(&body).map_err(crate::http::body_error)?
+        serde_json::from_slice(&body).map_err(crate::http::request::body_error)?
     };
     Ok(HttpResponse::Created()
         .json(service::runs::trigger(&state, &caller.0, id.into_inner(), request).await?))

@@ -5,10 +5,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::auth::extract::{ApiCaller, LOGIN_BODY_LIMIT, bounded_body};
 use crate::error::{ApiResult, Code, Error, ErrorBody};
-use crate::http::client_ip;
+use crate::http::request::client_ip;
 use crate::service;
 use crate::service::users::OwnPasswordChange;
-use crate::startup::AppState;
+use crate::state::AppState;
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -55,8 +55,19 @@ pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     responses((status = 200, description = "ready"), (status = 503, body = ErrorBody, description = "database unreachable")))]
 pub async fn readyz(state: web::Data<AppState>) -> ApiResult<HttpResponse> {
     state.db.ping().await?;
-    Ok(HttpResponse::Ok()
-        .json(serde_json::json!({"status": "ready", "database": state.db.url().backend_name()})))
+    let crashed = state.metrics.workers.crashed();
+    if !crashed.is_empty() {
+        return Err(Error::Unavailable(format!(
+            "background workers ended unexpectedly: {}",
+            crashed.join(", ")
+        ))
+        .into());
+    }
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "status": "ready",
+        "database": state.db.url().backend_name(),
+        "workers": state.metrics.workers.snapshot(),
+    })))
 }
 
 /// Exchange a username and password for a JWT. The body is at most 8 KiB, the username 64
@@ -80,7 +91,8 @@ pub async fn issue_token(
         }
         .into());
     }
-    let body: TokenRequest = serde_json::from_slice(&bytes).map_err(crate::http::body_error)?;
+    let body: TokenRequest =
+        serde_json::from_slice(&bytes).map_err(crate::http::request::body_error)?;
     service::auth::check_input_sizes(&body.username, "password", &body.password)?;
     let (token, expires_at) =
         service::auth::issue_token(&state, &body.username, &body.password, &client_ip(&req))

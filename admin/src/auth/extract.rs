@@ -11,9 +11,9 @@ use futures_util::StreamExt;
 
 use crate::auth::rbac::Actor;
 use crate::error::{ApiError, Code, Error};
-use crate::http::{client_ip, request_id};
+use crate::http::request::{client_ip, request_id};
 use crate::service;
-use crate::startup::AppState;
+use crate::state::AppState;
 
 /// An authenticated open API caller.
 #[derive(Debug, Clone)]

@@ -4,6 +4,7 @@ use diesel::prelude::*;
 
 use super::schema::alert_channel;
 use super::{AnyConnection, last_insert_id};
+use crate::domain::alert::{ChannelKind, WebhookFormat};
 use crate::error::Error;
 
 #[derive(Debug, Clone, PartialEq, Queryable, Selectable)]
@@ -12,9 +13,9 @@ pub struct AlertChannel {
     pub id: i64,
     pub name: String,
     /// `email` or `webhook`.
-    pub kind: String,
+    pub kind: ChannelKind,
     /// Webhooks: `generic`, `dingtalk`, `feishu` or `slack`.
-    pub format: Option<String>,
+    pub format: Option<WebhookFormat>,
     /// Comma-separated recipients, or the webhook URL.
     pub target: String,
     /// Signing secret (DingTalk/Feishu) or HMAC key (generic webhooks). Never shown.
@@ -29,8 +30,8 @@ pub struct AlertChannel {
 #[diesel(table_name = alert_channel, treat_none_as_null = true)]
 pub struct ChannelFields {
     pub name: String,
-    pub kind: String,
-    pub format: Option<String>,
+    pub kind: ChannelKind,
+    pub format: Option<WebhookFormat>,
     pub target: String,
     pub secret: Option<String>,
     pub enabled: bool,
@@ -137,8 +138,8 @@ mod tests {
         NewChannel {
             fields: ChannelFields {
                 name: name.into(),
-                kind: "webhook".into(),
-                format: Some("generic".into()),
+                kind: ChannelKind::Webhook,
+                format: Some(WebhookFormat::Generic),
                 target: "http://127.0.0.1:1/hook".into(),
                 secret: None,
                 enabled: true,

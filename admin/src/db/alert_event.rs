@@ -6,13 +6,14 @@ use diesel::prelude::*;
 
 use super::schema::alert_event;
 use super::{AnyConnection, Page, last_insert_id};
+use crate::domain::alert::{AlertKind, EventStatus};
 use crate::error::Error;
 
 #[derive(Debug, Clone, PartialEq, Queryable, Selectable)]
 #[diesel(table_name = alert_event)]
 pub struct AlertEvent {
     pub id: i64,
-    pub kind: String,
+    pub kind: AlertKind,
     pub job_id: Option<i64>,
     /// `None` for channel test messages.
     pub group_id: Option<i64>,
@@ -21,7 +22,7 @@ pub struct AlertEvent {
     pub dedupe_key: String,
     pub title: String,
     pub body: String,
-    pub status: String,
+    pub status: EventStatus,
     pub attempts: i32,
     pub next_attempt_ms: i64,
     /// When the current `sending` claim was taken.
@@ -34,7 +35,7 @@ pub struct AlertEvent {
 #[derive(Debug, Clone, Insertable)]
 #[diesel(table_name = alert_event)]
 pub struct NewEvent {
-    pub kind: String,
+    pub kind: AlertKind,
     pub job_id: Option<i64>,
     pub group_id: Option<i64>,
     pub run_id: Option<i64>,
@@ -42,7 +43,7 @@ pub struct NewEvent {
     pub dedupe_key: String,
     pub title: String,
     pub body: String,
-    pub status: String,
+    pub status: EventStatus,
     pub attempts: i32,
     pub next_attempt_ms: i64,
     pub last_error: Option<String>,
@@ -83,7 +84,7 @@ pub fn recently_raised(conn: &mut AnyConnection, key: &str, since_ms: i64) -> Re
     let n: i64 = alert_event::table
         .filter(alert_event::dedupe_key.eq(key))
         .filter(alert_event::created_ms.ge(since_ms))
-        .filter(alert_event::status.ne("suppressed"))
+        .filter(alert_event::status.ne(EventStatus::Suppressed))
         .count()
         .get_result(conn)?;
     Ok(n > 0)
@@ -127,7 +128,7 @@ pub fn count(conn: &mut AnyConnection, filter: &EventFilter) -> Result<i64, Erro
 /// Pending events due at `now_ms`, oldest due first.
 pub fn due_ids(conn: &mut AnyConnection, now_ms: i64, limit: i64) -> Result<Vec<i64>, Error> {
     Ok(alert_event::table
-        .filter(alert_event::status.eq("pending"))
+        .filter(alert_event::status.eq(EventStatus::Pending))
         .filter(alert_event::next_attempt_ms.le(now_ms))
         .order(alert_event::next_attempt_ms.asc())
         .limit(limit)
@@ -141,11 +142,11 @@ pub fn claim(conn: &mut AnyConnection, id: i64, now_ms: i64) -> Result<bool, Err
     Ok(diesel::update(
         alert_event::table
             .find(id)
-            .filter(alert_event::status.eq("pending"))
+            .filter(alert_event::status.eq(EventStatus::Pending))
             .filter(alert_event::next_attempt_ms.le(now_ms)),
     )
     .set((
-        alert_event::status.eq("sending"),
+        alert_event::status.eq(EventStatus::Sending),
         alert_event::attempts.eq(alert_event::attempts + 1),
         alert_event::claimed_ms.eq(Some(now_ms)),
     ))
@@ -157,11 +158,11 @@ pub fn claim(conn: &mut AnyConnection, id: i64, now_ms: i64) -> Result<bool, Err
 pub fn requeue_stuck(conn: &mut AnyConnection, before_ms: i64) -> Result<usize, Error> {
     Ok(diesel::update(
         alert_event::table
-            .filter(alert_event::status.eq("sending"))
+            .filter(alert_event::status.eq(EventStatus::Sending))
             .filter(alert_event::claimed_ms.lt(before_ms)),
     )
     .set((
-        alert_event::status.eq("pending"),
+        alert_event::status.eq(EventStatus::Pending),
         alert_event::claimed_ms.eq(None::<i64>),
         alert_event::last_error.eq(Some(
             "the admin sending this alert stopped before it finished; sending again",
@@ -178,11 +179,11 @@ pub fn mark_sent(
 ) -> Result<bool, Error> {
     let target = alert_event::table
         .find(id)
-        .filter(alert_event::status.eq("sending"))
+        .filter(alert_event::status.eq(EventStatus::Sending))
         .filter(alert_event::attempts.eq(attempts));
     Ok(diesel::update(target)
         .set((
-            alert_event::status.eq("sent"),
+            alert_event::status.eq(EventStatus::Sent),
             alert_event::sent_ms.eq(Some(now_ms)),
             alert_event::claimed_ms.eq(None::<i64>),
         ))
@@ -200,13 +201,13 @@ pub fn mark_unsent(
 ) -> Result<bool, Error> {
     let target = alert_event::table
         .find(id)
-        .filter(alert_event::status.eq("sending"))
+        .filter(alert_event::status.eq(EventStatus::Sending))
         .filter(alert_event::attempts.eq(attempts));
     let error: String = error.chars().take(1_000).collect();
     let n = match retry_at_ms {
         Some(at) => diesel::update(target)
             .set((
-                alert_event::status.eq("pending"),
+                alert_event::status.eq(EventStatus::Pending),
                 alert_event::next_attempt_ms.eq(at),
                 alert_event::claimed_ms.eq(None::<i64>),
                 alert_event::last_error.eq(Some(error)),
@@ -214,7 +215,7 @@ pub fn mark_unsent(
             .execute(conn)?,
         None => diesel::update(target)
             .set((
-                alert_event::status.eq("failed"),
+                alert_event::status.eq(EventStatus::Failed),
                 alert_event::claimed_ms.eq(None::<i64>),
                 alert_event::last_error.eq(Some(error)),
             ))
@@ -232,10 +233,10 @@ pub fn fail_unsent_of_channel(
     Ok(diesel::update(
         alert_event::table
             .filter(alert_event::channel_id.eq(channel_id))
-            .filter(alert_event::status.eq_any(["pending", "sending"])),
+            .filter(alert_event::status.eq_any([EventStatus::Pending, EventStatus::Sending])),
     )
     .set((
-        alert_event::status.eq("failed"),
+        alert_event::status.eq(EventStatus::Failed),
         alert_event::claimed_ms.eq(None::<i64>),
         alert_event::last_error.eq(Some(reason)),
     ))
@@ -248,8 +249,9 @@ mod tests {
     use crate::testing::storage_test;
 
     fn event(key: &str, status: &str, created_ms: i64) -> NewEvent {
+        let status = status.parse().unwrap();
         NewEvent {
-            kind: "run_failed".into(),
+            kind: AlertKind::RunFailed,
             job_id: Some(1),
             group_id: Some(1),
             run_id: Some(1),
@@ -257,7 +259,7 @@ mod tests {
             dedupe_key: key.into(),
             title: "t".into(),
             body: "b".into(),
-            status: status.into(),
+            status,
             attempts: 0,
             next_attempt_ms: created_ms,
             last_error: None,
@@ -308,7 +310,7 @@ mod tests {
         assert_eq!(count(conn, &filter).unwrap(), 1);
         assert_eq!(
             list(conn, &EventFilter::default(), Page::default()).unwrap()[0].status,
-            "suppressed"
+            EventStatus::Suppressed
         );
         assert_eq!(fail_unsent_of_channel(conn, 1, "gone").unwrap(), 0);
     });

@@ -4,6 +4,7 @@ use diesel::prelude::*;
 
 use super::schema::api_token;
 use super::{AnyConnection, last_insert_id};
+use crate::domain::role::Role;
 use crate::error::Error;
 
 #[derive(Debug, Clone, PartialEq, Queryable, Selectable)]
@@ -15,7 +16,7 @@ pub struct ApiToken {
     pub token_hash: String,
     /// The first characters of the secret, so people can tell their tokens apart.
     pub prefix: String,
-    pub role: String,
+    pub role: Role,
     pub created_ms: i64,
     pub expires_ms: Option<i64>,
     pub revoked_ms: Option<i64>,
@@ -29,7 +30,7 @@ pub struct NewApiToken<'a> {
     pub name: &'a str,
     pub token_hash: &'a str,
     pub prefix: &'a str,
-    pub role: &'a str,
+    pub role: Role,
     pub created_ms: i64,
     pub expires_ms: Option<i64>,
 }
@@ -117,7 +118,7 @@ mod tests {
             &user::NewUser {
                 username: "u",
                 password_hash: "h",
-                role: "admin",
+                role: Role::Admin,
                 disabled: false,
                 password_changed_ms: 1,
                 created_ms: 1,
@@ -130,7 +131,7 @@ mod tests {
             name: "ci",
             token_hash: "abc",
             prefix: "jft_ab",
-            role: "operator",
+            role: Role::Operator,
             created_ms: 1,
             expires_ms: None,
         };

@@ -4,6 +4,7 @@ use diesel::prelude::*;
 
 use super::schema::executor_group;
 use super::{AnyConnection, Page, last_insert_id};
+use crate::domain::policy::AddressMode;
 use crate::error::Error;
 
 #[derive(Debug, Clone, PartialEq, Queryable, Selectable)]
@@ -12,7 +13,7 @@ pub struct ExecutorGroup {
     pub id: i64,
     pub app_name: String,
     pub title: String,
-    pub address_mode: String,
+    pub address_mode: AddressMode,
     /// Comma-separated agent base URLs, used when `address_mode` is `manual`.
     pub addresses: String,
     pub created_ms: i64,
@@ -26,7 +27,7 @@ pub struct ExecutorGroup {
 pub struct NewExecutorGroup<'a> {
     pub app_name: &'a str,
     pub title: &'a str,
-    pub address_mode: &'a str,
+    pub address_mode: AddressMode,
     pub addresses: &'a str,
     pub created_ms: i64,
     pub updated_ms: i64,
@@ -37,7 +38,7 @@ pub struct NewExecutorGroup<'a> {
 #[diesel(table_name = executor_group)]
 pub struct ExecutorGroupChanges<'a> {
     pub title: &'a str,
-    pub address_mode: &'a str,
+    pub address_mode: AddressMode,
     pub addresses: &'a str,
     pub updated_ms: i64,
     pub allow_executors: bool,
@@ -175,7 +176,7 @@ mod tests {
         NewExecutorGroup {
             app_name: app,
             title: "Title",
-            address_mode: "auto",
+            address_mode: AddressMode::Auto,
             addresses: "",
             created_ms: 1,
             updated_ms: 1,
@@ -193,7 +194,7 @@ mod tests {
             id,
             &ExecutorGroupChanges {
                 title: "New",
-                address_mode: "manual",
+                address_mode: AddressMode::Manual,
                 addresses: "http://a:1",
                 updated_ms: 2,
                 allow_executors: true,

@@ -6,6 +6,7 @@ use diesel::prelude::*;
 use super::schema::job_run;
 use super::{AnyConnection, Page, last_insert_id};
 use crate::db_run;
+use crate::domain::policy::{RunStatus, TriggerKind};
 use crate::error::Error;
 
 #[derive(Debug, Clone, PartialEq, Queryable, Selectable)]
@@ -16,10 +17,10 @@ pub struct JobRun {
     pub group_id: i64,
     pub first_run_id: Option<i64>,
     pub attempt: i32,
-    pub trigger_kind: String,
+    pub trigger_kind: TriggerKind,
     pub fire_slot_ms: Option<i64>,
     pub scheduled_ms: i64,
-    pub status: String,
+    pub status: RunStatus,
     pub agent_address: Option<String>,
     pub params: String,
     pub shard_index: i32,
@@ -49,11 +50,11 @@ pub struct NewJobRun {
     pub group_id: i64,
     pub first_run_id: Option<i64>,
     pub attempt: i32,
-    pub trigger_kind: String,
+    pub trigger_kind: TriggerKind,
     /// Set only for scheduled fires: the slot the unique key guards.
     pub fire_slot_ms: Option<i64>,
     pub scheduled_ms: i64,
-    pub status: String,
+    pub status: RunStatus,
     pub params: String,
     pub shard_index: i32,
     pub shard_total: i32,
@@ -194,19 +195,19 @@ pub fn record_trigger(
         diesel::update(
             job_run::table
                 .find(id)
-                .filter(job_run::status.eq("pending")),
+                .filter(job_run::status.eq(RunStatus::Pending)),
         )
-        .set(job_run::status.eq("running"))
+        .set(job_run::status.eq(RunStatus::Running))
         .execute(conn)?;
         return Ok(false);
     }
     Ok(diesel::update(
         job_run::table
             .find(id)
-            .filter(job_run::status.eq("pending")),
+            .filter(job_run::status.eq(RunStatus::Pending)),
     )
     .set((
-        job_run::status.eq("failed"),
+        job_run::status.eq(RunStatus::Failed),
         job_run::agent_address.eq(answer.agent),
         job_run::trigger_msg.eq(answer.message),
         job_run::finished_ms.eq(now_ms),
@@ -259,11 +260,11 @@ pub fn adopt(
     Ok(diesel::update(
         job_run::table
             .find(id)
-            .filter(job_run::status.eq("pending"))
+            .filter(job_run::status.eq(RunStatus::Pending))
             .filter(job_run::triggered_ms.eq(claimed_ms)),
     )
     .set((
-        job_run::status.eq("running"),
+        job_run::status.eq(RunStatus::Running),
         job_run::agent_address.eq(address),
         job_run::trigger_msg.eq(message),
         job_run::agent_instance.eq(instance),
@@ -279,10 +280,10 @@ pub fn requeue(conn: &mut AnyConnection, id: i64, message: &str) -> Result<bool,
     Ok(diesel::update(
         job_run::table
             .find(id)
-            .filter(job_run::status.eq_any(["pending", "running"])),
+            .filter(job_run::status.eq_any([RunStatus::Pending, RunStatus::Running])),
     )
     .set((
-        job_run::status.eq("pending"),
+        job_run::status.eq(RunStatus::Pending),
         job_run::triggered_ms.eq(None::<i64>),
         job_run::agent_address.eq(None::<String>),
         job_run::agent_instance.eq(None::<String>),
@@ -299,7 +300,7 @@ pub fn release_claim(conn: &mut AnyConnection, id: i64, claimed_ms: i64) -> Resu
     Ok(diesel::update(
         job_run::table
             .find(id)
-            .filter(job_run::status.eq("pending"))
+            .filter(job_run::status.eq(RunStatus::Pending))
             .filter(job_run::triggered_ms.eq(claimed_ms)),
     )
     .set(job_run::triggered_ms.eq(None::<i64>))
@@ -311,7 +312,7 @@ pub fn release_claim(conn: &mut AnyConnection, id: i64, claimed_ms: i64) -> Resu
 pub fn running_on(conn: &mut AnyConnection, address: &str) -> Result<Vec<JobRun>, Error> {
     Ok(job_run::table
         .filter(job_run::agent_address.eq(address))
-        .filter(job_run::status.eq("running"))
+        .filter(job_run::status.eq(RunStatus::Running))
         .order(job_run::id.asc())
         .select(JobRun::as_select())
         .load(conn)?)
@@ -336,7 +337,7 @@ pub fn claim(conn: &mut AnyConnection, id: i64, now_ms: i64) -> Result<bool, Err
     Ok(diesel::update(
         job_run::table
             .find(id)
-            .filter(job_run::status.eq("pending"))
+            .filter(job_run::status.eq(RunStatus::Pending))
             .filter(job_run::triggered_ms.is_null()),
     )
     .set(job_run::triggered_ms.eq(now_ms))
@@ -356,7 +357,7 @@ pub fn finish(
     Ok(diesel::update(
         job_run::table
             .find(id)
-            .filter(job_run::status.eq_any(["pending", "running"])),
+            .filter(job_run::status.eq_any([RunStatus::Pending, RunStatus::Running])),
     )
     .set((
         job_run::status.eq(status),
@@ -372,10 +373,10 @@ pub fn skip(conn: &mut AnyConnection, id: i64, reason: &str, now_ms: i64) -> Res
     Ok(diesel::update(
         job_run::table
             .find(id)
-            .filter(job_run::status.eq("pending")),
+            .filter(job_run::status.eq(RunStatus::Pending)),
     )
     .set((
-        job_run::status.eq("skipped"),
+        job_run::status.eq(RunStatus::Skipped),
         job_run::trigger_msg.eq(reason),
         job_run::finished_ms.eq(now_ms),
     ))
@@ -395,8 +396,8 @@ pub fn in_flight_before(
         .filter(job_run::job_id.eq(job_id))
         .filter(job_run::id.ne(run_id))
         .filter(
-            job_run::status.eq("running").or(job_run::status
-                .eq("pending")
+            job_run::status.eq(RunStatus::Running).or(job_run::status
+                .eq(RunStatus::Pending)
                 .and(job_run::triggered_ms.is_not_null())
                 .and(job_run::id.lt(run_id))),
         )
@@ -407,7 +408,7 @@ pub fn in_flight_before(
 /// Runs an agent has accepted and not reported on, oldest first.
 pub fn running(conn: &mut AnyConnection, limit: i64) -> Result<Vec<JobRun>, Error> {
     Ok(job_run::table
-        .filter(job_run::status.eq("running"))
+        .filter(job_run::status.eq(RunStatus::Running))
         .order(job_run::id.asc())
         .limit(limit)
         .select(JobRun::as_select())
@@ -421,7 +422,7 @@ pub fn stale_claims(
     limit: i64,
 ) -> Result<Vec<JobRun>, Error> {
     Ok(job_run::table
-        .filter(job_run::status.eq("pending"))
+        .filter(job_run::status.eq(RunStatus::Pending))
         .filter(job_run::triggered_ms.lt(before_ms))
         .order(job_run::triggered_ms.asc())
         .limit(limit)
@@ -431,7 +432,7 @@ pub fn stale_claims(
 
 pub fn count_in_flight(conn: &mut AnyConnection) -> Result<i64, Error> {
     Ok(job_run::table
-        .filter(job_run::status.eq_any(["pending", "running"]))
+        .filter(job_run::status.eq_any([RunStatus::Pending, RunStatus::Running]))
         .filter(job_run::triggered_ms.is_not_null())
         .count()
         .get_result(conn)?)
@@ -445,7 +446,7 @@ pub fn unclaimed_due(
     limit: i64,
 ) -> Result<Vec<JobRun>, Error> {
     Ok(job_run::table
-        .filter(job_run::status.eq("pending"))
+        .filter(job_run::status.eq(RunStatus::Pending))
         .filter(job_run::triggered_ms.is_null())
         .filter(job_run::scheduled_ms.le(due_before_ms))
         .order(job_run::scheduled_ms.asc())
@@ -467,7 +468,7 @@ pub fn outcome_counts(
     conn: &mut AnyConnection,
     from_ms: i64,
     to_ms: i64,
-) -> Result<Vec<(i64, String, i64)>, Error> {
+) -> Result<Vec<(i64, RunStatus, i64)>, Error> {
     use diesel::dsl::count_star;
     Ok(job_run::table
         .filter(job_run::created_ms.ge(from_ms))
@@ -485,7 +486,7 @@ pub fn delete_finished_before(
 ) -> Result<usize, Error> {
     let ids: Vec<i64> = job_run::table
         .filter(job_run::created_ms.lt(before_ms))
-        .filter(job_run::status.ne_all(["pending", "running"]))
+        .filter(job_run::status.ne_all([RunStatus::Pending, RunStatus::Running]))
         .select(job_run::id)
         .limit(limit)
         .load(conn)?;
@@ -499,7 +500,7 @@ pub fn delete_finished_before(
 #[derive(Debug, Clone, AsChangeset)]
 #[diesel(table_name = job_run)]
 pub struct RunResult {
-    pub status: String,
+    pub status: RunStatus,
     pub started_ms: Option<i64>,
     pub finished_ms: Option<i64>,
     pub handle_code: Option<i32>,
@@ -518,7 +519,7 @@ pub fn record_result(conn: &mut AnyConnection, id: i64, result: &RunResult) -> R
     let n = diesel::update(
         job_run::table
             .find(id)
-            .filter(job_run::status.eq_any(["pending", "running"])),
+            .filter(job_run::status.eq_any([RunStatus::Pending, RunStatus::Running])),
     )
     .set(result)
     .execute(conn)?;
@@ -536,10 +537,10 @@ mod tests {
             group_id: 1,
             first_run_id: None,
             attempt: 1,
-            trigger_kind: "schedule".into(),
+            trigger_kind: TriggerKind::Schedule,
             fire_slot_ms: slot,
             scheduled_ms: slot.unwrap_or(5),
-            status: "pending".into(),
+            status: RunStatus::Pending,
             params: String::new(),
             shard_index: shard,
             shard_total: 2,
@@ -603,7 +604,7 @@ mod tests {
             ("running", Some("http://a:1/"))
         );
         let result = RunResult {
-            status: "succeeded".into(),
+            status: RunStatus::Succeeded,
             started_ms: Some(11),
             finished_ms: Some(20),
             handle_code: Some(200),
@@ -617,14 +618,14 @@ mod tests {
         };
         assert!(record_result(conn, id, &result).unwrap());
         let late = RunResult {
-            status: "failed".into(),
+            status: RunStatus::Failed,
             ..result.clone()
         };
         assert!(
             !record_result(conn, id, &late).unwrap(),
             "a final run keeps its result"
         );
-        assert_eq!(get(conn, id).unwrap().status, "succeeded");
+        assert_eq!(get(conn, id).unwrap().status, RunStatus::Succeeded);
         assert!(!record_result(conn, 424242, &result).unwrap());
         let failed = insert(conn, &run(3, None, 0)).unwrap();
         record_trigger(

@@ -10,6 +10,7 @@ pub mod alert_channel;
 pub mod alert_event;
 pub mod api_token;
 pub mod audit_log;
+pub mod column_types;
 pub mod console_session;
 pub mod executor_group;
 pub mod job;

@@ -4,6 +4,7 @@ use diesel::prelude::*;
 
 use super::schema::user;
 use super::{AnyConnection, Page, last_insert_id};
+use crate::domain::role::Role;
 use crate::error::Error;
 
 #[derive(Debug, Clone, PartialEq, Queryable, Selectable)]
@@ -12,7 +13,7 @@ pub struct User {
     pub id: i64,
     pub username: String,
     pub password_hash: String,
-    pub role: String,
+    pub role: Role,
     pub disabled: bool,
     /// The credentials epoch: sessions and JWTs issued before this instant are refused. A
     /// password change moves it, and so does disabling the user (see `set_credentials_epoch`).
@@ -26,7 +27,7 @@ pub struct User {
 pub struct NewUser<'a> {
     pub username: &'a str,
     pub password_hash: &'a str,
-    pub role: &'a str,
+    pub role: Role,
     pub disabled: bool,
     pub password_changed_ms: i64,
     pub created_ms: i64,
@@ -157,7 +158,7 @@ mod tests {
         let new = NewUser {
             username: "alice",
             password_hash: "h",
-            role: "viewer",
+            role: Role::Viewer,
             disabled: false,
             password_changed_ms: 1,
             created_ms: 1,

@@ -47,7 +47,7 @@ mod tests {
             &user::NewUser {
                 username: "op",
                 password_hash: "h",
-                role: "operator",
+                role: crate::domain::role::Role::Operator,
                 disabled: false,
                 password_changed_ms: 1,
                 created_ms: 1,

@@ -17,10 +17,11 @@ use crate::db::job::Job;
 use crate::db::job_run::{self, JobRun};
 use crate::db::{AnyConnection, agent, executor_group, job};
 use crate::domain::policy::Concurrency;
+use crate::domain::policy::{AddressMode, RunStatus, TriggerKind};
 use crate::domain::routing::Routing;
 use crate::error::Error;
-use crate::scheduler::{Due, followup};
-use crate::startup::AppState;
+use crate::lifecycle::{self, Changes};
+use crate::state::AppState;
 use actix_web::web;
 use tokio::sync::{Semaphore, mpsc};
 
@@ -60,7 +61,7 @@ pub fn candidates(
     now_ms: i64,
 ) -> Result<(String, Vec<Candidate>), Error> {
     let group = executor_group::get(conn, group_id)?;
-    if group.address_mode == "manual" {
+    if group.address_mode == AddressMode::Manual {
         // The operator's order is kept: it is what `first` and `failover` go by.
         let mut addresses: Vec<String> = Vec::new();
         for address in group.addresses.split(',').map(str::trim) {
@@ -87,7 +88,7 @@ pub fn candidates(
     let live = agent::list_live(
         conn,
         &group.app_name,
-        now_ms - crate::service::agents::DEAD_AFTER_MS,
+        now_ms - crate::domain::agent::DEAD_AFTER_MS,
     )?;
     Ok((
         group.app_name,
@@ -137,54 +138,53 @@ impl Lookups {
 
 fn prepare(
     conn: &mut AnyConnection,
+    changes: &mut Changes,
     lookups: &mut Lookups,
     state_router: &super::routing::Router,
     run_id: i64,
     only: Option<&str>,
-    now: i64,
 ) -> Result<Prepared, Error> {
-    if !job_run::claim(conn, run_id, now)? {
+    let now = changes.now_ms();
+    if !lifecycle::claimed(conn, run_id, now)? {
         return Ok(Prepared::Taken);
     }
     let run = job_run::get(conn, run_id)?;
     let Some(owner) = lookups.job(conn, run.job_id)? else {
-        job_run::skip(conn, run_id, "the job was deleted", now)?;
+        changes.skipped(conn, run_id, "the job was deleted")?;
         return Ok(Prepared::Ended);
     };
     if matches!(run.trigger_kind.as_str(), "schedule" | "misfire") && !owner.enabled {
-        job_run::skip(conn, run_id, "the job was disabled before this fire", now)?;
+        changes.skipped(conn, run_id, "the job was disabled before this fire")?;
         return Ok(Prepared::Ended);
     }
     let mut replaced = Vec::new();
-    match owner.concurrency.parse().unwrap_or(Concurrency::Allow) {
+    match owner.concurrency {
         Concurrency::Allow => {}
         Concurrency::Forbid => {
             if let Some(other) = job_run::in_flight_before(conn, owner.id, run_id)?.first() {
-                job_run::skip(
+                changes.skipped(
                     conn,
                     run_id,
                     &format!(
                         "skipped by concurrency policy forbid: run {} of this job is still {}",
                         other.id,
-                        if other.status == "running" {
+                        if other.status == RunStatus::Running {
                             "running"
                         } else {
                             "being sent"
                         }
                     ),
-                    now,
                 )?;
                 return Ok(Prepared::Ended);
             }
         }
         Concurrency::Replace => {
             for other in job_run::in_flight_before(conn, owner.id, run_id)? {
-                if job_run::finish(
+                if changes.ended_by_admin(
                     conn,
                     other.id,
-                    "killed",
+                    RunStatus::Killed,
                     &format!("replaced by run {run_id} (concurrency policy replace)"),
-                    now,
                 )? {
                     replaced.push(other);
                 }
@@ -201,11 +201,11 @@ fn prepare(
             format!("no live agent in group `{app_name}`"),
         ));
     }
-    let routing = owner.routing.parse().unwrap_or(Routing::First);
+    let routing = owner.routing;
     let sends = if routing == Routing::ShardingBroadcast
         && only.is_none()
         && run.shard_total == 1
-        && run.trigger_kind != "retry"
+        && run.trigger_kind != TriggerKind::Retry
     {
         shard(conn, &run, &candidates, now)?
     } else {
@@ -236,24 +236,24 @@ fn shard(
         let id = if index == 0 {
             run.id
         } else {
-            let id = job_run::insert(
+            let id = lifecycle::created(
                 conn,
                 &job_run::NewJobRun {
                     job_id: run.job_id,
                     group_id: run.group_id,
                     first_run_id: None,
                     attempt: run.attempt,
-                    trigger_kind: run.trigger_kind.clone(),
+                    trigger_kind: run.trigger_kind,
                     fire_slot_ms: run.fire_slot_ms,
                     scheduled_ms: run.scheduled_ms,
-                    status: "pending".into(),
+                    status: RunStatus::Pending,
                     params: run.params.clone(),
                     shard_index: i32::try_from(index).unwrap_or(i32::MAX),
                     shard_total: total,
                     created_ms: run.created_ms,
                 },
             )?;
-            job_run::claim(conn, id, now)?;
+            lifecycle::claimed(conn, id, now)?;
             id
         };
         sends.push(Send {
@@ -354,27 +354,29 @@ fn suffix(msg: &str) -> String {
 /// recovery monitor finishes the job.
 pub async fn dispatch(state: &AppState, run_id: i64, only: Option<String>) -> Result<(), Error> {
     let started = Instant::now();
-    let now = state.clock.now_ms();
     let router = state.router.clone();
-    let prepared = state
+    let changes = Changes::new(state);
+    let (prepared, changes) = state
         .db
         .transaction(move |conn| {
-            prepare(
+            let mut changes = changes;
+            let prepared = prepare(
                 conn,
+                &mut changes,
                 &mut Lookups::default(),
                 &router,
                 run_id,
                 only.as_deref(),
-                now,
-            )
+            )?;
+            Ok((prepared, changes))
         })
         .await?;
+    changes.committed(state);
     let answers = send_prepared(state, prepared).await;
     for answer in &answers {
         count(state, answer);
     }
-    let dues = store_answers(state, answers).await?;
-    state.scheduler.enqueue(dues);
+    store_answers(state, answers).await?;
     state.metrics.dispatch_latency.observe(started.elapsed());
     Ok(())
 }
@@ -394,20 +396,26 @@ pub async fn dispatch_batch(
     handovers: &Arc<Semaphore>,
 ) -> Result<(), Error> {
     let started = Instant::now();
-    let now = state.clock.now_ms();
     let router = state.router.clone();
     let ids = run_ids.clone();
+    let changes = Changes::new(state);
     let taken = state
         .db
         .transaction(move |conn| {
+            let mut changes = changes;
             let mut lookups = Lookups::default();
-            ids.iter()
-                .map(|&id| prepare(conn, &mut lookups, &router, id, None, now))
-                .collect::<Result<Vec<_>, _>>()
+            let prepared = ids
+                .iter()
+                .map(|&id| prepare(conn, &mut changes, &mut lookups, &router, id, None))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok((prepared, changes))
         })
         .await;
     let prepared = match taken {
-        Ok(prepared) => prepared,
+        Ok((prepared, changes)) => {
+            changes.committed(state);
+            prepared
+        }
         Err(e) if run_ids.len() > 1 => {
             tracing::warn!(runs = run_ids.len(), error = %e, "Taking a batch failed; sending its runs one by one");
             let mut last = Ok(());
@@ -444,7 +452,6 @@ async fn send_prepared(state: &AppState, prepared: Prepared) -> Vec<Answer> {
         Prepared::Taken => Vec::new(),
         Prepared::Ended => {
             state.metrics.trigger_outcomes.inc("skipped");
-            state.metrics.run_outcomes.inc("skipped");
             Vec::new()
         }
         Prepared::NoAgent(run, message) => vec![Answer {
@@ -467,7 +474,7 @@ async fn send_prepared(state: &AppState, prepared: Prepared) -> Vec<Answer> {
                     tracing::warn!(run_id = old.id, agent = %address, error = %e, "Could not kill the replaced run");
                 }
             }
-            let routing = job.routing.parse().unwrap_or(Routing::First);
+            let routing = job.routing;
             let handovers = sends
                 .into_iter()
                 .map(|send| hand_over(state, &job, routing, send));
@@ -478,24 +485,19 @@ async fn send_prepared(state: &AppState, prepared: Prepared) -> Vec<Answer> {
 
 fn count(state: &AppState, answer: &Answer) {
     state.metrics.trigger_outcomes.inc(answer.outcome);
-    if !answer.accepted {
-        state.metrics.run_outcomes.inc("failed");
-    }
 }
 
-/// Stores answers and creates the retries of triggers nobody took, in one transaction;
-/// returns the follow-up runs to time.
-async fn store_answers(state: &AppState, answers: Vec<Answer>) -> Result<Vec<Due>, Error> {
+/// Stores answers and creates the retries of triggers nobody took, in one transaction; the
+/// follow-up runs are timed once it commits.
+async fn store_answers(state: &AppState, answers: Vec<Answer>) -> Result<(), Error> {
     if answers.is_empty() {
-        return Ok(Vec::new());
+        return Ok(());
     }
-    let at = state.clock.now_ms();
-    let outbox = state.alerts.outbox();
-    let alerts = outbox.clone();
-    let dues = state
+    let changes = Changes::new(state);
+    let changes = state
         .db
         .transaction(move |conn| {
-            let mut dues = Vec::new();
+            let mut changes = changes;
             for a in &answers {
                 let answer = job_run::TriggerAnswer {
                     agent: a.agent.as_deref(),
@@ -507,15 +509,13 @@ async fn store_answers(state: &AppState, answers: Vec<Answer>) -> Result<Vec<Due
                         .as_ref()
                         .map(|t| i64::try_from(t.seq).unwrap_or(i64::MAX)),
                 };
-                if job_run::record_trigger(conn, a.run_id, &answer, at)? {
-                    dues.extend(followup::after_final(conn, a.run_id, at, &alerts)?);
-                }
+                changes.sent(conn, a.run_id, &answer)?;
             }
-            Ok(dues)
+            Ok(changes)
         })
         .await?;
-    outbox.committed();
-    Ok(dues)
+    changes.committed(state);
+    Ok(())
 }
 
 /// Answers stored per transaction at most.
@@ -546,8 +546,7 @@ pub async fn record_forever(
         let batch = std::mem::take(&mut waiting);
         let kept = batch.clone();
         match store_answers(&state, batch).await {
-            Ok(dues) => {
-                state.scheduler.enqueue(dues);
+            Ok(()) => {
                 delay = Duration::from_millis(100);
             }
             Err(e) => {

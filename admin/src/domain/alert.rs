@@ -6,6 +6,7 @@ use serde::Deserialize;
 
 use super::job::check_name;
 use super::string_enum;
+use crate::domain::policy::RunStatus;
 use crate::error::Error;
 
 string_enum! {
@@ -75,11 +76,11 @@ pub fn retry_at(attempts: i32, now_ms: i64) -> Option<i64> {
 }
 
 /// The alert a final run status raises, if the job asked for it.
-pub fn kind_for_status(status: &str) -> Option<AlertKind> {
+pub fn kind_for_status(status: RunStatus) -> Option<AlertKind> {
     match status {
-        "failed" => Some(AlertKind::RunFailed),
-        "timed_out" => Some(AlertKind::RunTimedOut),
-        "lost" => Some(AlertKind::RunLost),
+        RunStatus::Failed => Some(AlertKind::RunFailed),
+        RunStatus::TimedOut => Some(AlertKind::RunTimedOut),
+        RunStatus::Lost => Some(AlertKind::RunLost),
         _ => None,
     }
 }
@@ -280,7 +281,7 @@ pub struct RunFacts {
     pub run_id: i64,
     pub attempt: i32,
     pub attempts_allowed: i32,
-    pub status: String,
+    pub status: RunStatus,
     pub agent: Option<String>,
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
@@ -470,7 +471,7 @@ mod tests {
             run_id: 42,
             attempt: 2,
             attempts_allowed: 2,
-            status: "failed".into(),
+            status: RunStatus::Failed,
             agent: Some("http://10.0.0.5:9999/".into()),
             exit_code: Some(3),
             signal: None,
@@ -491,7 +492,7 @@ mod tests {
             assert!(body.contains(part), "{part} missing from {body}");
         }
         assert!(!run_texts(&facts, None).1.contains("Link"));
-        assert_eq!(kind_for_status("killed"), None);
-        assert_eq!(kind_for_status("lost"), Some(AlertKind::RunLost));
+        assert_eq!(kind_for_status(RunStatus::Killed), None);
+        assert_eq!(kind_for_status(RunStatus::Lost), Some(AlertKind::RunLost));
     }
 }

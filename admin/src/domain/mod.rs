@@ -1,8 +1,11 @@
-//! Validated value types and pure rules: no diesel, no actix, no I/O. Everything here is
-//! unit-tested in place.
+//! Validated value types and pure rules: no actix, no I/O, and of diesel only the derives that
+//! declare a named-value enum a text column (its conversions are `db::column_types`). Everything
+//! here is unit-tested in place.
 
+pub mod agent;
 pub mod alert;
 pub mod cron;
+pub mod id_list;
 pub mod job;
 pub mod policy;
 pub mod role;
@@ -15,6 +18,8 @@ macro_rules! string_enum {
     ($(#[$meta:meta])* $vis:vis enum $name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
         $(#[$meta])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+        #[derive(diesel::expression::AsExpression, diesel::deserialize::FromSqlRow)]
+        #[diesel(sql_type = diesel::sql_types::Text)]
         $vis enum $name {
             $(#[serde(rename = $text)] $variant),+
         }

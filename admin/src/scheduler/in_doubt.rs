@@ -11,9 +11,11 @@
 use std::collections::HashMap;
 
 use crate::db::{agent, executor_group, job_run};
+use crate::domain::agent::is_live;
+use crate::domain::policy::{AddressMode, RunStatus};
 use crate::error::Error;
-use crate::service::agents::DEAD_AFTER_MS;
-use crate::startup::AppState;
+use crate::lifecycle;
+use crate::state::AppState;
 
 use super::monitors::STUCK_CLAIM_AFTER_MS;
 
@@ -44,7 +46,7 @@ enum Whereabouts {
 }
 
 fn whereabouts(group: &executor_group::ExecutorGroup, agents: &[agent::Agent]) -> Whereabouts {
-    if group.address_mode == "manual" || agents.iter().any(|a| a.key_hash.is_empty()) {
+    if group.address_mode == AddressMode::Manual || agents.iter().any(|a| a.key_hash.is_empty()) {
         return Whereabouts::Unknowable;
     }
     Whereabouts::Agents(agents.iter().map(|a| a.address.clone()).collect())
@@ -75,9 +77,7 @@ pub async fn resolve(state: &AppState, now: i64) -> Result<Resolved, Error> {
                 // have been sent a run, but asking it costs nothing and proves more.
                 let live = agent::list(conn, Some(std::slice::from_ref(&group.app_name)))?
                     .into_iter()
-                    .filter(|a| {
-                        now - a.last_seen_ms < DEAD_AFTER_MS && a.approval != agent::REVOKED
-                    })
+                    .filter(|a| is_live(a.last_seen_ms, now) && a.approval != agent::REVOKED)
                     .collect();
                 groups.insert(run.group_id, (group, live));
             }
@@ -132,7 +132,7 @@ pub async fn resolve(state: &AppState, now: i64) -> Result<Resolved, Error> {
             let (id, at) = (run.id, claimed);
             let adopted = state
                 .db
-                .run(move |conn| job_run::adopt(conn, id, at, &address, &instance, &message))
+                .run(move |conn| lifecycle::adopted(conn, id, at, &address, &instance, &message))
                 .await?;
             if adopted {
                 tracing::warn!(run_id = run.id, "Run in doubt found on its agent");
@@ -142,7 +142,7 @@ pub async fn resolve(state: &AppState, now: i64) -> Result<Resolved, Error> {
             let (id, at) = (run.id, claimed);
             let released = state
                 .db
-                .run(move |conn| job_run::release_claim(conn, id, at))
+                .run(move |conn| lifecycle::released(conn, id, at))
                 .await?;
             if released {
                 tracing::warn!(
@@ -171,7 +171,7 @@ async fn lose_if_old(
         return Ok(false);
     }
     let message = "the admin sending this run stopped before the agent's answer was stored, and no agent could say whether it has it; it may or may not have run".to_owned();
-    super::monitors::end_run(state, run.id, "lost", message).await
+    super::monitors::end_run(state, run.id, RunStatus::Lost, message).await
 }
 
 #[cfg(test)]

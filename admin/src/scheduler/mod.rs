@@ -2,7 +2,7 @@
 //! runs, a timer that sends each at its millisecond, and monitors that recover what a crash or a
 //! dead agent left behind. See ARCHITECTURE.md for the flow and its invariants.
 
-pub mod followup;
+pub mod handle;
 pub mod in_doubt;
 pub mod monitors;
 pub mod plan;
@@ -10,118 +10,5 @@ pub mod tick;
 pub mod timer;
 mod workers;
 
-use std::sync::Mutex;
-
-use tokio::sync::{Notify, mpsc};
-
-pub use workers::{Workers, spawn_workers};
-
-/// A stored pending run and the moment it should be sent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Due {
-    pub at_ms: i64,
-    pub run_id: i64,
-}
-
-/// How the rest of the admin talks to the running scheduler.
-#[derive(Debug)]
-pub struct SchedulerHandle {
-    /// Who this admin is in the lock row and logs: host and process id.
-    pub holder: String,
-    plan_now: Notify,
-    timer_wake: Notify,
-    dues: mpsc::UnboundedSender<Due>,
-    inbox: Mutex<Option<mpsc::UnboundedReceiver<Due>>>,
-    continuity: std::sync::Mutex<Continuity>,
-}
-
-/// Whether this admin's passes have run without a break, so a late slot can be told apart:
-/// due during a break (outage, DB away, clock jump) it has misfired; due while passes kept
-/// running it is only a backlog and fires.
-#[derive(Debug, Default, Clone, Copy)]
-struct Continuity {
-    /// Start of the current unbroken run of successful passes.
-    up_since_ms: Option<i64>,
-    /// End of the last successful pass.
-    last_pass_ms: Option<i64>,
-}
-
-impl Default for SchedulerHandle {
-    fn default() -> Self {
-        Self::new(holder_name())
-    }
-}
-
-fn holder_name() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "admin".into());
-    format!("{host}:{}", std::process::id())
-}
-
-impl SchedulerHandle {
-    pub fn new(holder: String) -> Self {
-        let (dues, inbox) = mpsc::unbounded_channel();
-        Self {
-            holder,
-            plan_now: Notify::new(),
-            timer_wake: Notify::new(),
-            dues,
-            inbox: Mutex::new(Some(inbox)),
-            continuity: std::sync::Mutex::new(Continuity::default()),
-        }
-    }
-
-    /// Called as a pass starts: slots due at or after the returned time are a backlog, not a
-    /// misfire. A break longer than the misfire threshold since the last successful pass (the
-    /// first pass, a failing database, a clock jump) starts a new unbroken run now.
-    pub fn backlog_from(&self, now_ms: i64, misfire_threshold_ms: i64) -> i64 {
-        let mut c = self
-            .continuity
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let unbroken = c
-            .last_pass_ms
-            .is_some_and(|last| (0..=misfire_threshold_ms).contains(&(now_ms - last)));
-        if !unbroken || c.up_since_ms.is_none() {
-            c.up_since_ms = Some(now_ms);
-        }
-        c.up_since_ms.unwrap_or(now_ms) - misfire_threshold_ms
-    }
-
-    /// Called when a pass has committed.
-    pub fn pass_done(&self, now_ms: i64) {
-        self.continuity
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .last_pass_ms = Some(now_ms);
-    }
-
-    /// A job was created or changed: plan again now instead of at the next pass.
-    pub fn jobs_changed(&self) {
-        self.plan_now.notify_one();
-    }
-
-    /// Hands stored runs to the timer. Without a running timer (a tool, a test without
-    /// workers) they stay pending in the database, where the recovery monitor finds them.
-    pub fn enqueue(&self, dues: impl IntoIterator<Item = Due>) {
-        for due in dues {
-            let _ = self.dues.send(due);
-        }
-    }
-
-    /// Makes the loop and the timer look at the clock again (tests that move a manual clock).
-    pub fn nudge(&self) {
-        self.plan_now.notify_one();
-        self.timer_wake.notify_one();
-    }
-
-    fn take_inbox(&self) -> Option<mpsc::UnboundedReceiver<Due>> {
-        self.inbox
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take()
-    }
-}
+pub use handle::{Due, SchedulerHandle};
+pub use workers::spawn_workers;

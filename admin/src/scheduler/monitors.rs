@@ -10,11 +10,12 @@ use chrono::{TimeZone, Utc};
 
 use crate::db::run_report_daily::DailyRow;
 use crate::db::{agent, executor_group, job, job_run, run_report_daily, scheduler_lock};
+use crate::domain::agent::{DEAD_AFTER_MS, is_live};
+use crate::domain::policy::RunStatus;
 use crate::error::Error;
-use crate::service::agents::DEAD_AFTER_MS;
-use crate::startup::AppState;
-
-use super::{Due, followup};
+use crate::lifecycle::Changes;
+use crate::state::AppState;
+use crate::worker::Worker;
 
 /// A pending run nobody took this long after its time lost its admin (or its admin is behind):
 /// send it from here. Taking a run is a compare-and-set, so helping a live admin is harmless.
@@ -34,40 +35,52 @@ const REPORT_EVERY_MS: i64 = 60_000;
 const RETENTION_EVERY_MS: i64 = 3_600_000;
 const DAY_MS: i64 = 86_400_000;
 
-pub async fn run(state: web::Data<AppState>) {
+pub async fn run(state: web::Data<AppState>, mut worker: Worker) {
     let mut last_report = i64::MIN;
     let mut last_retention = i64::MIN;
     let mut live: Option<HashSet<String>> = None;
-    loop {
-        tokio::time::sleep(PASS_EVERY).await;
+    let mut wait = PASS_EVERY;
+    while worker.idle(wait, None).await {
         let now = state.clock.now_ms();
-        if let Err(e) = recover(&state).await {
-            tracing::warn!(error = %e, "Recovery pass failed");
-        }
-        match watch_agents(&state, live.as_ref()).await {
-            Ok(now_live) => live = Some(now_live),
-            Err(e) => tracing::warn!(error = %e, "Agent liveness pass failed"),
-        }
-        if let Err(e) = watch_groups(&state).await {
-            tracing::warn!(error = %e, "Group liveness pass failed");
-        }
-        if now.saturating_sub(last_report) >= REPORT_EVERY_MS {
-            match report(&state).await {
-                Ok(()) => last_report = now,
-                Err(e) => tracing::warn!(error = %e, "Daily report pass failed"),
+        // Each part runs even when another failed; the pass fails with the first error.
+        let mut failure: Option<(&str, Error)> = None;
+        let mut note = |what: &'static str, outcome: Result<(), Error>| {
+            if let Err(e) = outcome {
+                failure.get_or_insert((what, e));
             }
+        };
+        note("recovery", recover(&state).await.map(drop));
+        note(
+            "agent liveness",
+            watch_agents(&state, live.as_ref())
+                .await
+                .map(|now_live| live = Some(now_live)),
+        );
+        note("group liveness", watch_groups(&state).await.map(drop));
+        if now.saturating_sub(last_report) >= REPORT_EVERY_MS {
+            note(
+                "daily report",
+                report(&state).await.map(|()| last_report = now),
+            );
         }
         if now.saturating_sub(last_retention) >= RETENTION_EVERY_MS {
-            match retention(&state).await {
-                Ok(removed) => {
+            note(
+                "retention",
+                retention(&state).await.map(|removed| {
                     last_retention = now;
                     if removed > 0 {
                         tracing::info!(removed, "Removed runs older than the retention");
                     }
-                }
-                Err(e) => tracing::warn!(error = %e, "Retention pass failed"),
-            }
+                }),
+            );
         }
+        wait = match failure {
+            None => {
+                worker.succeeded();
+                PASS_EVERY
+            }
+            Some((what, e)) => worker.failed(&format!("{what}: {e}")).max(PASS_EVERY),
+        };
     }
 }
 
@@ -109,28 +122,22 @@ pub(super) async fn send_all(state: &AppState, run_ids: Vec<i64>) -> Result<usiz
 pub(super) async fn end_run(
     state: &AppState,
     run_id: i64,
-    status: &'static str,
+    status: RunStatus,
     message: String,
 ) -> Result<bool, Error> {
-    let now = state.clock.now_ms();
-    let outbox = state.alerts.outbox();
-    let alerts = outbox.clone();
-    let (ended, dues): (bool, Vec<Due>) = state
+    let changes = Changes::new(state);
+    let (ended, changes) = state
         .db
         .transaction(move |conn| {
-            if job_run::finish(conn, run_id, status, &message, now)? {
-                Ok((true, followup::after_final(conn, run_id, now, &alerts)?))
-            } else {
-                Ok((false, Vec::new()))
-            }
+            let mut changes = changes;
+            let ended = changes.ended_by_admin(conn, run_id, status, &message)?;
+            Ok((ended, changes))
         })
         .await?;
-    outbox.committed();
+    changes.committed(state);
     if ended {
-        state.metrics.run_outcomes.inc(status);
-        tracing::warn!(run_id, status, "Run ended by the admin");
+        tracing::warn!(run_id, %status, "Run ended by the admin");
     }
-    state.scheduler.enqueue(dues);
     Ok(ended)
 }
 
@@ -149,7 +156,7 @@ pub async fn recover(state: &AppState) -> Result<Recovered, Error> {
             let running = job_run::running(conn, 5_000)?;
             let dead: HashSet<String> = agent::list(conn, None)?
                 .into_iter()
-                .filter(|a| now - a.last_seen_ms >= DEAD_AFTER_MS)
+                .filter(|a| !is_live(a.last_seen_ms, now))
                 .map(|a| a.address)
                 .collect();
             let mut ids: Vec<i64> = running.iter().map(|r| r.job_id).collect();
@@ -182,7 +189,8 @@ pub async fn recover(state: &AppState) -> Result<Recovered, Error> {
         if dead.contains(address) {
             let message =
                 format!("agent {address} stopped sending heartbeats while the run was in flight");
-            done.dead_agent_lost += usize::from(end_run(state, run.id, "lost", message).await?);
+            done.dead_agent_lost +=
+                usize::from(end_run(state, run.id, RunStatus::Lost, message).await?);
             continue;
         }
         let timeout_s = jobs.get(&run.job_id).copied().unwrap_or(0);
@@ -195,7 +203,7 @@ pub async fn recover(state: &AppState) -> Result<Recovered, Error> {
                 "no result {}s after the job's {timeout_s}s timeout; ended by the admin",
                 TIMEOUT_GRACE_MS / 1000
             );
-            if end_run(state, run.id, "timed_out", message).await? {
+            if end_run(state, run.id, RunStatus::TimedOut, message).await? {
                 done.timed_out += 1;
                 if let Err(e) = state.agents.kill(address, run.job_id).await {
                     tracing::warn!(run_id = run.id, agent = %address, error = %e, "Could not kill the timed-out run");
@@ -218,7 +226,7 @@ async fn watch_agents(
         .await?;
     let live: HashSet<String> = agents
         .iter()
-        .filter(|a| now - a.last_seen_ms < DEAD_AFTER_MS)
+        .filter(|a| is_live(a.last_seen_ms, now))
         .map(|a| format!("{} {}", a.app_name, a.address))
         .collect();
     if let Some(before) = before {
@@ -258,7 +266,7 @@ pub async fn watch_groups(state: &AppState) -> Result<usize, Error> {
         .await?;
     let live_apps: HashSet<String> = agents
         .into_iter()
-        .filter(|a| now - a.last_seen_ms < DEAD_AFTER_MS)
+        .filter(|a| is_live(a.last_seen_ms, now))
         .map(|a| a.app_name)
         .collect();
     let mut lost = 0;
@@ -326,14 +334,14 @@ pub async fn report(state: &AppState) -> Result<(), Error> {
                         updated_ms: now,
                         ..Default::default()
                     });
-                    match status.as_str() {
-                        "succeeded" => row.succeeded += count,
-                        "failed" => row.failed += count,
-                        "timed_out" => row.timed_out += count,
-                        "killed" => row.killed += count,
-                        "lost" => row.lost += count,
-                        "skipped" => row.skipped += count,
-                        _ => row.in_flight += count,
+                    match status {
+                        RunStatus::Succeeded => row.succeeded += count,
+                        RunStatus::Failed => row.failed += count,
+                        RunStatus::TimedOut => row.timed_out += count,
+                        RunStatus::Killed => row.killed += count,
+                        RunStatus::Lost => row.lost += count,
+                        RunStatus::Skipped => row.skipped += count,
+                        RunStatus::Pending | RunStatus::Running => row.in_flight += count,
                     }
                 }
                 let mut rows: Vec<DailyRow> = rows.into_values().collect();

@@ -9,11 +9,12 @@ use std::time::Instant;
 
 use crate::clock::SharedClock;
 use crate::db::{AnyConnection, job, job_run, scheduler_lock};
-use crate::domain::policy::{Misfire, TriggerKind};
+use crate::domain::policy::RunStatus;
+use crate::domain::policy::TriggerKind;
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::service::jobs::schedule_of;
-use crate::startup::AppState;
+use crate::state::AppState;
 
 use super::Due;
 use super::plan::{Window, plan};
@@ -141,7 +142,7 @@ fn plan_due(
                 continue;
             }
         };
-        let misfire = row.misfire.parse().unwrap_or(Misfire::DoNothing);
+        let misfire = row.misfire;
         let plan = plan(&schedule, tz, misfire, stored_next, window);
         if plan.missed > 0 {
             tracing::warn!(job_id = row.id, missed = plan.missed, policy = %misfire.as_str(), "Misfired slots (no admin could fire them in time)");
@@ -177,10 +178,10 @@ fn new_run(p: &Planned, fire: &super::plan::Fire, now: i64) -> job_run::NewJobRu
         group_id: p.job.group_id,
         first_run_id: None,
         attempt: 1,
-        trigger_kind: fire.kind.as_str().to_owned(),
+        trigger_kind: fire.kind,
         fire_slot_ms: Some(fire.slot_ms),
         scheduled_ms: fire.at_ms,
-        status: "pending".into(),
+        status: RunStatus::Pending,
         params: p.job.params.clone(),
         shard_index: 0,
         shard_total: 1,
@@ -215,7 +216,7 @@ fn write_batched(
         .collect();
     let mut dues = Vec::with_capacity(rows.len());
     for (chunk, fires) in rows.chunks(IN_LIST_MAX).zip(fires.chunks(IN_LIST_MAX)) {
-        let ids = match job_run::insert_fires(conn, chunk) {
+        let ids = match crate::lifecycle::fires_created(conn, chunk) {
             Ok(ids) => ids,
             Err(Error::Conflict { .. }) => return Ok(None),
             Err(e) => return Err(e),
@@ -244,7 +245,7 @@ fn write_one_by_one(
             continue;
         }
         for fire in &p.fires {
-            match job_run::insert(conn, &new_run(p, fire, now)) {
+            match crate::lifecycle::created(conn, &new_run(p, fire, now)) {
                 Ok(run_id) => dues.push((
                     Due {
                         at_ms: fire.at_ms,

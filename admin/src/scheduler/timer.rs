@@ -10,7 +10,8 @@ use std::time::Duration;
 use actix_web::web;
 use tokio::sync::{Semaphore, mpsc};
 
-use crate::startup::AppState;
+use crate::state::AppState;
+use crate::worker::Worker;
 
 use super::Due;
 
@@ -23,20 +24,26 @@ const MAX_PARALLEL_BATCHES: usize = 4;
 const MAX_HANDOVERS: usize = 1_024;
 const MAX_SLEEP_MS: i64 = 1_000;
 
-pub async fn run(state: web::Data<AppState>, mut inbox: mpsc::UnboundedReceiver<Due>) {
+/// Runs until shutdown; then stops taking runs and waits for the answers of the hand-overs in
+/// flight to be stored (runs left in the heap stay pending for the recovery monitor).
+pub async fn run(
+    state: web::Data<AppState>,
+    mut inbox: mpsc::UnboundedReceiver<Due>,
+    mut worker: Worker,
+) {
     let mut heap: BinaryHeap<Reverse<Due>> = BinaryHeap::new();
     let permits = Arc::new(Semaphore::new(MAX_PARALLEL_BATCHES));
     let handovers = Arc::new(Semaphore::new(MAX_HANDOVERS));
     let (answers, recorder_inbox) = mpsc::unbounded_channel();
-    tokio::spawn(crate::dispatch::send::record_forever(
+    let recorder = tokio::spawn(crate::dispatch::send::record_forever(
         state.clone(),
         recorder_inbox,
     ));
-    loop {
+    while !worker.stopping() {
         let now = state.clock.now_ms();
         while heap.peek().is_some_and(|Reverse(due)| due.at_ms <= now) {
             let Ok(permit) = permits.clone().acquire_owned().await else {
-                return;
+                break;
             };
             // Everything due by the time a permit is free goes in, up to a batch.
             let now = state.clock.now_ms();
@@ -72,10 +79,14 @@ pub async fn run(state: web::Data<AppState>, mut inbox: mpsc::UnboundedReceiver<
                         heap.push(Reverse(more));
                     }
                 }
-                None => return,
+                None => break,
             },
             () = tokio::time::sleep(Duration::from_millis(sleep_ms.unsigned_abs())) => {}
             () = state.scheduler.timer_wake.notified() => {}
+            () = worker.stopped() => {}
         }
     }
+    // The recorder ends once every hand-over in flight has sent its answer and all is stored.
+    drop(answers);
+    let _ = recorder.await;
 }

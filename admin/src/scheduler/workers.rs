@@ -1,29 +1,11 @@
-//! Starts the scheduler's tasks and stops them when dropped.
+//! Starts the scheduler's workers; `Workers::shutdown` (or dropping them) stops them.
 
 use std::time::Duration;
 
+use crate::state::AppState;
+use crate::worker::{Worker, Workers};
 use actix_web::web;
-use tokio::task::JoinHandle;
 
-use crate::startup::AppState;
-
-/// The running scheduler tasks of one admin; dropping it stops them.
-#[derive(Debug)]
-pub struct Workers {
-    tasks: Vec<JoinHandle<()>>,
-}
-
-impl Drop for Workers {
-    fn drop(&mut self) {
-        for task in &self.tasks {
-            task.abort();
-        }
-    }
-}
-
-/// Database trouble backs the loop off from one second up to this, so an outage is logged
-/// a few times a minute, not spun on.
-const MAX_BACKOFF: Duration = Duration::from_secs(8);
 const MAX_SLEEP_MS: i64 = 1_000;
 /// A floor so that a job whose next fire could not be moved is not re-read in a spin.
 const MIN_SLEEP_MS: i64 = 10;
@@ -37,25 +19,23 @@ pub fn spawn_workers(state: &web::Data<AppState>) -> anyhow::Result<Workers> {
         .scheduler
         .take_inbox()
         .ok_or_else(|| anyhow::anyhow!("the scheduler of this admin is already running"))?;
-    let tasks = vec![
-        tokio::spawn(super::timer::run(state.clone(), inbox)),
-        tokio::spawn(plan_loop(state.clone())),
-        tokio::spawn(super::monitors::run(state.clone())),
-        tokio::spawn(crate::alert::run(state.clone())),
-    ];
-    Ok(Workers { tasks })
+    let mut workers = Workers::new(state.metrics.workers.clone());
+    let s = state.clone();
+    workers.spawn("timer", move |w| super::timer::run(s, inbox, w));
+    let s = state.clone();
+    workers.spawn("plan", move |w| plan_loop(s, w));
+    let s = state.clone();
+    workers.spawn("monitors", move |w| super::monitors::run(s, w));
+    let s = state.clone();
+    workers.spawn("alerts", move |w| crate::alert::run(s, w));
+    Ok(workers)
 }
 
-async fn plan_loop(state: web::Data<AppState>) {
-    let mut backoff = Duration::from_secs(1);
-    let mut failing_since: Option<std::time::Instant> = None;
+async fn plan_loop(state: web::Data<AppState>, mut worker: Worker) {
     loop {
         let sleep = match super::tick::tick(&state).await {
             Ok(outcome) => {
-                if let Some(since) = failing_since.take() {
-                    tracing::info!(after_s = since.elapsed().as_secs(), "Scheduler recovered");
-                }
-                backoff = Duration::from_secs(1);
+                worker.succeeded();
                 state.scheduler.enqueue(outcome.dues);
                 if outcome.more {
                     Duration::ZERO
@@ -67,17 +47,10 @@ async fn plan_loop(state: web::Data<AppState>) {
                     Duration::from_millis(wait.unsigned_abs())
                 }
             }
-            Err(e) => {
-                failing_since.get_or_insert_with(std::time::Instant::now);
-                tracing::error!(error = %e, retry_in_ms = backoff.as_millis() as u64, "Scheduler pass failed");
-                let wait = backoff;
-                backoff = (backoff * 2).min(MAX_BACKOFF);
-                wait
-            }
+            Err(e) => worker.failed(&e),
         };
-        tokio::select! {
-            () = tokio::time::sleep(sleep) => {}
-            () = state.scheduler.plan_now.notified() => {}
+        if !worker.idle(sleep, Some(&state.scheduler.plan_now)).await {
+            return;
         }
     }
 }

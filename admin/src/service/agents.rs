@@ -16,13 +16,13 @@ use serde::Serialize;
 use crate::audit::{self, Entry};
 use crate::auth::rbac::{Actor, AdminProof};
 use crate::db::{AnyConnection, Page, agent, executor_group, job_run};
+use crate::domain::agent::{DEAD_AFTER_MS, is_live};
+use crate::domain::policy::RunStatus;
 use crate::error::Error;
-use crate::scheduler::followup;
-use crate::startup::AppState;
+use crate::lifecycle::Changes;
+use crate::state::AppState;
 use jobfleet_agent::protocol::{REGISTRY_GROUP_EXECUTOR, RegistryParam};
 
-/// An agent is live while its last heartbeat is younger than this (three missed 10 s beats).
-pub const DEAD_AFTER_MS: i64 = 30_000;
 /// Agent keys are random strings the agent makes; anything outside this is not one.
 const KEY_LEN: std::ops::RangeInclusive<usize> = 32..=256;
 
@@ -53,7 +53,7 @@ pub struct AgentView {
 fn view(a: agent::Agent, now: i64) -> AgentView {
     AgentView {
         id: a.id,
-        live: now - a.last_seen_ms < DEAD_AFTER_MS,
+        live: is_live(a.last_seen_ms, now),
         metrics: serde_json::from_str(&a.metrics).unwrap_or(serde_json::Value::Null),
         identity: if a.key_hash.is_empty() {
             "executor"
@@ -194,11 +194,11 @@ pub async fn register(
         .transpose()
         .map_err(|e| Error::Internal(e.into()))?;
     let needs_approval = state.config.agents_need_approval;
-    let outbox = state.alerts.outbox();
-    let alerts = outbox.clone();
-    let (registered, dues) = state
+    let changes = Changes::at(state, now);
+    let (registered, changes) = state
         .db
         .transaction(move |conn| {
+            let mut changes = changes;
             let beat = agent::Heartbeat {
                 app_name: &app_name,
                 address: &address,
@@ -224,7 +224,7 @@ pub async fn register(
                     };
                     match agent::insert(conn, &beat, approval) {
                         // A first registration: nothing can be held yet.
-                        Ok(()) => return Ok((Registered::default(), Vec::new())),
+                        Ok(()) => return Ok((Registered::default(), changes)),
                         // Another admin stored the same first beat a moment ago.
                         Err(Error::Conflict { .. }) => agent::find(conn, &app_name, &address)?
                             .ok_or(Error::NotFound("agent"))?,
@@ -235,7 +235,6 @@ pub async fn register(
             check_identity(&row, key_hash.as_deref())?;
             agent::refresh(conn, row.id, &beat)?;
             let mut registered = Registered::default();
-            let mut dues = Vec::new();
             if let (Some(held), Some(through)) = (&param.held_runs, param.accepted_through) {
                 let held: HashSet<i64> = held.iter().copied().collect();
                 let through = i64::try_from(through).unwrap_or(i64::MAX);
@@ -243,25 +242,22 @@ pub async fn register(
                     let Some(why) = no_longer_held(&run, &held, &instance_id, through) else {
                         continue;
                     };
-                    if job_run::finish(conn, run.id, "lost", why, now)? {
-                        dues.extend(followup::after_final(conn, run.id, now, &alerts)?);
+                    if changes.ended_by_admin(conn, run.id, RunStatus::Lost, why)? {
                         registered.lost.push(run.id);
                     }
                 }
             }
-            Ok((registered, dues))
+            Ok((registered, changes))
         })
         .await?;
-    outbox.committed();
+    changes.committed(state);
     for run_id in &registered.lost {
-        state.metrics.run_outcomes.inc("lost");
         tracing::warn!(
             run_id,
             agent = %param.registry_value,
             "Run lost: its agent no longer holds it"
         );
     }
-    state.scheduler.enqueue(dues);
     Ok(registered)
 }
 
@@ -516,6 +512,7 @@ pub fn may_report(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::policy::TriggerKind;
 
     fn run(instance: Option<&str>, seq: Option<i64>) -> job_run::JobRun {
         job_run::JobRun {
@@ -524,10 +521,10 @@ mod tests {
             group_id: 1,
             first_run_id: None,
             attempt: 1,
-            trigger_kind: "api".into(),
+            trigger_kind: TriggerKind::Api,
             fire_slot_ms: None,
             scheduled_ms: 0,
-            status: "running".into(),
+            status: RunStatus::Running,
             agent_address: Some("http://a:1/".into()),
             params: String::new(),
             shard_index: 0,

@@ -7,10 +7,13 @@ use crate::alert;
 use crate::audit::{self, Entry};
 use crate::auth::rbac::{Actor, AdminProof};
 use crate::db::{Page, alert_channel, alert_event, job};
-use crate::domain::alert::{AlertKind, ChannelSpec, EventStatus, SecretChange, WebhookFormat};
+use crate::domain::alert::{
+    AlertKind, ChannelKind, ChannelSpec, EventStatus, SecretChange, WebhookFormat,
+};
+use crate::domain::id_list::{join_id_list, parse_id_list};
 use crate::error::Error;
-use crate::service::{Paged, join_id_list, parse_id_list};
-use crate::startup::AppState;
+use crate::service::Paged;
+use crate::state::AppState;
 
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ChannelView {
@@ -80,7 +83,7 @@ fn origin_only(target: &str) -> String {
 }
 
 fn channel_view(row: alert_channel::AlertChannel, full: bool) -> ChannelView {
-    let target = if full || row.kind != "webhook" {
+    let target = if full || row.kind != ChannelKind::Webhook {
         row.target
     } else {
         origin_only(&row.target)
@@ -88,8 +91,8 @@ fn channel_view(row: alert_channel::AlertChannel, full: bool) -> ChannelView {
     ChannelView {
         id: row.id,
         name: row.name,
-        kind: row.kind,
-        format: row.format,
+        kind: row.kind.to_string(),
+        format: row.format.map(|f| f.to_string()),
         target,
         has_secret: row.secret.is_some(),
         enabled: row.enabled,
@@ -101,14 +104,14 @@ fn channel_view(row: alert_channel::AlertChannel, full: bool) -> ChannelView {
 pub fn event_view(row: alert_event::AlertEvent) -> EventView {
     EventView {
         id: row.id,
-        kind: row.kind,
+        kind: row.kind.to_string(),
         job_id: row.job_id,
         group_id: row.group_id,
         run_id: row.run_id,
         channel_id: row.channel_id,
         title: row.title,
         body: row.body,
-        status: row.status,
+        status: row.status.to_string(),
         attempts: row.attempts,
         next_attempt_ms: row.next_attempt_ms,
         last_error: row.last_error,
@@ -134,8 +137,8 @@ fn fields(
     };
     alert_channel::ChannelFields {
         name: spec.name.clone(),
-        kind: spec.kind.as_str().to_owned(),
-        format: spec.format.map(|f| f.as_str().to_owned()),
+        kind: spec.kind,
+        format: spec.format,
         target: spec.target.clone(),
         secret,
         enabled: spec.enabled,
@@ -322,7 +325,7 @@ pub async fn test_channel(
             let event_id = alert_event::insert(
                 conn,
                 &alert_event::NewEvent {
-                    kind: AlertKind::Test.as_str().into(),
+                    kind: AlertKind::Test,
                     job_id: None,
                     group_id: None,
                     run_id: None,
@@ -330,7 +333,7 @@ pub async fn test_channel(
                     dedupe_key: format!("test:channel:{id}"),
                     title,
                     body,
-                    status: status.as_str().into(),
+                    status,
                     attempts: 1,
                     next_attempt_ms: started,
                     last_error: recorded_error.clone(),

@@ -6,7 +6,7 @@ use crate::auth::rbac::AdminProof;
 use crate::db::{Page, audit_log};
 use crate::error::Error;
 use crate::service::Paged;
-use crate::startup::AppState;
+use crate::state::AppState;
 
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct AuditView {

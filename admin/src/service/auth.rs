@@ -9,7 +9,7 @@ use crate::auth::{api_token, password, sha256_hex};
 use crate::db::{api_token as api_token_db, user, user_group_grant};
 use crate::domain::role::Role;
 use crate::error::Error;
-use crate::startup::AppState;
+use crate::state::AppState;
 
 /// API tokens' last-use time is written at most this often, so reads stay reads.
 const TOUCH_EVERY_MS: i64 = 60_000;
@@ -196,14 +196,8 @@ pub async fn resolve_bearer(
                 Ok((token, owner, groups))
             })
             .await?;
-        let owner_role: Role = owner
-            .role
-            .parse()
-            .map_err(|e: String| Error::Internal(anyhow::anyhow!(e)))?;
-        let token_role: Role = token
-            .role
-            .parse()
-            .map_err(|e: String| Error::Internal(anyhow::anyhow!(e)))?;
+        let owner_role: Role = owner.role;
+        let token_role: Role = token.role;
         return Ok(Actor {
             kind: ActorKind::Token { token_id: token.id },
             user_id: Some(owner.id),
@@ -250,10 +244,7 @@ pub async fn user_actor(
     Ok(Actor {
         kind: ActorKind::User,
         user_id: Some(user.id),
-        role: user
-            .role
-            .parse()
-            .map_err(|e: String| Error::Internal(anyhow::anyhow!(e)))?,
+        role: user.role,
         name: user.username,
         groups,
         ip,

@@ -7,7 +7,7 @@ use crate::db::{Page, job, job_run, run_report_daily};
 use crate::domain::policy::RunStatus;
 use crate::error::Error;
 use crate::service::agents;
-use crate::startup::AppState;
+use crate::state::AppState;
 
 const DAY_MS: i64 = 86_400_000;
 

@@ -8,7 +8,7 @@ use crate::db::{Page, executor_group, job};
 use crate::domain::policy::AddressMode;
 use crate::error::Error;
 use crate::service::Paged;
-use crate::startup::AppState;
+use crate::state::AppState;
 
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct GroupView {
@@ -53,10 +53,7 @@ pub struct GroupUpdate {
 fn view(row: executor_group::ExecutorGroup) -> Result<GroupView, Error> {
     Ok(GroupView {
         id: row.id,
-        address_mode: row
-            .address_mode
-            .parse()
-            .map_err(|e: String| Error::Internal(anyhow::anyhow!(e)))?,
+        address_mode: row.address_mode,
         addresses: row
             .addresses
             .split(',')
@@ -153,7 +150,7 @@ pub async fn create(
                 &executor_group::NewExecutorGroup {
                     app_name: &app_name,
                     title: &title,
-                    address_mode: mode.as_str(),
+                    address_mode: mode,
                     addresses: &addresses,
                     created_ms: now,
                     updated_ms: now,
@@ -194,7 +191,7 @@ pub async fn update(
                 id,
                 &executor_group::ExecutorGroupChanges {
                     title: &title,
-                    address_mode: mode.as_str(),
+                    address_mode: mode,
                     addresses: &addresses,
                     updated_ms: now,
                     allow_executors,

@@ -8,17 +8,19 @@ use crate::audit::{self, Entry};
 use crate::auth::rbac::{Actor, GroupWrite};
 use crate::clock::UnixMillis;
 use crate::db::{AnyConnection, Page, alert_channel, executor_group, job, job_script};
+use crate::domain::id_list::{join_id_list, parse_id_list};
 use crate::domain::job::{AlertSettings, Handler, JobSpec, Limits, find_child_cycle};
-use crate::domain::policy::Interpreter;
-use crate::domain::schedule::{Schedule, parse_cron, parse_timezone};
+use crate::domain::policy::{BlockStrategy, Concurrency, HandlerType, Interpreter, Misfire};
+use crate::domain::routing::Routing;
+use crate::domain::schedule::{Schedule, ScheduleType, parse_cron, parse_timezone};
 use crate::error::{Code, Error};
-use crate::service::{Paged, join_id_list, parse_id_list};
-use crate::startup::AppState;
+use crate::service::Paged;
+use crate::state::AppState;
 
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ScheduleView {
     #[serde(rename = "type")]
-    pub kind: String,
+    pub kind: ScheduleType,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expr: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -31,13 +33,13 @@ pub struct ScheduleView {
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct HandlerView {
     #[serde(rename = "type")]
-    pub kind: String,
+    pub kind: HandlerType,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub interpreter: Option<String>,
+    pub interpreter: Option<Interpreter>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// The current script version (0 for non-script jobs).
@@ -68,14 +70,14 @@ pub struct JobView {
     pub schedule: ScheduleView,
     pub handler: HandlerView,
     pub params: String,
-    pub routing: String,
+    pub routing: Routing,
     pub enabled: bool,
     pub timeout_s: i64,
     pub retry: RetryView,
     pub limits: Limits,
-    pub misfire: String,
-    pub concurrency: String,
-    pub block_strategy: String,
+    pub misfire: Misfire,
+    pub concurrency: Concurrency,
+    pub block_strategy: BlockStrategy,
     pub children: Vec<i64>,
     pub alert: AlertView,
     pub next_fire_ms: Option<i64>,
@@ -148,12 +150,7 @@ fn fields(spec: &JobSpec, script_version: i32, now: UnixMillis) -> job::JobField
             source,
             interpreter,
             ..
-        } => (
-            None,
-            Some(source.clone()),
-            Some(interpreter.as_str().to_owned()),
-            None,
-        ),
+        } => (None, Some(source.clone()), Some(*interpreter), None),
         Handler::Bean { name } => (None, None, None, Some(name.clone())),
     };
     let AlertSettings {
@@ -167,24 +164,23 @@ fn fields(spec: &JobSpec, script_version: i32, now: UnixMillis) -> job::JobField
         group_id: spec.group_id,
         name: spec.name.clone(),
         description: spec.description.clone(),
-        schedule_type: spec.schedule.kind().as_str().to_owned(),
+        schedule_type: spec.schedule.kind(),
         schedule_expr,
         interval_s,
         once_at_ms,
         timezone: spec.timezone.name().to_owned(),
         handler_type: match spec.handler {
-            Handler::Shell { .. } => "shell",
-            Handler::Script { .. } => "script",
-            Handler::Bean { .. } => "bean",
-        }
-        .to_owned(),
+            Handler::Shell { .. } => HandlerType::Shell,
+            Handler::Script { .. } => HandlerType::Script,
+            Handler::Bean { .. } => HandlerType::Bean,
+        },
         command,
         script_source,
         script_version,
         interpreter,
         bean_name,
         params: spec.params.clone(),
-        routing: spec.routing.as_str().to_owned(),
+        routing: spec.routing,
         enabled: spec.enabled,
         timeout_s: spec.timeout_s,
         retry_count: spec.retry_count,
@@ -192,9 +188,9 @@ fn fields(spec: &JobSpec, script_version: i32, now: UnixMillis) -> job::JobField
         limit_cpu: spec.limits.cpu,
         limit_memory_mb: spec.limits.memory_mb,
         limit_pids: spec.limits.pids,
-        misfire: spec.misfire.as_str().to_owned(),
-        concurrency: spec.concurrency.as_str().to_owned(),
-        block_strategy: spec.block_strategy.as_str().to_owned(),
+        misfire: spec.misfire,
+        concurrency: spec.concurrency,
+        block_strategy: spec.block_strategy,
         children: join_id_list(&spec.children),
         alert_on_failure: *on_failure,
         alert_on_timeout: *on_timeout,
@@ -465,7 +461,7 @@ pub async fn update(
                     ..
                 } => {
                     before_row.script_source.as_deref() != Some(source.as_str())
-                        || before_row.interpreter.as_deref() != Some(interpreter.as_str())
+                        || before_row.interpreter != Some(*interpreter)
                 }
                 _ => false,
             };
@@ -531,19 +527,6 @@ pub async fn set_enabled(
         .inspect(|_| state.scheduler.jobs_changed())
 }
 
-/// Rebuilds the validated spec of a stored job (stored rows were validated when written).
-fn parse_stored<T: std::str::FromStr<Err = String>>(
-    job_id: i64,
-    what: &str,
-    text: &str,
-) -> Result<T, Error> {
-    text.parse().map_err(|e| {
-        Error::Internal(anyhow::anyhow!(
-            "job {job_id} has an invalid stored {what}: {e}"
-        ))
-    })
-}
-
 /// A stored job's schedule and time zone, as the scheduler plans them.
 ///
 /// # Errors
@@ -557,49 +540,37 @@ pub fn schedule_of(row: &job::Job) -> Result<(Schedule, chrono_tz::Tz), Error> {
     };
     let timezone =
         parse_timezone("schedule.timezone", &row.timezone).map_err(|_| corrupt("time zone"))?;
-    let schedule = match row.schedule_type.as_str() {
-        "none" => Schedule::None,
-        "cron" => Schedule::Cron(Box::new(
+    let schedule = match row.schedule_type {
+        ScheduleType::None => Schedule::None,
+        ScheduleType::Cron => Schedule::Cron(Box::new(
             parse_cron("schedule.expr", row.schedule_expr.as_deref().unwrap_or(""))
                 .map_err(|_| corrupt("cron"))?,
         )),
-        "fixed_rate" => Schedule::FixedRate {
+        ScheduleType::FixedRate => Schedule::FixedRate {
             interval_s: row.interval_s.ok_or_else(|| corrupt("interval"))?,
         },
-        "once" => Schedule::Once {
+        ScheduleType::Once => Schedule::Once {
             at_ms: row.once_at_ms.ok_or_else(|| corrupt("time"))?,
         },
-        _ => return Err(corrupt("schedule type")),
     };
     Ok((schedule, timezone))
 }
 
+/// Rebuilds the validated spec of a stored job (stored rows were validated when written).
 fn spec_of(row: &job::Job) -> Result<JobSpec, Error> {
-    let corrupt = |what: &str| {
-        Error::Internal(anyhow::anyhow!(
-            "job {} has an invalid stored {what}",
-            row.id
-        ))
-    };
     let (schedule, timezone) = schedule_of(row)?;
-    let handler = match row.handler_type.as_str() {
-        "shell" => Handler::Shell {
+    let handler = match row.handler_type {
+        HandlerType::Shell => Handler::Shell {
             command: row.command.clone().unwrap_or_default(),
         },
-        "script" => Handler::Script {
+        HandlerType::Script => Handler::Script {
             source: row.script_source.clone().unwrap_or_default(),
-            interpreter: row
-                .interpreter
-                .as_deref()
-                .unwrap_or("bash")
-                .parse()
-                .map_err(|_| corrupt("interpreter"))?,
+            interpreter: row.interpreter.unwrap_or(Interpreter::Bash),
             note: String::new(),
         },
-        "bean" => Handler::Bean {
+        HandlerType::Bean => Handler::Bean {
             name: row.bean_name.clone().unwrap_or_default(),
         },
-        _ => return Err(corrupt("handler type")),
     };
     Ok(JobSpec {
         group_id: row.group_id,
@@ -609,7 +580,7 @@ fn spec_of(row: &job::Job) -> Result<JobSpec, Error> {
         timezone,
         handler,
         params: row.params.clone(),
-        routing: parse_stored(row.id, "routing", &row.routing)?,
+        routing: row.routing,
         enabled: row.enabled,
         timeout_s: row.timeout_s,
         retry_count: row.retry_count,
@@ -619,9 +590,9 @@ fn spec_of(row: &job::Job) -> Result<JobSpec, Error> {
             memory_mb: row.limit_memory_mb,
             pids: row.limit_pids,
         },
-        misfire: parse_stored(row.id, "misfire", &row.misfire)?,
-        concurrency: parse_stored(row.id, "concurrency", &row.concurrency)?,
-        block_strategy: parse_stored(row.id, "block strategy", &row.block_strategy)?,
+        misfire: row.misfire,
+        concurrency: row.concurrency,
+        block_strategy: row.block_strategy,
         children: parse_id_list(&row.children),
         alert: AlertSettings {
             on_failure: row.alert_on_failure,
@@ -813,7 +784,7 @@ pub async fn rollback_script(
         .transaction(move |conn| {
             let row = visible_job(conn, &actor, job_id)?;
             actor.write_group(row.group_id)?;
-            if row.handler_type != "script" {
+            if row.handler_type != HandlerType::Script {
                 return Err(Error::invalid(
                     "handler.type",
                     "only script jobs have versions to roll back to",

@@ -24,14 +24,3 @@ pub struct Paged<T> {
     pub limit: i64,
     pub offset: i64,
 }
-
-/// Splits a stored comma-separated id list.
-pub(crate) fn parse_id_list(text: &str) -> Vec<i64> {
-    text.split(',')
-        .filter_map(|s| s.trim().parse().ok())
-        .collect()
-}
-
-pub(crate) fn join_id_list(ids: &[i64]) -> String {
-    ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
-}

@@ -4,10 +4,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::auth::rbac::Actor;
 use crate::db::{Page, job_run};
-use crate::domain::policy::RunStatus;
+use crate::domain::policy::{RunStatus, TriggerKind};
 use crate::error::Error;
 use crate::service::Paged;
-use crate::startup::AppState;
+use crate::state::AppState;
 
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct UsageView {
@@ -25,10 +25,10 @@ pub struct RunView {
     /// The first attempt of this chain; absent on the first attempt itself.
     pub first_run_id: Option<i64>,
     pub attempt: i32,
-    pub trigger_kind: String,
+    pub trigger_kind: TriggerKind,
     /// The scheduled slot a fire stands for (schedule and misfire runs); unique per job and shard.
     pub fire_slot_ms: Option<i64>,
-    pub status: String,
+    pub status: RunStatus,
     /// The agent the run was sent to.
     pub agent: Option<String>,
     pub scheduled_ms: i64,
@@ -211,17 +211,17 @@ pub async fn trigger(
                     ));
                 }
             }
-            let run_id = job_run::insert(
+            let run_id = crate::lifecycle::created(
                 conn,
                 &job_run::NewJobRun {
                     job_id,
                     group_id: job.group_id,
                     first_run_id: None,
                     attempt: 1,
-                    trigger_kind: "api".into(),
+                    trigger_kind: TriggerKind::Api,
                     fire_slot_ms: None,
                     scheduled_ms: now,
-                    status: "pending".into(),
+                    status: RunStatus::Pending,
                     params: request.params.clone().unwrap_or_else(|| job.params.clone()),
                     shard_index: 0,
                     shard_total: 1,
@@ -298,7 +298,7 @@ pub async fn log(
 pub async fn kill(state: &AppState, actor: &Actor, run_id: i64) -> Result<RunView, Error> {
     let run = visible_run(state, actor, run_id).await?;
     actor.write_group(run.group_id)?;
-    if run.status != "running" {
+    if run.status != RunStatus::Running {
         return Err(Error::Conflict {
             field: None,
             message: format!("run {run_id} is {}, not running", run.status),

@@ -7,7 +7,7 @@ use crate::auth::{random_token, sha256_hex};
 use crate::db::console_session::{self, ConsoleSession};
 use crate::error::Error;
 use crate::service::auth;
-use crate::startup::AppState;
+use crate::state::AppState;
 
 /// A session ends after this long without a request...
 pub const IDLE_MS: i64 = 12 * 3600 * 1000;

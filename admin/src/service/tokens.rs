@@ -9,7 +9,7 @@ use crate::db::api_token;
 use crate::domain::job::check_name;
 use crate::domain::role::Role;
 use crate::error::Error;
-use crate::startup::AppState;
+use crate::state::AppState;
 
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct TokenView {
@@ -49,10 +49,7 @@ fn view(row: api_token::ApiToken) -> Result<TokenView, Error> {
     Ok(TokenView {
         id: row.id,
         user_id: row.user_id,
-        role: row
-            .role
-            .parse()
-            .map_err(|e: String| Error::Internal(anyhow::anyhow!(e)))?,
+        role: row.role,
         name: row.name,
         prefix: row.prefix,
         created_ms: row.created_ms,
@@ -106,7 +103,7 @@ pub async fn create(
                     name: &name,
                     token_hash: &minted.hash,
                     prefix: &minted.display_prefix,
-                    role: role.as_str(),
+                    role,
                     created_ms: now,
                     expires_ms,
                 },

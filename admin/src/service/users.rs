@@ -13,7 +13,7 @@ use crate::db::{
 use crate::domain::role::Role;
 use crate::error::Error;
 use crate::service::Paged;
-use crate::startup::AppState;
+use crate::state::AppState;
 
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct UserView {
@@ -64,10 +64,7 @@ fn load_view(conn: &mut AnyConnection, id: i64) -> Result<UserView, Error> {
     let row = user::get(conn, id)?;
     Ok(UserView {
         id: row.id,
-        role: row
-            .role
-            .parse()
-            .map_err(|e: String| Error::Internal(anyhow::anyhow!(e)))?,
+        role: row.role,
         disabled: row.disabled,
         groups: user_group_grant::group_ids_for_user(conn, row.id)?,
         username: row.username,
@@ -124,7 +121,7 @@ fn insert_audited(
         &user::NewUser {
             username,
             password_hash: hash,
-            role: role.as_str(),
+            role,
             disabled: false,
             password_changed_ms: now,
             created_ms: now,

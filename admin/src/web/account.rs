@@ -14,7 +14,7 @@ use crate::db::Page;
 use crate::error::Error;
 use crate::service;
 use crate::service::users::OwnPasswordChange;
-use crate::startup::AppState;
+use crate::state::AppState;
 
 const FIELDS: &[&str] = &["current_password", "new_password"];
 

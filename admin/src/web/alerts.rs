@@ -13,7 +13,7 @@ use crate::domain::alert::{AlertKind, ChannelInput, EventStatus, WebhookFormat};
 use crate::error::Error;
 use crate::service;
 use crate::service::alerts::{ChannelView, EventQuery};
-use crate::startup::AppState;
+use crate::state::AppState;
 
 const FORM_FIELDS: &[&str] = &["name", "kind", "format", "target", "secret"];
 

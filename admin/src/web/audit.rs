@@ -12,7 +12,7 @@ use super::views::{Chrome, Pager, when};
 use crate::error::Error;
 use crate::service;
 use crate::service::audit::AuditQuery;
-use crate::startup::AppState;
+use crate::state::AppState;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Change {

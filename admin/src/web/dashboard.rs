@@ -7,7 +7,7 @@ use super::forms::ConsoleUser;
 use super::views::{Chart, DashboardPage, RunRow, StatusCount, status_label};
 use crate::domain::policy::RunStatus;
 use crate::service;
-use crate::startup::AppState;
+use crate::state::AppState;
 
 async fn show(state: web::Data<AppState>, user: ConsoleUser) -> PageResult<DashboardPage> {
     let data = service::dashboard::load(&state, &user.actor).await?;
@@ -19,7 +19,7 @@ async fn show(state: web::Data<AppState>, user: ConsoleUser) -> PageResult<Dashb
         .filter(|(status, _)| !matches!(status, RunStatus::Pending | RunStatus::Running))
         .map(|(status, count)| StatusCount {
             status: status.as_str(),
-            label: status_label(&c, status.as_str()),
+            label: status_label(&c, *status),
             count: *count,
         })
         .collect();

@@ -15,9 +15,9 @@ use super::{FLASH_COOKIE, PageError, SESSION_COOKIE};
 use crate::auth::csrf;
 use crate::auth::rbac::Actor;
 use crate::error::{Code, Error};
-use crate::http::{client_ip, request_id};
+use crate::http::request::{client_ip, request_id};
 use crate::service::{self, Paged};
-use crate::startup::AppState;
+use crate::state::AppState;
 
 /// Name/value pairs of a query string or a urlencoded body, in order.
 #[derive(Debug, Clone, Default)]

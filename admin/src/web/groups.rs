@@ -16,7 +16,7 @@ use crate::service;
 use crate::service::agents::Decision;
 use crate::service::groups::{GroupInput, GroupUpdate, GroupView};
 use crate::service::runs::RunQuery;
-use crate::startup::AppState;
+use crate::state::AppState;
 
 const FORM_FIELDS: &[&str] = &[
     "app_name",

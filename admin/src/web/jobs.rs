@@ -23,7 +23,7 @@ use crate::service;
 use crate::service::groups::GroupView;
 use crate::service::jobs::{CronPreviewRequest, JobQuery, JobView};
 use crate::service::runs::{RunQuery, TriggerRequest};
-use crate::startup::AppState;
+use crate::state::AppState;
 
 /// Every field the form shows an error beside.
 const FORM_FIELDS: &[&str] = &[
@@ -252,7 +252,7 @@ async fn list(
                 name: j.name.clone(),
                 group: group_name(&groups, j.group_id),
                 schedule: schedule_text(j),
-                handler: j.handler.kind.clone(),
+                handler: j.handler.kind.to_string(),
                 next_fire: if j.enabled {
                     when(j.next_fire_ms)
                 } else {
@@ -281,7 +281,7 @@ fn form_of(job: &JobView) -> FormState {
         ("name", job.name.clone()),
         ("description", job.description.clone()),
         ("enabled", job.enabled.to_string()),
-        ("schedule.type", job.schedule.kind.clone()),
+        ("schedule.type", job.schedule.kind.to_string()),
         ("schedule.expr", opt(job.schedule.expr.clone())),
         (
             "schedule.interval_s",
@@ -292,22 +292,22 @@ fn form_of(job: &JobView) -> FormState {
         ),
         ("schedule.at", at),
         ("schedule.timezone", job.schedule.timezone.clone()),
-        ("handler.type", job.handler.kind.clone()),
+        ("handler.type", job.handler.kind.to_string()),
         ("handler.command", opt(job.handler.command.clone())),
         ("handler.source", opt(job.handler.source.clone())),
         (
             "handler.interpreter",
             job.handler
                 .interpreter
-                .clone()
-                .unwrap_or_else(|| "bash".into()),
+                .unwrap_or(Interpreter::Bash)
+                .to_string(),
         ),
         ("handler.name", opt(job.handler.name.clone())),
         ("params", job.params.clone()),
-        ("routing", job.routing.clone()),
-        ("concurrency", job.concurrency.clone()),
-        ("block_strategy", job.block_strategy.clone()),
-        ("misfire", job.misfire.clone()),
+        ("routing", job.routing.to_string()),
+        ("concurrency", job.concurrency.to_string()),
+        ("block_strategy", job.block_strategy.to_string()),
+        ("misfire", job.misfire.to_string()),
         ("timeout_s", job.timeout_s.to_string()),
         ("retry.count", job.retry.count.to_string()),
         ("retry.backoff_s", job.retry.backoff_s.to_string()),
@@ -668,7 +668,7 @@ async fn show(
         .filter(|a| a.live && a.app_name == app_name)
         .map(|a| Opt::new(a.address.clone(), a.address))
         .collect();
-    let versions = if job.handler.kind == "script" {
+    let versions = if job.handler.kind == HandlerType::Script {
         service::jobs::script_versions(&state, &user.actor, job.id)
             .await?
             .into_iter()

@@ -13,9 +13,9 @@ use super::{PageResult, SESSION_COOKIE, render, safe_next, see_other};
 use crate::auth::extract::{LOGIN_BODY_LIMIT, bounded_body};
 use crate::auth::{csrf, random_token};
 use crate::error::Error;
-use crate::http::client_ip;
+use crate::http::request::client_ip;
 use crate::service;
-use crate::startup::AppState;
+use crate::state::AppState;
 
 const LOGIN_CSRF_COOKIE: &str = "jf_login";
 

@@ -27,7 +27,7 @@ use askama::Template;
 use futures_util::FutureExt;
 
 use crate::error::{Code, Error};
-use crate::http::request_id;
+use crate::http::request::request_id;
 use views::{Chrome, ErrorPage};
 
 /// The session cookie; its value is the session token, stored only hashed.
@@ -178,7 +178,7 @@ fn error_title(code: Code) -> &'static str {
 /// # Errors
 /// Database errors.
 pub async fn alert_channel_opts(
-    state: &crate::startup::AppState,
+    state: &crate::state::AppState,
     actor: &crate::auth::rbac::Actor,
 ) -> Result<Vec<views::Opt>, Error> {
     Ok(crate::service::alerts::list_channels(state, actor)

@@ -14,7 +14,7 @@ use crate::domain::policy::RunStatus;
 use crate::error::Error;
 use crate::service;
 use crate::service::runs::{RunQuery, RunView};
-use crate::startup::AppState;
+use crate::state::AppState;
 
 #[derive(Template, WebTemplate)]
 #[template(path = "runs.html")]
@@ -126,10 +126,7 @@ async fn list(
             .collect(),
         statuses: RunStatus::ALL
             .iter()
-            .map(|s| {
-                Opt::new(s.as_str(), status_label(&c, s.as_str()))
-                    .picked(s.as_str() == chosen_status)
-            })
+            .map(|s| Opt::new(s.as_str(), status_label(&c, *s)).picked(s.as_str() == chosen_status))
             .collect(),
         pager: Pager::new(
             &base,
@@ -146,10 +143,6 @@ async fn list(
         error,
         c,
     })
-}
-
-fn is_final(status: &str) -> bool {
-    status.parse::<RunStatus>().is_ok_and(RunStatus::is_final)
 }
 
 async fn show(
@@ -171,7 +164,7 @@ async fn show(
         .filter(|r| r.id == first || r.first_run_id == Some(first))
         .map(|r| ChainLink {
             id: r.id,
-            status: r.status,
+            status: r.status.to_string(),
             when: when(Some(r.scheduled_ms)),
         })
         .collect();
@@ -208,7 +201,7 @@ async fn show(
             .get(&run.job_id)
             .cloned()
             .unwrap_or_else(|| format!("#{}", run.job_id)),
-        status_label: status_label(&c, &run.status),
+        status_label: status_label(&c, run.status),
         agent: run.agent.clone().unwrap_or_else(|| "—".into()),
         scheduled: when(Some(run.scheduled_ms)),
         triggered: when(run.triggered_ms),
@@ -223,8 +216,8 @@ async fn show(
             usage.join(" · ")
         },
         chain,
-        can_kill: run.status == "running" && user.actor.write_group(run.group_id).is_ok(),
-        is_final: is_final(&run.status),
+        can_kill: run.status == RunStatus::Running && user.actor.write_group(run.group_id).is_ok(),
+        is_final: run.status.is_final(),
         run,
         c,
     })
@@ -255,8 +248,8 @@ async fn log(
     let q = Fields::of_query(&req);
     let from_line = q.number::<i64>("from_line", "from_line")?.unwrap_or(1);
     let run = service::runs::get(&state, &user.actor, *id).await?;
-    let final_now = is_final(&run.status);
-    let label = status_label(&user.chrome, &run.status);
+    let final_now = run.status.is_final();
+    let label = status_label(&user.chrome, run.status);
     let answer = match service::runs::log(&state, &user.actor, run.id, from_line).await {
         Ok(page) => LogAnswer {
             from_line: page.from_line,
@@ -264,7 +257,7 @@ async fn log(
             content: page.content,
             done: final_now && (page.is_end || page.to_line < from_line),
             reload: final_now,
-            status: run.status,
+            status: run.status.to_string(),
             status_label: label,
             error: None,
         },
@@ -275,7 +268,7 @@ async fn log(
             content: String::new(),
             done: final_now,
             reload: final_now,
-            status: run.status,
+            status: run.status.to_string(),
             status_label: label,
             error: Some(e.public_message()),
         },

@@ -15,7 +15,7 @@ use crate::error::Error;
 use crate::service;
 use crate::service::tokens::NewTokenRequest;
 use crate::service::users::{NewUserRequest, PasswordReset, UserUpdate};
-use crate::startup::AppState;
+use crate::state::AppState;
 
 const USER_FIELDS: &[&str] = &["username", "password", "role", "groups", "reset.password"];
 const TOKEN_FIELDS: &[&str] = &["name", "role", "expires_in_s"];

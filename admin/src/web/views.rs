@@ -8,6 +8,7 @@ use askama_web::WebTemplate;
 
 use super::i18n::{Lang, tr};
 use crate::auth::rbac::Actor;
+use crate::domain::policy::RunStatus;
 use crate::domain::role::Role;
 use crate::error::Error;
 
@@ -268,18 +269,17 @@ pub struct RunRow {
 }
 
 /// The label of a run status in the page's language.
-pub fn status_label(c: &Chrome, status: &str) -> &'static str {
-    match status {
-        "pending" => c.t("status.pending"),
-        "running" => c.t("status.running"),
-        "succeeded" => c.t("status.succeeded"),
-        "failed" => c.t("status.failed"),
-        "timed_out" => c.t("status.timed_out"),
-        "killed" => c.t("status.killed"),
-        "lost" => c.t("status.lost"),
-        "skipped" => c.t("status.skipped"),
-        _ => "?",
-    }
+pub fn status_label(c: &Chrome, status: RunStatus) -> &'static str {
+    c.t(match status {
+        RunStatus::Pending => "status.pending",
+        RunStatus::Running => "status.running",
+        RunStatus::Succeeded => "status.succeeded",
+        RunStatus::Failed => "status.failed",
+        RunStatus::TimedOut => "status.timed_out",
+        RunStatus::Killed => "status.killed",
+        RunStatus::Lost => "status.lost",
+        RunStatus::Skipped => "status.skipped",
+    })
 }
 
 impl RunRow {
@@ -297,10 +297,10 @@ impl RunRow {
             id: run.id,
             job_id: run.job_id,
             job_name: job_name.to_owned(),
-            status: run.status.clone(),
-            status_label: status_label(c, &run.status),
+            status: run.status.to_string(),
+            status_label: status_label(c, run.status),
             attempt: run.attempt,
-            trigger_kind: run.trigger_kind.clone(),
+            trigger_kind: run.trigger_kind.to_string(),
             scheduled: when(Some(run.scheduled_ms)),
             duration,
             agent: run.agent.clone().unwrap_or_default(),

@@ -1,6 +1,7 @@
 //! Jobs, script versions, cron previews, runs and the audit trail they leave.
 
 use jobfleet_admin::db::job_run;
+use jobfleet_admin::domain::policy::TriggerKind;
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -389,10 +390,10 @@ async fn runs_are_listed_filtered_paged_and_scoped(app: &TestApp) {
                         group_id,
                         first_run_id: None,
                         attempt: 1,
-                        trigger_kind: "schedule".into(),
+                        trigger_kind: TriggerKind::Schedule,
                         fire_slot_ms: Some(at),
                         scheduled_ms: at,
-                        status: status.into(),
+                        status: status.parse().unwrap(),
                         params: String::new(),
                         shard_index: 0,
                         shard_total: 1,

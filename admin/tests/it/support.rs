@@ -6,7 +6,8 @@ use std::sync::Arc;
 use actix_web::web;
 use jobfleet_admin::clock::ManualClock;
 use jobfleet_admin::config::{Config, Sources};
-use jobfleet_admin::startup::{self, AppState, RunningServer};
+use jobfleet_admin::startup::{self, RunningServer};
+use jobfleet_admin::state::AppState;
 use jobfleet_admin::testing::TestDb;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -42,7 +43,7 @@ pub struct TestApp {
     pub admin: String,
     /// The scheduler's tasks, when started; dropping them stops firing.
     #[allow(dead_code, reason = "held for its Drop")]
-    pub workers: Option<jobfleet_admin::scheduler::Workers>,
+    pub workers: Option<jobfleet_admin::worker::Workers>,
     /// Kept so the database outlives the server.
     _db: TestDb,
     server: RunningServer,

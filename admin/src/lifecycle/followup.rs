@@ -3,16 +3,19 @@
 //! final, so a follow-up exists exactly when the final status does, whichever admin or monitor
 //! got there first.
 
-use crate::alert::Outbox;
+use crate::alert::outbox::Outbox;
 use crate::db::{AnyConnection, job, job_run};
-use crate::domain::policy::retry_delay_s;
+use crate::domain::policy::{RunStatus, TriggerKind, retry_delay_s};
 use crate::error::Error;
 
-use super::Due;
+use crate::scheduler::handle::Due;
 
 /// Statuses a retry answers. `killed` was someone's decision and `skipped` the policy's.
-fn retryable(status: &str) -> bool {
-    matches!(status, "failed" | "timed_out" | "lost")
+fn retryable(status: RunStatus) -> bool {
+    matches!(
+        status,
+        RunStatus::Failed | RunStatus::TimedOut | RunStatus::Lost
+    )
 }
 
 /// Creates the follow-up runs of `run_id`, which has just become final, and its alerts (written
@@ -31,20 +34,20 @@ pub fn after_final(
         return Ok(Vec::new());
     };
     let mut dues = Vec::new();
-    if retryable(&run.status) && run.attempt <= owner.retry_count {
+    if retryable(run.status) && run.attempt <= owner.retry_count {
         let retry_number = u32::try_from(run.attempt).unwrap_or(1);
         let at_ms = now_ms + retry_delay_s(owner.retry_backoff_s, retry_number) * 1000;
-        let id = job_run::insert(
+        let id = super::created(
             conn,
             &job_run::NewJobRun {
                 job_id: run.job_id,
                 group_id: owner.group_id,
                 first_run_id: Some(run.first_run_id.unwrap_or(run.id)),
                 attempt: run.attempt + 1,
-                trigger_kind: "retry".into(),
+                trigger_kind: TriggerKind::Retry,
                 fire_slot_ms: None,
                 scheduled_ms: at_ms,
-                status: "pending".into(),
+                status: RunStatus::Pending,
                 params: run.params.clone(),
                 shard_index: run.shard_index,
                 shard_total: run.shard_total,
@@ -52,12 +55,12 @@ pub fn after_final(
             },
         )?;
         dues.push(Due { at_ms, run_id: id });
-    } else if retryable(&run.status) {
+    } else if retryable(run.status) {
         // Only the last attempt pages: a failure that will be retried is not news yet.
         alerts.run_final(conn, &run, &owner, now_ms)?;
     }
     // A sharded fire succeeds shard by shard; its children follow shard 0 only, once per fire.
-    if run.status == "succeeded" && run.shard_index == 0 {
+    if run.status == RunStatus::Succeeded && run.shard_index == 0 {
         for child_id in owner
             .children
             .split(',')
@@ -67,17 +70,17 @@ pub fn after_final(
                 tracing::warn!(job_id = owner.id, child_id, "Child job no longer exists");
                 continue;
             };
-            let id = job_run::insert(
+            let id = super::created(
                 conn,
                 &job_run::NewJobRun {
                     job_id: child.id,
                     group_id: child.group_id,
                     first_run_id: None,
                     attempt: 1,
-                    trigger_kind: "child".into(),
+                    trigger_kind: TriggerKind::Child,
                     fire_slot_ms: None,
                     scheduled_ms: now_ms,
-                    status: "pending".into(),
+                    status: RunStatus::Pending,
                     params: child.params.clone(),
                     shard_index: 0,
                     shard_total: 1,

@@ -1,0 +1,234 @@
+//! The run lifecycle: every change of a run's status goes through here, inside the caller's
+//! transaction, and what the change leads to (a retry, child runs, alerts, a metric, timing the
+//! new runs) is collected in a [`Changes`] and happens when the caller reports the commit.
+//!
+//! ```text
+//! created ──claimed──▶ pending+claimed ──sent──▶ running ──finished──▶ succeeded | failed | …
+//!    │                   │      │  ╰─released (nobody holds it) ─▶ pending
+//!    │                   │      ╰─adopted (an agent holds it) ──▶ running
+//!    ╰─skipped           ╰─refused by every agent ─▶ failed       ╰─requeued (never started) ─▶ pending
+//!                        ended by the admin (lost, timed_out, killed) from pending or running
+//! ```
+//!
+//! Each transition is a conditional update on the row's current status, so when two admins
+//! (or an admin and a late agent) race, exactly one wins and only the winner's follow-ups exist.
+//! The scheduler, dispatch, the callback endpoint and the agent registry call this module; it
+//! calls only `db`, the alert outbox and the scheduler's handle (leaves). The workflow engine
+//! hooks in at [`followup::after_final`].
+
+mod followup;
+
+use crate::alert::outbox::Outbox;
+use crate::db::AnyConnection;
+use crate::db::job_run::{self, NewJobRun, RunResult, TriggerAnswer};
+use crate::domain::policy::RunStatus;
+use crate::error::Error;
+use crate::scheduler::handle::Due;
+use crate::state::AppState;
+
+/// What the transitions of one transaction lead to once it commits. Made before the
+/// transaction, moved into it, and handed back to [`Changes::committed`] after the commit; a
+/// rolled-back transaction drops it, and with it every follow-up it collected.
+#[derive(Debug)]
+#[must_use = "call `committed` after the transaction commits, or the follow-ups are lost"]
+pub struct Changes {
+    now_ms: i64,
+    alerts: Outbox,
+    dues: Vec<Due>,
+    ended: Vec<RunStatus>,
+}
+
+impl Changes {
+    pub fn new(state: &AppState) -> Self {
+        Self::at(state, state.clock.now_ms())
+    }
+
+    /// With the transitions dated `now_ms` (a pass that read the clock once).
+    pub fn at(state: &AppState, now_ms: i64) -> Self {
+        Self {
+            now_ms,
+            alerts: state.alerts.outbox(),
+            dues: Vec::new(),
+            ended: Vec::new(),
+        }
+    }
+
+    pub fn now_ms(&self) -> i64 {
+        self.now_ms
+    }
+
+    /// The runs that ended in this transaction, by status.
+    pub fn ended(&self) -> &[RunStatus] {
+        &self.ended
+    }
+
+    /// After the commit: wakes the alert worker for what was written, counts the outcomes and
+    /// hands the new and requeued runs to the timer.
+    pub fn committed(self, state: &AppState) {
+        self.alerts.committed();
+        for status in &self.ended {
+            state.metrics.run_outcomes.inc(status.as_str());
+        }
+        state.scheduler.enqueue(self.dues);
+    }
+
+    /// The agent's answer to a trigger. Accepted, the run is `running` there; refused by every
+    /// agent, it has `failed` and its follow-ups are made. Returns whether it became final here.
+    ///
+    /// # Errors
+    /// Database errors (the caller's transaction rolls back).
+    pub fn sent(
+        &mut self,
+        conn: &mut AnyConnection,
+        run_id: i64,
+        answer: &TriggerAnswer<'_>,
+    ) -> Result<bool, Error> {
+        let failed = job_run::record_trigger(conn, run_id, answer, self.now_ms)?;
+        if failed {
+            self.after_final(conn, run_id, RunStatus::Failed)?;
+        }
+        Ok(failed)
+    }
+
+    /// The agent's result; a repeated or late one changes nothing. Returns whether it was stored.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn finished(
+        &mut self,
+        conn: &mut AnyConnection,
+        run_id: i64,
+        result: &RunResult,
+    ) -> Result<bool, Error> {
+        if !job_run::record_result(conn, run_id, result)? {
+            return Ok(false);
+        }
+        self.after_final(conn, run_id, result.status)?;
+        Ok(true)
+    }
+
+    /// Ends a pending or running run with a status the admin decided (`lost`, `timed_out`,
+    /// `killed`), once. Returns whether this call ended it.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn ended_by_admin(
+        &mut self,
+        conn: &mut AnyConnection,
+        run_id: i64,
+        status: RunStatus,
+        message: &str,
+    ) -> Result<bool, Error> {
+        debug_assert!(matches!(
+            status,
+            RunStatus::Lost | RunStatus::TimedOut | RunStatus::Killed
+        ));
+        if !job_run::finish(conn, run_id, status.as_str(), message, self.now_ms)? {
+            return Ok(false);
+        }
+        self.after_final(conn, run_id, status)?;
+        Ok(true)
+    }
+
+    /// Ends a pending run unsent (concurrency policy, a disabled or deleted job): no retry, no
+    /// alert, no children.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn skipped(
+        &mut self,
+        conn: &mut AnyConnection,
+        run_id: i64,
+        reason: &str,
+    ) -> Result<bool, Error> {
+        let skipped = job_run::skip(conn, run_id, reason, self.now_ms)?;
+        if skipped {
+            self.ended.push(RunStatus::Skipped);
+        }
+        Ok(skipped)
+    }
+
+    /// A run an agent accepted and handed back unstarted goes out again as the same run, at
+    /// once and without using a retry: it cannot have run.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn requeued(
+        &mut self,
+        conn: &mut AnyConnection,
+        run_id: i64,
+        why: &str,
+    ) -> Result<bool, Error> {
+        let requeued = job_run::requeue(conn, run_id, why)?;
+        if requeued {
+            self.dues.push(Due {
+                at_ms: self.now_ms,
+                run_id,
+            });
+        }
+        Ok(requeued)
+    }
+
+    fn after_final(
+        &mut self,
+        conn: &mut AnyConnection,
+        run_id: i64,
+        status: RunStatus,
+    ) -> Result<(), Error> {
+        self.ended.push(status);
+        self.dues.extend(followup::after_final(
+            conn,
+            run_id,
+            self.now_ms,
+            &self.alerts,
+        )?);
+        Ok(())
+    }
+}
+
+/// A new pending run.
+///
+/// # Errors
+/// `Conflict` when its slot (or shard of the slot) already has a run; database errors.
+pub fn created(conn: &mut AnyConnection, new: &NewJobRun) -> Result<i64, Error> {
+    job_run::insert(conn, new)
+}
+
+/// The planned fires of one scheduler pass, in one statement; their ids in order.
+///
+/// # Errors
+/// `Conflict` when a slot already has its run (the unique key); database errors.
+pub fn fires_created(conn: &mut AnyConnection, rows: &[NewJobRun]) -> Result<Vec<i64>, Error> {
+    job_run::insert_fires(conn, rows)
+}
+
+/// Takes a pending run for dispatch: one admin (and one task) wins.
+///
+/// # Errors
+/// Database errors.
+pub fn claimed(conn: &mut AnyConnection, run_id: i64, now_ms: i64) -> Result<bool, Error> {
+    job_run::claim(conn, run_id, now_ms)
+}
+
+/// A run in doubt that the agent at `address` turned out to hold: running there, once.
+///
+/// # Errors
+/// Database errors.
+pub fn adopted(
+    conn: &mut AnyConnection,
+    run_id: i64,
+    claimed_ms: i64,
+    address: &str,
+    instance: &str,
+    message: &str,
+) -> Result<bool, Error> {
+    job_run::adopt(conn, run_id, claimed_ms, address, instance, message)
+}
+
+/// A run in doubt that no agent holds: its claim is given up, so it can be sent again.
+///
+/// # Errors
+/// Database errors.
+pub fn released(conn: &mut AnyConnection, run_id: i64, claimed_ms: i64) -> Result<bool, Error> {
+    job_run::release_claim(conn, run_id, claimed_ms)
+}

@@ -1,0 +1,39 @@
+//! The state request handlers and workers share, passed explicitly (there is no global).
+//! A leaf: it names the parts' types and imports nothing that takes an `AppState`, so every
+//! layer may depend on it without closing a circle.
+
+use std::sync::Arc;
+
+use crate::alert::outbox::Alerts;
+use crate::auth::jwt::JwtKeys;
+use crate::auth::password::HashGate;
+use crate::auth::rate_limit::RateLimiter;
+use crate::clock::SharedClock;
+use crate::config::Config;
+use crate::db::Db;
+use crate::dispatch::client::AgentClient;
+use crate::dispatch::routing::Router;
+use crate::metrics::Metrics;
+use crate::scheduler::handle::SchedulerHandle;
+
+/// Everything request handlers and workers share. Passed explicitly; there is no global.
+#[derive(Debug)]
+pub struct AppState {
+    pub db: Db,
+    pub clock: SharedClock,
+    pub jwt: JwtKeys,
+    pub jwt_ttl_ms: i64,
+    /// The password-guessing limit of every surface that checks a password.
+    pub login_limiter: RateLimiter,
+    /// Bounds concurrent password hashing (memory and CPU).
+    pub password_gate: HashGate,
+    pub config: Arc<Config>,
+    /// The token agents must present, and that we present to them.
+    pub access_token: String,
+    pub agents: AgentClient,
+    pub scheduler: SchedulerHandle,
+    pub router: Arc<Router>,
+    pub metrics: Arc<Metrics>,
+    /// Alert delivery: the worker's wake-up, the webhook client, the SMTP mailer.
+    pub alerts: Alerts,
+}

@@ -19,6 +19,7 @@ pub mod rpc;
 pub mod scheduler;
 pub mod service;
 pub mod startup;
+#[cfg(any(test, feature = "test-support"))]
 #[doc(hidden)]
 pub mod testing;
 pub mod web;

@@ -80,13 +80,7 @@ async fn list(
     let base = q.link_keeping("/console/alerts", &["job_id", "status", "kind"]);
     let (chosen_kind, chosen_status) = (q.text("kind"), q.text("status"));
     Ok(AlertsPage {
-        pager: Pager::new(
-            &base,
-            paged.total,
-            paged.limit,
-            paged.offset,
-            paged.items.len(),
-        ),
+        pager: Pager::of(&base, &paged),
         events: paged
             .items
             .into_iter()

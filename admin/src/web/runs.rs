@@ -106,13 +106,7 @@ async fn list(
                     .picked(s.as_str() == chosen_status)
             })
             .collect(),
-        pager: Pager::new(
-            &base,
-            paged.total,
-            paged.limit,
-            paged.offset,
-            paged.items.len(),
-        ),
+        pager: Pager::of(&base, &paged),
         runs: paged
             .items
             .iter()

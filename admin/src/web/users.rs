@@ -115,13 +115,7 @@ async fn list(
             .map_or_else(|| format!("#{id}"), |g| g.label.clone())
     };
     Ok(UsersPage {
-        pager: Pager::new(
-            "/console/users",
-            users.total,
-            users.limit,
-            users.offset,
-            users.items.len(),
-        ),
+        pager: Pager::of("/console/users", &users),
         users: users
             .items
             .into_iter()

@@ -90,13 +90,7 @@ pub(super) async fn list(
             .iter()
             .map(|t| Opt::new(t.as_str(), t.as_str()).picked(t.as_str() == chosen_type))
             .collect(),
-        pager: Pager::new(
-            &base,
-            paged.total,
-            paged.limit,
-            paged.offset,
-            paged.items.len(),
-        ),
+        pager: Pager::of(&base, &paged),
         jobs: paged
             .items
             .iter()

@@ -5,11 +5,13 @@
 //! This module reads config sources and nothing else; the caller passes the environment in, so
 //! tests never touch the process environment.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
+
+use jobfleet_agent::settings::Layers;
+pub use jobfleet_agent::settings::{ConfigError, Source};
 
 use crate::db::DbUrl;
 use crate::domain::alert::SmtpTls;
@@ -154,34 +156,6 @@ const KEYS: &[(&str, Option<&str>, &str)] = &[
 /// Environment variables that are ours but not config keys.
 const OTHER_ENV: &[&str] = &["JOBFLEET_CONFIG", "JOBFLEET_ADMIN_PASSWORD"];
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Source {
-    Default,
-    File(PathBuf),
-    Env(String),
-    Flag(String),
-}
-
-impl fmt::Display for Source {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Source::Default => f.write_str("the default"),
-            Source::File(path) => write!(f, "config file {}", path.display()),
-            Source::Env(var) => write!(f, "environment variable {var}"),
-            Source::Flag(flag) => write!(f, "flag --{flag}"),
-        }
-    }
-}
-
-/// A configuration problem, naming the key and where its value came from.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("config key `{key}` ({origin}): {message}")]
-pub struct ConfigError {
-    pub key: String,
-    pub origin: String,
-    pub message: String,
-}
-
 /// What the process was given; `main` fills it from the real environment, tests by hand.
 #[derive(Debug, Default, Clone)]
 pub struct Sources {
@@ -300,68 +274,27 @@ impl fmt::Debug for SmtpConfig {
     }
 }
 
-type Raw = BTreeMap<&'static str, (String, Source)>;
-
-fn known_key(name: &str) -> Option<&'static str> {
-    KEYS.iter().map(|(k, _, _)| *k).find(|k| *k == name)
-}
-
-fn read_file(path: &Path, raw: &mut Raw) -> Result<(), ConfigError> {
-    let file_err = |message: String| ConfigError {
-        key: "config".into(),
-        origin: Source::File(path.to_owned()).to_string(),
-        message,
-    };
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| file_err(format!("cannot read the file: {e}")))?;
-    let table: toml::Table = text
-        .parse()
-        .map_err(|e: toml::de::Error| file_err(format!("not valid TOML: {e}")))?;
-    for (key, value) in table {
-        let Some(known) = known_key(&key) else {
-            return Err(ConfigError {
-                key,
-                origin: Source::File(path.to_owned()).to_string(),
-                message: format!(
-                    "unknown key; known keys are: {}",
-                    KEYS.iter()
-                        .map(|(k, _, _)| *k)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            });
-        };
-        let text = match value {
-            toml::Value::String(s) => s,
-            toml::Value::Integer(i) => i.to_string(),
-            toml::Value::Boolean(b) => b.to_string(),
-            other => {
-                return Err(ConfigError {
-                    key,
-                    origin: Source::File(path.to_owned()).to_string(),
-                    message: format!("expected a string or a number, found {}", other.type_str()),
-                });
-            }
-        };
-        raw.insert(known, (text, Source::File(path.to_owned())));
-    }
-    Ok(())
-}
-
 impl Config {
     /// Layers the sources and validates the result.
     ///
     /// # Errors
     /// The first invalid or unknown key, named with its source.
     pub fn load(sources: &Sources) -> Result<Config, ConfigError> {
-        let mut raw: Raw = BTreeMap::new();
-        for (key, default, _) in KEYS {
-            if let Some(value) = default {
-                raw.insert(key, ((*value).to_owned(), Source::Default));
-            }
-        }
+        let mut layers = Layers::new(KEYS.iter().map(|(key, default, _)| (*key, *default)));
         if let Some(path) = &sources.file {
-            read_file(path, &mut raw)?;
+            let unknown = format!(
+                "unknown key; known keys are: {}",
+                KEYS.iter()
+                    .map(|(k, _, _)| *k)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            layers.read_file(path, &unknown, |_, other| {
+                Err(format!(
+                    "expected a string or a number, found {}",
+                    other.type_str()
+                ))
+            })?;
         }
         let mut warnings = Vec::new();
         for (var, value) in &sources.env {
@@ -374,46 +307,20 @@ impl Config {
             {
                 continue;
             }
-            match known_key(&suffix.to_ascii_lowercase()) {
-                Some(key) => {
-                    raw.insert(key, (value.clone(), Source::Env(var.clone())));
-                }
-                None => warnings.push(format!("ignoring unknown environment variable {var}")),
+            if !layers.set_env(var, suffix, value) {
+                warnings.push(format!("ignoring unknown environment variable {var}"));
             }
         }
         for (flag, value) in &sources.flags {
-            let key = known_key(flag).ok_or_else(|| ConfigError {
-                key: flag.clone(),
-                origin: Source::Flag(flag.clone()).to_string(),
-                message: "unknown flag".into(),
-            })?;
-            raw.insert(key, (value.clone(), Source::Flag(flag.replace('_', "-"))));
+            layers.set_flag(flag, value.clone())?;
         }
-        Self::validate(&raw, warnings)
+        Self::validate(&layers, warnings)
     }
 
-    fn validate(raw: &Raw, warnings: Vec<String>) -> Result<Config, ConfigError> {
-        let fail = |key: &str, message: String| {
-            let source = raw
-                .get(key)
-                .map_or_else(|| Source::Default.to_string(), |(_, s)| s.to_string());
-            ConfigError {
-                key: key.to_owned(),
-                origin: source,
-                message,
-            }
-        };
-        let get = |key: &str| raw.get(key).map(|(v, _)| v.trim().to_owned());
-        let number = |key: &str, min: u64, max: u64| -> Result<u64, ConfigError> {
-            let text = get(key).unwrap_or_default();
-            let n: u64 = text
-                .parse()
-                .map_err(|_| fail(key, format!("`{text}` is not a whole number")))?;
-            if !(min..=max).contains(&n) {
-                return Err(fail(key, format!("{n} is out of range {min}..={max}")));
-            }
-            Ok(n)
-        };
+    fn validate(raw: &Layers, warnings: Vec<String>) -> Result<Config, ConfigError> {
+        let fail = |key: &str, message: String| raw.error(key, message);
+        let get = |key: &str| raw.get(key);
+        let number = |key: &str, min: u64, max: u64| raw.number(key, min, max);
 
         let listen_text = get("listen").unwrap_or_default();
         let listen: SocketAddr = listen_text.parse().map_err(|_| {
@@ -465,7 +372,7 @@ impl Config {
                 Some(url.trim_end_matches('/').to_owned())
             }
         };
-        let smtp = Self::smtp(raw, &fail)?;
+        let smtp = Self::smtp(raw)?;
         let log = get("log").unwrap_or_default();
         tracing_subscriber::EnvFilter::try_new(&log)
             .map_err(|e| fail("log", format!("not a valid tracing filter: {e}")))?;
@@ -474,8 +381,8 @@ impl Config {
             listen,
             database_url,
             database_url_is_default: raw
-                .get("database_url")
-                .is_none_or(|(_, s)| *s == Source::Default),
+                .source("database_url")
+                .is_none_or(|s| *s == Source::Default),
             jwt_secret,
             jwt_ttl: Duration::from_secs(number("jwt_ttl_s", 60, 30 * 24 * 3600)?),
             access_token,
@@ -539,15 +446,9 @@ impl Config {
     }
 
     /// The `smtp_*` keys: all or nothing around `smtp_host`.
-    fn smtp(
-        raw: &Raw,
-        fail: &dyn Fn(&str, String) -> ConfigError,
-    ) -> Result<Option<SmtpConfig>, ConfigError> {
-        let get = |key: &str| {
-            raw.get(key)
-                .map(|(v, _)| v.trim().to_owned())
-                .filter(|v| !v.is_empty())
-        };
+    fn smtp(raw: &Layers) -> Result<Option<SmtpConfig>, ConfigError> {
+        let fail = |key: &str, message: String| raw.error(key, message);
+        let get = |key: &str| raw.text(key);
         let tls: SmtpTls = get("smtp_tls")
             .unwrap_or_else(|| "starttls".into())
             .parse()
@@ -586,7 +487,7 @@ impl Config {
         from.parse::<lettre::message::Mailbox>()
             .map_err(|e| fail("smtp_from", format!("`{from}` is not a mailbox: {e}")))?;
         let username = get("smtp_username");
-        let password = raw.get("smtp_password").map(|(v, _)| v.clone());
+        let password = raw.raw("smtp_password").map(str::to_owned);
         if password.is_some() != username.is_some() {
             return Err(fail(
                 "smtp_password",
@@ -717,7 +618,8 @@ mod tests {
 
     #[test]
     fn the_example_file_in_deploy_parses() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/admin.example.toml");
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/admin.example.toml");
         let config = Config::load(&Sources {
             file: Some(path),
             ..Default::default()

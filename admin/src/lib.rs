@@ -21,6 +21,7 @@ pub mod scheduler;
 pub mod service;
 pub mod startup;
 pub mod state;
+#[cfg(any(test, feature = "test-support"))]
 #[doc(hidden)]
 pub mod testing;
 pub mod web;

@@ -1,12 +1,14 @@
 //! Agent configuration: defaults < TOML file (`--config`, `JOBFLEET_AGENT_CONFIG`) <
 //! `JOBFLEET_AGENT_*` environment < flags. Errors name the key and where its value came from.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
+
+pub use crate::settings::ConfigError;
+use crate::settings::{Layers, Source};
 
 #[derive(Debug, Parser, Default)]
 #[command(
@@ -76,14 +78,6 @@ pub const MAX_TOKEN_LEN: usize = 512;
 pub const MIN_LOG_BYTES: u64 = 64 * 1024;
 pub const MAX_LOG_BYTES: u64 = 64 * 1024 * 1024 * 1024;
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("config key `{key}` ({origin}): {message}")]
-pub struct ConfigError {
-    pub key: String,
-    pub origin: String,
-    pub message: String,
-}
-
 #[derive(Clone)]
 pub struct Config {
     pub admins: Vec<String>,
@@ -130,50 +124,43 @@ impl std::fmt::Debug for Config {
     }
 }
 
-type Raw = BTreeMap<&'static str, (String, String)>;
-
-fn known(name: &str) -> Option<&'static str> {
-    KEYS.iter().map(|(k, _)| *k).find(|k| *k == name)
-}
-
 impl Config {
     /// Layers the sources; `env` is the process environment (passed in so tests need not touch it).
     ///
     /// # Errors
     /// The first invalid or unknown key, named with its source.
     pub fn load(cli: &Cli, env: Vec<(String, String)>) -> Result<Config, ConfigError> {
-        let mut raw: Raw = BTreeMap::new();
-        for (key, default) in KEYS {
-            if let Some(v) = default {
-                raw.insert(key, ((*v).to_owned(), "the default".into()));
-            }
-        }
+        let mut layers = Layers::new(KEYS.iter().copied());
         let file = cli.config.clone().or_else(|| {
             env.iter()
                 .find(|(k, _)| k == "JOBFLEET_AGENT_CONFIG")
                 .map(|(_, v)| PathBuf::from(v))
         });
         if let Some(path) = &file {
-            read_file(path, &mut raw)?;
+            layers.read_file(path, "unknown key", |key, value| match value {
+                toml::Value::Array(items) if key == "admins" => Ok(items
+                    .iter()
+                    .map(|v| {
+                        v.as_str()
+                            .map(str::to_owned)
+                            .ok_or_else(|| "expected a list of URLs".to_owned())
+                    })
+                    .collect::<Result<Vec<_>, _>>()?
+                    .join(",")),
+                other => Err(format!("unexpected {}", other.type_str())),
+            })?;
         }
         for (var, value) in &env {
             let Some(suffix) = var.strip_prefix("JOBFLEET_AGENT_") else {
                 continue;
             };
-            if suffix == "CONFIG" {
-                continue;
-            }
-            match known(&suffix.to_ascii_lowercase()) {
-                Some(key) => {
-                    raw.insert(key, (value.clone(), format!("environment variable {var}")));
-                }
-                None => {
-                    return Err(ConfigError {
-                        key: suffix.to_ascii_lowercase(),
-                        origin: format!("environment variable {var}"),
-                        message: "unknown setting".into(),
-                    });
-                }
+            // A typo here would silently leave a setting at its default on every host.
+            if suffix != "CONFIG" && !layers.set_env(var, suffix, value) {
+                return Err(ConfigError {
+                    key: suffix.to_ascii_lowercase(),
+                    origin: Source::Env(var.clone()).to_string(),
+                    message: "unknown setting".into(),
+                });
             }
         }
         let flags = [
@@ -188,73 +175,17 @@ impl Config {
         ];
         for (key, value) in flags {
             if let Some(v) = value {
-                raw.insert(
-                    known(key).unwrap_or("log"),
-                    (v, format!("flag --{}", key.replace('_', "-"))),
-                );
+                layers.set_flag(key, v)?;
             }
         }
-        validate(&raw)
+        validate(&layers)
     }
 }
 
-fn read_file(path: &Path, raw: &mut Raw) -> Result<(), ConfigError> {
-    let origin = format!("config file {}", path.display());
-    let err = |key: &str, message: String| ConfigError {
-        key: key.to_owned(),
-        origin: origin.clone(),
-        message,
-    };
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| err("config", format!("cannot read the file: {e}")))?;
-    let table: toml::Table = text
-        .parse()
-        .map_err(|e: toml::de::Error| err("config", format!("not valid TOML: {e}")))?;
-    for (key, value) in table {
-        let k = known(&key).ok_or_else(|| err(&key, "unknown key".into()))?;
-        let text = match value {
-            toml::Value::String(s) => s,
-            toml::Value::Integer(i) => i.to_string(),
-            toml::Value::Boolean(b) => b.to_string(),
-            toml::Value::Array(items) if k == "admins" => items
-                .iter()
-                .map(|v| {
-                    v.as_str()
-                        .map(str::to_owned)
-                        .ok_or_else(|| err(&key, "expected a list of URLs".into()))
-                })
-                .collect::<Result<Vec<_>, _>>()?
-                .join(","),
-            other => return Err(err(&key, format!("unexpected {}", other.type_str()))),
-        };
-        raw.insert(k, (text, origin.clone()));
-    }
-    Ok(())
-}
-
-fn validate(raw: &Raw) -> Result<Config, ConfigError> {
-    let fail = |key: &str, message: String| ConfigError {
-        key: key.to_owned(),
-        origin: raw
-            .get(key)
-            .map_or_else(|| "the default".to_owned(), |(_, o)| o.clone()),
-        message,
-    };
-    let get = |key: &str| {
-        raw.get(key)
-            .map(|(v, _)| v.trim().to_owned())
-            .filter(|v| !v.is_empty())
-    };
-    let number = |key: &str, min: u64, max: u64| -> Result<u64, ConfigError> {
-        let text = get(key).unwrap_or_default();
-        let n: u64 = text
-            .parse()
-            .map_err(|_| fail(key, format!("`{text}` is not a whole number")))?;
-        if !(min..=max).contains(&n) {
-            return Err(fail(key, format!("{n} is out of range {min}..={max}")));
-        }
-        Ok(n)
-    };
+fn validate(raw: &Layers) -> Result<Config, ConfigError> {
+    let fail = |key: &str, message: String| raw.error(key, message);
+    let get = |key: &str| raw.text(key);
+    let number = |key: &str, min: u64, max: u64| raw.number(key, min, max);
     let url = |key: &str, text: &str| -> Result<String, ConfigError> {
         let ok = (text.starts_with("http://") || text.starts_with("https://"))
             && text.len() > 8
@@ -428,7 +359,8 @@ mod tests {
 
     #[test]
     fn the_example_file_in_deploy_parses() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/agent.example.toml");
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/agent.example.toml");
         let c = Config::load(
             &Cli {
                 config: Some(path),

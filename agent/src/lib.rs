@@ -1,7 +1,10 @@
 //! jobfleet agent. The `protocol` module is the admin ↔ agent wire protocol (serde only, used by
-//! both sides); everything else is the daemon, behind the default `daemon` feature.
+//! both sides); `settings` is the layered-config machinery both configs use (feature
+//! `settings`); everything else is the daemon, behind the default `daemon` feature.
 
 pub mod protocol;
+#[cfg(feature = "settings")]
+pub mod settings;
 
 #[cfg(feature = "daemon")]
 pub mod admin_client;

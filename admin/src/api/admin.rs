@@ -4,14 +4,13 @@ use actix_web::{HttpResponse, web};
 
 use super::PageQuery;
 use crate::auth::extract::ApiCaller;
-use crate::db::Page;
 use crate::error::{ApiResult, ErrorBody};
 use crate::service::agents::{AgentView, Decision};
 use crate::service::audit::{AuditQuery, AuditView};
 use crate::service::groups::{GroupInput, GroupUpdate, GroupView};
 use crate::service::tokens::{CreatedToken, NewTokenRequest, TokenView};
 use crate::service::users::{NewUserRequest, PasswordReset, UserUpdate, UserView};
-use crate::service::{self, Paged};
+use crate::service::{self, Page, Paged};
 use crate::state::AppState;
 
 /// List the executor groups you may see.

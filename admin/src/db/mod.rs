@@ -352,6 +352,11 @@ pub struct Page {
 
 impl Page {
     pub const MAX_LIMIT: i64 = 500;
+    /// The first page of the largest size: what a console `<select>` lists.
+    pub const LARGEST: Page = Page {
+        limit: Self::MAX_LIMIT,
+        offset: 0,
+    };
 
     pub fn new(limit: Option<i64>, offset: Option<i64>) -> Result<Self, Error> {
         let limit = limit.unwrap_or(50);

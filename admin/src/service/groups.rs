@@ -262,6 +262,14 @@ pub async fn list(state: &AppState, actor: &Actor, page: Page) -> Result<Paged<G
         .await
 }
 
+/// Every group the caller sees, up to the largest page (for pickers and name lookups).
+///
+/// # Errors
+/// Database errors.
+pub async fn all(state: &AppState, actor: &Actor) -> Result<Vec<GroupView>, Error> {
+    Ok(list(state, actor, Page::LARGEST).await?.items)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,6 +16,9 @@ pub mod users;
 
 use serde::Serialize;
 
+/// The page request every `list` takes; handlers build it here, never from `db`.
+pub use crate::db::Page;
+
 /// A page of results with the total the filter matches.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Paged<T> {

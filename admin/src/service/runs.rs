@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::auth::rbac::Actor;
-use crate::db::{Page, job_run};
+use crate::db::{Page, job, job_run};
 use crate::domain::policy::{RunStatus, TriggerKind};
 use crate::error::Error;
 use crate::service::Paged;
@@ -146,6 +146,28 @@ async fn visible_run(state: &AppState, actor: &Actor, id: i64) -> Result<job_run
     } else {
         Err(Error::NotFound("run"))
     }
+}
+
+/// The names of the jobs of runs the caller was shown. Taking views (which only this service
+/// hands out, after its visibility check) rather than bare ids keeps it from naming jobs of
+/// runs the caller never saw.
+///
+/// # Errors
+/// Database errors.
+pub async fn job_names<'a>(
+    state: &AppState,
+    runs: impl IntoIterator<Item = &'a RunView>,
+) -> Result<std::collections::HashMap<i64, String>, Error> {
+    let ids: Vec<i64> = runs.into_iter().map(|r| r.job_id).collect();
+    state
+        .db
+        .run(move |conn| {
+            Ok(job::by_ids(conn, &ids)?
+                .into_iter()
+                .map(|j| (j.id, j.name))
+                .collect())
+        })
+        .await
 }
 
 pub async fn get(state: &AppState, actor: &Actor, id: i64) -> Result<RunView, Error> {

@@ -6,11 +6,10 @@ use actix_web::http::header::{HeaderValue, RETRY_AFTER};
 use actix_web::{HttpRequest, web};
 use askama::Template;
 
-use super::forms::{ConsoleUser, CsrfForm};
+use super::forms::{ConsoleUser, CsrfForm, save_or_show_again};
 use super::i18n::Lang;
 use super::views::{Chrome, FormState};
 use super::{LANG_COOKIE, PageResult, render, see_other_with};
-use crate::db::Page;
 use crate::error::Error;
 use crate::service;
 use crate::service::users::OwnPasswordChange;
@@ -36,20 +35,12 @@ async fn page(
     let groups = if user.actor.is_admin() {
         user.chrome.t("account.all_groups").to_owned()
     } else {
-        service::groups::list(
-            state,
-            &user.actor,
-            Page {
-                limit: Page::MAX_LIMIT,
-                offset: 0,
-            },
-        )
-        .await?
-        .items
-        .into_iter()
-        .map(|g| g.app_name)
-        .collect::<Vec<_>>()
-        .join(", ")
+        service::groups::all(state, &user.actor)
+            .await?
+            .into_iter()
+            .map(|g| g.app_name)
+            .collect::<Vec<_>>()
+            .join(", ")
     };
     Ok(AccountPage {
         c: user.page("account"),
@@ -104,17 +95,6 @@ async fn change_password(
         new_password: fields.raw("new_password").to_owned(),
     };
     match service::users::change_own_password(&state, &user.actor, change).await {
-        // The session was opened before the change, so it ends with it: log in with the new one.
-        Ok(()) => Ok(see_other_with(
-            "/console/login",
-            user.chrome.t("flash.password_changed"),
-        )),
-        Err(e @ Error::Invalid { .. }) => {
-            let mut f = FormState::default();
-            f.fail(&e, FIELDS);
-            let page = page(&req, &state, &user, f).await?;
-            render(e.code().status(), &page)
-        }
         // Wrong current passwords are limited like logins: the page says so, with Retry-After.
         Err(e @ (Error::RateLimited { .. } | Error::Overloaded { .. })) => {
             let mut f = FormState::default();
@@ -135,7 +115,26 @@ async fn change_password(
             }
             Ok(res)
         }
-        Err(e) => Err(e.into()),
+        result => {
+            save_or_show_again(
+                result,
+                // The session was opened before the change, so it ends with it: log in with the new one.
+                async |()| {
+                    Ok(see_other_with(
+                        "/console/login",
+                        user.chrome.t("flash.password_changed"),
+                    ))
+                },
+                // Passwords are never sent back: the form comes back empty, the error beside its field.
+                async |e| {
+                    let mut f = FormState::default();
+                    f.fail(&e, FIELDS);
+                    let page = page(&req, &state, &user, f).await?;
+                    render(e.code().status(), &page)
+                },
+            )
+            .await
+        }
     }
 }
 

@@ -6,7 +6,9 @@ use actix_web::{HttpRequest, web};
 use askama::Template;
 use askama_web::WebTemplate;
 
-use super::forms::{ConsoleUser, CsrfForm, Fields, belongs_in_form, listed};
+use super::forms::{
+    ConsoleUser, CsrfForm, Fields, heading_and_action, listed, refilled, save_or_show_again,
+};
 use super::views::{Chrome, FormState, Opt, Pager, when};
 use super::{PageResult, render, see_other_with};
 use crate::domain::alert::{AlertKind, ChannelInput, EventStatus, WebhookFormat};
@@ -78,13 +80,7 @@ async fn list(
     let base = q.link_keeping("/console/alerts", &["job_id", "status", "kind"]);
     let (chosen_kind, chosen_status) = (q.text("kind"), q.text("status"));
     Ok(AlertsPage {
-        pager: Pager::new(
-            &base,
-            paged.total,
-            paged.limit,
-            paged.offset,
-            paged.items.len(),
-        ),
+        pager: Pager::of(&base, &paged),
         events: paged
             .items
             .into_iter()
@@ -157,26 +153,19 @@ fn input_of(f: &Fields) -> ChannelInput {
     }
 }
 
-fn failed(
-    user: &ConsoleUser,
-    fields: &Fields,
-    err: &Error,
-    heading: String,
-    action: String,
-    editing: bool,
-) -> PageResult {
-    // Secrets are never sent back to the browser.
-    let mut f = FormState::from_pairs(
-        fields
-            .0
-            .iter()
-            .filter(|(k, _)| k != "csrf" && k != "secret")
-            .cloned(),
-    );
-    f.fail(err, FORM_FIELDS);
+fn saved(user: &ConsoleUser) -> actix_web::HttpResponse {
+    see_other_with("/console/alerts", user.chrome.t("flash.saved"))
+}
+
+/// The form again, as sent but for the secret, with `err` beside its field;
+/// `id` is the one being edited (none: a new one).
+fn again(user: &ConsoleUser, fields: &Fields, err: &Error, id: Option<i64>) -> PageResult {
+    let (heading, action) =
+        heading_and_action(&user.chrome, "alerts.new_channel", "/console/alerts", id);
+    let f = refilled(fields, &["secret"], err, FORM_FIELDS);
     render(
         err.code().status(),
-        &page(user, heading, action, editing, f),
+        &page(user, heading, action, id.is_some(), f),
     )
 }
 
@@ -206,21 +195,12 @@ async fn create(state: web::Data<AppState>, form: CsrfForm) -> PageResult {
         Ok(spec) => service::alerts::create_channel(&state, &user.actor, &proof, spec).await,
         Err(e) => Err(e),
     };
-    match result {
-        Ok(_) => Ok(see_other_with(
-            "/console/alerts",
-            user.chrome.t("flash.saved"),
-        )),
-        Err(e) if belongs_in_form(&e) => failed(
-            &user,
-            &fields,
-            &e,
-            user.chrome.t("alerts.new_channel").into(),
-            "/console/alerts".into(),
-            false,
-        ),
-        Err(e) => Err(e.into()),
-    }
+    save_or_show_again(
+        result,
+        async |_| Ok(saved(&user)),
+        async |e| again(&user, &fields, &e, None),
+    )
+    .await
 }
 
 async fn edit(state: web::Data<AppState>, user: ConsoleUser, id: web::Path<i64>) -> PageResult {
@@ -254,24 +234,12 @@ async fn update(state: web::Data<AppState>, form: CsrfForm, id: web::Path<i64>) 
         Ok(spec) => service::alerts::update_channel(&state, &user.actor, &proof, id, spec).await,
         Err(e) => Err(e),
     };
-    match result {
-        Ok(_) => Ok(see_other_with(
-            "/console/alerts",
-            user.chrome.t("flash.saved"),
-        )),
-        Err(e) if belongs_in_form(&e) => {
-            let heading = format!("{} #{id}", user.chrome.t("action.edit"));
-            failed(
-                &user,
-                &fields,
-                &e,
-                heading,
-                format!("/console/alerts/{id}"),
-                true,
-            )
-        }
-        Err(e) => Err(e.into()),
-    }
+    save_or_show_again(
+        result,
+        async |_| Ok(saved(&user)),
+        async |e| again(&user, &fields, &e, Some(id)),
+    )
+    .await
 }
 
 async fn delete(state: web::Data<AppState>, form: CsrfForm, id: web::Path<i64>) -> PageResult {

@@ -135,13 +135,7 @@ async fn list(
         object_id: q.text("object_id"),
         from: q.text("from"),
         to: q.text("to"),
-        pager: Pager::new(
-            &base,
-            paged.total,
-            paged.limit,
-            paged.offset,
-            paged.items.len(),
-        ),
+        pager: Pager::of(&base, &paged),
         entries: paged
             .items
             .into_iter()

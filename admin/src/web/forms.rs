@@ -10,8 +10,8 @@ use actix_web::dev::Payload;
 use actix_web::{FromRequest, HttpMessage, HttpRequest, web};
 
 use super::i18n::lang_of;
-use super::views::Chrome;
-use super::{FLASH_COOKIE, PageError, SESSION_COOKIE};
+use super::views::{Chrome, FormState};
+use super::{FLASH_COOKIE, PageError, PageResult, SESSION_COOKIE};
 use crate::auth::csrf;
 use crate::auth::rbac::Actor;
 use crate::error::{Code, Error};
@@ -151,8 +151,56 @@ pub fn listed<T>(result: Result<Paged<T>, Error>) -> Result<(Paged<T>, String), 
 
 /// Whether an error is the user's to fix in the form (shown beside the field, input kept)
 /// rather than a page of its own.
-pub fn belongs_in_form(err: &Error) -> bool {
+fn belongs_in_form(err: &Error) -> bool {
     matches!(err, Error::Invalid { .. } | Error::Conflict { .. })
+}
+
+/// How every console form POST ends: once saved, `saved` answers (mostly a redirect with a
+/// flash); an error the user can fix shows the form `again`; any other error is a page of its own.
+///
+/// # Errors
+/// Errors that do not belong in the form, and those of `saved` and `again`.
+pub async fn save_or_show_again<T>(
+    result: Result<T, Error>,
+    saved: impl AsyncFnOnce(T) -> PageResult,
+    again: impl AsyncFnOnce(Error) -> PageResult,
+) -> PageResult {
+    match result {
+        Ok(value) => saved(value).await,
+        Err(e) if belongs_in_form(&e) => again(e).await,
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The heading and the action of a form under `base` that creates an object (`id` none;
+/// headed by the text `new`) or edits object `id`.
+pub fn heading_and_action(
+    chrome: &Chrome,
+    new: &'static str,
+    base: &str,
+    id: Option<i64>,
+) -> (String, String) {
+    match id {
+        None => (chrome.t(new).to_owned(), base.to_owned()),
+        Some(id) => (
+            format!("{} #{id}", chrome.t("action.edit")),
+            format!("{base}/{id}"),
+        ),
+    }
+}
+
+/// The form as it was sent, with `err` beside its field when the form `shows` it. The CSRF
+/// token and the `withheld` fields (passwords, secrets) are never sent back to the browser.
+pub fn refilled(fields: &Fields, withheld: &[&str], err: &Error, shows: &[&str]) -> FormState {
+    let mut f = FormState::from_pairs(
+        fields
+            .0
+            .iter()
+            .filter(|(k, _)| k != "csrf" && !withheld.contains(&k.as_str()))
+            .cloned(),
+    );
+    f.fail(err, shows);
+    f
 }
 
 /// The logged-in user of a console request.

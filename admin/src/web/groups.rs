@@ -6,10 +6,11 @@ use actix_web::web;
 use askama::Template;
 use askama_web::WebTemplate;
 
-use super::forms::{ConsoleUser, CsrfForm, Fields, belongs_in_form};
+use super::forms::{
+    ConsoleUser, CsrfForm, Fields, heading_and_action, refilled, save_or_show_again,
+};
 use super::views::{Chrome, FormState, when};
 use super::{PageResult, render, see_other_with};
-use crate::db::Page;
 use crate::domain::policy::AddressMode;
 use crate::error::Error;
 use crate::service;
@@ -81,16 +82,7 @@ pub struct AgentsPage {
 }
 
 async fn list(state: web::Data<AppState>, user: ConsoleUser) -> PageResult<GroupsPage> {
-    let groups = service::groups::list(
-        &state,
-        &user.actor,
-        Page {
-            limit: Page::MAX_LIMIT,
-            offset: 0,
-        },
-    )
-    .await?
-    .items;
+    let groups = service::groups::all(&state, &user.actor).await?;
     let agents = service::agents::list(&state, &user.actor).await?;
     Ok(GroupsPage {
         groups: groups
@@ -171,19 +163,18 @@ fn mode_and_addresses(f: &Fields) -> Result<(Option<AddressMode>, Option<Vec<Str
     Ok((mode, Some(addresses)))
 }
 
-fn failed(
-    user: &ConsoleUser,
-    fields: &Fields,
-    err: &Error,
-    heading: String,
-    action: String,
-    editing: bool,
-) -> PageResult {
-    let mut f = FormState::from_pairs(fields.0.iter().filter(|(k, _)| k != "csrf").cloned());
-    f.fail(err, FORM_FIELDS);
+fn saved(user: &ConsoleUser) -> actix_web::HttpResponse {
+    see_other_with("/console/groups", user.chrome.t("flash.saved"))
+}
+
+/// The form again, as sent, with `err` beside its field;
+/// `id` is the one being edited (none: a new one).
+fn again(user: &ConsoleUser, fields: &Fields, err: &Error, id: Option<i64>) -> PageResult {
+    let (heading, action) = heading_and_action(&user.chrome, "groups.new", "/console/groups", id);
+    let f = refilled(fields, &[], err, FORM_FIELDS);
     render(
         err.code().status(),
-        &page(user, heading, action, editing, f),
+        &page(user, heading, action, id.is_some(), f),
     )
 }
 
@@ -203,21 +194,12 @@ async fn create(state: web::Data<AppState>, form: CsrfForm) -> PageResult {
         }
         Err(e) => Err(e),
     };
-    match result {
-        Ok(_) => Ok(see_other_with(
-            "/console/groups",
-            user.chrome.t("flash.saved"),
-        )),
-        Err(e) if belongs_in_form(&e) => failed(
-            &user,
-            &fields,
-            &e,
-            user.chrome.t("groups.new").into(),
-            "/console/groups".into(),
-            false,
-        ),
-        Err(e) => Err(e.into()),
-    }
+    save_or_show_again(
+        result,
+        async |_| Ok(saved(&user)),
+        async |e| again(&user, &fields, &e, None),
+    )
+    .await
 }
 
 async fn edit(state: web::Data<AppState>, user: ConsoleUser, id: web::Path<i64>) -> PageResult {
@@ -252,24 +234,12 @@ async fn update(state: web::Data<AppState>, form: CsrfForm, id: web::Path<i64>) 
         }
         Err(e) => Err(e),
     };
-    match result {
-        Ok(_) => Ok(see_other_with(
-            "/console/groups",
-            user.chrome.t("flash.saved"),
-        )),
-        Err(e) if belongs_in_form(&e) => {
-            let heading = format!("{} #{id}", user.chrome.t("action.edit"));
-            failed(
-                &user,
-                &fields,
-                &e,
-                heading,
-                format!("/console/groups/{id}"),
-                true,
-            )
-        }
-        Err(e) => Err(e.into()),
-    }
+    save_or_show_again(
+        result,
+        async |_| Ok(saved(&user)),
+        async |e| again(&user, &fields, &e, Some(id)),
+    )
+    .await
 }
 
 async fn delete(state: web::Data<AppState>, form: CsrfForm, id: web::Path<i64>) -> PageResult {
@@ -322,13 +292,13 @@ async fn agents(state: web::Data<AppState>, user: ConsoleUser) -> PageResult<Age
         &user.actor,
         RunQuery {
             status: Some("running".into()),
-            limit: Some(Page::MAX_LIMIT),
+            limit: Some(service::Page::MAX_LIMIT),
             ..RunQuery::default()
         },
     )
     .await?
     .items;
-    let names = super::runs::job_names(&state, running.iter().map(|r| r.job_id).collect()).await?;
+    let names = service::runs::job_names(&state, &running).await?;
     Ok(AgentsPage {
         agents: agents
             .into_iter()

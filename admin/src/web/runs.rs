@@ -9,7 +9,6 @@ use serde::Serialize;
 use super::forms::{ConsoleUser, CsrfForm, Fields, listed};
 use super::views::{Chrome, Opt, Pager, RunRow, duration, status_label, when};
 use super::{PageError, PageResult, see_other_with};
-use crate::db::Page;
 use crate::domain::policy::RunStatus;
 use crate::error::Error;
 use crate::service;
@@ -58,37 +57,13 @@ pub struct RunPage {
     pub is_final: bool,
 }
 
-pub(super) async fn job_names(
-    state: &AppState,
-    ids: Vec<i64>,
-) -> Result<std::collections::HashMap<i64, String>, Error> {
-    state
-        .db
-        .run(move |conn| {
-            Ok(crate::db::job::by_ids(conn, &ids)?
-                .into_iter()
-                .map(|j| (j.id, j.name))
-                .collect())
-        })
-        .await
-}
-
 async fn list(
     req: HttpRequest,
     state: web::Data<AppState>,
     user: ConsoleUser,
 ) -> PageResult<RunsPage> {
     let q = Fields::of_query(&req);
-    let groups = service::groups::list(
-        &state,
-        &user.actor,
-        Page {
-            limit: Page::MAX_LIMIT,
-            offset: 0,
-        },
-    )
-    .await?
-    .items;
+    let groups = service::groups::all(&state, &user.actor).await?;
     let query = (|| -> Result<RunQuery, Error> {
         Ok(RunQuery {
             job_id: q.number("job_id", "job_id")?,
@@ -105,7 +80,7 @@ async fn list(
         Err(e) => Err(e),
     };
     let (paged, error) = listed(result)?;
-    let names = job_names(&state, paged.items.iter().map(|r| r.job_id).collect()).await?;
+    let names = service::runs::job_names(&state, &paged.items).await?;
     let c = user.page("runs");
     let base = q.link_keeping(
         "/console/runs",
@@ -128,13 +103,7 @@ async fn list(
             .iter()
             .map(|s| Opt::new(s.as_str(), status_label(&c, *s)).picked(s.as_str() == chosen_status))
             .collect(),
-        pager: Pager::new(
-            &base,
-            paged.total,
-            paged.limit,
-            paged.offset,
-            paged.items.len(),
-        ),
+        pager: Pager::of(&base, &paged),
         runs: paged
             .items
             .iter()
@@ -169,7 +138,7 @@ async fn show(
         })
         .collect();
     chain.sort_by_key(|l| l.id);
-    let names = job_names(&state, vec![run.job_id]).await?;
+    let names = service::runs::job_names(&state, [&run]).await?;
     let c = user.page("runs");
     let u = &run.usage;
     let mut usage = Vec::new();

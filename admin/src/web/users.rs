@@ -6,15 +6,16 @@ use actix_web::{HttpRequest, web};
 use askama::Template;
 use askama_web::WebTemplate;
 
-use super::forms::{ConsoleUser, CsrfForm, Fields, belongs_in_form};
+use super::forms::{
+    ConsoleUser, CsrfForm, Fields, heading_and_action, refilled, save_or_show_again,
+};
 use super::views::{Chrome, FormState, Opt, Pager, when};
 use super::{PageResult, render, see_other_with};
-use crate::db::Page;
 use crate::domain::role::Role;
 use crate::error::Error;
 use crate::service;
 use crate::service::tokens::NewTokenRequest;
-use crate::service::users::{NewUserRequest, PasswordReset, UserUpdate};
+use crate::service::users::{NewUserRequest, PasswordReset, UserUpdate, UserView};
 use crate::state::AppState;
 
 const USER_FIELDS: &[&str] = &["username", "password", "role", "groups", "reset.password"];
@@ -90,19 +91,11 @@ fn role_opts(c: &Chrome, up_to: Role) -> Vec<Opt> {
 }
 
 async fn group_opts(state: &AppState, user: &ConsoleUser) -> Result<Vec<Opt>, Error> {
-    Ok(service::groups::list(
-        state,
-        &user.actor,
-        Page {
-            limit: Page::MAX_LIMIT,
-            offset: 0,
-        },
-    )
-    .await?
-    .items
-    .into_iter()
-    .map(|g| Opt::new(g.id.to_string(), format!("{} ({})", g.title, g.app_name)))
-    .collect())
+    Ok(service::groups::all(state, &user.actor)
+        .await?
+        .into_iter()
+        .map(|g| Opt::new(g.id.to_string(), format!("{} ({})", g.title, g.app_name)))
+        .collect())
 }
 
 async fn list(
@@ -112,7 +105,7 @@ async fn list(
 ) -> PageResult<UsersPage> {
     let proof = user.actor.require_admin()?;
     let q = Fields::of_query(&req);
-    let page = Page::new(Some(50), q.number("offset", "offset")?)?;
+    let page = service::Page::new(Some(50), q.number("offset", "offset")?)?;
     let users = service::users::list(&state, &proof, page).await?;
     let groups = group_opts(&state, &user).await?;
     let name_of = |id: &i64| {
@@ -122,13 +115,7 @@ async fn list(
             .map_or_else(|| format!("#{id}"), |g| g.label.clone())
     };
     Ok(UsersPage {
-        pager: Pager::new(
-            "/console/users",
-            users.total,
-            users.limit,
-            users.offset,
-            users.items.len(),
-        ),
+        pager: Pager::of("/console/users", &users),
         users: users
             .items
             .into_iter()
@@ -183,26 +170,23 @@ fn role_of(f: &Fields) -> Result<Role, Error> {
         .ok_or_else(|| Error::invalid("role", "choose a role"))
 }
 
-async fn form_failed(
+/// The form again, as sent but for the password, with `err` beside its field; `id` is the
+/// user being edited (none: a new one).
+async fn again(
     state: &AppState,
     user: &ConsoleUser,
     fields: &Fields,
     err: &Error,
-    heading: String,
-    action: String,
-    editing: bool,
+    id: Option<i64>,
 ) -> PageResult {
-    // Passwords are never sent back to the browser.
-    let mut f = FormState::from_pairs(
-        fields
-            .0
-            .iter()
-            .filter(|(k, _)| k != "csrf" && k != "password")
-            .cloned(),
-    );
-    f.fail(err, USER_FIELDS);
-    let page = form_page(state, user, heading, action, editing, f).await?;
+    let (heading, action) = heading_and_action(&user.chrome, "users.new", "/console/users", id);
+    let f = refilled(fields, &["password"], err, USER_FIELDS);
+    let page = form_page(state, user, heading, action, id.is_some(), f).await?;
     render(err.code().status(), &page)
+}
+
+fn saved(user: &ConsoleUser, id: i64, flash: &'static str) -> actix_web::HttpResponse {
+    see_other_with(&format!("/console/users/{id}/edit"), user.chrome.t(flash))
 }
 
 async fn create(state: web::Data<AppState>, form: CsrfForm) -> PageResult {
@@ -220,36 +204,28 @@ async fn create(state: web::Data<AppState>, form: CsrfForm) -> PageResult {
         }
         (Err(e), _) | (_, Err(e)) => Err(e),
     };
-    match result {
-        Ok(created) => Ok(see_other_with(
-            &format!("/console/users/{}/edit", created.id),
-            user.chrome.t("flash.saved"),
-        )),
-        Err(e) if belongs_in_form(&e) => {
-            form_failed(
-                &state,
-                &user,
-                &fields,
-                &e,
-                user.chrome.t("users.new").into(),
-                "/console/users".into(),
-                false,
-            )
-            .await
-        }
-        Err(e) => Err(e.into()),
-    }
+    save_or_show_again(
+        result,
+        async |created| Ok(saved(&user, created.id, "flash.saved")),
+        async |e| again(&state, &user, &fields, &e, None).await,
+    )
+    .await
 }
 
-async fn edit(state: web::Data<AppState>, user: ConsoleUser, id: web::Path<i64>) -> PageResult {
-    user.actor.require_admin()?;
-    let u = service::users::get(&state, &user.actor, *id).await?;
+/// The form's values for an existing user.
+fn form_of(u: &UserView) -> FormState {
     let mut pairs = vec![
         ("username", u.username.clone()),
         ("role", u.role.to_string()),
         ("disabled", u.disabled.to_string()),
     ];
     pairs.extend(u.groups.iter().map(|g| ("groups", g.to_string())));
+    FormState::from_pairs(pairs)
+}
+
+async fn edit(state: web::Data<AppState>, user: ConsoleUser, id: web::Path<i64>) -> PageResult {
+    user.actor.require_admin()?;
+    let u = service::users::get(&state, &user.actor, *id).await?;
     let heading = format!("{} {}", user.chrome.t("action.edit"), u.username);
     let page = form_page(
         &state,
@@ -257,7 +233,7 @@ async fn edit(state: web::Data<AppState>, user: ConsoleUser, id: web::Path<i64>)
         heading,
         format!("/console/users/{}", u.id),
         true,
-        FormState::from_pairs(pairs),
+        form_of(&u),
     )
     .await?;
     render(StatusCode::OK, &page)
@@ -278,26 +254,12 @@ async fn update(state: web::Data<AppState>, form: CsrfForm, id: web::Path<i64>) 
         }
         (Err(e), _) | (_, Err(e)) => Err(e),
     };
-    match result {
-        Ok(_) => Ok(see_other_with(
-            &format!("/console/users/{id}/edit"),
-            user.chrome.t("flash.saved"),
-        )),
-        Err(e) if belongs_in_form(&e) => {
-            let heading = format!("{} #{id}", user.chrome.t("action.edit"));
-            form_failed(
-                &state,
-                &user,
-                &fields,
-                &e,
-                heading,
-                format!("/console/users/{id}"),
-                true,
-            )
-            .await
-        }
-        Err(e) => Err(e.into()),
-    }
+    save_or_show_again(
+        result,
+        async |_| Ok(saved(&user, id, "flash.saved")),
+        async |e| again(&state, &user, &fields, &e, Some(id)).await,
+    )
+    .await
 }
 
 async fn reset_password(
@@ -311,25 +273,23 @@ async fn reset_password(
     let reset = PasswordReset {
         password: fields.raw("password").to_owned(),
     };
-    match service::users::reset_password(&state, &user.actor, &proof, id, reset).await {
-        Ok(()) => Ok(see_other_with(
-            &format!("/console/users/{id}/edit"),
-            user.chrome.t("flash.password_reset"),
-        )),
-        Err(Error::Invalid { code, message, .. }) => {
-            let u = service::users::get(&state, &user.actor, id).await?;
-            let mut pairs = vec![
-                ("username", u.username.clone()),
-                ("role", u.role.to_string()),
-                ("disabled", u.disabled.to_string()),
-            ];
-            pairs.extend(u.groups.iter().map(|g| ("groups", g.to_string())));
-            let mut f = FormState::from_pairs(pairs);
-            let err = Error::Invalid {
-                code,
-                field: Some("reset.password".into()),
-                message,
+    let result = service::users::reset_password(&state, &user.actor, &proof, id, reset).await;
+    save_or_show_again(
+        result,
+        async |()| Ok(saved(&user, id, "flash.password_reset")),
+        async |err| {
+            // The policy names `password`; on this page that is the reset box, and the rest of
+            // the form shows the user as stored.
+            let err = match err {
+                Error::Invalid { code, message, .. } => Error::Invalid {
+                    code,
+                    field: Some("reset.password".into()),
+                    message,
+                },
+                other => other,
             };
+            let u = service::users::get(&state, &user.actor, id).await?;
+            let mut f = form_of(&u);
             f.fail(&err, USER_FIELDS);
             let heading = format!("{} {}", user.chrome.t("action.edit"), u.username);
             let page = form_page(
@@ -342,9 +302,9 @@ async fn reset_password(
             )
             .await?;
             render(err.code().status(), &page)
-        }
-        Err(e) => Err(e.into()),
-    }
+        },
+    )
+    .await
 }
 
 async fn tokens_page(
@@ -356,19 +316,12 @@ async fn tokens_page(
     let tokens = service::tokens::list(state, &user.actor).await?;
     let owners: std::collections::HashMap<i64, String> = if user.actor.is_admin() {
         let proof = user.actor.require_admin()?;
-        service::users::list(
-            state,
-            &proof,
-            Page {
-                limit: Page::MAX_LIMIT,
-                offset: 0,
-            },
-        )
-        .await?
-        .items
-        .into_iter()
-        .map(|u| (u.id, u.username))
-        .collect()
+        service::users::list(state, &proof, service::Page::LARGEST)
+            .await?
+            .items
+            .into_iter()
+            .map(|u| (u.id, u.username))
+            .collect()
     } else {
         user.actor
             .user_id
@@ -423,22 +376,21 @@ async fn create_token(state: web::Data<AppState>, form: CsrfForm) -> PageResult 
         Ok(request) => service::tokens::create(&state, &user.actor, request).await,
         Err(e) => Err(e),
     };
-    match result {
+    save_or_show_again(
+        result,
         // The secret goes straight into this response and nowhere else: no redirect, no cookie.
-        Ok(created) => {
+        async |created| {
             let f = FormState::from_pairs([("role", user.actor.role.as_str())]);
             let page = tokens_page(&state, &user, created.token, f).await?;
             render(StatusCode::OK, &page)
-        }
-        Err(e) if belongs_in_form(&e) => {
-            let mut f =
-                FormState::from_pairs(fields.0.iter().filter(|(k, _)| k != "csrf").cloned());
-            f.fail(&e, TOKEN_FIELDS);
+        },
+        async |e| {
+            let f = refilled(&fields, &[], &e, TOKEN_FIELDS);
             let page = tokens_page(&state, &user, String::new(), f).await?;
             render(e.code().status(), &page)
-        }
-        Err(e) => Err(e.into()),
-    }
+        },
+    )
+    .await
 }
 
 async fn revoke_token(

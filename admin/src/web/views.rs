@@ -196,6 +196,11 @@ pub struct Pager {
 }
 
 impl Pager {
+    /// The links of a listed page of results; `base` as for [`Pager::new`].
+    pub fn of<T>(base: &str, page: &crate::service::Paged<T>) -> Self {
+        Self::new(base, page.total, page.limit, page.offset, page.items.len())
+    }
+
     /// `base` is the page's path with its filters, without `offset`.
     pub fn new(base: &str, total: i64, limit: i64, offset: i64, shown: usize) -> Self {
         let sep = if base.contains('?') { '&' } else { '?' };

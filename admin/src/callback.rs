@@ -2,32 +2,35 @@
 //! already-finished run is acknowledged and changes nothing, so agents can resend freely. A
 //! stored result creates its follow-ups (retry, child jobs) in the same transaction.
 
-use jobfleet_agent::protocol::{CODE_OK, CODE_TIMEOUT, HandleCallbackParam};
+use jobfleet_agent::protocol::{HandleCallbackParam, RunOutcome};
 
 use std::collections::HashMap;
 
-use jobfleet_agent::protocol::NOT_STARTED;
-
 use crate::db::job_run::{self, RunResult};
+use crate::domain::policy::RunStatus;
 use crate::error::Error;
 use crate::scheduler::followup;
 use crate::service::agents;
 use crate::startup::AppState;
 
 /// The run status a callback means. jobfleet agents say it; XXL-Job executors only give a code.
-fn status_of(cb: &HandleCallbackParam) -> &'static str {
-    match cb.status.as_deref() {
-        Some("succeeded") => "succeeded",
-        Some("timed_out") => "timed_out",
-        Some("killed") => "killed",
+fn status_of(cb: &HandleCallbackParam) -> RunStatus {
+    let outcome = cb
+        .status
+        .clone()
+        .unwrap_or_else(|| RunOutcome::of_handle_code(cb.handle_code));
+    match outcome {
+        RunOutcome::Succeeded => RunStatus::Succeeded,
+        RunOutcome::TimedOut => RunStatus::TimedOut,
+        RunOutcome::Killed => RunStatus::Killed,
         // The agent died while the run was going (it says so after its restart).
-        Some("lost") => "lost",
-        Some(_) => "failed",
-        None => match cb.handle_code {
-            CODE_OK => "succeeded",
-            CODE_TIMEOUT => "timed_out",
-            _ => "failed",
-        },
+        RunOutcome::Lost => RunStatus::Lost,
+        // `accept` puts a `not_started` run back to pending before it gets here.
+        RunOutcome::Failed
+        | RunOutcome::OomKilled
+        | RunOutcome::Rejected
+        | RunOutcome::NotStarted
+        | RunOutcome::Other(_) => RunStatus::Failed,
     }
 }
 
@@ -35,7 +38,7 @@ fn result_of(cb: &HandleCallbackParam) -> RunResult {
     let usage = cb.usage.as_ref();
     let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
     RunResult {
-        status: status_of(cb).to_owned(),
+        status: status_of(cb).as_str().to_owned(),
         started_ms: cb.started_ms,
         finished_ms: Some(cb.finished_ms.unwrap_or(cb.log_date_tim)),
         handle_code: Some(cb.handle_code),
@@ -49,7 +52,7 @@ fn result_of(cb: &HandleCallbackParam) -> RunResult {
         max_rss_kb: usage.map(|u| clamp(u.max_rss_kb)),
         oom_killed: usage
             .map(|u| u.oom_killed)
-            .or(Some(cb.status.as_deref() == Some("oom_killed"))),
+            .or(Some(cb.status == Some(RunOutcome::OomKilled))),
         limits_mode: cb.limits_mode.clone(),
     }
 }
@@ -100,7 +103,7 @@ pub async fn accept(
                         continue;
                     }
                 }
-                if cb.status.as_deref() == Some(NOT_STARTED) {
+                if cb.status == Some(RunOutcome::NotStarted) {
                     // Accepted, queued and never started on an agent that then died: it cannot
                     // have run, so it goes out again as the same run, without using a retry.
                     let why = format!(

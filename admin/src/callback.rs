@@ -3,11 +3,9 @@
 //! stored result creates its follow-ups (retry, child jobs) in the same transaction, through
 //! the run lifecycle.
 
-use jobfleet_agent::protocol::{CODE_OK, CODE_TIMEOUT, HandleCallbackParam};
+use jobfleet_agent::protocol::{HandleCallbackParam, RunOutcome};
 
 use std::collections::HashMap;
-
-use jobfleet_agent::protocol::NOT_STARTED;
 
 use crate::db::job_run::{self, RunResult};
 use crate::domain::policy::RunStatus;
@@ -18,18 +16,22 @@ use crate::state::AppState;
 
 /// The run status a callback means. jobfleet agents say it; XXL-Job executors only give a code.
 fn status_of(cb: &HandleCallbackParam) -> RunStatus {
-    match cb.status.as_deref() {
-        Some("succeeded") => RunStatus::Succeeded,
-        Some("timed_out") => RunStatus::TimedOut,
-        Some("killed") => RunStatus::Killed,
+    let outcome = cb
+        .status
+        .clone()
+        .unwrap_or_else(|| RunOutcome::of_handle_code(cb.handle_code));
+    match outcome {
+        RunOutcome::Succeeded => RunStatus::Succeeded,
+        RunOutcome::TimedOut => RunStatus::TimedOut,
+        RunOutcome::Killed => RunStatus::Killed,
         // The agent died while the run was going (it says so after its restart).
-        Some("lost") => RunStatus::Lost,
-        Some(_) => RunStatus::Failed,
-        None => match cb.handle_code {
-            CODE_OK => RunStatus::Succeeded,
-            CODE_TIMEOUT => RunStatus::TimedOut,
-            _ => RunStatus::Failed,
-        },
+        RunOutcome::Lost => RunStatus::Lost,
+        // `accept` puts a `not_started` run back to pending before it gets here.
+        RunOutcome::Failed
+        | RunOutcome::OomKilled
+        | RunOutcome::Rejected
+        | RunOutcome::NotStarted
+        | RunOutcome::Other(_) => RunStatus::Failed,
     }
 }
 
@@ -51,7 +53,7 @@ fn result_of(cb: &HandleCallbackParam) -> RunResult {
         max_rss_kb: usage.map(|u| clamp(u.max_rss_kb)),
         oom_killed: usage
             .map(|u| u.oom_killed)
-            .or(Some(cb.status.as_deref() == Some("oom_killed"))),
+            .or(Some(cb.status == Some(RunOutcome::OomKilled))),
         limits_mode: cb.limits_mode.clone(),
     }
 }
@@ -100,7 +102,7 @@ pub async fn accept(
                         continue;
                     }
                 }
-                if cb.status.as_deref() == Some(NOT_STARTED) {
+                if cb.status == Some(RunOutcome::NotStarted) {
                     // Accepted, queued and never started on an agent that then died: it cannot
                     // have run, so it goes out again as the same run, without using a retry.
                     let why = format!(

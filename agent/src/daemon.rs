@@ -14,7 +14,7 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::journal::{Journal, Leftovers};
 use crate::logs::Logs;
-use crate::protocol::{CODE_FAIL, HandleCallbackParam, NOT_STARTED};
+use crate::protocol::{HandleCallbackParam, RunOutcome};
 use crate::registry::Registration;
 use crate::runner::{Runner, RunnerConfig, contain, limits, output};
 use crate::server::{self, ServerState};
@@ -86,12 +86,12 @@ fn settle_leftovers(
 ) -> std::io::Result<()> {
     let already: std::collections::HashSet<i64> = spool.held().into_iter().collect();
     let now = crate::now_ms();
-    let result = |run_id: i64, status: &str, msg: &str| HandleCallbackParam {
+    let result = |run_id: i64, status: RunOutcome, msg: &str| HandleCallbackParam {
         log_id: run_id,
         log_date_tim: now,
-        handle_code: CODE_FAIL,
+        handle_code: status.handle_code(),
         handle_msg: Some(msg.to_owned()),
-        status: Some(status.to_owned()),
+        status: Some(status),
         exit_code: None,
         signal: None,
         started_ms: None,
@@ -105,7 +105,7 @@ fn settle_leftovers(
     for &run_id in &leftovers.never_started {
         results.push(result(
             run_id,
-            NOT_STARTED,
+            RunOutcome::NotStarted,
             "the agent restarted before this queued run started; it is sent again",
         ));
     }
@@ -116,7 +116,7 @@ fn settle_leftovers(
     {
         results.push(result(
             run_id,
-            "lost",
+            RunOutcome::Lost,
             "the agent stopped (killed or crashed) while this run was in progress; it may have run partly",
         ));
     }

@@ -10,8 +10,8 @@ use serde::de::DeserializeOwned;
 
 use crate::logs::Logs;
 use crate::protocol::{
-    ACCESS_TOKEN_HEADER, Envelope, HeldRuns, JobIdParam, LogParam, RunAccepted, TriggerParam,
-    WRONG_TOKEN_MSG, agent_path,
+    ACCESS_TOKEN_HEADER, CODE_OK, Envelope, HeldRuns, JobIdParam, LogParam, RunAccepted,
+    TriggerParam, WRONG_TOKEN_MSG, agent_path,
 };
 use crate::runner::Runner;
 
@@ -141,7 +141,7 @@ async fn run(
                 seq,
             };
             reply(Envelope {
-                code: 200,
+                code: CODE_OK,
                 msg: Some(msg),
                 content: Some(taken_by.clone()),
                 data: Some(taken_by),
@@ -171,7 +171,7 @@ async fn kill(
                 "job thread already killed."
             };
             reply(Envelope {
-                code: 200,
+                code: CODE_OK,
                 msg: Some(msg.to_owned()),
                 content: None::<()>,
                 data: None,

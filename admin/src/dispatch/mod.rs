@@ -5,47 +5,45 @@ pub mod client;
 pub mod routing;
 pub mod send;
 
-use jobfleet_agent::protocol::{Limits, TriggerParam};
+use jobfleet_agent::protocol::{BlockStrategy, GlueType, Limits, TriggerParam};
 
 use crate::db::{job::Job, job_run::JobRun};
-use crate::domain::policy::{BlockStrategy, HandlerType, Interpreter};
+use crate::domain::policy::{self, HandlerType, Interpreter};
 
 /// XXL-Job's name for a block strategy.
-fn block_strategy(strategy: BlockStrategy) -> &'static str {
+fn block_strategy(strategy: policy::BlockStrategy) -> BlockStrategy {
     match strategy {
-        BlockStrategy::DiscardLater => "DISCARD_LATER",
-        BlockStrategy::CoverEarly => "COVER_EARLY",
-        BlockStrategy::Serial => "SERIAL_EXECUTION",
+        policy::BlockStrategy::DiscardLater => BlockStrategy::DiscardLater,
+        policy::BlockStrategy::CoverEarly => BlockStrategy::CoverEarly,
+        policy::BlockStrategy::Serial => BlockStrategy::SerialExecution,
     }
 }
 
-/// The trigger for `run` of `job`. A shell command travels as a `GLUE_SHELL` script run by `sh`
-/// (so XXL-Job executors run it too); scripts by their interpreter's glue type.
-pub fn trigger_param(job: &Job, run: &JobRun) -> TriggerParam {
-    let (glue_type, source, interpreter, handler) = match job.handler_type {
-        HandlerType::Shell => (
-            "GLUE_SHELL",
-            job.command.clone(),
-            Some("sh".to_owned()),
-            None,
-        ),
+/// The glue type and interpreter a job's handler travels as. A shell command is a
+/// `GLUE_SHELL` script run by `sh` (so XXL-Job executors run it too); a script goes by its
+/// interpreter's glue type, so an XXL-Job executor that gets it runs the same language or
+/// refuses it (Perl, which XXL-Job lacks); a bean has no script.
+fn glue(handler_type: HandlerType, interpreter: Option<Interpreter>) -> (GlueType, Option<String>) {
+    match handler_type {
+        HandlerType::Shell => (GlueType::Shell, Some("sh".to_owned())),
         HandlerType::Script => {
-            let interpreter = job.interpreter.unwrap_or(Interpreter::Bash);
-            let glue = match interpreter {
-                Interpreter::Python3 => "GLUE_PYTHON",
-                Interpreter::Node => "GLUE_NODEJS",
-                Interpreter::Php => "GLUE_PHP",
-                Interpreter::Pwsh => "GLUE_POWERSHELL",
-                Interpreter::Bash | Interpreter::Sh | Interpreter::Perl => "GLUE_SHELL",
-            };
+            let interpreter = interpreter.unwrap_or(Interpreter::Bash).as_str();
             (
-                glue,
-                job.script_source.clone(),
-                Some(interpreter.as_str().to_owned()),
-                None,
+                GlueType::for_interpreter(interpreter),
+                Some(interpreter.to_owned()),
             )
         }
-        HandlerType::Bean => ("BEAN", None, None, job.bean_name.clone()),
+        HandlerType::Bean => (GlueType::Bean, None),
+    }
+}
+
+/// The trigger for `run` of `job`.
+pub fn trigger_param(job: &Job, run: &JobRun) -> TriggerParam {
+    let (glue_type, interpreter) = glue(job.handler_type, job.interpreter);
+    let (source, handler) = match job.handler_type {
+        HandlerType::Shell => (job.command.clone(), None),
+        HandlerType::Script => (job.script_source.clone(), None),
+        HandlerType::Bean => (None, job.bean_name.clone()),
     };
     let limits = Limits {
         cpu: job.limit_cpu,
@@ -56,11 +54,11 @@ pub fn trigger_param(job: &Job, run: &JobRun) -> TriggerParam {
         job_id: job.id,
         executor_handler: Some(handler.unwrap_or_default()),
         executor_params: Some(run.params.clone()),
-        executor_block_strategy: Some(block_strategy(job.block_strategy).to_owned()),
+        executor_block_strategy: Some(block_strategy(job.block_strategy)),
         executor_timeout: job.timeout_s,
         log_id: run.id,
         log_date_time: run.created_ms,
-        glue_type: Some(glue_type.to_owned()),
+        glue_type: Some(glue_type),
         glue_source: source,
         glue_updatetime: job.updated_ms,
         broadcast_index: run.shard_index,
@@ -71,5 +69,41 @@ pub fn trigger_param(job: &Job, run: &JobRun) -> TriggerParam {
         attempt: Some(run.attempt),
         scheduled_ms: Some(run.scheduled_ms),
         run_as: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn perl_is_not_sent_as_shell() {
+        // A stock XXL-Job executor runs `GLUE_SHELL` with bash whatever `interpreter` says.
+        let (glue_type, interpreter) = glue(HandlerType::Script, Some(Interpreter::Perl));
+        assert_eq!(
+            (glue_type.as_str(), interpreter.as_deref()),
+            ("GLUE_PERL", Some("perl"))
+        );
+        assert_eq!(glue(HandlerType::Script, None).0, GlueType::Shell);
+        assert_eq!(
+            glue(HandlerType::Script, Some(Interpreter::Python3)).0,
+            GlueType::Python
+        );
+        assert_eq!(
+            glue(HandlerType::Shell, None),
+            (GlueType::Shell, Some("sh".into()))
+        );
+        assert_eq!(glue(HandlerType::Bean, None), (GlueType::Bean, None));
+    }
+
+    #[test]
+    fn block_strategies_travel_by_xxl_job_names() {
+        for (ours, xxl) in [
+            (policy::BlockStrategy::Serial, BlockStrategy::SerialExecution),
+            (policy::BlockStrategy::DiscardLater, BlockStrategy::DiscardLater),
+            (policy::BlockStrategy::CoverEarly, BlockStrategy::CoverEarly),
+        ] {
+            assert_eq!(block_strategy(ours), xxl);
+        }
     }
 }

@@ -82,6 +82,18 @@ async fn shell_and_script_jobs_run_with_their_context_and_log() {
     );
     assert_eq!(app.full_log(id).await, format!("py p {id}\n"));
 
+    // Perl travels as jobfleet's own glue type; a jobfleet agent runs it with perl.
+    let perl = app.job_from(g, json!({"name": "perl", "handler": {"type": "script", "interpreter": "perl", "source": "print \"pl $ARGV[0] $ENV{JOBFLEET_RUN_ID}\\n\";"}})).await;
+    let run = app.trigger(perl, json!({"params": "q"})).await;
+    let done = app
+        .finished_run(run["id"].as_i64().unwrap(), RUN_WITHIN)
+        .await;
+    let log = app.full_log(run["id"].as_i64().unwrap()).await;
+    assert_eq!(
+        (done["status"].as_str(), log),
+        (Some("succeeded"), format!("pl q {}\n", run["id"]))
+    );
+
     // pwsh is not installed on these machines: a clear failed result, not a hang.
     let pwsh = app.job_from(g, json!({"name": "pwsh", "handler": {"type": "script", "interpreter": "pwsh", "source": "Write-Output hi"}})).await;
     let id = app.trigger(pwsh, json!({})).await["id"].as_i64().unwrap();

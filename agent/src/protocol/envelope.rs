@@ -3,10 +3,10 @@
 
 use serde::{Deserialize, Serialize};
 
+/// `code` values of the envelope (`ReturnT.SUCCESS_CODE`, `FAIL_CODE`); a result's
+/// `handleCode` has its own (`handle_code`).
 pub const CODE_OK: i32 = 200;
 pub const CODE_FAIL: i32 = 500;
-/// A run that hit its timeout (XXL-Job's handle code).
-pub const CODE_TIMEOUT: i32 = 502;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Envelope<T> {

@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::{BlockStrategy, GlueType, RunOutcome};
+
 /// Register or heartbeat (`api/registry`) and deregister (`api/registryRemove`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -84,9 +86,8 @@ pub struct TriggerParam {
     pub executor_handler: Option<String>,
     #[serde(default)]
     pub executor_params: Option<String>,
-    /// `SERIAL_EXECUTION`, `DISCARD_LATER` or `COVER_EARLY`.
     #[serde(default)]
-    pub executor_block_strategy: Option<String>,
+    pub executor_block_strategy: Option<BlockStrategy>,
     /// Seconds; 0 = none.
     #[serde(default)]
     pub executor_timeout: i64,
@@ -95,9 +96,8 @@ pub struct TriggerParam {
     /// Older executors spell it `logDateTim`, as callbacks still do.
     #[serde(default, alias = "logDateTim")]
     pub log_date_time: i64,
-    /// `GLUE_SHELL`, `GLUE_PYTHON`, `GLUE_NODEJS`, `GLUE_PHP`, `GLUE_POWERSHELL`, `BEAN`, `GLUE_GROOVY`.
     #[serde(default)]
-    pub glue_type: Option<String>,
+    pub glue_type: Option<GlueType>,
     #[serde(default)]
     pub glue_source: Option<String>,
     #[serde(default)]
@@ -175,13 +175,13 @@ pub struct HandleCallbackParam {
     /// Spelled so by XXL-Job.
     #[serde(default)]
     pub log_date_tim: i64,
-    /// 200 success, 500 failure, 502 timeout.
+    /// One of `handle_code`'s values from a jobfleet agent; a foreign executor may send others.
     pub handle_code: i32,
     #[serde(default)]
     pub handle_msg: Option<String>,
-    /// jobfleet: `succeeded`, `failed`, `timed_out`, `killed`, `oom_killed`, `rejected`.
+    /// jobfleet: how the run ended, finer than `handle_code`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<String>,
+    pub status: Option<RunOutcome>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -5,11 +5,20 @@
 //! additions are optional fields, skipped when absent, so XXL-Job peers ignore them and we accept
 //! messages without them. Depends on serde only.
 
+mod block;
 mod envelope;
+#[cfg(test)]
+mod fixtures;
+mod glue;
 mod messages;
+mod outcome;
+mod wire_enum;
 
-pub use envelope::{CODE_FAIL, CODE_OK, CODE_TIMEOUT, Envelope};
+pub use block::BlockStrategy;
+pub use envelope::{CODE_FAIL, CODE_OK, Envelope};
+pub use glue::GlueType;
 pub use messages::*;
+pub use outcome::{RunOutcome, handle_code};
 
 /// Header carrying the shared access token, both directions.
 pub const ACCESS_TOKEN_HEADER: &str = "XXL-JOB-ACCESS-TOKEN";
@@ -37,10 +46,6 @@ pub mod agent_path {
     /// whose sending admin died before it stored the agent's answer.
     pub const HELD: &str = "held";
 }
-
-/// jobfleet: the callback `status` of a run an agent accepted into its queue and never started
-/// (the agent restarted): the admin sends it again as the same run, without using a retry.
-pub const NOT_STARTED: &str = "not_started";
 
 /// `registryGroup` of an executor registration.
 pub const REGISTRY_GROUP_EXECUTOR: &str = "EXECUTOR";

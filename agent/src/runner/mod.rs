@@ -4,11 +4,14 @@
 pub mod contain;
 pub mod kill;
 pub mod limits;
+mod outcome;
 pub mod output;
+mod prepare;
 pub mod script;
 pub mod spawn;
+mod supervise;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -17,10 +20,9 @@ use tokio::sync::{Notify, oneshot};
 
 use crate::journal::{Fate, Journal, Landed};
 use crate::logs::Logs;
-use crate::protocol::{
-    CODE_FAIL, CODE_OK, CODE_TIMEOUT, HandleCallbackParam, Limits, TriggerParam, Usage,
-};
+use crate::protocol::{BlockStrategy, HandleCallbackParam, Limits, RunOutcome, TriggerParam};
 use crate::spool::{Spool, SpoolWriter};
+use prepare::RunLog;
 
 /// Longest timeout a trigger may ask for: a week.
 pub const MAX_TIMEOUT_S: i64 = 7 * 24 * 3600;
@@ -135,12 +137,14 @@ pub struct Runner {
     containment: Arc<contain::Containment>,
 }
 
-fn block_of(name: Option<&str>) -> Result<Block, String> {
-    match name.unwrap_or("SERIAL_EXECUTION") {
-        "SERIAL_EXECUTION" | "" => Ok(Block::Serial),
-        "DISCARD_LATER" => Ok(Block::DiscardLater),
-        "COVER_EARLY" => Ok(Block::CoverEarly),
-        other => Err(format!("unknown executorBlockStrategy `{other}`")),
+fn block_of(strategy: Option<&BlockStrategy>) -> Result<Block, String> {
+    match strategy {
+        None | Some(BlockStrategy::SerialExecution) => Ok(Block::Serial),
+        Some(BlockStrategy::DiscardLater) => Ok(Block::DiscardLater),
+        Some(BlockStrategy::CoverEarly) => Ok(Block::CoverEarly),
+        // Empty is as good as absent.
+        Some(BlockStrategy::Other(name)) if name.is_empty() => Ok(Block::Serial),
+        Some(other) => Err(format!("unknown executorBlockStrategy `{other}`")),
     }
 }
 
@@ -196,7 +200,7 @@ fn validate(trigger: TriggerParam, received: Instant) -> Result<Prepared, String
     {
         return Err("glueSource and executorParams must not contain NUL".into());
     }
-    let block = block_of(trigger.executor_block_strategy.as_deref())?;
+    let block = block_of(trigger.executor_block_strategy.as_ref())?;
     let interpreter = script::interpreter_for(&trigger)?;
     Ok(Prepared {
         received,
@@ -332,7 +336,7 @@ impl Runner {
                     job.queue.push_back(prepared);
                     self.report_dropped(
                         &covered,
-                        "killed",
+                        RunOutcome::Killed,
                         "covered by a newer trigger (cover early) before it started",
                     );
                     return Ok((
@@ -385,8 +389,9 @@ impl Runner {
             let result = if landed.wait().await {
                 runner.execute(prepared, stop_rx).await
             } else {
-                rejected(
+                outcome::never_started(
                     &prepared.trigger,
+                    RunOutcome::Rejected,
                     "not started: the agent could not record it in its accept journal (disk full or unwritable?)",
                 )
             };
@@ -422,7 +427,7 @@ impl Runner {
                 if let Some(job) = state.jobs.get_mut(&job_id) {
                     dropped.extend(job.queue.drain(..));
                 }
-                self.report_dropped(&dropped, "rejected", SHUT_DOWN_BEFORE_START);
+                self.report_dropped(&dropped, RunOutcome::Rejected, SHUT_DOWN_BEFORE_START);
             }
             None => {
                 if state
@@ -440,12 +445,9 @@ impl Runner {
 
     /// Reports runs that never started: `rejected` ones are failures the admin retries,
     /// `killed` ones were stopped on purpose.
-    fn report_dropped(&self, dropped: &[Prepared], status: &str, why: &str) {
+    fn report_dropped(&self, dropped: &[Prepared], status: RunOutcome, why: &str) {
         for prepared in dropped {
-            let result = HandleCallbackParam {
-                status: Some(status.to_owned()),
-                ..rejected(&prepared.trigger, why)
-            };
+            let result = outcome::never_started(&prepared.trigger, status.clone(), why);
             if let Err(e) = self.spool.put(&result) {
                 tracing::error!(run_id = prepared.trigger.log_id, error = %e, "Cannot spool a dropped run's result");
             }
@@ -472,7 +474,7 @@ impl Runner {
             state.jobs.remove(&job_id);
         }
         // Spooled before the lock goes, so no heartbeat sees these runs in neither place.
-        self.report_dropped(&dropped, "killed", "killed before it started");
+        self.report_dropped(&dropped, RunOutcome::Killed, "killed before it started");
         drop(state);
         was_live
     }
@@ -546,7 +548,7 @@ impl Runner {
                     let _ = stop.send(StopReason::Shutdown);
                 }
             }
-            self.report_dropped(&dropped, "rejected", SHUT_DOWN_BEFORE_START);
+            self.report_dropped(&dropped, RunOutcome::Rejected, SHUT_DOWN_BEFORE_START);
         }
         while self.running() > 0 {
             let waiter = self.finished.notified();
@@ -561,27 +563,14 @@ impl Runner {
     async fn execute(
         self: &Arc<Self>,
         prepared: Prepared,
-        mut stop_rx: oneshot::Receiver<StopReason>,
+        stop_rx: oneshot::Receiver<StopReason>,
     ) -> HandleCallbackParam {
         let trigger = &prepared.trigger;
-        let run_id = trigger.log_id;
         let started_ms = crate::now_ms();
-        let log_path = self.logs.path(run_id, trigger.log_date_time);
-        let log = match log_path
-            .parent()
-            .map(std::fs::create_dir_all)
-            .transpose()
-            .and_then(|_| {
-                // Read too: a note looks at the last byte to start on a line of its own.
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .read(true)
-                    .append(true)
-                    .open(&log_path)
-            }) {
-            Ok(f) => f,
+        let log = match RunLog::open(self.logs.path(trigger.log_id, trigger.log_date_time)) {
+            Ok(log) => log,
             Err(e) => {
-                return failed(
+                return outcome::failed(
                     trigger,
                     started_ms,
                     format!("cannot open the run's log file: {e}"),
@@ -589,375 +578,13 @@ impl Runner {
                 );
             }
         };
-        // On a line of its own even after output without a final newline.
-        let note = |text: &str| {
-            use std::io::Write;
-            use std::os::unix::fs::FileExt;
-            let mut last = [b'\n'];
-            if let Ok(meta) = log.metadata()
-                && meta.len() > 0
-            {
-                let _ = log.read_at(&mut last, meta.len() - 1);
-            }
-            let newline = if last[0] == b'\n' { "" } else { "\n" };
-            let _ = writeln!(&log, "{newline}[jobfleet-agent] {text}");
+        let launch = match prepare::launch(&prepared, &self.config, &log) {
+            Ok(launch) => launch,
+            Err(msg) => return outcome::failed(trigger, started_ms, msg, self.limits_mode()),
         };
-        let Some(program) = script::which(prepared.interpreter) else {
-            let msg = format!(
-                "interpreter `{}` is not installed on this agent",
-                prepared.interpreter
-            );
-            note(&msg);
-            return failed(trigger, started_ms, msg, self.limits_mode());
-        };
-        let source = trigger.glue_source.clone().unwrap_or_default();
-        let inline = script::runs_inline(prepared.interpreter, &source);
-        let script_path = if inline {
-            script::source_path(&self.config.scripts_dir, run_id, prepared.interpreter)
-        } else {
-            match script::write_source(
-                &self.config.scripts_dir,
-                run_id,
-                prepared.interpreter,
-                &source,
-                self.config.run_as,
-            ) {
-                Ok(p) => p,
-                Err(e) => {
-                    return failed(
-                        trigger,
-                        started_ms,
-                        format!("cannot write the script: {e}"),
-                        self.limits_mode(),
-                    );
-                }
-            }
-        };
-        let params = trigger.executor_params.clone().unwrap_or_default();
-        let mut args = Vec::with_capacity(6);
-        if inline {
-            args.extend(["-c".to_owned(), source]);
+        match self.supervise(&prepared, launch, &log, stop_rx).await {
+            Ok(ended) => outcome::finished(&prepared, started_ms, ended),
+            Err(not_run) => outcome::failed(trigger, started_ms, not_run.msg, not_run.limits_mode),
         }
-        args.extend([
-            script_path.to_string_lossy().into_owned(),
-            params.clone(),
-            trigger.broadcast_index.to_string(),
-            trigger.broadcast_total.to_string(),
-        ]);
-        let mut env: BTreeMap<String, String> = BTreeMap::new();
-        for key in ["PATH", "HOME", "LANG", "TZ", "USER"] {
-            if let Ok(v) = std::env::var(key) {
-                env.insert(key.to_owned(), v);
-            }
-        }
-        if let Some(extra) = &trigger.env {
-            env.extend(
-                extra
-                    .iter()
-                    .filter(|(k, _)| !k.starts_with("JOBFLEET_"))
-                    .map(|(k, v)| (k.clone(), v.clone())),
-            );
-        }
-        env.insert("JOBFLEET_JOB_ID".into(), trigger.job_id.to_string());
-        env.insert("JOBFLEET_RUN_ID".into(), run_id.to_string());
-        env.insert("JOBFLEET_PARAMS".into(), params);
-        env.insert(
-            "JOBFLEET_SHARD_INDEX".into(),
-            trigger.broadcast_index.to_string(),
-        );
-        env.insert(
-            "JOBFLEET_SHARD_TOTAL".into(),
-            trigger.broadcast_total.to_string(),
-        );
-        env.insert(
-            "JOBFLEET_ATTEMPT".into(),
-            trigger.attempt.unwrap_or(1).to_string(),
-        );
-
-        // A run without limits gains nothing from a cgroup (its process group holds the tree
-        // and wait4 reports usage) but would pay a cgroup migration, milliseconds on v1.
-        let unlimited = prepared.limits == Limits::default();
-        let mut mode = if unlimited {
-            limits::Mode::Unlimited
-        } else {
-            self.config.limits_mode.clone()
-        };
-        let cgroup = match limits::RunCgroup::create(&mode, run_id, &prepared.limits) {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(run_id, error = %e, "Cannot create the run's cgroup; falling back to rlimits");
-                mode = limits::Mode::Rlimit;
-                None
-            }
-        };
-        let isolation = spawn::Isolation {
-            cgroup_procs: cgroup
-                .as_ref()
-                .map(|c| c.procs.iter().map(spawn::raw_fd).collect())
-                .unwrap_or_default(),
-            rlimits: if cgroup.is_none() {
-                spawn::Isolation::rlimits_for(&prepared.limits)
-            } else {
-                Vec::new()
-            },
-            user: self.config.run_as,
-        };
-        let (output_read, output_write) = match output::pipe() {
-            Ok(p) => p,
-            Err(e) => {
-                if let Some(c) = cgroup {
-                    c.remove();
-                }
-                return failed(
-                    trigger,
-                    started_ms,
-                    format!("cannot make the output pipe: {e}"),
-                    mode.name(),
-                );
-            }
-        };
-        let spec = spawn::Spec {
-            program: &program,
-            args: &args,
-            env: &env,
-            cwd: &self.config.scripts_dir,
-            output: &output_write,
-        };
-        let spawned = self
-            .containment
-            .spawn(run_id, || spawn::spawn(&spec, isolation));
-        // Only the job holds the write end now: the copier sees the end of the output when
-        // the job's last process closes it.
-        drop(output_write);
-        let child = match spawned {
-            Ok(c) => c,
-            Err(e) => {
-                let msg = format!("cannot start `{}`: {e}", prepared.interpreter);
-                note(&msg);
-                if !inline {
-                    let _ = std::fs::remove_file(&script_path);
-                }
-                if let Some(c) = cgroup {
-                    c.remove();
-                }
-                return failed(trigger, started_ms, msg, mode.name());
-            }
-        };
-        let pid = child.id() as i32;
-        let start_latency_us =
-            u64::try_from(prepared.received.elapsed().as_micros()).unwrap_or(u64::MAX);
-        tracing::info!(run_id, job_id = trigger.job_id, pid, "Run started");
-        let copier = tokio::task::spawn_blocking({
-            let (path, limits) = (log_path.clone(), self.config.output);
-            move || output::copy(output_read, &path, limits)
-        });
-        let containment = self.containment.clone();
-        let mut waiter =
-            tokio::task::spawn_blocking(move || spawn::wait(pid, || containment.reaped(pid)));
-        let timeout = (trigger.executor_timeout > 0)
-            .then(|| Duration::from_secs(trigger.executor_timeout as u64));
-        let deadline = async {
-            match timeout {
-                Some(t) => tokio::time::sleep(t).await,
-                None => std::future::pending().await,
-            }
-        };
-        let mut stopped: Option<&'static str> = None;
-        let exit = tokio::select! {
-            exit = &mut waiter => exit,
-            () = deadline => {
-                stopped = Some("timed_out");
-                note(&format!("timeout of {}s reached: stopping the run", trigger.executor_timeout));
-                self.stop_and_wait(run_id, pid, &mut waiter).await
-            }
-            reason = &mut stop_rx => {
-                stopped = Some(match reason {
-                    Ok(StopReason::CoveredBy) => { note("replaced by a newer run (cover early)"); "killed" }
-                    Ok(StopReason::Shutdown) => { note("the agent is shutting down"); "killed" }
-                    _ => { note("killed on request"); "killed" }
-                });
-                self.stop_and_wait(run_id, pid, &mut waiter).await
-            }
-        };
-        // Whatever the run left behind (a background daemon, a `setsid` escapee) ends with
-        // it: nothing of a run outlives its result unnoticed.
-        kill::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
-        let leftovers = self
-            .sweep(run_id, None, nix::sys::signal::Signal::SIGKILL)
-            .await;
-        // The output ends once the last process holding the pipe is gone; should something
-        // still hold it, the result does not wait for it forever.
-        let copied = tokio::time::timeout(Duration::from_secs(10), copier).await;
-        // Notes go in once the copier is done, so they never land inside the job's output.
-        if leftovers > 0 && stopped.is_none() {
-            note(&format!(
-                "ended {leftovers} process(es) the run left running after it finished"
-            ));
-        }
-        let logged = match copied {
-            Ok(Ok(outcome)) => outcome,
-            Ok(Err(e)) => output::Outcome {
-                stopped: Some(format!("the log copier failed: {e}")),
-                ..output::Outcome::default()
-            },
-            Err(_) => output::Outcome {
-                stopped: Some("the output was still open 10 s after the run ended".into()),
-                ..output::Outcome::default()
-            },
-        };
-        let finished_ms = crate::now_ms();
-        let cg_usage = cgroup
-            .as_ref()
-            .map(limits::RunCgroup::usage)
-            .unwrap_or_default();
-        if let Some(c) = cgroup {
-            c.remove();
-        }
-        if !inline {
-            let _ = std::fs::remove_file(&script_path);
-        }
-        let exit = match exit {
-            Ok(Ok(exit)) => exit,
-            Ok(Err(e)) => {
-                return failed(
-                    trigger,
-                    started_ms,
-                    format!("cannot wait for the process: {e}"),
-                    mode.name(),
-                );
-            }
-            Err(e) => {
-                return failed(
-                    trigger,
-                    started_ms,
-                    format!("wait task failed: {e}"),
-                    mode.name(),
-                );
-            }
-        };
-        let usage = Usage {
-            cpu_ms: cg_usage.cpu_ms.unwrap_or(exit.cpu_ms),
-            max_rss_kb: cg_usage.max_rss_kb.unwrap_or(exit.max_rss_kb),
-            oom_killed: cg_usage.oom_killed,
-        };
-        let status = match stopped {
-            Some(s) => s,
-            None if usage.oom_killed => "oom_killed",
-            None if exit.code == Some(0) => "succeeded",
-            None => "failed",
-        };
-        let handle_code = match status {
-            "succeeded" => CODE_OK,
-            "timed_out" => CODE_TIMEOUT,
-            _ => CODE_FAIL,
-        };
-        let describe = match (exit.code, exit.signal) {
-            (Some(code), _) => format!("exit code {code}"),
-            (None, Some(sig)) => format!("killed by signal {sig}"),
-            _ => "ended".to_owned(),
-        };
-        let handle_msg = match status {
-            "succeeded" => describe,
-            "oom_killed" => format!(
-                "out of memory: the {} MB limit was hit ({describe})",
-                prepared.limits.memory_mb.unwrap_or(0)
-            ),
-            "timed_out" => format!("timed out after {}s ({describe})", trigger.executor_timeout),
-            "killed" => format!("killed ({describe})"),
-            _ => format!("failed: {describe}"),
-        };
-        let mut handle_msg = handle_msg;
-        if logged.cut_bytes > 0 {
-            handle_msg.push_str(&format!(
-                "; log capped: {} of {} bytes of output cut",
-                logged.cut_bytes, logged.total_bytes
-            ));
-        }
-        if let Some(why) = &logged.stopped {
-            handle_msg.push_str(&format!("; logging stopped: {why}"));
-        }
-        tracing::info!(run_id, status, "Run finished");
-        HandleCallbackParam {
-            log_id: run_id,
-            log_date_tim: trigger.log_date_time,
-            handle_code,
-            handle_msg: Some(handle_msg),
-            status: Some(status.to_owned()),
-            exit_code: exit.code,
-            signal: exit.signal,
-            started_ms: Some(started_ms),
-            finished_ms: Some(finished_ms),
-            usage: Some(usage),
-            limits_mode: Some(mode.name().to_owned()),
-            start_latency_us: Some(start_latency_us),
-            attempt: trigger.attempt,
-        }
-    }
-
-    /// Stops a run: TERM to its group and its whole tree, KILL to what is left after the
-    /// grace period or once the leader exited.
-    async fn stop_and_wait(
-        self: &Arc<Self>,
-        run_id: i64,
-        pid: i32,
-        waiter: &mut tokio::task::JoinHandle<std::io::Result<spawn::Exit>>,
-    ) -> Result<std::io::Result<spawn::Exit>, tokio::task::JoinError> {
-        use nix::sys::signal::Signal;
-        kill::signal_group(pid, Signal::SIGTERM);
-        self.sweep(run_id, Some(pid), Signal::SIGTERM).await;
-        let exit = tokio::select! {
-            exit = &mut *waiter => Some(exit),
-            () = tokio::time::sleep(self.config.kill_grace) => None,
-        };
-        // Grandchildren may still be alive even when the leader exited: always finish the tree.
-        kill::signal_group(pid, Signal::SIGKILL);
-        self.sweep(run_id, Some(pid), Signal::SIGKILL).await;
-        match exit {
-            Some(exit) => exit,
-            None => waiter.await,
-        }
-    }
-
-    /// `contain::Containment::sweep` on a blocking thread (it reads `/proc` and reaps).
-    async fn sweep(
-        &self,
-        run_id: i64,
-        leader: Option<i32>,
-        signal: nix::sys::signal::Signal,
-    ) -> usize {
-        let containment = self.containment.clone();
-        tokio::task::spawn_blocking(move || containment.sweep(run_id, leader, signal))
-            .await
-            .unwrap_or(0)
-    }
-}
-
-fn failed(
-    trigger: &TriggerParam,
-    started_ms: i64,
-    msg: String,
-    limits_mode: &str,
-) -> HandleCallbackParam {
-    HandleCallbackParam {
-        log_id: trigger.log_id,
-        log_date_tim: trigger.log_date_time,
-        handle_code: CODE_FAIL,
-        handle_msg: Some(msg),
-        status: Some("failed".into()),
-        exit_code: None,
-        signal: None,
-        started_ms: Some(started_ms),
-        finished_ms: Some(crate::now_ms()),
-        usage: None,
-        limits_mode: Some(limits_mode.to_owned()),
-        start_latency_us: None,
-        attempt: trigger.attempt,
-    }
-}
-
-fn rejected(trigger: &TriggerParam, msg: &str) -> HandleCallbackParam {
-    HandleCallbackParam {
-        status: Some("rejected".into()),
-        ..failed(trigger, crate::now_ms(), msg.to_owned(), "none")
     }
 }

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use crate::protocol::TriggerParam;
+use crate::protocol::{GlueType, TriggerParam};
 
 pub const INTERPRETERS: &[&str] = &["bash", "sh", "python3", "node", "php", "perl", "pwsh"];
 
@@ -14,23 +14,20 @@ pub const INTERPRETERS: &[&str] = &["bash", "sh", "python3", "node", "php", "per
 /// # Errors
 /// A message for glue types and interpreters this agent does not run.
 pub fn interpreter_for(trigger: &TriggerParam) -> Result<&'static str, String> {
-    let glue = trigger.glue_type.as_deref().unwrap_or("GLUE_SHELL");
+    let glue = trigger.glue_type.as_ref().unwrap_or(&GlueType::Shell);
     let default = match glue {
-        "GLUE_SHELL" => "bash",
-        "GLUE_PYTHON" | "GLUE_PYTHON2" => "python3",
-        "GLUE_NODEJS" => "node",
-        "GLUE_PHP" => "php",
-        "GLUE_POWERSHELL" => "pwsh",
-        "BEAN" => {
+        GlueType::Bean => {
             let name = trigger.executor_handler.as_deref().unwrap_or_default();
             return Err(format!(
                 "no handler named `{name}` on this agent: a jobfleet agent runs shell and script jobs only"
             ));
         }
-        "GLUE_GROOVY" => {
+        GlueType::Groovy => {
             return Err("GLUE_GROOVY needs a Java executor; a jobfleet agent cannot run it".into());
         }
-        other => return Err(format!("unknown glueType `{other}`")),
+        other => other
+            .interpreter()
+            .ok_or_else(|| format!("unknown glueType `{other}`"))?,
     };
     match trigger.interpreter.as_deref() {
         None => Ok(default),
@@ -149,6 +146,7 @@ mod tests {
                 .unwrap_err()
                 .contains("unknown interpreter")
         );
+        assert_eq!(interpreter_for(&trigger("GLUE_PERL", None)), Ok("perl"));
         assert!(interpreter_for(&trigger("GLUE_RUBY", None)).is_err());
         assert!(which("sh").is_some());
         assert!(which("no-such-interpreter-xyz").is_none());

@@ -1,0 +1,260 @@
+//! A run from spawn to exit: its cgroup or rlimits, the process group, the output copier, the
+//! timeout and stop requests, and the sweep of whatever it left behind.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use tokio::sync::oneshot;
+use tokio::task::{JoinError, JoinHandle};
+
+use super::prepare::{Launch, RunLog};
+use super::{Prepared, Runner, StopReason, kill, limits, output, spawn};
+use crate::protocol::{Limits, RunOutcome, Usage};
+
+/// A run that ran, as far as its outcome needs to know.
+pub(super) struct Ended {
+    pub exit: spawn::Exit,
+    /// Set when the agent stopped the run (timeout, kill, cover early, shutdown).
+    pub stopped: Option<RunOutcome>,
+    pub usage: Usage,
+    pub logged: output::Outcome,
+    pub limits_mode: &'static str,
+    pub start_latency_us: u64,
+    pub finished_ms: i64,
+}
+
+/// A run that could not be started or waited for.
+pub(super) struct NotRun {
+    pub msg: String,
+    /// The limits mode in force when it failed (a cgroup failure falls back to rlimits).
+    pub limits_mode: &'static str,
+}
+
+type Waiter = JoinHandle<std::io::Result<spawn::Exit>>;
+
+impl Runner {
+    /// Spawns the run, waits for it (or stops it), and cleans up after it: its process tree,
+    /// cgroup and script are gone when this returns.
+    pub(super) async fn supervise(
+        self: &Arc<Self>,
+        prepared: &Prepared,
+        launch: Launch,
+        log: &RunLog,
+        stop_rx: oneshot::Receiver<StopReason>,
+    ) -> Result<Ended, NotRun> {
+        let trigger = &prepared.trigger;
+        let run_id = trigger.log_id;
+        let (cgroup, mode, isolation) = self.isolation(run_id, &prepared.limits);
+        let not_run = |msg: String| NotRun {
+            msg,
+            limits_mode: mode.name(),
+        };
+        let (output_read, output_write) = match output::pipe() {
+            Ok(p) => p,
+            Err(e) => {
+                launch.script.remove();
+                if let Some(c) = cgroup {
+                    c.remove();
+                }
+                return Err(not_run(format!("cannot make the output pipe: {e}")));
+            }
+        };
+        let spec = spawn::Spec {
+            program: &launch.program,
+            args: &launch.args,
+            env: &launch.env,
+            cwd: &self.config.scripts_dir,
+            output: &output_write,
+        };
+        let spawned = self
+            .containment
+            .spawn(run_id, || spawn::spawn(&spec, isolation));
+        // Only the job holds the write end now: the copier sees the end of the output when
+        // the job's last process closes it.
+        drop(output_write);
+        let child = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                let msg = format!("cannot start `{}`: {e}", prepared.interpreter);
+                log.note(&msg);
+                launch.script.remove();
+                if let Some(c) = cgroup {
+                    c.remove();
+                }
+                return Err(not_run(msg));
+            }
+        };
+        let pid = child.id() as i32;
+        let start_latency_us =
+            u64::try_from(prepared.received.elapsed().as_micros()).unwrap_or(u64::MAX);
+        tracing::info!(run_id, job_id = trigger.job_id, pid, "Run started");
+        let copier = tokio::task::spawn_blocking({
+            let (path, limits) = (log.path.clone(), self.config.output);
+            move || output::copy(output_read, &path, limits)
+        });
+        let containment = self.containment.clone();
+        let waiter =
+            tokio::task::spawn_blocking(move || spawn::wait(pid, || containment.reaped(pid)));
+        let (exit, stopped) = self.wait_or_stop(prepared, pid, waiter, stop_rx, log).await;
+        // Whatever the run left behind (a background daemon, a `setsid` escapee) ends with
+        // it: nothing of a run outlives its result unnoticed.
+        kill::signal_group(pid, Signal::SIGKILL);
+        let leftovers = self.sweep(run_id, None, Signal::SIGKILL).await;
+        // The output ends once the last process holding the pipe is gone; should something
+        // still hold it, the result does not wait for it forever.
+        let copied = tokio::time::timeout(Duration::from_secs(10), copier).await;
+        // Notes go in once the copier is done, so they never land inside the job's output.
+        if leftovers > 0 && stopped.is_none() {
+            log.note(&format!(
+                "ended {leftovers} process(es) the run left running after it finished"
+            ));
+        }
+        let logged = match copied {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(e)) => output::Outcome {
+                stopped: Some(format!("the log copier failed: {e}")),
+                ..output::Outcome::default()
+            },
+            Err(_) => output::Outcome {
+                stopped: Some("the output was still open 10 s after the run ended".into()),
+                ..output::Outcome::default()
+            },
+        };
+        let finished_ms = crate::now_ms();
+        let cg_usage = cgroup
+            .as_ref()
+            .map(limits::RunCgroup::usage)
+            .unwrap_or_default();
+        if let Some(c) = cgroup {
+            c.remove();
+        }
+        launch.script.remove();
+        let exit = match exit {
+            Ok(Ok(exit)) => exit,
+            Ok(Err(e)) => return Err(not_run(format!("cannot wait for the process: {e}"))),
+            Err(e) => return Err(not_run(format!("wait task failed: {e}"))),
+        };
+        let usage = Usage {
+            cpu_ms: cg_usage.cpu_ms.unwrap_or(exit.cpu_ms),
+            max_rss_kb: cg_usage.max_rss_kb.unwrap_or(exit.max_rss_kb),
+            oom_killed: cg_usage.oom_killed,
+        };
+        Ok(Ended {
+            exit,
+            stopped,
+            usage,
+            logged,
+            limits_mode: mode.name(),
+            start_latency_us,
+            finished_ms,
+        })
+    }
+
+    /// The run's cgroup (if it gets one), the limits mode in force, and what the child sets up
+    /// before it execs.
+    fn isolation(
+        &self,
+        run_id: i64,
+        run_limits: &Limits,
+    ) -> (Option<limits::RunCgroup>, limits::Mode, spawn::Isolation) {
+        // A run without limits gains nothing from a cgroup (its process group holds the tree
+        // and wait4 reports usage) but would pay a cgroup migration, milliseconds on v1.
+        let mut mode = if *run_limits == Limits::default() {
+            limits::Mode::Unlimited
+        } else {
+            self.config.limits_mode.clone()
+        };
+        let cgroup = match limits::RunCgroup::create(&mode, run_id, run_limits) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(run_id, error = %e, "Cannot create the run's cgroup; falling back to rlimits");
+                mode = limits::Mode::Rlimit;
+                None
+            }
+        };
+        let isolation = spawn::Isolation {
+            cgroup_procs: cgroup
+                .as_ref()
+                .map(|c| c.procs.iter().map(spawn::raw_fd).collect())
+                .unwrap_or_default(),
+            rlimits: if cgroup.is_none() {
+                spawn::Isolation::rlimits_for(run_limits)
+            } else {
+                Vec::new()
+            },
+            user: self.config.run_as,
+        };
+        (cgroup, mode, isolation)
+    }
+
+    /// Waits for the leader's exit, or stops the run at its timeout or on request and says why.
+    async fn wait_or_stop(
+        self: &Arc<Self>,
+        prepared: &Prepared,
+        pid: i32,
+        mut waiter: Waiter,
+        mut stop_rx: oneshot::Receiver<StopReason>,
+        log: &RunLog,
+    ) -> (
+        Result<std::io::Result<spawn::Exit>, JoinError>,
+        Option<RunOutcome>,
+    ) {
+        let trigger = &prepared.trigger;
+        let run_id = trigger.log_id;
+        let timeout = (trigger.executor_timeout > 0)
+            .then(|| Duration::from_secs(trigger.executor_timeout as u64));
+        let deadline = async {
+            match timeout {
+                Some(t) => tokio::time::sleep(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            exit = &mut waiter => (exit, None),
+            () = deadline => {
+                log.note(&format!("timeout of {}s reached: stopping the run", trigger.executor_timeout));
+                (self.stop_and_wait(run_id, pid, &mut waiter).await, Some(RunOutcome::TimedOut))
+            }
+            reason = &mut stop_rx => {
+                log.note(match reason {
+                    Ok(StopReason::CoveredBy) => "replaced by a newer run (cover early)",
+                    Ok(StopReason::Shutdown) => "the agent is shutting down",
+                    _ => "killed on request",
+                });
+                (self.stop_and_wait(run_id, pid, &mut waiter).await, Some(RunOutcome::Killed))
+            }
+        }
+    }
+
+    /// Stops a run: TERM to its group and its whole tree, KILL to what is left after the
+    /// grace period or once the leader exited.
+    async fn stop_and_wait(
+        self: &Arc<Self>,
+        run_id: i64,
+        pid: i32,
+        waiter: &mut Waiter,
+    ) -> Result<std::io::Result<spawn::Exit>, JoinError> {
+        kill::signal_group(pid, Signal::SIGTERM);
+        self.sweep(run_id, Some(pid), Signal::SIGTERM).await;
+        let exit = tokio::select! {
+            exit = &mut *waiter => Some(exit),
+            () = tokio::time::sleep(self.config.kill_grace) => None,
+        };
+        // Grandchildren may still be alive even when the leader exited: always finish the tree.
+        kill::signal_group(pid, Signal::SIGKILL);
+        self.sweep(run_id, Some(pid), Signal::SIGKILL).await;
+        match exit {
+            Some(exit) => exit,
+            None => waiter.await,
+        }
+    }
+
+    /// `contain::Containment::sweep` on a blocking thread (it reads `/proc` and reaps).
+    async fn sweep(&self, run_id: i64, leader: Option<i32>, signal: Signal) -> usize {
+        let containment = self.containment.clone();
+        tokio::task::spawn_blocking(move || containment.sweep(run_id, leader, signal))
+            .await
+            .unwrap_or(0)
+    }
+}

@@ -6,7 +6,7 @@ use super::schema::job;
 use super::{AnyConnection, Page, last_insert_id};
 use crate::domain::policy::{BlockStrategy, Concurrency, HandlerType, Interpreter, Misfire};
 use crate::domain::routing::Routing;
-use crate::domain::schedule::ScheduleType;
+use crate::domain::schedule::{Schedule, ScheduleType, parse_cron, parse_timezone};
 use crate::error::Error;
 
 #[derive(Debug, Clone, PartialEq, Queryable, Selectable, serde::Serialize)]
@@ -50,6 +50,38 @@ pub struct Job {
     pub next_fire_ms: Option<i64>,
     pub created_ms: i64,
     pub updated_ms: i64,
+}
+
+impl Job {
+    /// A stored job's schedule and time zone, as the scheduler plans them.
+    ///
+    /// # Errors
+    /// `Internal` when the stored row does not parse (written by something other than this code).
+    pub fn schedule(&self) -> Result<(Schedule, chrono_tz::Tz), Error> {
+        let row = self;
+        let corrupt = |what: &str| {
+            Error::Internal(anyhow::anyhow!(
+                "job {} has an invalid stored {what}",
+                row.id
+            ))
+        };
+        let timezone =
+            parse_timezone("schedule.timezone", &row.timezone).map_err(|_| corrupt("time zone"))?;
+        let schedule = match row.schedule_type {
+            ScheduleType::None => Schedule::None,
+            ScheduleType::Cron => Schedule::Cron(Box::new(
+                parse_cron("schedule.expr", row.schedule_expr.as_deref().unwrap_or(""))
+                    .map_err(|_| corrupt("cron"))?,
+            )),
+            ScheduleType::FixedRate => Schedule::FixedRate {
+                interval_s: row.interval_s.ok_or_else(|| corrupt("interval"))?,
+            },
+            ScheduleType::Once => Schedule::Once {
+                at_ms: row.once_at_ms.ok_or_else(|| corrupt("time"))?,
+            },
+        };
+        Ok((schedule, timezone))
+    }
 }
 
 /// Every column a user sets; shared by insert and update so the two cannot drift apart.

@@ -99,8 +99,14 @@ mod tests {
     #[test]
     fn block_strategies_travel_by_xxl_job_names() {
         for (ours, xxl) in [
-            (policy::BlockStrategy::Serial, BlockStrategy::SerialExecution),
-            (policy::BlockStrategy::DiscardLater, BlockStrategy::DiscardLater),
+            (
+                policy::BlockStrategy::Serial,
+                BlockStrategy::SerialExecution,
+            ),
+            (
+                policy::BlockStrategy::DiscardLater,
+                BlockStrategy::DiscardLater,
+            ),
             (policy::BlockStrategy::CoverEarly, BlockStrategy::CoverEarly),
         ] {
             assert_eq!(block_strategy(ours), xxl);

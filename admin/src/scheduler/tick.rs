@@ -13,7 +13,7 @@ use crate::domain::policy::RunStatus;
 use crate::domain::policy::TriggerKind;
 use crate::error::Error;
 use crate::metrics::Metrics;
-use crate::service::jobs::schedule_of;
+
 use crate::state::AppState;
 
 use super::Due;
@@ -133,7 +133,7 @@ fn plan_due(
         let Some(stored_next) = row.next_fire_ms else {
             continue;
         };
-        let (schedule, tz) = match schedule_of(&row) {
+        let (schedule, tz) = match row.schedule() {
             Ok(parsed) => parsed,
             Err(e) => {
                 // Unreadable stored schedule: stop firing it rather than fail every pass.

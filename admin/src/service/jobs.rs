@@ -527,38 +527,9 @@ pub async fn set_enabled(
         .inspect(|_| state.scheduler.jobs_changed())
 }
 
-/// A stored job's schedule and time zone, as the scheduler plans them.
-///
-/// # Errors
-/// `Internal` when the stored row does not parse (written by something other than this code).
-pub fn schedule_of(row: &job::Job) -> Result<(Schedule, chrono_tz::Tz), Error> {
-    let corrupt = |what: &str| {
-        Error::Internal(anyhow::anyhow!(
-            "job {} has an invalid stored {what}",
-            row.id
-        ))
-    };
-    let timezone =
-        parse_timezone("schedule.timezone", &row.timezone).map_err(|_| corrupt("time zone"))?;
-    let schedule = match row.schedule_type {
-        ScheduleType::None => Schedule::None,
-        ScheduleType::Cron => Schedule::Cron(Box::new(
-            parse_cron("schedule.expr", row.schedule_expr.as_deref().unwrap_or(""))
-                .map_err(|_| corrupt("cron"))?,
-        )),
-        ScheduleType::FixedRate => Schedule::FixedRate {
-            interval_s: row.interval_s.ok_or_else(|| corrupt("interval"))?,
-        },
-        ScheduleType::Once => Schedule::Once {
-            at_ms: row.once_at_ms.ok_or_else(|| corrupt("time"))?,
-        },
-    };
-    Ok((schedule, timezone))
-}
-
 /// Rebuilds the validated spec of a stored job (stored rows were validated when written).
 fn spec_of(row: &job::Job) -> Result<JobSpec, Error> {
-    let (schedule, timezone) = schedule_of(row)?;
+    let (schedule, timezone) = row.schedule()?;
     let handler = match row.handler_type {
         HandlerType::Shell => Handler::Shell {
             command: row.command.clone().unwrap_or_default(),

@@ -86,7 +86,7 @@ const FIELDS: &[Field] = &[
         name: "schedule.type",
         error: None,
         default: "cron",
-        show: |j| one(&j.schedule.kind),
+        show: |j| one(j.schedule.kind),
         read: |f, i| {
             i.schedule.kind = f.choice("schedule.type")?.unwrap_or(ScheduleType::None);
             Ok(())
@@ -130,7 +130,7 @@ const FIELDS: &[Field] = &[
         name: "handler.type",
         error: None,
         default: "shell",
-        show: |j| one(&j.handler.kind),
+        show: |j| one(j.handler.kind),
         read: |f, i| {
             i.handler.kind = f.choice("handler.type")?.unwrap_or(HandlerType::Shell);
             Ok(())
@@ -268,7 +268,7 @@ const FIELDS: &[Field] = &[
         name: "routing",
         error: None,
         default: "first",
-        show: |j| one(&j.routing),
+        show: |j| one(j.routing),
         read: |f, i| {
             i.routing = f.choice("routing")?;
             Ok(())
@@ -350,7 +350,7 @@ const FIELDS: &[Field] = &[
         name: "misfire",
         error: None,
         default: "do_nothing",
-        show: |j| one(&j.misfire),
+        show: |j| one(j.misfire),
         read: |f, i| {
             i.misfire = f.choice("misfire")?;
             Ok(())
@@ -360,7 +360,7 @@ const FIELDS: &[Field] = &[
         name: "concurrency",
         error: None,
         default: "allow",
-        show: |j| one(&j.concurrency),
+        show: |j| one(j.concurrency),
         read: |f, i| {
             i.concurrency = f.choice("concurrency")?;
             Ok(())
@@ -370,7 +370,7 @@ const FIELDS: &[Field] = &[
         name: "block_strategy",
         error: None,
         default: "serial",
-        show: |j| one(&j.block_strategy),
+        show: |j| one(j.block_strategy),
         read: |f, i| {
             i.block_strategy = f.choice("block_strategy")?;
             Ok(())

@@ -290,44 +290,39 @@ impl Metrics {
     }
 
     fn render_workers(&self, out: &mut String) {
-        use crate::worker::WorkerState;
+        use crate::worker::{WorkerHealth, WorkerState};
         let workers = self.workers.snapshot();
-        let _ = writeln!(
-            out,
-            "# HELP jobfleet_worker_up 1 while a background worker runs (or backs off), 0 once it ended."
-        );
-        let _ = writeln!(out, "# TYPE jobfleet_worker_up gauge");
-        for (name, h) in &workers {
-            let up = matches!(h.state, WorkerState::Running | WorkerState::BackingOff);
-            let _ = writeln!(
-                out,
-                "jobfleet_worker_up{{worker=\"{name}\"}} {}",
-                u8::from(up)
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP jobfleet_worker_failures_total Failed passes of a background worker."
-        );
-        let _ = writeln!(out, "# TYPE jobfleet_worker_failures_total counter");
-        for (name, h) in &workers {
-            let _ = writeln!(
-                out,
-                "jobfleet_worker_failures_total{{worker=\"{name}\"}} {}",
-                h.failures
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP jobfleet_worker_failing 1 while a worker's last pass failed."
-        );
-        let _ = writeln!(out, "# TYPE jobfleet_worker_failing gauge");
-        for (name, h) in &workers {
-            let _ = writeln!(
-                out,
-                "jobfleet_worker_failing{{worker=\"{name}\"}} {}",
-                u8::from(h.failing_for > 0)
-            );
+        let families: [(&str, &str, &str, fn(&WorkerHealth) -> u64); 3] = [
+            (
+                "jobfleet_worker_up",
+                "gauge",
+                "1 while a background worker runs (or backs off), 0 once it ended.",
+                |h| {
+                    u64::from(matches!(
+                        h.state,
+                        WorkerState::Running | WorkerState::BackingOff
+                    ))
+                },
+            ),
+            (
+                "jobfleet_worker_failures_total",
+                "counter",
+                "Failed passes of a background worker.",
+                |h| h.failures,
+            ),
+            (
+                "jobfleet_worker_failing",
+                "gauge",
+                "1 while a worker's last pass failed.",
+                |h| u64::from(h.failing_for > 0),
+            ),
+        ];
+        for (name, kind, help, value) in families {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            for (worker, health) in &workers {
+                let _ = writeln!(out, "{name}{{worker=\"{worker}\"}} {}", value(health));
+            }
         }
     }
 }

@@ -87,6 +87,14 @@ impl Alerts {
     }
 }
 
+/// What an event is about.
+#[derive(Debug, Clone, Copy)]
+struct Subject {
+    job_id: i64,
+    group_id: i64,
+    run_id: Option<i64>,
+}
+
 /// Writes alert events inside a caller's transaction and wakes the worker once it committed.
 #[derive(Debug, Clone)]
 pub struct Outbox {
@@ -116,6 +124,40 @@ impl Outbox {
         } else {
             Ok(EventStatus::Pending)
         }
+    }
+
+    /// Writes one event for one channel, due now.
+    #[allow(clippy::too_many_arguments)]
+    fn raise(
+        &self,
+        conn: &mut AnyConnection,
+        kind: AlertKind,
+        subject: Subject,
+        channel_id: i64,
+        dedupe_key: String,
+        (title, body): (&str, &str),
+        status: EventStatus,
+        now_ms: i64,
+    ) -> Result<(), Error> {
+        self.insert(
+            conn,
+            &NewEvent {
+                kind,
+                job_id: Some(subject.job_id),
+                group_id: Some(subject.group_id),
+                run_id: subject.run_id,
+                channel_id,
+                dedupe_key,
+                title: title.to_owned(),
+                body: body.to_owned(),
+                status,
+                attempts: 0,
+                next_attempt_ms: now_ms,
+                last_error: None,
+                created_ms: now_ms,
+                sent_ms: None,
+            },
+        )
     }
 
     fn insert(&self, conn: &mut AnyConnection, event: &NewEvent) -> Result<(), Error> {
@@ -179,24 +221,20 @@ impl Outbox {
         for channel in &channels {
             let key = run_dedupe_key(kind, owner.id, channel.id);
             let status = self.status_for(conn, &key, now_ms)?;
-            self.insert(
+            let subject = Subject {
+                job_id: owner.id,
+                group_id: owner.group_id,
+                run_id: Some(run.id),
+            };
+            self.raise(
                 conn,
-                &NewEvent {
-                    kind,
-                    job_id: Some(owner.id),
-                    group_id: Some(owner.group_id),
-                    run_id: Some(run.id),
-                    channel_id: channel.id,
-                    dedupe_key: key,
-                    title: title.clone(),
-                    body: body.clone(),
-                    status,
-                    attempts: 0,
-                    next_attempt_ms: now_ms,
-                    last_error: None,
-                    created_ms: now_ms,
-                    sent_ms: None,
-                },
+                kind,
+                subject,
+                channel.id,
+                key,
+                (&title, &body),
+                status,
+                now_ms,
             )?;
         }
         Ok(channels.len())
@@ -237,24 +275,20 @@ impl Outbox {
                     self.status_for(conn, &key, now_ms)?
                 };
                 raised.insert(key.clone());
-                self.insert(
+                let subject = Subject {
+                    job_id: owner.id,
+                    group_id,
+                    run_id: None,
+                };
+                self.raise(
                     conn,
-                    &NewEvent {
-                        kind: AlertKind::GroupNoAgent,
-                        job_id: Some(owner.id),
-                        group_id: Some(group_id),
-                        run_id: None,
-                        channel_id: channel.id,
-                        dedupe_key: key,
-                        title: title.clone(),
-                        body: body.clone(),
-                        status,
-                        attempts: 0,
-                        next_attempt_ms: now_ms,
-                        last_error: None,
-                        created_ms: now_ms,
-                        sent_ms: None,
-                    },
+                    AlertKind::GroupNoAgent,
+                    subject,
+                    channel.id,
+                    key,
+                    (&title, &body),
+                    status,
+                    now_ms,
                 )?;
                 written += 1;
             }

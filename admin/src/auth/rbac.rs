@@ -1,6 +1,7 @@
-//! Who is calling and what they may do. Only a successful check here produces the proof a
-//! service function takes (`AdminProof`, `GroupWrite`), so a service that edits a group's jobs
-//! cannot be reached without the right having been checked.
+//! Who is calling and what they may do. Only a successful check here produces a proof
+//! (`AdminProof`, `GroupWrite`). The writes of a group's jobs (`db::job::insert`, `update`,
+//! `delete`) take a `GroupWrite` for that group, so the compiler refuses a path that would
+//! change a job without the grant having been checked.
 
 use crate::domain::role::Role;
 use crate::error::Error;

@@ -4,6 +4,7 @@ use diesel::prelude::*;
 
 use super::schema::job;
 use super::{AnyConnection, Page, last_insert_id};
+use crate::auth::rbac::GroupWrite;
 use crate::domain::policy::{BlockStrategy, Concurrency, HandlerType, Interpreter, Misfire};
 use crate::domain::routing::Routing;
 use crate::domain::schedule::{Schedule, ScheduleType, parse_cron, parse_timezone};
@@ -277,7 +278,22 @@ pub fn children_edges(conn: &mut AnyConnection) -> Result<Vec<(i64, String)>, Er
 
 /// # Errors
 /// `Conflict` when the name is taken in the group (the unique key decides under races).
-pub fn insert(conn: &mut AnyConnection, new: &NewJob) -> Result<i64, Error> {
+/// Writes to a group's jobs take the proof that the caller may write it
+/// (`auth::rbac::Actor::write_group`), so no path can skip the check.
+fn covered(proofs: &[&GroupWrite], group_id: i64) -> Result<(), Error> {
+    if proofs.iter().any(|p| p.group_id() == group_id) {
+        Ok(())
+    } else {
+        Err(Error::Forbidden(format!(
+            "no write access to the jobs of group {group_id}"
+        )))
+    }
+}
+
+/// # Errors
+/// `Forbidden` when `write` is for another group; `Conflict` on a name taken in the group.
+pub fn insert(conn: &mut AnyConnection, write: &GroupWrite, new: &NewJob) -> Result<i64, Error> {
+    covered(&[write], new.fields.group_id)?;
     diesel::insert_into(job::table)
         .values(new)
         .execute(conn)
@@ -285,8 +301,20 @@ pub fn insert(conn: &mut AnyConnection, new: &NewJob) -> Result<i64, Error> {
     Ok(last_insert_id(conn)?)
 }
 
-pub fn update(conn: &mut AnyConnection, id: i64, fields: &JobFields) -> Result<(), Error> {
-    let n = diesel::update(job::table.find(id))
+/// `proofs` cover the job's group and the group `fields` puts it in (the same one unless the
+/// job moves).
+///
+/// # Errors
+/// `Forbidden` when they do not; `NotFound` when no job `id` is in a group they cover.
+pub fn update(
+    conn: &mut AnyConnection,
+    proofs: &[&GroupWrite],
+    id: i64,
+    fields: &JobFields,
+) -> Result<(), Error> {
+    covered(proofs, fields.group_id)?;
+    let groups: Vec<i64> = proofs.iter().map(|p| p.group_id()).collect();
+    let n = diesel::update(job::table.find(id).filter(job::group_id.eq_any(groups)))
         .set(fields)
         .execute(conn)
         .map_err(name_conflict)?;
@@ -379,8 +407,15 @@ pub fn counts(conn: &mut AnyConnection) -> Result<(i64, i64), Error> {
     Ok((enabled, total))
 }
 
-pub fn delete(conn: &mut AnyConnection, id: i64) -> Result<(), Error> {
-    let n = diesel::delete(job::table.find(id)).execute(conn)?;
+/// # Errors
+/// `NotFound` when no job `id` is in the group `write` is for.
+pub fn delete(conn: &mut AnyConnection, write: &GroupWrite, id: i64) -> Result<(), Error> {
+    let n = diesel::delete(
+        job::table
+            .find(id)
+            .filter(job::group_id.eq(write.group_id())),
+    )
+    .execute(conn)?;
     if n == 0 {
         return Err(Error::NotFound("job"));
     }
@@ -392,6 +427,13 @@ pub(crate) mod tests {
     use super::*;
     use crate::db::executor_group;
     use crate::testing::storage_test;
+
+    /// The proof a system actor (an admin) gets for `group_id`.
+    pub(crate) fn write(group_id: i64) -> GroupWrite {
+        crate::auth::rbac::Actor::system("test")
+            .write_group(group_id)
+            .unwrap()
+    }
 
     pub(crate) fn fields(group_id: i64, name: &str) -> JobFields {
         JobFields {
@@ -452,6 +494,7 @@ pub(crate) mod tests {
         let g = insert_group(conn, "g1");
         let id = insert(
             conn,
+            &write(g),
             &NewJob {
                 fields: fields(g, "nightly 100%_done"),
                 created_ms: 1,
@@ -463,6 +506,7 @@ pub(crate) mod tests {
         assert!(job.enabled);
         let dup = insert(
             conn,
+            &write(g),
             &NewJob {
                 fields: fields(g, "nightly 100%_done"),
                 created_ms: 1,
@@ -472,6 +516,7 @@ pub(crate) mod tests {
         assert_eq!(dup.field(), Some("name"));
         let other = insert(
             conn,
+            &write(g),
             &NewJob {
                 fields: fields(g, "nightlyX100abdone"),
                 created_ms: 1,
@@ -493,7 +538,11 @@ pub(crate) mod tests {
         let mut changed = fields(g, "renamed");
         changed.limit_cpu = None;
         changed.enabled = false;
-        update(conn, id, &changed).unwrap();
+        assert!(matches!(
+            update(conn, &[&write(g + 1)], id, &changed),
+            Err(Error::Forbidden(_))
+        ));
+        update(conn, &[&write(g)], id, &changed).unwrap();
         let job = get(conn, id).unwrap();
         assert_eq!(
             (job.name.as_str(), job.limit_cpu, job.enabled),
@@ -523,7 +572,11 @@ pub(crate) mod tests {
             set_children(conn, 999, "", 7),
             Err(Error::NotFound(_))
         ));
-        delete(conn, id).unwrap();
+        assert!(
+            matches!(delete(conn, &write(g + 1), id), Err(Error::NotFound(_))),
+            "a proof for another group deletes nothing"
+        );
+        delete(conn, &write(g), id).unwrap();
         assert!(matches!(get(conn, id), Err(Error::NotFound(_))));
     });
 }

@@ -76,13 +76,14 @@ pub fn insert(conn: &mut AnyConnection, new: &NewJobScript<'_>) -> Result<(), Er
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::job::{self, tests::fields, tests::insert_group};
+    use crate::db::job::{self, tests::fields, tests::insert_group, tests::write};
     use crate::testing::storage_test;
 
     storage_test!(versions_are_kept_in_order_and_unique, |conn| {
         let g = insert_group(conn, "g");
         let job_id = job::insert(
             conn,
+            &write(g),
             &job::NewJob {
                 fields: fields(g, "j"),
                 created_ms: 1,
@@ -127,7 +128,7 @@ mod tests {
             created_ms: 1,
         };
         assert!(matches!(insert(conn, &again), Err(Error::Conflict { .. })));
-        job::delete(conn, job_id).unwrap();
+        job::delete(conn, &write(g), job_id).unwrap();
         assert!(
             list_for_job(conn, job_id).unwrap().is_empty(),
             "versions go with their job"

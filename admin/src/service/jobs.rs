@@ -390,7 +390,7 @@ pub async fn create(state: &AppState, actor: &Actor, spec: JobSpec) -> Result<Jo
         .db
         .transaction(move |conn| {
             require_group(conn, spec.group_id)?;
-            let _proof: GroupWrite = actor.write_group(spec.group_id)?;
+            let write = actor.write_group(spec.group_id)?;
             if job::find_by_name(conn, spec.group_id, &spec.name)?.is_some() {
                 return Err(Error::conflict(
                     "name",
@@ -401,6 +401,7 @@ pub async fn create(state: &AppState, actor: &Actor, spec: JobSpec) -> Result<Jo
             check_alert_channels(conn, &spec.alert.channels)?;
             let id = job::insert(
                 conn,
+                &write,
                 &job::NewJob {
                     fields: fields(&spec, 0, now),
                     created_ms: now,
@@ -410,7 +411,7 @@ pub async fn create(state: &AppState, actor: &Actor, spec: JobSpec) -> Result<Jo
             if version > 0 {
                 let mut with_version = fields(&spec, version, now);
                 with_version.updated_ms = now;
-                job::update(conn, id, &with_version)?;
+                job::update(conn, &[&write], id, &with_version)?;
             }
             let created = view(job::get(conn, id)?);
             audit::record(
@@ -440,9 +441,9 @@ pub async fn update(
         .db
         .transaction(move |conn| {
             let before_row = visible_job(conn, &actor, id)?;
-            actor.write_group(before_row.group_id)?;
+            let write_old = actor.write_group(before_row.group_id)?;
             require_group(conn, spec.group_id)?;
-            actor.write_group(spec.group_id)?;
+            let write_new = actor.write_group(spec.group_id)?;
             if let Some(other) = job::find_by_name(conn, spec.group_id, &spec.name)?
                 && other.id != id
             {
@@ -473,7 +474,12 @@ pub async fn update(
                 0
             };
             let before = view(before_row);
-            job::update(conn, id, &fields(&spec, version, now))?;
+            job::update(
+                conn,
+                &[&write_old, &write_new],
+                id,
+                &fields(&spec, version, now),
+            )?;
             let after = view(job::get(conn, id)?);
             audit::record(
                 conn,
@@ -502,14 +508,14 @@ pub async fn set_enabled(
         .db
         .transaction(move |conn| {
             let row = visible_job(conn, &actor, id)?;
-            actor.write_group(row.group_id)?;
+            let write = actor.write_group(row.group_id)?;
             let before = view(row.clone());
             let spec = spec_of(&row)?;
             let mut changed = fields(&JobSpec { enabled, ..spec }, row.script_version, now);
             if row.enabled == enabled {
                 changed.next_fire_ms = row.next_fire_ms;
             }
-            job::update(conn, id, &changed)?;
+            job::update(conn, &[&write], id, &changed)?;
             let after = view(job::get(conn, id)?);
             let action = if enabled { "job.enable" } else { "job.disable" };
             audit::record(
@@ -591,7 +597,7 @@ pub async fn delete(state: &AppState, actor: &Actor, id: i64) -> Result<(), Erro
         .db
         .transaction(move |conn| {
             let row = visible_job(conn, &actor, id)?;
-            actor.write_group(row.group_id)?;
+            let write = actor.write_group(row.group_id)?;
             // Jobs that list this one as a child lose it in the same transaction. Refusing
             // instead would let anyone who may write a parent (in any group) pin this job
             // forever, and the refusal would name parents the caller may not be able to see.
@@ -605,7 +611,7 @@ pub async fn delete(state: &AppState, actor: &Actor, id: i64) -> Result<(), Erro
                 }
             }
             let before = view(row);
-            job::delete(conn, id)?;
+            job::delete(conn, &write, id)?;
             // The one audit row of the delete says which child lists it changed, if any.
             let mut entry = Entry::new("job.delete", "job", id).before(&before)?;
             if !parents.is_empty() {
@@ -754,7 +760,7 @@ pub async fn rollback_script(
         .db
         .transaction(move |conn| {
             let row = visible_job(conn, &actor, job_id)?;
-            actor.write_group(row.group_id)?;
+            let write = actor.write_group(row.group_id)?;
             if row.handler_type != HandlerType::Script {
                 return Err(Error::invalid(
                     "handler.type",
@@ -776,7 +782,7 @@ pub async fn rollback_script(
             let before = view(row.clone());
             let mut changed = fields(&spec, new_version, now);
             changed.next_fire_ms = row.next_fire_ms;
-            job::update(conn, job_id, &changed)?;
+            job::update(conn, &[&write], job_id, &changed)?;
             let after = view(job::get(conn, job_id)?);
             audit::record(
                 conn,
@@ -861,6 +867,7 @@ mod tests {
     fn new_job(conn: &mut AnyConnection, group_id: i64, name: &str) -> i64 {
         job::insert(
             conn,
+            &crate::db::job::tests::write(group_id),
             &job::NewJob {
                 fields: fields(group_id, name),
                 created_ms: 1,

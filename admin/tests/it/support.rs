@@ -539,8 +539,14 @@ impl AgentProc {
         self.child.as_ref().unwrap().id()
     }
 
+    /// Results durably spooled: whole `.json` files, not a `.tmp` still being written (which a
+    /// kill -9 leaves half-done and the agent's restart rightly discards).
     pub fn spool_files(&self) -> usize {
-        std::fs::read_dir(self.data_dir.join("spool")).map_or(0, |d| d.count())
+        std::fs::read_dir(self.data_dir.join("spool")).map_or(0, |d| {
+            d.flatten()
+                .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+                .count()
+        })
     }
 }
 

@@ -263,6 +263,14 @@ impl Default for Metrics {
     }
 }
 
+/// One metric family over the workers: name, type, help, and its value for one worker.
+type WorkerFamily = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&crate::worker::WorkerHealth) -> u64,
+);
+
 impl Metrics {
     pub fn render(&self) -> String {
         let mut out = String::with_capacity(8 * 1024);
@@ -290,9 +298,9 @@ impl Metrics {
     }
 
     fn render_workers(&self, out: &mut String) {
-        use crate::worker::{WorkerHealth, WorkerState};
+        use crate::worker::WorkerState;
         let workers = self.workers.snapshot();
-        let families: [(&str, &str, &str, fn(&WorkerHealth) -> u64); 3] = [
+        let families: [WorkerFamily; 3] = [
             (
                 "jobfleet_worker_up",
                 "gauge",

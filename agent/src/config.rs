@@ -255,9 +255,24 @@ fn validate(raw: &Layers) -> Result<Config, ConfigError> {
             ),
         ));
     }
-    let data_dir = PathBuf::from(get("data_dir").unwrap_or_else(|| "agent-data".into()));
-    let log_dir = get("log_dir").map_or_else(|| data_dir.join("logs"), PathBuf::from);
-    let spool_dir = get("spool_dir").map_or_else(|| data_dir.join("spool"), PathBuf::from);
+    // Jobs run in the scripts folder, so a relative path (the default one included) would
+    // point elsewhere from there: every folder is made absolute against the start directory.
+    let absolute = |key: &str, path: PathBuf| {
+        std::path::absolute(&path)
+            .map_err(|e| fail(key, format!("cannot make {} absolute: {e}", path.display())))
+    };
+    let data_dir = absolute(
+        "data_dir",
+        PathBuf::from(get("data_dir").unwrap_or_else(|| "agent-data".into())),
+    )?;
+    let log_dir = match get("log_dir") {
+        Some(dir) => absolute("log_dir", PathBuf::from(dir))?,
+        None => data_dir.join("logs"),
+    };
+    let spool_dir = match get("spool_dir") {
+        Some(dir) => absolute("spool_dir", PathBuf::from(dir))?,
+        None => data_dir.join("spool"),
+    };
     let allow_root = match get("allow_root").as_deref() {
         Some("true") => true,
         Some("false") | None => false,
@@ -330,7 +345,9 @@ mod tests {
             c.admins,
             vec!["http://a:1/".to_owned(), "http://b:2/".to_owned()]
         );
-        assert_eq!(c.log_dir, PathBuf::from("agent-data/logs"));
+        let here = std::env::current_dir().unwrap();
+        assert_eq!(c.log_dir, here.join("agent-data/logs"));
+        assert!(c.data_dir.is_absolute() && c.spool_dir.is_absolute());
         let cli = Cli {
             group: Some("flag-group".into()),
             ..Cli::default()

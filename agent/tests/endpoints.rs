@@ -68,6 +68,7 @@ async fn start_in(dir: tempfile::TempDir, port: u16, env: &[(&str, &str)]) -> Ru
         .env("JOBFLEET_AGENT_TOKEN", TOKEN)
         .env("JOBFLEET_AGENT_DATA_DIR", dir.path().join("data"))
         .envs(env.iter().copied())
+        .current_dir(dir.path())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -349,6 +350,42 @@ async fn wait_for_results(agent: &Running, n: usize) -> std::collections::BTreeM
         assert!(Instant::now() < deadline, "results: {statuses:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// The default data folder is relative (`agent-data`) and jobs run in its scripts folder: a
+/// script job must still find its script file there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_jobs_run_with_a_relative_data_folder() {
+    let agent = start_with(&[("JOBFLEET_AGENT_DATA_DIR", "data")]).await;
+    let marker = agent.dir.path().join("ran");
+    for (run_id, glue, source) in [
+        (
+            41,
+            "GLUE_SHELL",
+            format!("echo bash > {}", marker.display()),
+        ),
+        (
+            42,
+            "GLUE_PERL",
+            format!(
+                "open(my $f, '>>', '{}'); print $f \"perl\\n\";",
+                marker.display()
+            ),
+        ),
+    ] {
+        let body = trigger(
+            json!({"logId": run_id, "jobId": run_id, "glueType": glue, "glueSource": source}),
+        );
+        let answer = post(&agent, "run", Some(TOKEN), &body).await.unwrap();
+        assert_eq!(answer["code"], 200, "{answer}");
+    }
+    let statuses = wait_for_results(&agent, 2).await;
+    assert_eq!(
+        statuses.values().collect::<Vec<_>>(),
+        vec!["succeeded", "succeeded"],
+        "{statuses:?}"
+    );
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "bash\nperl\n");
 }
 
 /// Issue 20: a trigger carries its run id as an idempotency key. A repeat while the run goes

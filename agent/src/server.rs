@@ -61,6 +61,17 @@ fn accept<T: DeserializeOwned>(
     serde_json::from_slice(body).map_err(|e| format!("malformed request: {e}"))
 }
 
+/// Reads the body, checks the token and parses it: the one way every endpoint with a body
+/// takes its input; the error is the envelope to answer with.
+async fn read<T: DeserializeOwned>(
+    state: &ServerState,
+    req: &HttpRequest,
+    payload: web::Payload,
+) -> Result<T, HttpResponse> {
+    let body = body(req, payload).await?;
+    accept(state, req, &body).map_err(fail)
+}
+
 /// The request body, or the envelope saying it is over `MAX_BODY_BYTES` (never more than
 /// that is held in memory).
 async fn body(req: &HttpRequest, payload: web::Payload) -> Result<web::Bytes, HttpResponse> {
@@ -96,16 +107,12 @@ async fn idle_beat(
     req: HttpRequest,
     payload: web::Payload,
 ) -> HttpResponse {
-    let body = match body(&req, payload).await {
-        Ok(b) => b,
-        Err(answer) => return answer,
-    };
-    match accept::<JobIdParam>(&state, &req, &body) {
+    match read::<JobIdParam>(&state, &req, payload).await {
         Ok(p) if state.runner.job_busy(p.job_id) => {
             fail("job thread is running or has trigger queue.")
         }
         Ok(_) => reply(Envelope::<()>::success()),
-        Err(msg) => fail(msg),
+        Err(answer) => answer,
     }
 }
 
@@ -114,14 +121,10 @@ async fn run(
     req: HttpRequest,
     payload: web::Payload,
 ) -> HttpResponse {
-    let body = match body(&req, payload).await {
-        Ok(b) => b,
-        Err(answer) => return answer,
-    };
     let received = std::time::Instant::now();
-    let trigger: TriggerParam = match accept(&state, &req, &body) {
+    let trigger: TriggerParam = match read(&state, &req, payload).await {
         Ok(t) => t,
-        Err(msg) => return fail(msg),
+        Err(answer) => return answer,
     };
     let run_id = trigger.log_id;
     match state.runner.submit(trigger, received) {
@@ -159,11 +162,7 @@ async fn kill(
     req: HttpRequest,
     payload: web::Payload,
 ) -> HttpResponse {
-    let body = match body(&req, payload).await {
-        Ok(b) => b,
-        Err(answer) => return answer,
-    };
-    match accept::<JobIdParam>(&state, &req, &body) {
+    match read::<JobIdParam>(&state, &req, payload).await {
         Ok(p) => {
             let msg = if state.runner.kill_job(p.job_id) {
                 "killed"
@@ -177,7 +176,7 @@ async fn kill(
                 data: None,
             })
         }
-        Err(msg) => fail(msg),
+        Err(answer) => answer,
     }
 }
 
@@ -186,13 +185,9 @@ async fn log(
     req: HttpRequest,
     payload: web::Payload,
 ) -> HttpResponse {
-    let body = match body(&req, payload).await {
-        Ok(b) => b,
-        Err(answer) => return answer,
-    };
-    let param: LogParam = match accept(&state, &req, &body) {
+    let param: LogParam = match read(&state, &req, payload).await {
         Ok(p) => p,
-        Err(msg) => return fail(msg),
+        Err(answer) => return answer,
     };
     let finished = !state.runner.run_live(param.log_id);
     match state.logs.read(

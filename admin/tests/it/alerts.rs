@@ -16,27 +16,10 @@ use serde_json::{Value, json};
 use sha2::Sha256;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
+use crate::support::both_backends;
 use crate::support::{AgentProc, Opts, TestApp, api_test, wait_for};
 
 const WITHIN: Duration = Duration::from_secs(30);
-
-/// Generates a SQLite and (with `--features mysql`) a MariaDB test running `$name(mysql)`.
-macro_rules! both_backends {
-    ($name:ident) => {
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite() {
-                super::$name(false).await;
-            }
-
-            #[cfg(feature = "mysql")]
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn mysql() {
-                super::$name(true).await;
-            }
-        }
-    };
-}
 
 async fn app_with(mysql: bool, env: &[(&str, &str)], opts: Opts) -> TestApp {
     let db = if mysql {

@@ -8,27 +8,10 @@ use std::time::Duration;
 use jobfleet_admin::scheduler::{monitors, tick};
 use serde_json::{Value, json};
 
+use crate::support::both_backends;
 use crate::support::{AgentProc, Opts, TestApp, wait_for};
 
 const WITHIN: Duration = Duration::from_secs(30);
-
-/// Generates a SQLite and (with `--features mysql`) a MariaDB test running `$name(mysql)`.
-macro_rules! both_backends {
-    ($name:ident) => {
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite() {
-                super::$name(false).await;
-            }
-
-            #[cfg(feature = "mysql")]
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn mysql() {
-                super::$name(true).await;
-            }
-        }
-    };
-}
 
 async fn runs_of(app: &TestApp, job: i64) -> Vec<Value> {
     let r = app

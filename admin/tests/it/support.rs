@@ -35,6 +35,26 @@ macro_rules! api_test {
 }
 pub(crate) use api_test;
 
+/// `both_backends!(name)` runs `async fn name(mysql: bool)` as a SQLite test and, with
+/// `--features mysql`, as a MariaDB test.
+macro_rules! both_backends {
+    ($name:ident) => {
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                super::$name(false).await;
+            }
+
+            #[cfg(feature = "mysql")]
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn mysql() {
+                super::$name(true).await;
+            }
+        }
+    };
+}
+pub(crate) use both_backends;
+
 pub struct TestApp {
     pub base: String,
     pub client: reqwest::Client,

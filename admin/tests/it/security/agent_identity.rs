@@ -8,28 +8,11 @@ use std::time::Duration;
 use jobfleet_agent::protocol::{ACCESS_TOKEN_HEADER, AGENT_KEY_HEADER};
 use serde_json::{Value, json};
 
+use crate::support::both_backends;
 use crate::support::{AgentProc, TestApp, wait_for};
 
 const WITHIN: Duration = Duration::from_secs(30);
 const TOKEN: &str = "test-agent-token";
-
-/// Generates a SQLite and (with `--features mysql`) a MariaDB test running `$name(mysql)`.
-macro_rules! both_backends {
-    ($name:ident) => {
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite() {
-                super::$name(false).await;
-            }
-
-            #[cfg(feature = "mysql")]
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn mysql() {
-                super::$name(true).await;
-            }
-        }
-    };
-}
 
 /// Posts to an agent endpoint of the admin (`/api/registry`, `/api/callback`) as an agent
 /// would: the shared token, and `key` when given. Returns the envelope.

@@ -37,6 +37,9 @@ pub struct WorkerHealth {
     /// Failures in a row; 0 once a pass succeeds.
     #[serde(skip)]
     pub failing_for: u32,
+    /// In the logs and here, never in `/readyz`: that answers without a token, and an error's
+    /// text can name hosts, paths or queries.
+    #[serde(skip)]
     pub last_error: Option<String>,
 }
 

@@ -510,6 +510,12 @@ async fn docs_health_and_readiness_are_served(app: &TestApp) {
     let ready = app.call("GET", "/readyz", None, None).await;
     assert_eq!(ready.status, StatusCode::OK);
     assert!(ready.body["database"].is_string());
+    assert!(ready.body["workers"].is_object(), "{}", ready.body);
+    assert!(
+        !ready.body.to_string().contains("last_error"),
+        "readiness answers without a token and shows no error text: {}",
+        ready.body
+    );
     let unknown = app.get("/api/v1/does-not-exist", &app.admin).await;
     assert_eq!(
         (unknown.status, unknown.code()),

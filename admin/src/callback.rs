@@ -8,6 +8,7 @@ use jobfleet_agent::protocol::{HandleCallbackParam, RunOutcome};
 use std::collections::HashMap;
 
 use crate::db::job_run::{self, RunResult};
+use crate::domain::ids::{GroupId, RunId};
 use crate::domain::policy::RunStatus;
 use crate::error::Error;
 use crate::lifecycle::Changes;
@@ -80,25 +81,26 @@ pub async fn accept(
             let mut refused = Vec::new();
             let mut stored = 0;
             let reporter = agents::reporter(conn, key.as_deref())?;
-            let ids: Vec<i64> = batch.iter().map(|cb| cb.log_id).collect();
-            let destinations: HashMap<i64, (i64, Option<String>)> =
+            let ids: Vec<RunId> = batch.iter().map(|cb| RunId(cb.log_id)).collect();
+            let destinations: HashMap<RunId, (GroupId, Option<String>)> =
                 job_run::destinations(conn, &ids)?
                     .into_iter()
                     .map(|(id, group, agent)| (id, (group, agent)))
                     .collect();
             for cb in &batch {
+                let run_id = RunId(cb.log_id);
                 // An unknown run is acknowledged and ignored, as before.
-                let Some((group_id, sent_to)) = destinations.get(&cb.log_id) else {
+                let Some((group_id, sent_to)) = destinations.get(&run_id) else {
                     continue;
                 };
                 match agents::may_report(conn, &reporter, *group_id, sent_to.as_deref())? {
                     Ok(None) => {}
-                    Ok(Some(agent)) => job_run::set_agent_if_unknown(conn, cb.log_id, &agent)?,
+                    Ok(Some(agent)) => job_run::set_agent_if_unknown(conn, run_id, &agent)?,
                     Err(why) => {
                         // Acknowledged, so a confused agent does not resend it forever; the
                         // result changes nothing.
                         tracing::warn!(run_id = cb.log_id, reason = why, "Result refused");
-                        refused.push(cb.log_id);
+                        refused.push(run_id);
                         continue;
                     }
                 }
@@ -109,14 +111,14 @@ pub async fn accept(
                         "handed back unstarted: {}",
                         cb.handle_msg.as_deref().unwrap_or("the agent restarted")
                     );
-                    changes.requeued(conn, cb.log_id, &why)?;
+                    changes.requeued(conn, run_id, &why)?;
                     continue;
                 }
                 let mut result = result_of(cb);
                 if result.finished_ms.is_none_or(|t| t <= 0) {
                     result.finished_ms = Some(now);
                 }
-                if changes.finished(conn, cb.log_id, &result)? {
+                if changes.finished(conn, run_id, &result)? {
                     stored += 1;
                 }
             }

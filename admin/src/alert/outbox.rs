@@ -18,7 +18,7 @@ use crate::domain::alert::{
     AlertKind, EventStatus, RunFacts, group_dedupe_key, group_texts, kind_for_status,
     run_dedupe_key, run_texts,
 };
-use crate::domain::id_list::parse_id_list;
+use crate::domain::ids::{ChannelId, GroupId, JobId, RunId};
 use crate::error::Error;
 
 const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -90,9 +90,9 @@ impl Alerts {
 /// What an event is about.
 #[derive(Debug, Clone, Copy)]
 struct Subject {
-    job_id: i64,
-    group_id: i64,
-    run_id: Option<i64>,
+    job_id: JobId,
+    group_id: GroupId,
+    run_id: Option<RunId>,
 }
 
 /// Writes alert events inside a caller's transaction and wakes the worker once it committed.
@@ -133,7 +133,7 @@ impl Outbox {
         conn: &mut AnyConnection,
         kind: AlertKind,
         subject: Subject,
-        channel_id: i64,
+        channel_id: ChannelId,
         dedupe_key: String,
         (title, body): (&str, &str),
         status: EventStatus,
@@ -189,11 +189,11 @@ impl Outbox {
             AlertKind::RunLost => owner.alert_on_lost,
             AlertKind::GroupNoAgent | AlertKind::Test => false,
         };
-        let channel_ids = parse_id_list(&owner.alert_channels);
+        let channel_ids = &owner.alert_channels;
         if !wanted || channel_ids.is_empty() {
             return Ok(0);
         }
-        let channels: Vec<AlertChannel> = alert_channel::by_ids(conn, &channel_ids)?
+        let channels: Vec<AlertChannel> = alert_channel::by_ids(conn, channel_ids)?
             .into_iter()
             .filter(|c| c.enabled)
             .collect();
@@ -250,7 +250,7 @@ impl Outbox {
     pub fn group_lost_agents(
         &self,
         conn: &mut AnyConnection,
-        group_id: i64,
+        group_id: GroupId,
         app_name: &str,
         now_ms: i64,
     ) -> Result<usize, Error> {
@@ -258,13 +258,12 @@ impl Outbox {
         if jobs.is_empty() {
             return Ok(0);
         }
-        let names: Vec<(i64, String)> = jobs.iter().map(|j| (j.id, j.name.clone())).collect();
+        let names: Vec<(JobId, String)> = jobs.iter().map(|j| (j.id, j.name.clone())).collect();
         let (title, body) = group_texts(group_id, app_name, &names, now_ms);
         let mut raised: HashSet<String> = HashSet::new();
         let mut written = 0;
         for owner in &jobs {
-            let ids = parse_id_list(&owner.alert_channels);
-            for channel in alert_channel::by_ids(conn, &ids)?
+            for channel in alert_channel::by_ids(conn, &owner.alert_channels)?
                 .into_iter()
                 .filter(|c| c.enabled)
             {

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use sha2::Sha256;
 
 use crate::domain::alert::WebhookFormat;
+use crate::domain::ids::{GroupId, JobId, RunId};
 
 /// What every format carries; `generic` sends all of it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -16,9 +17,9 @@ pub struct Outgoing {
     pub kind: String,
     pub title: String,
     pub text: String,
-    pub job_id: Option<i64>,
-    pub run_id: Option<i64>,
-    pub group_id: Option<i64>,
+    pub job_id: Option<JobId>,
+    pub run_id: Option<RunId>,
+    pub group_id: Option<GroupId>,
     /// The run status the alert is about (`failed`, `timed_out`, `lost`), or the event kind.
     pub status: String,
     /// The console link of the run, when `public_url` is configured.
@@ -212,9 +213,9 @@ mod tests {
             kind: "run_failed".into(),
             title: "[jobfleet] run failed: nightly (run 42)".into(),
             text: "Job: nightly\nStatus: failed\n".into(),
-            job_id: Some(7),
-            run_id: Some(42),
-            group_id: Some(1),
+            job_id: Some(JobId(7)),
+            run_id: Some(RunId(42)),
+            group_id: Some(GroupId(1)),
             status: "failed".into(),
             url: Some("https://jobs.example.com/console/runs/42".into()),
         }

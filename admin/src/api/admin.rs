@@ -4,6 +4,7 @@ use actix_web::{HttpResponse, web};
 
 use super::PageQuery;
 use crate::auth::extract::ApiCaller;
+use crate::domain::ids::GroupId;
 use crate::error::{ApiResult, ErrorBody};
 use crate::service::agents::{AgentView, Decision};
 use crate::service::audit::{AuditQuery, AuditView};
@@ -44,7 +45,7 @@ pub async fn create_group(
 pub async fn get_group(
     state: web::Data<AppState>,
     caller: ApiCaller,
-    id: web::Path<i64>,
+    id: web::Path<GroupId>,
 ) -> ApiResult<HttpResponse> {
     Ok(HttpResponse::Ok().json(service::groups::get(&state, &caller.0, id.into_inner()).await?))
 }
@@ -55,7 +56,7 @@ pub async fn get_group(
 pub async fn update_group(
     state: web::Data<AppState>,
     caller: ApiCaller,
-    id: web::Path<i64>,
+    id: web::Path<GroupId>,
     body: web::Json<GroupUpdate>,
 ) -> ApiResult<HttpResponse> {
     let proof = caller.0.require_admin()?;
@@ -77,7 +78,7 @@ pub async fn update_group(
 pub async fn delete_group(
     state: web::Data<AppState>,
     caller: ApiCaller,
-    id: web::Path<i64>,
+    id: web::Path<GroupId>,
 ) -> ApiResult<HttpResponse> {
     let proof = caller.0.require_admin()?;
     service::groups::delete(&state, &caller.0, &proof, id.into_inner()).await?;

@@ -4,6 +4,7 @@ use actix_web::{HttpResponse, web};
 
 use crate::auth::extract::ApiCaller;
 use crate::domain::alert::ChannelInput;
+use crate::domain::ids::ChannelId;
 use crate::error::{ApiResult, ErrorBody};
 use crate::service::alerts::{ChannelView, EventQuery, EventView, TestOutcome};
 use crate::service::{self, Paged};
@@ -40,7 +41,7 @@ pub async fn create_channel(
 pub async fn get_channel(
     state: web::Data<AppState>,
     caller: ApiCaller,
-    id: web::Path<i64>,
+    id: web::Path<ChannelId>,
 ) -> ApiResult<HttpResponse> {
     Ok(HttpResponse::Ok()
         .json(service::alerts::get_channel(&state, &caller.0, id.into_inner()).await?))
@@ -54,7 +55,7 @@ pub async fn get_channel(
 pub async fn update_channel(
     state: web::Data<AppState>,
     caller: ApiCaller,
-    id: web::Path<i64>,
+    id: web::Path<ChannelId>,
     body: web::Json<ChannelInput>,
 ) -> ApiResult<HttpResponse> {
     let proof = caller.0.require_admin()?;
@@ -70,7 +71,7 @@ pub async fn update_channel(
 pub async fn delete_channel(
     state: web::Data<AppState>,
     caller: ApiCaller,
-    id: web::Path<i64>,
+    id: web::Path<ChannelId>,
 ) -> ApiResult<HttpResponse> {
     let proof = caller.0.require_admin()?;
     service::alerts::delete_channel(&state, &caller.0, &proof, id.into_inner()).await?;
@@ -83,7 +84,7 @@ pub async fn delete_channel(
 pub async fn test_channel(
     state: web::Data<AppState>,
     caller: ApiCaller,
-    id: web::Path<i64>,
+    id: web::Path<ChannelId>,
 ) -> ApiResult<HttpResponse> {
     let proof = caller.0.require_admin()?;
     Ok(HttpResponse::Ok()

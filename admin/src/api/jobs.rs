@@ -4,6 +4,7 @@ use actix_web::{HttpResponse, web};
 use serde::Deserialize;
 
 use crate::auth::extract::ApiCaller;
+use crate::domain::ids::{JobId, RunId};
 use crate::domain::job::JobInput;
 use crate::error::{ApiResult, ErrorBody};
 use crate::service::jobs::{
@@ -16,7 +17,7 @@ use crate::state::AppState;
 /// A job id and a script version from the path.
 #[derive(Debug, Deserialize)]
 pub struct VersionPath {
-    id: i64,
+    id: JobId,
     version: i32,
 }
 
@@ -41,7 +42,7 @@ pub async fn create(
 pub async fn update(
     state: web::Data<AppState>,
     caller: ApiCaller,
-    id: web::Path<i64>,
+    id: web::Path<JobId>,
     body: web::Json<JobInput>,
 ) -> ApiResult<HttpResponse> {
     let spec = body.into_inner().validate()?;
@@ -55,7 +56,7 @@ pub async fn update(
 pub async fn get(
     state: web::Data<AppState>,
     caller: ApiCaller,
-    id: web::Path<i64>,
+    id: web::Path<JobId>,
 ) -> ApiResult<HttpResponse> {
     Ok(HttpResponse::Ok().json(service::jobs::get(&state, &caller.0, id.into_inner()).await?))
 }
@@ -78,7 +79,7 @@ pub async fn list(
 pub async fn delete(
     state: web::Data<AppState>,
     caller: ApiCaller,
-    id: web::Path<i64>,
+    id: web::Path<JobId>,
 ) -> ApiResult<HttpResponse> {
     service::jobs::delete(&state, &caller.0, id.into_inner()).await?;
     Ok(HttpResponse::NoContent().finish())
@@ -90,7 +91,7 @@ pub async fn delete(
 pub async fn enable(
     state: web::Data<AppState>,
     caller: ApiCaller,
-    id: web::Path<i64>,
+    id: web::Path<JobId>,
 ) -> ApiResult<HttpResponse> {
     Ok(HttpResponse::Ok()
         .json(service::jobs::set_enabled(&state, &caller.0, id.into_inner(), true).await?))
@@ -102,7 +103,7 @@ pub async fn enable(
 pub async fn disable(
     state: web::Data<AppState>,
     caller: ApiCaller,
-    id: web::Path<i64>,
+    id: web::Path<JobId>,
 ) -> ApiResult<HttpResponse> {
     Ok(HttpResponse::Ok()
         .json(service::jobs::set_enabled(&state, &caller.0, id.into_inner(), false).await?))
@@ -114,7 +115,7 @@ pub async fn disable(
 pub async fn script_versions(
     state: web::Data<AppState>,
     caller: ApiCaller,
-    id: web::Path<i64>,
+    id: web::Path<JobId>,
 ) -> ApiResult<HttpResponse> {
     Ok(HttpResponse::Ok()
         .json(service::jobs::script_versions(&state, &caller.0, id.into_inner()).await?))
@@ -174,7 +175,7 @@ pub async fn list_runs(
 pub async fn get_run(
     state: web::Data<AppState>,
     caller: ApiCaller,
-    id: web::Path<i64>,
+    id: web::Path<RunId>,
 ) -> ApiResult<HttpResponse> {
     Ok(HttpResponse::Ok().json(service::runs::get(&state, &caller.0, id.into_inner()).await?))
 }
@@ -187,7 +188,7 @@ pub async fn get_run(
 pub async fn trigger(
     state: web::Data<AppState>,
     caller: ApiCaller,
-    id: web::Path<i64>,
+    id: web::Path<JobId>,
     body: web::Bytes,
 ) -> ApiResult<HttpResponse> {
     // An empty body means "defaults"; anything else must be a valid request.
@@ -214,7 +215,7 @@ pub struct LogQuery {
 pub async fn run_log(
     state: web::Data<AppState>,
     caller: ApiCaller,
-    id: web::Path<i64>,
+    id: web::Path<RunId>,
     q: web::Query<LogQuery>,
 ) -> ApiResult<HttpResponse> {
     Ok(HttpResponse::Ok().json(
@@ -228,7 +229,7 @@ pub async fn run_log(
 pub async fn kill_run(
     state: web::Data<AppState>,
     caller: ApiCaller,
-    id: web::Path<i64>,
+    id: web::Path<RunId>,
 ) -> ApiResult<HttpResponse> {
     Ok(HttpResponse::Accepted()
         .json(service::runs::kill(&state, &caller.0, id.into_inner()).await?))

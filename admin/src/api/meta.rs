@@ -108,7 +108,7 @@ pub async fn me(caller: ApiCaller) -> HttpResponse {
     HttpResponse::Ok().json(MeResponse {
         user_id: actor.user_id,
         role: actor.role.to_string(),
-        groups: actor.groups,
+        groups: actor.groups.iter().map(|g| g.0).collect(),
         via: actor.kind.as_str().to_owned(),
         name: actor.name,
     })

@@ -3,6 +3,7 @@
 //! `delete`) take a `GroupWrite` for that group, so the compiler refuses a path that would
 //! change a job without the grant having been checked.
 
+use crate::domain::ids::GroupId;
 use crate::domain::role::Role;
 use crate::error::Error;
 
@@ -35,7 +36,7 @@ pub struct Actor {
     pub name: String,
     pub role: Role,
     /// Groups granted to a non-admin; ignored for admins, who see everything.
-    pub groups: Vec<i64>,
+    pub groups: Vec<GroupId>,
     pub ip: String,
     pub request_id: String,
 }
@@ -47,11 +48,11 @@ pub struct AdminProof(());
 /// Proof that the caller may change jobs (including commands and scripts) of one group.
 #[derive(Debug)]
 pub struct GroupWrite {
-    group_id: i64,
+    group_id: GroupId,
 }
 
 impl GroupWrite {
-    pub fn group_id(&self) -> i64 {
+    pub fn group_id(&self) -> GroupId {
         self.group_id
     }
 }
@@ -84,7 +85,7 @@ impl Actor {
     }
 
     /// The groups this caller may read: `None` means all of them.
-    pub fn visible_groups(&self) -> Option<Vec<i64>> {
+    pub fn visible_groups(&self) -> Option<Vec<GroupId>> {
         if self.is_admin() {
             None
         } else {
@@ -95,7 +96,7 @@ impl Actor {
     /// Whether anything of the group may be shown to this caller. Objects of a group it cannot
     /// see must answer exactly like objects that do not exist (services turn `false` into their
     /// `NotFound`), so a 403 never confirms that someone else's job or run exists.
-    pub fn sees_group(&self, group_id: i64) -> bool {
+    pub fn sees_group(&self, group_id: GroupId) -> bool {
         self.is_admin() || self.groups.contains(&group_id)
     }
 
@@ -107,13 +108,13 @@ impl Actor {
     ///
     /// # Errors
     /// `Forbidden` as [`Actor::write_group`].
-    pub fn reference_group(&self, group_id: i64) -> Result<GroupWrite, Error> {
+    pub fn reference_group(&self, group_id: GroupId) -> Result<GroupWrite, Error> {
         self.write_group(group_id)
     }
 
     /// # Errors
     /// `Forbidden` when the group is not granted to a non-admin.
-    pub fn read_group(&self, group_id: i64) -> Result<(), Error> {
+    pub fn read_group(&self, group_id: GroupId) -> Result<(), Error> {
         if self.is_admin() || self.groups.contains(&group_id) {
             Ok(())
         } else {
@@ -125,7 +126,7 @@ impl Actor {
 
     /// # Errors
     /// `Forbidden` for viewers, and for operators without a grant on the group.
-    pub fn write_group(&self, group_id: i64) -> Result<GroupWrite, Error> {
+    pub fn write_group(&self, group_id: GroupId) -> Result<GroupWrite, Error> {
         match self.role {
             Role::Admin => Ok(GroupWrite { group_id }),
             Role::Operator if self.groups.contains(&group_id) => Ok(GroupWrite { group_id }),
@@ -141,7 +142,7 @@ impl Actor {
 mod tests {
     use super::*;
 
-    fn actor(role: Role, groups: &[i64]) -> Actor {
+    fn actor(role: Role, groups: &[GroupId]) -> Actor {
         Actor {
             role,
             groups: groups.to_vec(),
@@ -152,26 +153,33 @@ mod tests {
     #[test]
     fn the_role_matrix() {
         let admin = actor(Role::Admin, &[]);
-        let operator = actor(Role::Operator, &[1]);
-        let viewer = actor(Role::Viewer, &[1]);
+        let operator = actor(Role::Operator, &[GroupId(1)]);
+        let viewer = actor(Role::Viewer, &[GroupId(1)]);
         assert!(admin.require_admin().is_ok());
         assert!(operator.require_admin().is_err());
-        assert!(admin.write_group(9).is_ok());
-        assert_eq!(operator.write_group(1).unwrap().group_id(), 1);
-        assert!(operator.write_group(2).is_err());
-        assert!(viewer.write_group(1).is_err());
-        assert!(viewer.read_group(1).is_ok());
-        assert!(viewer.read_group(2).is_err());
-        assert!(admin.sees_group(9) && viewer.sees_group(1) && operator.sees_group(1));
-        assert!(!viewer.sees_group(2) && !operator.sees_group(2));
-        assert!(admin.reference_group(9).is_ok());
-        assert!(operator.reference_group(1).is_ok());
-        assert!(operator.reference_group(2).is_err());
+        assert!(admin.write_group(GroupId(9)).is_ok());
+        assert_eq!(
+            operator.write_group(GroupId(1)).unwrap().group_id(),
+            GroupId(1)
+        );
+        assert!(operator.write_group(GroupId(2)).is_err());
+        assert!(viewer.write_group(GroupId(1)).is_err());
+        assert!(viewer.read_group(GroupId(1)).is_ok());
+        assert!(viewer.read_group(GroupId(2)).is_err());
         assert!(
-            viewer.reference_group(1).is_err(),
+            admin.sees_group(GroupId(9))
+                && viewer.sees_group(GroupId(1))
+                && operator.sees_group(GroupId(1))
+        );
+        assert!(!viewer.sees_group(GroupId(2)) && !operator.sees_group(GroupId(2)));
+        assert!(admin.reference_group(GroupId(9)).is_ok());
+        assert!(operator.reference_group(GroupId(1)).is_ok());
+        assert!(operator.reference_group(GroupId(2)).is_err());
+        assert!(
+            viewer.reference_group(GroupId(1)).is_err(),
             "seeing is not referencing"
         );
         assert_eq!(admin.visible_groups(), None);
-        assert_eq!(viewer.visible_groups(), Some(vec![1]));
+        assert_eq!(viewer.visible_groups(), Some(vec![GroupId(1)]));
     }
 }

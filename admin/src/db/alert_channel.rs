@@ -5,12 +5,13 @@ use diesel::prelude::*;
 use super::schema::alert_channel;
 use super::{AnyConnection, last_insert_id};
 use crate::domain::alert::{ChannelKind, WebhookFormat};
+use crate::domain::ids::ChannelId;
 use crate::error::Error;
 
 #[derive(Debug, Clone, PartialEq, Queryable, Selectable)]
 #[diesel(table_name = alert_channel)]
 pub struct AlertChannel {
-    pub id: i64,
+    pub id: ChannelId,
     pub name: String,
     /// `email` or `webhook`.
     pub kind: ChannelKind,
@@ -48,11 +49,11 @@ pub struct NewChannel {
 
 /// # Errors
 /// `NotFound` when no channel has this id.
-pub fn get(conn: &mut AnyConnection, id: i64) -> Result<AlertChannel, Error> {
+pub fn get(conn: &mut AnyConnection, id: ChannelId) -> Result<AlertChannel, Error> {
     find(conn, id)?.ok_or(Error::NotFound("alert channel"))
 }
 
-pub fn find(conn: &mut AnyConnection, id: i64) -> Result<Option<AlertChannel>, Error> {
+pub fn find(conn: &mut AnyConnection, id: ChannelId) -> Result<Option<AlertChannel>, Error> {
     Ok(alert_channel::table
         .find(id)
         .select(AlertChannel::as_select())
@@ -78,7 +79,7 @@ pub fn list(conn: &mut AnyConnection) -> Result<Vec<AlertChannel>, Error> {
 }
 
 /// The channels among `ids` (missing ones are left out).
-pub fn by_ids(conn: &mut AnyConnection, ids: &[i64]) -> Result<Vec<AlertChannel>, Error> {
+pub fn by_ids(conn: &mut AnyConnection, ids: &[ChannelId]) -> Result<Vec<AlertChannel>, Error> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
@@ -100,17 +101,21 @@ fn name_conflict(err: diesel::result::Error) -> Error {
 
 /// # Errors
 /// `Conflict` on `name` when the name is taken.
-pub fn insert(conn: &mut AnyConnection, new: &NewChannel) -> Result<i64, Error> {
+pub fn insert(conn: &mut AnyConnection, new: &NewChannel) -> Result<ChannelId, Error> {
     diesel::insert_into(alert_channel::table)
         .values(new)
         .execute(conn)
         .map_err(name_conflict)?;
-    Ok(last_insert_id(conn)?)
+    Ok(ChannelId(last_insert_id(conn)?))
 }
 
 /// # Errors
 /// `NotFound`, or `Conflict` on `name`.
-pub fn update(conn: &mut AnyConnection, id: i64, fields: &ChannelFields) -> Result<(), Error> {
+pub fn update(
+    conn: &mut AnyConnection,
+    id: ChannelId,
+    fields: &ChannelFields,
+) -> Result<(), Error> {
     let n = diesel::update(alert_channel::table.find(id))
         .set(fields)
         .execute(conn)
@@ -121,7 +126,7 @@ pub fn update(conn: &mut AnyConnection, id: i64, fields: &ChannelFields) -> Resu
     Ok(())
 }
 
-pub fn delete(conn: &mut AnyConnection, id: i64) -> Result<(), Error> {
+pub fn delete(conn: &mut AnyConnection, id: ChannelId) -> Result<(), Error> {
     let n = diesel::delete(alert_channel::table.find(id)).execute(conn)?;
     if n == 0 {
         return Err(Error::NotFound("alert channel"));
@@ -161,7 +166,7 @@ mod tests {
             (row.name.as_str(), row.secret.as_deref()),
             ("ops2", Some("s"))
         );
-        assert_eq!(by_ids(conn, &[id, 999]).unwrap().len(), 1);
+        assert_eq!(by_ids(conn, &[id, ChannelId(999)]).unwrap().len(), 1);
         assert_eq!(list(conn).unwrap().len(), 1);
         delete(conn, id).unwrap();
         assert!(matches!(get(conn, id), Err(Error::NotFound(_))));

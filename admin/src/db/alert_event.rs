@@ -7,6 +7,7 @@ use diesel::prelude::*;
 use super::schema::alert_event;
 use super::{AnyConnection, Page, last_insert_id};
 use crate::domain::alert::{AlertKind, EventStatus};
+use crate::domain::ids::{ChannelId, GroupId, JobId, RunId};
 use crate::error::Error;
 
 #[derive(Debug, Clone, PartialEq, Queryable, Selectable)]
@@ -14,11 +15,11 @@ use crate::error::Error;
 pub struct AlertEvent {
     pub id: i64,
     pub kind: AlertKind,
-    pub job_id: Option<i64>,
+    pub job_id: Option<JobId>,
     /// `None` for channel test messages.
-    pub group_id: Option<i64>,
-    pub run_id: Option<i64>,
-    pub channel_id: i64,
+    pub group_id: Option<GroupId>,
+    pub run_id: Option<RunId>,
+    pub channel_id: ChannelId,
     pub dedupe_key: String,
     pub title: String,
     pub body: String,
@@ -36,10 +37,10 @@ pub struct AlertEvent {
 #[diesel(table_name = alert_event)]
 pub struct NewEvent {
     pub kind: AlertKind,
-    pub job_id: Option<i64>,
-    pub group_id: Option<i64>,
-    pub run_id: Option<i64>,
-    pub channel_id: i64,
+    pub job_id: Option<JobId>,
+    pub group_id: Option<GroupId>,
+    pub run_id: Option<RunId>,
+    pub channel_id: ChannelId,
     pub dedupe_key: String,
     pub title: String,
     pub body: String,
@@ -54,8 +55,8 @@ pub struct NewEvent {
 #[derive(Debug, Default, Clone)]
 pub struct EventFilter {
     /// `None` = every group (and the test messages, which have none).
-    pub visible_groups: Option<Vec<i64>>,
-    pub job_id: Option<i64>,
+    pub visible_groups: Option<Vec<GroupId>>,
+    pub job_id: Option<JobId>,
     pub status: Option<String>,
     pub kind: Option<String>,
 }
@@ -227,7 +228,7 @@ pub fn mark_unsent(
 /// Gives up the unsent events of a channel being deleted.
 pub fn fail_unsent_of_channel(
     conn: &mut AnyConnection,
-    channel_id: i64,
+    channel_id: ChannelId,
     reason: &str,
 ) -> Result<usize, Error> {
     Ok(diesel::update(
@@ -252,10 +253,10 @@ mod tests {
         let status = status.parse().unwrap();
         NewEvent {
             kind: AlertKind::RunFailed,
-            job_id: Some(1),
-            group_id: Some(1),
-            run_id: Some(1),
-            channel_id: 1,
+            job_id: Some(JobId(1)),
+            group_id: Some(GroupId(1)),
+            run_id: Some(RunId(1)),
+            channel_id: ChannelId(1),
             dedupe_key: key.into(),
             title: "t".into(),
             body: "b".into(),
@@ -312,6 +313,9 @@ mod tests {
             list(conn, &EventFilter::default(), Page::default()).unwrap()[0].status,
             EventStatus::Suppressed
         );
-        assert_eq!(fail_unsent_of_channel(conn, 1, "gone").unwrap(), 0);
+        assert_eq!(
+            fail_unsent_of_channel(conn, ChannelId(1), "gone").unwrap(),
+            0
+        );
     });
 }

@@ -6,12 +6,14 @@
 use diesel::backend::Backend;
 use diesel::deserialize::{self, FromSql};
 use diesel::serialize::{self, IsNull, Output, ToSql};
-use diesel::sql_types::Text;
+use diesel::sql_types::{BigInt, Text};
 use diesel::sqlite::Sqlite;
 
 use super::MultiBackend;
 
 use crate::domain::alert::{AlertKind, ChannelKind, EventStatus, WebhookFormat};
+use crate::domain::id_list::CommaList;
+use crate::domain::ids::{ChannelId, GroupId, JobId, RunId};
 use crate::domain::policy::{
     AddressMode, BlockStrategy, Concurrency, HandlerType, Interpreter, Misfire, RunStatus,
     TriggerKind,
@@ -79,3 +81,122 @@ text_columns!(
     TriggerKind,
     WebhookFormat,
 );
+
+/// Ids are the integers they wrap: each backend's own `i64` conversion does the work.
+macro_rules! id_columns {
+    ($($ty:ident),+ $(,)?) => {$(
+        impl<DB> FromSql<BigInt, DB> for $ty
+        where
+            DB: Backend,
+            i64: FromSql<BigInt, DB>,
+        {
+            fn from_sql(bytes: DB::RawValue<'_>) -> deserialize::Result<Self> {
+                i64::from_sql(bytes).map($ty)
+            }
+        }
+
+        impl<DB> ToSql<BigInt, DB> for $ty
+        where
+            DB: Backend,
+            i64: ToSql<BigInt, DB>,
+        {
+            fn to_sql<'b>(&'b self, out: &mut Output<'b, '_, DB>) -> serialize::Result {
+                self.0.to_sql(out)
+            }
+        }
+    )+};
+}
+
+id_columns!(ChannelId, GroupId, JobId, RunId);
+
+impl<DB, T> FromSql<Text, DB> for CommaList<T>
+where
+    DB: Backend,
+    String: FromSql<Text, DB>,
+    T: std::str::FromStr,
+{
+    fn from_sql(bytes: DB::RawValue<'_>) -> deserialize::Result<Self> {
+        let stored = String::from_sql(bytes)?;
+        CommaList::parse(&stored).map_err(|part| {
+            format!(
+                "stored list of {}: not an item: {part}",
+                std::any::type_name::<T>()
+            )
+            .into()
+        })
+    }
+}
+
+/// Each list is written as its comma-joined text; one impl per item type, since the
+/// multi-connection backend hands the value on to the active backend's impl by its type.
+macro_rules! list_columns {
+    ($($item:ty),+ $(,)?) => {$(
+        impl ToSql<Text, Sqlite> for CommaList<$item> {
+            fn to_sql<'b>(&'b self, out: &mut Output<'b, '_, Sqlite>) -> serialize::Result {
+                out.set_value(self.to_text());
+                Ok(IsNull::No)
+            }
+        }
+
+        impl ToSql<Text, MultiBackend> for CommaList<$item> {
+            fn to_sql<'b>(&'b self, out: &mut Output<'b, '_, MultiBackend>) -> serialize::Result {
+                out.set_value((Text, self));
+                Ok(IsNull::No)
+            }
+        }
+
+        #[cfg(feature = "mysql")]
+        impl ToSql<Text, diesel::mysql::Mysql> for CommaList<$item> {
+            fn to_sql<'b>(
+                &'b self,
+                out: &mut Output<'b, '_, diesel::mysql::Mysql>,
+            ) -> serialize::Result {
+                use std::io::Write;
+                out.write_all(self.to_text().as_bytes())?;
+                Ok(IsNull::No)
+            }
+        }
+    )+};
+}
+
+list_columns!(ChannelId, JobId, String);
+
+#[cfg(test)]
+mod tests {
+    use diesel::prelude::*;
+
+    use crate::db::job::tests::{fields, insert_group, write};
+    use crate::db::job::{self, NewJob};
+    use crate::testing::storage_test;
+
+    storage_test!(a_stored_value_no_type_knows_is_one_clear_error, |conn| {
+        let g = insert_group(conn, "g");
+        let id = job::insert(
+            conn,
+            &write(g),
+            &NewJob {
+                fields: fields(g, "j"),
+                created_ms: 1,
+            },
+        )
+        .unwrap();
+        for (column, junk, named) in [
+            ("children", "3,x", "`x` in `3,x`"),
+            ("routing", "sideways", "`sideways`"),
+        ] {
+            diesel::sql_query(format!(
+                "UPDATE job SET {column} = '{junk}' WHERE id = {id}"
+            ))
+            .execute(conn)
+            .unwrap();
+            let err = format!("{:?}", job::get(conn, id).unwrap_err());
+            assert!(err.contains(named), "{column}: {err}");
+            diesel::sql_query(format!(
+                "UPDATE job SET children = '', routing = 'first' WHERE id = {id}"
+            ))
+            .execute(conn)
+            .unwrap();
+        }
+        assert!(job::get(conn, id).is_ok());
+    });
+}

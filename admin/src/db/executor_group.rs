@@ -4,18 +4,20 @@ use diesel::prelude::*;
 
 use super::schema::executor_group;
 use super::{AnyConnection, Page, last_insert_id};
+use crate::domain::id_list::Addresses;
+use crate::domain::ids::GroupId;
 use crate::domain::policy::AddressMode;
 use crate::error::Error;
 
 #[derive(Debug, Clone, PartialEq, Queryable, Selectable)]
 #[diesel(table_name = executor_group)]
 pub struct ExecutorGroup {
-    pub id: i64,
+    pub id: GroupId,
     pub app_name: String,
     pub title: String,
     pub address_mode: AddressMode,
     /// Comma-separated agent base URLs, used when `address_mode` is `manual`.
-    pub addresses: String,
+    pub addresses: Addresses,
     pub created_ms: i64,
     pub updated_ms: i64,
     /// XXL-Job executors (no agent key) may register and report results with the shared token.
@@ -28,7 +30,7 @@ pub struct NewExecutorGroup<'a> {
     pub app_name: &'a str,
     pub title: &'a str,
     pub address_mode: AddressMode,
-    pub addresses: &'a str,
+    pub addresses: Addresses,
     pub created_ms: i64,
     pub updated_ms: i64,
     pub allow_executors: bool,
@@ -39,14 +41,14 @@ pub struct NewExecutorGroup<'a> {
 pub struct ExecutorGroupChanges<'a> {
     pub title: &'a str,
     pub address_mode: AddressMode,
-    pub addresses: &'a str,
+    pub addresses: Addresses,
     pub updated_ms: i64,
     pub allow_executors: bool,
 }
 
 /// # Errors
 /// `NotFound` when no group has this id.
-pub fn get(conn: &mut AnyConnection, id: i64) -> Result<ExecutorGroup, Error> {
+pub fn get(conn: &mut AnyConnection, id: GroupId) -> Result<ExecutorGroup, Error> {
     executor_group::table
         .find(id)
         .select(ExecutorGroup::as_select())
@@ -55,7 +57,7 @@ pub fn get(conn: &mut AnyConnection, id: i64) -> Result<ExecutorGroup, Error> {
         .ok_or(Error::NotFound("executor group"))
 }
 
-pub fn find(conn: &mut AnyConnection, id: i64) -> Result<Option<ExecutorGroup>, Error> {
+pub fn find(conn: &mut AnyConnection, id: GroupId) -> Result<Option<ExecutorGroup>, Error> {
     Ok(executor_group::table
         .find(id)
         .select(ExecutorGroup::as_select())
@@ -77,7 +79,7 @@ pub fn find_by_app_name(
 /// Groups visible to the caller: all of them (`None`) or only those ids.
 pub fn list(
     conn: &mut AnyConnection,
-    only: Option<&[i64]>,
+    only: Option<&[GroupId]>,
     page: Page,
 ) -> Result<Vec<ExecutorGroup>, Error> {
     let mut query = executor_group::table
@@ -90,7 +92,7 @@ pub fn list(
     Ok(query.limit(page.limit).offset(page.offset).load(conn)?)
 }
 
-pub fn count(conn: &mut AnyConnection, only: Option<&[i64]>) -> Result<i64, Error> {
+pub fn count(conn: &mut AnyConnection, only: Option<&[GroupId]>) -> Result<i64, Error> {
     let mut query = executor_group::table.count().into_boxed();
     if let Some(ids) = only {
         query = query.filter(executor_group::id.eq_any(ids.to_vec()));
@@ -100,7 +102,7 @@ pub fn count(conn: &mut AnyConnection, only: Option<&[i64]>) -> Result<i64, Erro
 
 /// # Errors
 /// `Conflict` when the app name is taken.
-pub fn insert(conn: &mut AnyConnection, new: &NewExecutorGroup<'_>) -> Result<i64, Error> {
+pub fn insert(conn: &mut AnyConnection, new: &NewExecutorGroup<'_>) -> Result<GroupId, Error> {
     if find_by_app_name(conn, new.app_name)?.is_some() {
         return Err(Error::conflict(
             "app_name",
@@ -110,12 +112,12 @@ pub fn insert(conn: &mut AnyConnection, new: &NewExecutorGroup<'_>) -> Result<i6
     diesel::insert_into(executor_group::table)
         .values(new)
         .execute(conn)?;
-    Ok(last_insert_id(conn)?)
+    Ok(GroupId(last_insert_id(conn)?))
 }
 
 pub fn update(
     conn: &mut AnyConnection,
-    id: i64,
+    id: GroupId,
     changes: &ExecutorGroupChanges<'_>,
 ) -> Result<(), Error> {
     let n = diesel::update(executor_group::table.find(id))
@@ -127,7 +129,7 @@ pub fn update(
     Ok(())
 }
 
-pub fn delete(conn: &mut AnyConnection, id: i64) -> Result<(), Error> {
+pub fn delete(conn: &mut AnyConnection, id: GroupId) -> Result<(), Error> {
     let n = diesel::delete(executor_group::table.find(id)).execute(conn)?;
     if n == 0 {
         return Err(Error::NotFound("executor group"));
@@ -137,7 +139,9 @@ pub fn delete(conn: &mut AnyConnection, id: i64) -> Result<(), Error> {
 
 /// A group as the agent watch sees it: id, app name, address mode and `agents_state` (`''` never
 /// had a live agent, `live`, `none` had one and lost the last).
-pub fn agent_states(conn: &mut AnyConnection) -> Result<Vec<(i64, String, String, String)>, Error> {
+pub fn agent_states(
+    conn: &mut AnyConnection,
+) -> Result<Vec<(GroupId, String, String, String)>, Error> {
     Ok(executor_group::table
         .select((
             executor_group::id,
@@ -153,7 +157,7 @@ pub fn agent_states(conn: &mut AnyConnection) -> Result<Vec<(i64, String, String
 /// admin watches agents; the conditional UPDATE makes one of them act on each change.
 pub fn move_agents_state(
     conn: &mut AnyConnection,
-    id: i64,
+    id: GroupId,
     from: &str,
     to: &str,
 ) -> Result<bool, Error> {
@@ -177,7 +181,7 @@ mod tests {
             app_name: app,
             title: "Title",
             address_mode: AddressMode::Auto,
-            addresses: "",
+            addresses: Addresses::default(),
             created_ms: 1,
             updated_ms: 1,
             allow_executors: false,
@@ -195,7 +199,7 @@ mod tests {
             &ExecutorGroupChanges {
                 title: "New",
                 address_mode: AddressMode::Manual,
-                addresses: "http://a:1",
+                addresses: Addresses::from(vec!["http://a:1".to_owned()]),
                 updated_ms: 2,
                 allow_executors: true,
             },

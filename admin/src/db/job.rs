@@ -5,6 +5,8 @@ use diesel::prelude::*;
 use super::schema::job;
 use super::{AnyConnection, Page, last_insert_id};
 use crate::auth::rbac::GroupWrite;
+use crate::domain::id_list::{ChannelIds, JobIds};
+use crate::domain::ids::{GroupId, JobId};
 use crate::domain::policy::{BlockStrategy, Concurrency, HandlerType, Interpreter, Misfire};
 use crate::domain::routing::Routing;
 use crate::domain::schedule::{Schedule, ScheduleType, parse_cron, parse_timezone};
@@ -13,8 +15,8 @@ use crate::error::Error;
 #[derive(Debug, Clone, PartialEq, Queryable, Selectable, serde::Serialize)]
 #[diesel(table_name = job)]
 pub struct Job {
-    pub id: i64,
-    pub group_id: i64,
+    pub id: JobId,
+    pub group_id: GroupId,
     pub name: String,
     pub description: String,
     pub schedule_type: ScheduleType,
@@ -41,12 +43,12 @@ pub struct Job {
     pub concurrency: Concurrency,
     pub block_strategy: BlockStrategy,
     /// Comma-separated child job ids, fired in order when a run succeeds.
-    pub children: String,
+    pub children: JobIds,
     pub alert_on_failure: bool,
     pub alert_on_timeout: bool,
     pub alert_on_lost: bool,
     /// Comma-separated alert channel ids.
-    pub alert_channels: String,
+    pub alert_channels: ChannelIds,
     pub alert_on_no_agent: bool,
     pub next_fire_ms: Option<i64>,
     pub created_ms: i64,
@@ -89,7 +91,7 @@ impl Job {
 #[derive(Debug, Clone, PartialEq, Insertable, AsChangeset)]
 #[diesel(table_name = job, treat_none_as_null = true)]
 pub struct JobFields {
-    pub group_id: i64,
+    pub group_id: GroupId,
     pub name: String,
     pub description: String,
     pub schedule_type: ScheduleType,
@@ -115,11 +117,11 @@ pub struct JobFields {
     pub misfire: Misfire,
     pub concurrency: Concurrency,
     pub block_strategy: BlockStrategy,
-    pub children: String,
+    pub children: JobIds,
     pub alert_on_failure: bool,
     pub alert_on_timeout: bool,
     pub alert_on_lost: bool,
-    pub alert_channels: String,
+    pub alert_channels: ChannelIds,
     pub alert_on_no_agent: bool,
     pub next_fire_ms: Option<i64>,
     pub updated_ms: i64,
@@ -136,8 +138,8 @@ pub struct NewJob {
 /// Filters of the job list; `visible_groups = None` means every group.
 #[derive(Debug, Default, Clone)]
 pub struct JobFilter {
-    pub visible_groups: Option<Vec<i64>>,
-    pub group_id: Option<i64>,
+    pub visible_groups: Option<Vec<GroupId>>,
+    pub group_id: Option<GroupId>,
     pub enabled: Option<bool>,
     pub schedule_type: Option<String>,
     pub name_contains: Option<String>,
@@ -145,11 +147,11 @@ pub struct JobFilter {
 
 /// # Errors
 /// `NotFound` when no job has this id.
-pub fn get(conn: &mut AnyConnection, id: i64) -> Result<Job, Error> {
+pub fn get(conn: &mut AnyConnection, id: JobId) -> Result<Job, Error> {
     find(conn, id)?.ok_or(Error::NotFound("job"))
 }
 
-pub fn find(conn: &mut AnyConnection, id: i64) -> Result<Option<Job>, Error> {
+pub fn find(conn: &mut AnyConnection, id: JobId) -> Result<Option<Job>, Error> {
     Ok(job::table
         .find(id)
         .select(Job::as_select())
@@ -159,7 +161,7 @@ pub fn find(conn: &mut AnyConnection, id: i64) -> Result<Option<Job>, Error> {
 
 pub fn find_by_name(
     conn: &mut AnyConnection,
-    group_id: i64,
+    group_id: GroupId,
     name: &str,
 ) -> Result<Option<Job>, Error> {
     Ok(job::table
@@ -207,7 +209,7 @@ pub fn count(conn: &mut AnyConnection, filter: &JobFilter) -> Result<i64, Error>
     Ok(filtered(filter).count().get_result(conn)?)
 }
 
-pub fn count_in_group(conn: &mut AnyConnection, group_id: i64) -> Result<i64, Error> {
+pub fn count_in_group(conn: &mut AnyConnection, group_id: GroupId) -> Result<i64, Error> {
     Ok(job::table
         .filter(job::group_id.eq(group_id))
         .count()
@@ -215,7 +217,7 @@ pub fn count_in_group(conn: &mut AnyConnection, group_id: i64) -> Result<i64, Er
 }
 
 /// Which of `ids` exist.
-pub fn existing_ids(conn: &mut AnyConnection, ids: &[i64]) -> Result<Vec<i64>, Error> {
+pub fn existing_ids(conn: &mut AnyConnection, ids: &[JobId]) -> Result<Vec<JobId>, Error> {
     Ok(job::table
         .filter(job::id.eq_any(ids.to_vec()))
         .select(job::id)
@@ -223,7 +225,7 @@ pub fn existing_ids(conn: &mut AnyConnection, ids: &[i64]) -> Result<Vec<i64>, E
 }
 
 /// `(id, group_id)` of those of `ids` that exist: what a reference check needs, without the rows.
-pub fn groups_of(conn: &mut AnyConnection, ids: &[i64]) -> Result<Vec<(i64, i64)>, Error> {
+pub fn groups_of(conn: &mut AnyConnection, ids: &[JobId]) -> Result<Vec<(JobId, GroupId)>, Error> {
     Ok(job::table
         .filter(job::id.eq_any(ids.to_vec()))
         .select((job::id, job::group_id))
@@ -236,8 +238,8 @@ pub fn groups_of(conn: &mut AnyConnection, ids: &[i64]) -> Result<Vec<(i64, i64)
 /// `NotFound` when no job has this id.
 pub fn set_children(
     conn: &mut AnyConnection,
-    id: i64,
-    children: &str,
+    id: JobId,
+    children: &JobIds,
     updated_ms: i64,
 ) -> Result<(), Error> {
     let n = diesel::update(job::table.find(id))
@@ -250,7 +252,7 @@ pub fn set_children(
 }
 
 /// Every job's alert channel list that is not empty, to find the users of a channel.
-pub fn alert_channel_lists(conn: &mut AnyConnection) -> Result<Vec<(i64, String)>, Error> {
+pub fn alert_channel_lists(conn: &mut AnyConnection) -> Result<Vec<(JobId, ChannelIds)>, Error> {
     Ok(job::table
         .filter(job::alert_channels.ne(""))
         .select((job::id, job::alert_channels))
@@ -258,7 +260,7 @@ pub fn alert_channel_lists(conn: &mut AnyConnection) -> Result<Vec<(i64, String)
 }
 
 /// The jobs of a group that want an alert when it loses its last live agent.
-pub fn no_agent_alerted(conn: &mut AnyConnection, group_id: i64) -> Result<Vec<Job>, Error> {
+pub fn no_agent_alerted(conn: &mut AnyConnection, group_id: GroupId) -> Result<Vec<Job>, Error> {
     Ok(job::table
         .filter(job::group_id.eq(group_id))
         .filter(job::alert_on_no_agent.eq(true))
@@ -269,7 +271,7 @@ pub fn no_agent_alerted(conn: &mut AnyConnection, group_id: i64) -> Result<Vec<J
 }
 
 /// Every job's child list, for cycle detection over the whole graph.
-pub fn children_edges(conn: &mut AnyConnection) -> Result<Vec<(i64, String)>, Error> {
+pub fn children_edges(conn: &mut AnyConnection) -> Result<Vec<(JobId, JobIds)>, Error> {
     Ok(job::table
         .filter(job::children.ne(""))
         .select((job::id, job::children))
@@ -280,7 +282,7 @@ pub fn children_edges(conn: &mut AnyConnection) -> Result<Vec<(i64, String)>, Er
 /// `Conflict` when the name is taken in the group (the unique key decides under races).
 /// Writes to a group's jobs take the proof that the caller may write it
 /// (`auth::rbac::Actor::write_group`), so no path can skip the check.
-fn covered(proofs: &[&GroupWrite], group_id: i64) -> Result<(), Error> {
+fn covered(proofs: &[&GroupWrite], group_id: GroupId) -> Result<(), Error> {
     if proofs.iter().any(|p| p.group_id() == group_id) {
         Ok(())
     } else {
@@ -292,13 +294,13 @@ fn covered(proofs: &[&GroupWrite], group_id: i64) -> Result<(), Error> {
 
 /// # Errors
 /// `Forbidden` when `write` is for another group; `Conflict` on a name taken in the group.
-pub fn insert(conn: &mut AnyConnection, write: &GroupWrite, new: &NewJob) -> Result<i64, Error> {
+pub fn insert(conn: &mut AnyConnection, write: &GroupWrite, new: &NewJob) -> Result<JobId, Error> {
     covered(&[write], new.fields.group_id)?;
     diesel::insert_into(job::table)
         .values(new)
         .execute(conn)
         .map_err(name_conflict)?;
-    Ok(last_insert_id(conn)?)
+    Ok(JobId(last_insert_id(conn)?))
 }
 
 /// `proofs` cover the job's group and the group `fields` puts it in (the same one unless the
@@ -309,11 +311,11 @@ pub fn insert(conn: &mut AnyConnection, write: &GroupWrite, new: &NewJob) -> Res
 pub fn update(
     conn: &mut AnyConnection,
     proofs: &[&GroupWrite],
-    id: i64,
+    id: JobId,
     fields: &JobFields,
 ) -> Result<(), Error> {
     covered(proofs, fields.group_id)?;
-    let groups: Vec<i64> = proofs.iter().map(|p| p.group_id()).collect();
+    let groups: Vec<GroupId> = proofs.iter().map(|p| p.group_id()).collect();
     let n = diesel::update(job::table.find(id).filter(job::group_id.eq_any(groups)))
         .set(fields)
         .execute(conn)
@@ -348,7 +350,7 @@ pub fn due(conn: &mut AnyConnection, horizon_ms: i64, limit: i64) -> Result<Vec<
 /// edit recomputed it): returns whether this call moved it.
 pub fn advance(
     conn: &mut AnyConnection,
-    id: i64,
+    id: JobId,
     expected: i64,
     next: Option<i64>,
 ) -> Result<bool, Error> {
@@ -366,7 +368,7 @@ pub fn advance(
 /// `advance` for many jobs that move between the same two values; returns how many moved.
 pub fn advance_many(
     conn: &mut AnyConnection,
-    ids: &[i64],
+    ids: &[JobId],
     expected: i64,
     next: Option<i64>,
 ) -> Result<usize, Error> {
@@ -390,7 +392,7 @@ pub fn soonest_fire(conn: &mut AnyConnection) -> Result<Option<i64>, Error> {
 }
 
 /// The jobs with these ids (missing ones are left out).
-pub fn by_ids(conn: &mut AnyConnection, ids: &[i64]) -> Result<Vec<Job>, Error> {
+pub fn by_ids(conn: &mut AnyConnection, ids: &[JobId]) -> Result<Vec<Job>, Error> {
     Ok(job::table
         .filter(job::id.eq_any(ids.to_vec()))
         .select(Job::as_select())
@@ -409,7 +411,7 @@ pub fn counts(conn: &mut AnyConnection) -> Result<(i64, i64), Error> {
 
 /// # Errors
 /// `NotFound` when no job `id` is in the group `write` is for.
-pub fn delete(conn: &mut AnyConnection, write: &GroupWrite, id: i64) -> Result<(), Error> {
+pub fn delete(conn: &mut AnyConnection, write: &GroupWrite, id: JobId) -> Result<(), Error> {
     let n = diesel::delete(
         job::table
             .find(id)
@@ -429,13 +431,13 @@ pub(crate) mod tests {
     use crate::testing::storage_test;
 
     /// The proof a system actor (an admin) gets for `group_id`.
-    pub(crate) fn write(group_id: i64) -> GroupWrite {
+    pub(crate) fn write(group_id: GroupId) -> GroupWrite {
         crate::auth::rbac::Actor::system("test")
             .write_group(group_id)
             .unwrap()
     }
 
-    pub(crate) fn fields(group_id: i64, name: &str) -> JobFields {
+    pub(crate) fn fields(group_id: GroupId, name: &str) -> JobFields {
         JobFields {
             group_id,
             name: name.into(),
@@ -463,25 +465,25 @@ pub(crate) mod tests {
             misfire: Misfire::DoNothing,
             concurrency: Concurrency::Allow,
             block_strategy: BlockStrategy::Serial,
-            children: String::new(),
+            children: JobIds::default(),
             alert_on_failure: true,
             alert_on_timeout: true,
             alert_on_lost: true,
-            alert_channels: String::new(),
+            alert_channels: ChannelIds::default(),
             alert_on_no_agent: false,
             next_fire_ms: None,
             updated_ms: 1,
         }
     }
 
-    pub(crate) fn insert_group(conn: &mut AnyConnection, app: &str) -> i64 {
+    pub(crate) fn insert_group(conn: &mut AnyConnection, app: &str) -> GroupId {
         executor_group::insert(
             conn,
             &executor_group::NewExecutorGroup {
                 app_name: app,
                 title: app,
                 address_mode: crate::domain::policy::AddressMode::Auto,
-                addresses: "",
+                addresses: Default::default(),
                 created_ms: 1,
                 updated_ms: 1,
                 allow_executors: false,
@@ -528,7 +530,7 @@ pub(crate) mod tests {
             name_contains: Some("100%_".into()),
             ..Default::default()
         };
-        let found: Vec<i64> = list(conn, &like, Page::default())
+        let found: Vec<JobId> = list(conn, &like, Page::default())
             .unwrap()
             .iter()
             .map(|j| j.id)
@@ -539,7 +541,7 @@ pub(crate) mod tests {
         changed.limit_cpu = None;
         changed.enabled = false;
         assert!(matches!(
-            update(conn, &[&write(g + 1)], id, &changed),
+            update(conn, &[&write(GroupId(g.0 + 1))], id, &changed),
             Err(Error::Forbidden(_))
         ));
         update(conn, &[&write(g)], id, &changed).unwrap();
@@ -553,27 +555,33 @@ pub(crate) mod tests {
             ..Default::default()
         };
         assert_eq!(count(conn, &enabled_only).unwrap(), 1);
-        assert_eq!(existing_ids(conn, &[id, other, 999]).unwrap().len(), 2);
-        let mut groups = groups_of(conn, &[other, id, 999]).unwrap();
+        assert_eq!(
+            existing_ids(conn, &[id, other, JobId(999)]).unwrap().len(),
+            2
+        );
+        let mut groups = groups_of(conn, &[other, id, JobId(999)]).unwrap();
         groups.sort_unstable();
         assert_eq!(
             groups,
             vec![(id, g), (other, g)],
             "missing ids are left out"
         );
-        set_children(conn, other, &id.to_string(), 7).unwrap();
+        set_children(conn, other, &JobIds::from(vec![id]), 7).unwrap();
         let with_child = get(conn, other).unwrap();
         assert_eq!(
             (with_child.children, with_child.updated_ms, with_child.name),
-            (id.to_string(), 7, "nightlyX100abdone".to_owned()),
+            (JobIds::from(vec![id]), 7, "nightlyX100abdone".to_owned()),
             "only the child list (and the change time) moves"
         );
         assert!(matches!(
-            set_children(conn, 999, "", 7),
+            set_children(conn, JobId(999), &JobIds::default(), 7),
             Err(Error::NotFound(_))
         ));
         assert!(
-            matches!(delete(conn, &write(g + 1), id), Err(Error::NotFound(_))),
+            matches!(
+                delete(conn, &write(GroupId(g.0 + 1)), id),
+                Err(Error::NotFound(_))
+            ),
             "a proof for another group deletes nothing"
         );
         delete(conn, &write(g), id).unwrap();

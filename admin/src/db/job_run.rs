@@ -6,16 +6,17 @@ use diesel::prelude::*;
 use super::schema::job_run;
 use super::{AnyConnection, Page, last_insert_id};
 use crate::db_run;
+use crate::domain::ids::{GroupId, JobId, RunId};
 use crate::domain::policy::{RunStatus, TriggerKind};
 use crate::error::Error;
 
 #[derive(Debug, Clone, PartialEq, Queryable, Selectable)]
 #[diesel(table_name = job_run)]
 pub struct JobRun {
-    pub id: i64,
-    pub job_id: i64,
-    pub group_id: i64,
-    pub first_run_id: Option<i64>,
+    pub id: RunId,
+    pub job_id: JobId,
+    pub group_id: GroupId,
+    pub first_run_id: Option<RunId>,
     pub attempt: i32,
     pub trigger_kind: TriggerKind,
     pub fire_slot_ms: Option<i64>,
@@ -46,9 +47,9 @@ pub struct JobRun {
 #[derive(Debug, Clone, Insertable)]
 #[diesel(table_name = job_run)]
 pub struct NewJobRun {
-    pub job_id: i64,
-    pub group_id: i64,
-    pub first_run_id: Option<i64>,
+    pub job_id: JobId,
+    pub group_id: GroupId,
+    pub first_run_id: Option<RunId>,
     pub attempt: i32,
     pub trigger_kind: TriggerKind,
     /// Set only for scheduled fires: the slot the unique key guards.
@@ -63,9 +64,9 @@ pub struct NewJobRun {
 
 #[derive(Debug, Default, Clone)]
 pub struct RunFilter {
-    pub visible_groups: Option<Vec<i64>>,
-    pub job_id: Option<i64>,
-    pub group_id: Option<i64>,
+    pub visible_groups: Option<Vec<GroupId>>,
+    pub job_id: Option<JobId>,
+    pub group_id: Option<GroupId>,
     pub status: Option<String>,
     pub from_ms: Option<i64>,
     pub to_ms: Option<i64>,
@@ -73,7 +74,7 @@ pub struct RunFilter {
 
 /// # Errors
 /// `NotFound` when no run has this id.
-pub fn get(conn: &mut AnyConnection, id: i64) -> Result<JobRun, Error> {
+pub fn get(conn: &mut AnyConnection, id: RunId) -> Result<JobRun, Error> {
     job_run::table
         .find(id)
         .select(JobRun::as_select())
@@ -125,18 +126,18 @@ pub fn count(conn: &mut AnyConnection, filter: &RunFilter) -> Result<i64, Error>
 
 /// # Errors
 /// `Conflict` when the `(job, slot, shard)` was already fired (by this or another admin).
-pub fn insert(conn: &mut AnyConnection, new: &NewJobRun) -> Result<i64, Error> {
+pub fn insert(conn: &mut AnyConnection, new: &NewJobRun) -> Result<RunId, Error> {
     diesel::insert_into(job_run::table)
         .values(new)
         .execute(conn)?;
-    Ok(last_insert_id(conn)?)
+    Ok(RunId(last_insert_id(conn)?))
 }
 
 /// Inserts many runs in one statement and returns their ids in the order given. All or none:
 /// a slot that already has its run fails the whole statement with `Conflict`.
 ///
 /// The rows must share `created_ms` and each have a `fire_slot_ms` (scheduled fires).
-pub fn insert_fires(conn: &mut AnyConnection, rows: &[NewJobRun]) -> Result<Vec<i64>, Error> {
+pub fn insert_fires(conn: &mut AnyConnection, rows: &[NewJobRun]) -> Result<Vec<RunId>, Error> {
     let Some(first) = rows.first() else {
         return Ok(Vec::new());
     };
@@ -145,15 +146,15 @@ pub fn insert_fires(conn: &mut AnyConnection, rows: &[NewJobRun]) -> Result<Vec<
     });
     // Auto-increment values of one statement need not be consecutive (InnoDB's interleaved
     // mode): read them back by the unique key instead.
-    let job_ids: Vec<i64> = rows.iter().map(|r| r.job_id).collect();
-    let stored: Vec<(i64, i64, Option<i64>)> = job_run::table
+    let job_ids: Vec<JobId> = rows.iter().map(|r| r.job_id).collect();
+    let stored: Vec<(RunId, JobId, Option<i64>)> = job_run::table
         .filter(job_run::job_id.eq_any(&job_ids))
         .filter(job_run::created_ms.eq(first.created_ms))
         .filter(job_run::fire_slot_ms.is_not_null())
         .filter(job_run::shard_index.eq(0))
         .select((job_run::id, job_run::job_id, job_run::fire_slot_ms))
         .load(conn)?;
-    let by_slot: std::collections::HashMap<(i64, Option<i64>), i64> = stored
+    let by_slot: std::collections::HashMap<(JobId, Option<i64>), RunId> = stored
         .into_iter()
         .map(|(id, job_id, slot)| ((job_id, slot), id))
         .collect();
@@ -177,7 +178,7 @@ pub fn insert_fires(conn: &mut AnyConnection, rows: &[NewJobRun]) -> Result<Vec<
 /// this call ended the run (a trigger nobody accepted), so its retry is created once.
 pub fn record_trigger(
     conn: &mut AnyConnection,
-    id: i64,
+    id: RunId,
     answer: &TriggerAnswer<'_>,
     now_ms: i64,
 ) -> Result<bool, Error> {
@@ -231,8 +232,8 @@ pub struct TriggerAnswer<'a> {
 /// of those of `ids` that exist.
 pub fn destinations(
     conn: &mut AnyConnection,
-    ids: &[i64],
-) -> Result<Vec<(i64, i64, Option<String>)>, Error> {
+    ids: &[RunId],
+) -> Result<Vec<(RunId, GroupId, Option<String>)>, Error> {
     let mut out = Vec::with_capacity(ids.len());
     // Bounded IN lists: MariaDB and SQLite both take 500 placeholders comfortably.
     for chunk in ids.chunks(500) {
@@ -240,7 +241,7 @@ pub fn destinations(
             job_run::table
                 .filter(job_run::id.eq_any(chunk))
                 .select((job_run::id, job_run::group_id, job_run::agent_address))
-                .load::<(i64, i64, Option<String>)>(conn)?,
+                .load::<(RunId, GroupId, Option<String>)>(conn)?,
         );
     }
     Ok(out)
@@ -251,7 +252,7 @@ pub fn destinations(
 /// is still the one `claimed_ms` names, so one admin adopts it.
 pub fn adopt(
     conn: &mut AnyConnection,
-    id: i64,
+    id: RunId,
     claimed_ms: i64,
     address: &str,
     instance: &str,
@@ -276,7 +277,7 @@ pub fn adopt(
 
 /// Puts a run an agent handed back unstarted back to pending and unclaimed, forgetting where it
 /// went, so the next dispatch sends it anew; only a run still pending or running.
-pub fn requeue(conn: &mut AnyConnection, id: i64, message: &str) -> Result<bool, Error> {
+pub fn requeue(conn: &mut AnyConnection, id: RunId, message: &str) -> Result<bool, Error> {
     Ok(diesel::update(
         job_run::table
             .find(id)
@@ -296,7 +297,7 @@ pub fn requeue(conn: &mut AnyConnection, id: i64, message: &str) -> Result<bool,
 
 /// Gives up a claim nobody acted on (no agent holds the run), so the run can be sent again
 /// under a new claim; only if the claim is still the one `claimed_ms` names.
-pub fn release_claim(conn: &mut AnyConnection, id: i64, claimed_ms: i64) -> Result<bool, Error> {
+pub fn release_claim(conn: &mut AnyConnection, id: RunId, claimed_ms: i64) -> Result<bool, Error> {
     Ok(diesel::update(
         job_run::table
             .find(id)
@@ -320,7 +321,11 @@ pub fn running_on(conn: &mut AnyConnection, address: &str) -> Result<Vec<JobRun>
 
 /// Names the agent of a run whose sending admin died before it stored the answer; a run
 /// whose agent is known keeps it.
-pub fn set_agent_if_unknown(conn: &mut AnyConnection, id: i64, address: &str) -> Result<(), Error> {
+pub fn set_agent_if_unknown(
+    conn: &mut AnyConnection,
+    id: RunId,
+    address: &str,
+) -> Result<(), Error> {
     diesel::update(
         job_run::table
             .find(id)
@@ -333,7 +338,7 @@ pub fn set_agent_if_unknown(conn: &mut AnyConnection, id: i64, address: &str) ->
 
 /// Takes a pending run for dispatch: only one admin (and one task) wins, so a run is sent once
 /// even when the recovery monitor of another admin finds it at the same moment.
-pub fn claim(conn: &mut AnyConnection, id: i64, now_ms: i64) -> Result<bool, Error> {
+pub fn claim(conn: &mut AnyConnection, id: RunId, now_ms: i64) -> Result<bool, Error> {
     Ok(diesel::update(
         job_run::table
             .find(id)
@@ -349,7 +354,7 @@ pub fn claim(conn: &mut AnyConnection, id: i64, now_ms: i64) -> Result<bool, Err
 /// killed); returns whether this call ended it, so follow-ups (retries) happen once.
 pub fn finish(
     conn: &mut AnyConnection,
-    id: i64,
+    id: RunId,
     status: &str,
     message: &str,
     now_ms: i64,
@@ -369,7 +374,7 @@ pub fn finish(
 }
 
 /// Marks a skipped run with why; like [`finish`] but the reason is the trigger's.
-pub fn skip(conn: &mut AnyConnection, id: i64, reason: &str, now_ms: i64) -> Result<bool, Error> {
+pub fn skip(conn: &mut AnyConnection, id: RunId, reason: &str, now_ms: i64) -> Result<bool, Error> {
     Ok(diesel::update(
         job_run::table
             .find(id)
@@ -389,8 +394,8 @@ pub fn skip(conn: &mut AnyConnection, id: i64, reason: &str, now_ms: i64) -> Res
 /// win under `forbid` instead of both skipping.
 pub fn in_flight_before(
     conn: &mut AnyConnection,
-    job_id: i64,
-    run_id: i64,
+    job_id: JobId,
+    run_id: RunId,
 ) -> Result<Vec<JobRun>, Error> {
     Ok(job_run::table
         .filter(job_run::job_id.eq(job_id))
@@ -456,7 +461,7 @@ pub fn unclaimed_due(
 }
 
 /// A sharding broadcast learns its shard total when it is sent.
-pub fn set_shard_total(conn: &mut AnyConnection, id: i64, total: i32) -> Result<(), Error> {
+pub fn set_shard_total(conn: &mut AnyConnection, id: RunId, total: i32) -> Result<(), Error> {
     diesel::update(job_run::table.find(id))
         .set(job_run::shard_total.eq(total))
         .execute(conn)?;
@@ -468,7 +473,7 @@ pub fn outcome_counts(
     conn: &mut AnyConnection,
     from_ms: i64,
     to_ms: i64,
-) -> Result<Vec<(i64, RunStatus, i64)>, Error> {
+) -> Result<Vec<(JobId, RunStatus, i64)>, Error> {
     use diesel::dsl::count_star;
     Ok(job_run::table
         .filter(job_run::created_ms.ge(from_ms))
@@ -484,7 +489,7 @@ pub fn delete_finished_before(
     before_ms: i64,
     limit: i64,
 ) -> Result<usize, Error> {
-    let ids: Vec<i64> = job_run::table
+    let ids: Vec<RunId> = job_run::table
         .filter(job_run::created_ms.lt(before_ms))
         .filter(job_run::status.ne_all([RunStatus::Pending, RunStatus::Running]))
         .select(job_run::id)
@@ -515,7 +520,11 @@ pub struct RunResult {
 
 /// Stores a result unless the run already has a final one: a repeated or late report changes
 /// nothing. Returns whether this call stored it.
-pub fn record_result(conn: &mut AnyConnection, id: i64, result: &RunResult) -> Result<bool, Error> {
+pub fn record_result(
+    conn: &mut AnyConnection,
+    id: RunId,
+    result: &RunResult,
+) -> Result<bool, Error> {
     let n = diesel::update(
         job_run::table
             .find(id)
@@ -531,10 +540,10 @@ mod tests {
     use super::*;
     use crate::testing::storage_test;
 
-    fn run(job_id: i64, slot: Option<i64>, shard: i32) -> NewJobRun {
+    fn run(job_id: JobId, slot: Option<i64>, shard: i32) -> NewJobRun {
         NewJobRun {
             job_id,
-            group_id: 1,
+            group_id: GroupId(1),
             first_run_id: None,
             attempt: 1,
             trigger_kind: TriggerKind::Schedule,
@@ -549,19 +558,19 @@ mod tests {
     }
 
     storage_test!(second_insert_of_same_slot_conflicts, |conn| {
-        let first = insert(conn, &run(7, Some(60_000), 0)).unwrap();
+        let first = insert(conn, &run(JobId(7), Some(60_000), 0)).unwrap();
         assert!(matches!(
-            insert(conn, &run(7, Some(60_000), 0)),
+            insert(conn, &run(JobId(7), Some(60_000), 0)),
             Err(Error::Conflict { .. })
         ));
         // Other shards of the slot, other slots and manual runs (no slot) are all distinct.
-        insert(conn, &run(7, Some(60_000), 1)).unwrap();
-        insert(conn, &run(7, Some(120_000), 0)).unwrap();
-        insert(conn, &run(7, None, 0)).unwrap();
-        insert(conn, &run(7, None, 0)).unwrap();
+        insert(conn, &run(JobId(7), Some(60_000), 1)).unwrap();
+        insert(conn, &run(JobId(7), Some(120_000), 0)).unwrap();
+        insert(conn, &run(JobId(7), None, 0)).unwrap();
+        insert(conn, &run(JobId(7), None, 0)).unwrap();
         assert_eq!(get(conn, first).unwrap().fire_slot_ms, Some(60_000));
         let all = RunFilter {
-            job_id: Some(7),
+            job_id: Some(JobId(7)),
             ..Default::default()
         };
         assert_eq!(count(conn, &all).unwrap(), 5);
@@ -569,16 +578,16 @@ mod tests {
         assert_eq!(page.len(), 2);
         assert!(page[0].id > page[1].id, "newest first");
         let ranged = RunFilter {
-            job_id: Some(7),
+            job_id: Some(JobId(7)),
             from_ms: Some(100_000),
             ..Default::default()
         };
         assert_eq!(count(conn, &ranged).unwrap(), 1);
-        assert!(matches!(get(conn, 9999), Err(Error::NotFound(_))));
+        assert!(matches!(get(conn, RunId(9999)), Err(Error::NotFound(_))));
     });
 
     storage_test!(results_are_stored_once, |conn| {
-        let id = insert(conn, &run(3, None, 0)).unwrap();
+        let id = insert(conn, &run(JobId(3), None, 0)).unwrap();
         record_trigger(
             conn,
             id,
@@ -626,8 +635,8 @@ mod tests {
             "a final run keeps its result"
         );
         assert_eq!(get(conn, id).unwrap().status, RunStatus::Succeeded);
-        assert!(!record_result(conn, 424242, &result).unwrap());
-        let failed = insert(conn, &run(3, None, 0)).unwrap();
+        assert!(!record_result(conn, RunId(424242), &result).unwrap());
+        let failed = insert(conn, &run(JobId(3), None, 0)).unwrap();
         record_trigger(
             conn,
             failed,

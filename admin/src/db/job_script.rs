@@ -4,13 +4,14 @@ use diesel::prelude::*;
 
 use super::AnyConnection;
 use super::schema::job_script;
+use crate::domain::ids::JobId;
 use crate::error::Error;
 
 #[derive(Debug, Clone, PartialEq, Queryable, Selectable)]
 #[diesel(table_name = job_script)]
 pub struct JobScript {
     pub id: i64,
-    pub job_id: i64,
+    pub job_id: JobId,
     pub version: i32,
     pub source: String,
     pub interpreter: String,
@@ -22,7 +23,7 @@ pub struct JobScript {
 #[derive(Debug, Insertable)]
 #[diesel(table_name = job_script)]
 pub struct NewJobScript<'a> {
-    pub job_id: i64,
+    pub job_id: JobId,
     pub version: i32,
     pub source: &'a str,
     pub interpreter: &'a str,
@@ -32,7 +33,7 @@ pub struct NewJobScript<'a> {
 }
 
 /// The versions of a job's script, newest first, without their sources' bodies trimmed.
-pub fn list_for_job(conn: &mut AnyConnection, job_id: i64) -> Result<Vec<JobScript>, Error> {
+pub fn list_for_job(conn: &mut AnyConnection, job_id: JobId) -> Result<Vec<JobScript>, Error> {
     Ok(job_script::table
         .filter(job_script::job_id.eq(job_id))
         .order(job_script::version.desc())
@@ -44,7 +45,7 @@ pub fn list_for_job(conn: &mut AnyConnection, job_id: i64) -> Result<Vec<JobScri
 /// `NotFound` when the job has no such version.
 pub fn get_version(
     conn: &mut AnyConnection,
-    job_id: i64,
+    job_id: JobId,
     version: i32,
 ) -> Result<JobScript, Error> {
     job_script::table
@@ -56,7 +57,7 @@ pub fn get_version(
         .ok_or(Error::NotFound("script version"))
 }
 
-pub fn latest_version(conn: &mut AnyConnection, job_id: i64) -> Result<i32, Error> {
+pub fn latest_version(conn: &mut AnyConnection, job_id: JobId) -> Result<i32, Error> {
     let max: Option<i32> = job_script::table
         .filter(job_script::job_id.eq(job_id))
         .select(diesel::dsl::max(job_script::version))

@@ -5,6 +5,7 @@ use diesel::prelude::*;
 
 use super::AnyConnection;
 use super::schema::run_report_daily;
+use crate::domain::ids::JobId;
 use crate::error::Error;
 
 #[derive(
@@ -24,7 +25,7 @@ use crate::error::Error;
 pub struct DailyRow {
     /// `YYYY-MM-DD`, UTC.
     pub day: String,
-    pub job_id: i64,
+    pub job_id: JobId,
     pub succeeded: i64,
     pub failed: i64,
     pub timed_out: i64,
@@ -52,7 +53,7 @@ pub fn list(
     conn: &mut AnyConnection,
     from_day: &str,
     to_day: &str,
-    job_ids: Option<&[i64]>,
+    job_ids: Option<&[JobId]>,
 ) -> Result<Vec<DailyRow>, Error> {
     let mut query = run_report_daily::table
         .filter(run_report_daily::day.ge(from_day.to_owned()))
@@ -87,23 +88,26 @@ mod tests {
             updated_ms: 1,
             ..Default::default()
         };
-        replace_day(conn, "2026-11-21", &[row("2026-11-21", 1, 3)]).unwrap();
+        replace_day(conn, "2026-11-21", &[row("2026-11-21", JobId(1), 3)]).unwrap();
         replace_day(
             conn,
             "2026-11-22",
-            &[row("2026-11-22", 1, 1), row("2026-11-22", 2, 5)],
+            &[
+                row("2026-11-22", JobId(1), 1),
+                row("2026-11-22", JobId(2), 5),
+            ],
         )
         .unwrap();
-        replace_day(conn, "2026-11-22", &[row("2026-11-22", 1, 2)]).unwrap();
+        replace_day(conn, "2026-11-22", &[row("2026-11-22", JobId(1), 2)]).unwrap();
         let all = list(conn, "2026-11-01", "2026-11-30", None).unwrap();
         assert_eq!(
             all.iter()
                 .map(|r| (r.day.as_str(), r.job_id, r.succeeded))
                 .collect::<Vec<_>>(),
-            vec![("2026-11-21", 1, 3), ("2026-11-22", 1, 2)]
+            vec![("2026-11-21", JobId(1), 3), ("2026-11-22", JobId(1), 2)]
         );
         assert_eq!(
-            list(conn, "2026-11-22", "2026-11-22", Some(&[2]))
+            list(conn, "2026-11-22", "2026-11-22", Some(&[JobId(2)]))
                 .unwrap()
                 .len(),
             0

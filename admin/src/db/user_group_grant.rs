@@ -4,9 +4,10 @@ use diesel::prelude::*;
 
 use super::AnyConnection;
 use super::schema::user_group_grant;
+use crate::domain::ids::GroupId;
 use crate::error::Error;
 
-pub fn group_ids_for_user(conn: &mut AnyConnection, user_id: i64) -> Result<Vec<i64>, Error> {
+pub fn group_ids_for_user(conn: &mut AnyConnection, user_id: i64) -> Result<Vec<GroupId>, Error> {
     Ok(user_group_grant::table
         .filter(user_group_grant::user_id.eq(user_id))
         .select(user_group_grant::group_id)
@@ -18,7 +19,7 @@ pub fn group_ids_for_user(conn: &mut AnyConnection, user_id: i64) -> Result<Vec<
 pub fn replace_for_user(
     conn: &mut AnyConnection,
     user_id: i64,
-    group_ids: &[i64],
+    group_ids: &[GroupId],
 ) -> Result<(), Error> {
     diesel::delete(user_group_grant::table.filter(user_group_grant::user_id.eq(user_id)))
         .execute(conn)?;
@@ -61,7 +62,7 @@ mod tests {
         replace_for_user(conn, uid, &[b]).unwrap();
         assert_eq!(group_ids_for_user(conn, uid).unwrap(), vec![b]);
         assert!(
-            replace_for_user(conn, uid, &[9999]).is_err(),
+            replace_for_user(conn, uid, &[GroupId(9999)]).is_err(),
             "a grant needs an existing group"
         );
         crate::db::executor_group::delete(conn, b).unwrap();

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::domain::ids::JobId;
 use jobfleet_agent::protocol::{
     ACCESS_TOKEN_HEADER, Envelope, HeldRuns, JobIdParam, LogParam, LogResult, RunAccepted,
     TriggerParam, agent_path,
@@ -106,16 +107,24 @@ impl AgentClient {
     }
 
     /// Asks whether the agent could start `job_id` now (XXL-Job's idleBeat): `Err` when busy.
-    pub async fn idle_beat(&self, address: &str, job_id: i64) -> Result<String, CallError> {
-        self.call::<_, serde_json::Value>(address, agent_path::IDLE_BEAT, &JobIdParam { job_id })
-            .await
-            .map(|e| e.msg.unwrap_or_default())
+    pub async fn idle_beat(&self, address: &str, job_id: JobId) -> Result<String, CallError> {
+        self.call::<_, serde_json::Value>(
+            address,
+            agent_path::IDLE_BEAT,
+            &JobIdParam { job_id: job_id.0 },
+        )
+        .await
+        .map(|e| e.msg.unwrap_or_default())
     }
 
-    pub async fn kill(&self, address: &str, job_id: i64) -> Result<String, CallError> {
-        self.call::<_, serde_json::Value>(address, agent_path::KILL, &JobIdParam { job_id })
-            .await
-            .map(|e| e.msg.unwrap_or_default())
+    pub async fn kill(&self, address: &str, job_id: JobId) -> Result<String, CallError> {
+        self.call::<_, serde_json::Value>(
+            address,
+            agent_path::KILL,
+            &JobIdParam { job_id: job_id.0 },
+        )
+        .await
+        .map(|e| e.msg.unwrap_or_default())
     }
 
     /// The runs a jobfleet agent holds now; an XXL-Job executor refuses (unknown path).

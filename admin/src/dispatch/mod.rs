@@ -51,12 +51,12 @@ pub fn trigger_param(job: &Job, run: &JobRun) -> TriggerParam {
         pids: job.limit_pids,
     };
     TriggerParam {
-        job_id: job.id,
+        job_id: job.id.0,
         executor_handler: Some(handler.unwrap_or_default()),
         executor_params: Some(run.params.clone()),
         executor_block_strategy: Some(block_strategy(job.block_strategy)),
         executor_timeout: job.timeout_s,
-        log_id: run.id,
+        log_id: run.id.0,
         log_date_time: run.created_ms,
         glue_type: Some(glue_type),
         glue_source: source,

@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use crate::domain::ids::JobId;
 use crate::domain::routing::Routing;
 
 /// A live agent as routing sees it.
@@ -33,9 +34,9 @@ const VIRTUAL_NODES: u32 = 100;
 
 #[derive(Debug, Default)]
 struct Memory {
-    round_robin: HashMap<i64, u64>,
-    frequency: HashMap<i64, (i64, HashMap<String, u64>)>,
-    recency: HashMap<i64, HashMap<String, u64>>,
+    round_robin: HashMap<JobId, u64>,
+    frequency: HashMap<JobId, (i64, HashMap<String, u64>)>,
+    recency: HashMap<JobId, HashMap<String, u64>>,
     tick: u64,
 }
 
@@ -85,7 +86,7 @@ impl Router {
     pub fn order(
         &self,
         routing: Routing,
-        job_id: i64,
+        job_id: JobId,
         candidates: &[Candidate],
         now_ms: i64,
     ) -> Vec<String> {
@@ -159,7 +160,7 @@ impl Router {
 
 /// A hash ring with virtual nodes: a job keeps its agent while the group does not change, and
 /// when an agent leaves only its jobs move. Fallbacks walk on around the ring.
-fn consistent_order(addresses: &[String], job_id: i64) -> Vec<String> {
+fn consistent_order(addresses: &[String], job_id: JobId) -> Vec<String> {
     let mut ring: Vec<(u64, usize)> = Vec::with_capacity(addresses.len() * VIRTUAL_NODES as usize);
     for (i, address) in addresses.iter().enumerate() {
         for v in 0..VIRTUAL_NODES {
@@ -198,7 +199,7 @@ mod tests {
     fn firsts(
         router: &Router,
         routing: Routing,
-        job: i64,
+        job: JobId,
         c: &[Candidate],
         times: usize,
     ) -> Vec<String> {
@@ -212,24 +213,24 @@ mod tests {
         let c = agents(4);
         let router = Router::default();
         for routing in Routing::ALL {
-            let mut order = router.order(*routing, 7, &c, 0);
+            let mut order = router.order(*routing, JobId(7), &c, 0);
             order.sort();
             let mut all: Vec<String> = c.iter().map(|c| c.address.clone()).collect();
             all.sort();
             assert_eq!(order, all, "{routing:?}");
         }
-        assert!(router.order(Routing::Random, 1, &[], 0).is_empty());
+        assert!(router.order(Routing::Random, JobId(1), &[], 0).is_empty());
     }
 
     #[test]
     fn first_and_last() {
         let c = agents(3);
         let r = Router::default();
-        assert_eq!(r.order(Routing::First, 1, &c, 0)[0], c[0].address);
-        assert_eq!(r.order(Routing::Last, 1, &c, 0)[0], c[2].address);
+        assert_eq!(r.order(Routing::First, JobId(1), &c, 0)[0], c[0].address);
+        assert_eq!(r.order(Routing::Last, JobId(1), &c, 0)[0], c[2].address);
         assert_eq!(
-            r.order(Routing::Failover, 1, &c, 0),
-            r.order(Routing::First, 1, &c, 0)
+            r.order(Routing::Failover, JobId(1), &c, 0),
+            r.order(Routing::First, JobId(1), &c, 0)
         );
     }
 
@@ -237,7 +238,7 @@ mod tests {
     fn round_robin_visits_each_agent_in_turn() {
         let c = agents(3);
         let r = Router::default();
-        let picks = firsts(&r, Routing::RoundRobin, 5, &c, 6);
+        let picks = firsts(&r, Routing::RoundRobin, JobId(5), &c, 6);
         assert_eq!(picks[0..3], picks[3..6]);
         let mut distinct = picks[0..3].to_vec();
         distinct.sort();
@@ -249,7 +250,7 @@ mod tests {
     fn random_reaches_every_agent() {
         let c = agents(3);
         let r = Router::default();
-        let mut picks = firsts(&r, Routing::Random, 5, &c, 300);
+        let mut picks = firsts(&r, Routing::Random, JobId(5), &c, 300);
         picks.sort();
         picks.dedup();
         assert_eq!(picks.len(), 3);
@@ -260,17 +261,17 @@ mod tests {
         let c = agents(4);
         let r = Router::default();
         let before: Vec<String> = (0..400)
-            .map(|j| r.order(Routing::ConsistentHash, j, &c, 0)[0].clone())
+            .map(|j| r.order(Routing::ConsistentHash, JobId(j), &c, 0)[0].clone())
             .collect();
         let again: Vec<String> = (0..400)
-            .map(|j| r.order(Routing::ConsistentHash, j, &c, 0)[0].clone())
+            .map(|j| r.order(Routing::ConsistentHash, JobId(j), &c, 0)[0].clone())
             .collect();
         assert_eq!(before, again);
         let gone = c[1].address.clone();
         let fewer: Vec<Candidate> = c.iter().filter(|a| a.address != gone).cloned().collect();
         let mut moved = 0;
         for j in 0..400 {
-            let now = r.order(Routing::ConsistentHash, j, &fewer, 0)[0].clone();
+            let now = r.order(Routing::ConsistentHash, JobId(j), &fewer, 0)[0].clone();
             if before[j as usize] == gone {
                 assert_ne!(now, gone);
             } else {
@@ -289,13 +290,13 @@ mod tests {
     fn least_frequently_used_evens_out() {
         let c = agents(3);
         let r = Router::default();
-        let picks = firsts(&r, Routing::LeastFrequentlyUsed, 9, &c, 9);
+        let picks = firsts(&r, Routing::LeastFrequentlyUsed, JobId(9), &c, 9);
         for a in &c {
             assert_eq!(picks.iter().filter(|p| **p == a.address).count(), 3);
         }
         // Counts are per job.
         assert_eq!(
-            r.order(Routing::LeastFrequentlyUsed, 10, &c, 0)[0],
+            r.order(Routing::LeastFrequentlyUsed, JobId(10), &c, 0)[0],
             c[0].address
         );
     }
@@ -304,7 +305,7 @@ mod tests {
     fn least_recently_used_picks_the_longest_idle() {
         let c = agents(3);
         let r = Router::default();
-        let picks = firsts(&r, Routing::LeastRecentlyUsed, 9, &c, 4);
+        let picks = firsts(&r, Routing::LeastRecentlyUsed, JobId(9), &c, 4);
         assert_eq!(
             picks,
             vec![
@@ -321,7 +322,7 @@ mod tests {
             load: None,
         });
         assert_eq!(
-            r.order(Routing::LeastRecentlyUsed, 9, &more, 0)[0],
+            r.order(Routing::LeastRecentlyUsed, JobId(9), &more, 0)[0],
             "http://10.0.0.9:9999/"
         );
     }
@@ -334,7 +335,7 @@ mod tests {
         c[2].load = Some(0.2);
         let r = Router::default();
         assert_eq!(
-            r.order(Routing::LeastLoaded, 1, &c, 0),
+            r.order(Routing::LeastLoaded, JobId(1), &c, 0),
             vec![
                 c[2].address.clone(),
                 c[0].address.clone(),

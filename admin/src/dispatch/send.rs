@@ -16,6 +16,7 @@ use jobfleet_agent::protocol::{HostMetrics, RunAccepted};
 use crate::db::job::Job;
 use crate::db::job_run::{self, JobRun};
 use crate::db::{AnyConnection, agent, executor_group, job};
+use crate::domain::ids::{GroupId, JobId, RunId};
 use crate::domain::policy::Concurrency;
 use crate::domain::policy::{AddressMode, RunStatus, TriggerKind};
 use crate::domain::routing::Routing;
@@ -57,14 +58,14 @@ enum Prepared {
 /// Database errors; `NotFound` when the group is gone.
 pub fn candidates(
     conn: &mut AnyConnection,
-    group_id: i64,
+    group_id: GroupId,
     now_ms: i64,
 ) -> Result<(String, Vec<Candidate>), Error> {
     let group = executor_group::get(conn, group_id)?;
     if group.address_mode == AddressMode::Manual {
         // The operator's order is kept: it is what `first` and `failover` go by.
         let mut addresses: Vec<String> = Vec::new();
-        for address in group.addresses.split(',').map(str::trim) {
+        for address in group.addresses.iter() {
             let address = if address.ends_with('/') {
                 address.to_owned()
             } else {
@@ -107,12 +108,12 @@ pub fn candidates(
 /// fewer groups.
 #[derive(Default)]
 struct Lookups {
-    jobs: HashMap<i64, Option<Job>>,
-    groups: HashMap<i64, (String, Vec<Candidate>)>,
+    jobs: HashMap<JobId, Option<Job>>,
+    groups: HashMap<GroupId, (String, Vec<Candidate>)>,
 }
 
 impl Lookups {
-    fn job(&mut self, conn: &mut AnyConnection, id: i64) -> Result<Option<Job>, Error> {
+    fn job(&mut self, conn: &mut AnyConnection, id: JobId) -> Result<Option<Job>, Error> {
         if let Some(job) = self.jobs.get(&id) {
             return Ok(job.clone());
         }
@@ -124,7 +125,7 @@ impl Lookups {
     fn candidates(
         &mut self,
         conn: &mut AnyConnection,
-        group_id: i64,
+        group_id: GroupId,
         now: i64,
     ) -> Result<(String, Vec<Candidate>), Error> {
         if let Some(found) = self.groups.get(&group_id) {
@@ -141,7 +142,7 @@ fn prepare(
     changes: &mut Changes,
     lookups: &mut Lookups,
     state_router: &super::routing::Router,
-    run_id: i64,
+    run_id: RunId,
     only: Option<&str>,
 ) -> Result<Prepared, Error> {
     let now = changes.now_ms();
@@ -267,7 +268,7 @@ fn shard(
 /// What handing a trigger over came to.
 #[derive(Debug, Clone)]
 pub struct Answer {
-    run_id: i64,
+    run_id: RunId,
     agent: Option<String>,
     accepted: bool,
     message: String,
@@ -312,7 +313,7 @@ async fn hand_over(state: &AppState, job: &Job, routing: Routing, send: Send) ->
                 };
             }
             Err(e) => {
-                tracing::warn!(run_id = send.run.id, agent = %address, error = %e, "Trigger not accepted");
+                tracing::warn!(run_id = %send.run.id, agent = %address, error = %e, "Trigger not accepted");
                 let refused = matches!(e, CallError::Refused(_));
                 reasons.push(format!("{address} {e}"));
                 if refused && !moves_on_refusal {
@@ -352,7 +353,7 @@ fn suffix(msg: &str) -> String {
 /// # Errors
 /// Database errors. The run then stays pending (not taken) or taken-and-pending, and the
 /// recovery monitor finishes the job.
-pub async fn dispatch(state: &AppState, run_id: i64, only: Option<String>) -> Result<(), Error> {
+pub async fn dispatch(state: &AppState, run_id: RunId, only: Option<String>) -> Result<(), Error> {
     let started = Instant::now();
     let router = state.router.clone();
     let changes = Changes::new(state);
@@ -391,7 +392,7 @@ pub async fn dispatch(state: &AppState, run_id: i64, only: Option<String>) -> Re
 /// not hold the others back); the runs not taken stay pending for the recovery monitor.
 pub async fn dispatch_batch(
     state: &web::Data<AppState>,
-    run_ids: Vec<i64>,
+    run_ids: Vec<RunId>,
     recorder: &mpsc::UnboundedSender<Answer>,
     handovers: &Arc<Semaphore>,
 ) -> Result<(), Error> {
@@ -471,7 +472,7 @@ async fn send_prepared(state: &AppState, prepared: Prepared) -> Vec<Answer> {
                 if let Some(address) = &old.agent_address
                     && let Err(e) = state.agents.kill(address, old.job_id).await
                 {
-                    tracing::warn!(run_id = old.id, agent = %address, error = %e, "Could not kill the replaced run");
+                    tracing::warn!(run_id = %old.id, agent = %address, error = %e, "Could not kill the replaced run");
                 }
             }
             let routing = job.routing;

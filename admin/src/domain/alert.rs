@@ -6,6 +6,7 @@ use serde::Deserialize;
 
 use super::job::check_name;
 use super::string_enum;
+use crate::domain::ids::{ChannelId, GroupId, JobId, RunId};
 use crate::domain::policy::RunStatus;
 use crate::error::Error;
 
@@ -86,11 +87,11 @@ pub fn kind_for_status(status: RunStatus) -> Option<AlertKind> {
 }
 
 /// Alerts with the same key within the quiet window are recorded as `suppressed`.
-pub fn run_dedupe_key(kind: AlertKind, job_id: i64, channel_id: i64) -> String {
+pub fn run_dedupe_key(kind: AlertKind, job_id: JobId, channel_id: ChannelId) -> String {
     format!("{kind}:job:{job_id}:channel:{channel_id}")
 }
 
-pub fn group_dedupe_key(group_id: i64, channel_id: i64) -> String {
+pub fn group_dedupe_key(group_id: GroupId, channel_id: ChannelId) -> String {
     format!(
         "{}:group:{group_id}:channel:{channel_id}",
         AlertKind::GroupNoAgent
@@ -275,10 +276,10 @@ impl ChannelInput {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunFacts {
     pub kind: AlertKind,
-    pub job_id: i64,
+    pub job_id: JobId,
     pub job_name: String,
     pub group: String,
-    pub run_id: i64,
+    pub run_id: RunId,
     pub attempt: i32,
     pub attempts_allowed: i32,
     pub status: RunStatus,
@@ -291,7 +292,7 @@ pub struct RunFacts {
 }
 
 /// The console link of a run, when `public_url` is configured.
-pub fn run_link(public_url: Option<&str>, run_id: i64) -> Option<String> {
+pub fn run_link(public_url: Option<&str>, run_id: RunId) -> Option<String> {
     public_url.map(|base| format!("{}/console/runs/{run_id}", base.trim_end_matches('/')))
 }
 
@@ -365,9 +366,9 @@ pub fn run_texts(facts: &RunFacts, public_url: Option<&str>) -> (String, String)
 
 /// Title and body of a `group_no_agent` alert naming the jobs that can no longer run.
 pub fn group_texts(
-    group_id: i64,
+    group_id: GroupId,
     app_name: &str,
-    jobs: &[(i64, String)],
+    jobs: &[(JobId, String)],
     at_ms: i64,
 ) -> (String, String) {
     let title = clip(
@@ -465,10 +466,10 @@ mod tests {
     fn texts_name_the_job_run_and_link() {
         let facts = RunFacts {
             kind: AlertKind::RunFailed,
-            job_id: 7,
+            job_id: JobId(7),
             job_name: "nightly".into(),
             group: "billing".into(),
-            run_id: 42,
+            run_id: RunId(42),
             attempt: 2,
             attempts_allowed: 2,
             status: RunStatus::Failed,

@@ -5,9 +5,11 @@
 use chrono_tz::Tz;
 use serde::Deserialize;
 
+use super::ids::{ChannelId, JobId};
 use super::policy::{BlockStrategy, Concurrency, HandlerType, Interpreter, Misfire};
 use super::routing::Routing;
 use super::schedule::{MAX_INTERVAL_S, Schedule, ScheduleType, parse_cron, parse_timezone};
+use crate::domain::ids::GroupId;
 use crate::error::Error;
 
 pub const MAX_NAME_CHARS: usize = 200;
@@ -76,14 +78,14 @@ pub struct AlertInput {
     pub on_lost: Option<bool>,
     /// Alert when the job's group loses its last live agent; default false.
     pub on_no_agent: Option<bool>,
-    pub channels: Option<Vec<i64>>,
+    pub channels: Option<Vec<ChannelId>>,
 }
 
 /// A job as submitted. Only `group_id`, `name`, `schedule` and `handler` are required.
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JobInput {
-    pub group_id: i64,
+    pub group_id: GroupId,
     pub name: String,
     pub description: Option<String>,
     pub schedule: ScheduleInput,
@@ -103,7 +105,7 @@ pub struct JobInput {
     pub concurrency: Option<Concurrency>,
     #[schema(value_type = Option<String>, example = "serial")]
     pub block_strategy: Option<BlockStrategy>,
-    pub children: Option<Vec<i64>>,
+    pub children: Option<Vec<JobId>>,
     pub alert: Option<AlertInput>,
 }
 
@@ -128,13 +130,13 @@ pub struct AlertSettings {
     pub on_timeout: bool,
     pub on_lost: bool,
     pub on_no_agent: bool,
-    pub channels: Vec<i64>,
+    pub channels: Vec<ChannelId>,
 }
 
 /// A job that passed every rule that needs no database.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobSpec {
-    pub group_id: i64,
+    pub group_id: GroupId,
     pub name: String,
     pub description: String,
     pub schedule: Schedule,
@@ -150,7 +152,7 @@ pub struct JobSpec {
     pub misfire: Misfire,
     pub concurrency: Concurrency,
     pub block_strategy: BlockStrategy,
-    pub children: Vec<i64>,
+    pub children: Vec<JobId>,
     pub alert: AlertSettings,
 }
 
@@ -476,19 +478,19 @@ impl JobInput {
 /// Whether adding the edges `job_id -> children` to `edges` (every other job's children) makes
 /// a cycle; returns the cycle's path for the error message.
 pub fn find_child_cycle(
-    job_id: i64,
-    children: &[i64],
-    edges: &[(i64, Vec<i64>)],
-) -> Option<Vec<i64>> {
+    job_id: JobId,
+    children: &[JobId],
+    edges: &[(JobId, Vec<JobId>)],
+) -> Option<Vec<JobId>> {
     use std::collections::HashMap;
-    let mut graph: HashMap<i64, Vec<i64>> = edges
+    let mut graph: HashMap<JobId, Vec<JobId>> = edges
         .iter()
         .filter(|(id, _)| *id != job_id)
         .cloned()
         .collect();
     graph.insert(job_id, children.to_vec());
     // Depth-first from the job: a path back to it is a cycle.
-    let mut stack: Vec<(i64, Vec<i64>)> = vec![(job_id, vec![job_id])];
+    let mut stack: Vec<(JobId, Vec<JobId>)> = vec![(job_id, vec![job_id])];
     let mut visited = std::collections::HashSet::new();
     while let Some((node, path)) = stack.pop() {
         for next in graph.get(&node).map(Vec::as_slice).unwrap_or_default() {
@@ -640,12 +642,18 @@ mod tests {
 
     #[test]
     fn child_cycles_are_found() {
-        let edges = vec![(2, vec![3]), (3, vec![4])];
-        assert_eq!(find_child_cycle(4, &[2], &edges), Some(vec![4, 2, 3, 4]));
-        assert_eq!(find_child_cycle(1, &[1], &edges), Some(vec![1, 1]));
-        assert_eq!(find_child_cycle(1, &[2], &edges), None);
+        let edges = vec![(JobId(2), vec![JobId(3)]), (JobId(3), vec![JobId(4)])];
+        assert_eq!(
+            find_child_cycle(JobId(4), &[JobId(2)], &edges),
+            Some([4, 2, 3, 4].map(JobId).to_vec())
+        );
+        assert_eq!(
+            find_child_cycle(JobId(1), &[JobId(1)], &edges),
+            Some(vec![JobId(1), JobId(1)])
+        );
+        assert_eq!(find_child_cycle(JobId(1), &[JobId(2)], &edges), None);
         // An edit replaces the job's old edges rather than adding to them.
-        let edges = vec![(1, vec![2]), (2, vec![3])];
-        assert_eq!(find_child_cycle(1, &[3], &edges), None);
+        let edges = vec![(JobId(1), vec![JobId(2)]), (JobId(2), vec![JobId(3)])];
+        assert_eq!(find_child_cycle(JobId(1), &[JobId(3)], &edges), None);
     }
 }

@@ -6,6 +6,7 @@ pub mod agent;
 pub mod alert;
 pub mod cron;
 pub mod id_list;
+pub mod ids;
 pub mod job;
 pub mod policy;
 pub mod role;

@@ -5,6 +5,7 @@
 
 use crate::alert::outbox::Outbox;
 use crate::db::{AnyConnection, job, job_run};
+use crate::domain::ids::RunId;
 use crate::domain::policy::{RunStatus, TriggerKind, retry_delay_s};
 use crate::error::Error;
 
@@ -25,7 +26,7 @@ fn retryable(status: RunStatus) -> bool {
 /// Database errors (the caller's transaction rolls back with the final status).
 pub fn after_final(
     conn: &mut AnyConnection,
-    run_id: i64,
+    run_id: RunId,
     now_ms: i64,
     alerts: &Outbox,
 ) -> Result<Vec<Due>, Error> {
@@ -61,13 +62,9 @@ pub fn after_final(
     }
     // A sharded fire succeeds shard by shard; its children follow shard 0 only, once per fire.
     if run.status == RunStatus::Succeeded && run.shard_index == 0 {
-        for child_id in owner
-            .children
-            .split(',')
-            .filter_map(|s| s.trim().parse::<i64>().ok())
-        {
+        for &child_id in owner.children.iter() {
             let Some(child) = job::find(conn, child_id)? else {
-                tracing::warn!(job_id = owner.id, child_id, "Child job no longer exists");
+                tracing::warn!(job_id = %owner.id, %child_id, "Child job no longer exists");
                 continue;
             };
             let id = super::created(

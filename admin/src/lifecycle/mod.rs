@@ -21,6 +21,7 @@ mod followup;
 use crate::alert::outbox::Outbox;
 use crate::db::AnyConnection;
 use crate::db::job_run::{self, NewJobRun, RunResult, TriggerAnswer};
+use crate::domain::ids::RunId;
 use crate::domain::policy::RunStatus;
 use crate::error::Error;
 use crate::scheduler::handle::Due;
@@ -80,7 +81,7 @@ impl Changes {
     pub fn sent(
         &mut self,
         conn: &mut AnyConnection,
-        run_id: i64,
+        run_id: RunId,
         answer: &TriggerAnswer<'_>,
     ) -> Result<bool, Error> {
         let failed = job_run::record_trigger(conn, run_id, answer, self.now_ms)?;
@@ -97,7 +98,7 @@ impl Changes {
     pub fn finished(
         &mut self,
         conn: &mut AnyConnection,
-        run_id: i64,
+        run_id: RunId,
         result: &RunResult,
     ) -> Result<bool, Error> {
         if !job_run::record_result(conn, run_id, result)? {
@@ -115,7 +116,7 @@ impl Changes {
     pub fn ended_by_admin(
         &mut self,
         conn: &mut AnyConnection,
-        run_id: i64,
+        run_id: RunId,
         status: RunStatus,
         message: &str,
     ) -> Result<bool, Error> {
@@ -138,7 +139,7 @@ impl Changes {
     pub fn skipped(
         &mut self,
         conn: &mut AnyConnection,
-        run_id: i64,
+        run_id: RunId,
         reason: &str,
     ) -> Result<bool, Error> {
         let skipped = job_run::skip(conn, run_id, reason, self.now_ms)?;
@@ -156,7 +157,7 @@ impl Changes {
     pub fn requeued(
         &mut self,
         conn: &mut AnyConnection,
-        run_id: i64,
+        run_id: RunId,
         why: &str,
     ) -> Result<bool, Error> {
         let requeued = job_run::requeue(conn, run_id, why)?;
@@ -172,7 +173,7 @@ impl Changes {
     fn after_final(
         &mut self,
         conn: &mut AnyConnection,
-        run_id: i64,
+        run_id: RunId,
         status: RunStatus,
     ) -> Result<(), Error> {
         self.ended.push(status);
@@ -190,7 +191,7 @@ impl Changes {
 ///
 /// # Errors
 /// `Conflict` when its slot (or shard of the slot) already has a run; database errors.
-pub fn created(conn: &mut AnyConnection, new: &NewJobRun) -> Result<i64, Error> {
+pub fn created(conn: &mut AnyConnection, new: &NewJobRun) -> Result<RunId, Error> {
     job_run::insert(conn, new)
 }
 
@@ -198,7 +199,7 @@ pub fn created(conn: &mut AnyConnection, new: &NewJobRun) -> Result<i64, Error> 
 ///
 /// # Errors
 /// `Conflict` when a slot already has its run (the unique key); database errors.
-pub fn fires_created(conn: &mut AnyConnection, rows: &[NewJobRun]) -> Result<Vec<i64>, Error> {
+pub fn fires_created(conn: &mut AnyConnection, rows: &[NewJobRun]) -> Result<Vec<RunId>, Error> {
     job_run::insert_fires(conn, rows)
 }
 
@@ -206,7 +207,7 @@ pub fn fires_created(conn: &mut AnyConnection, rows: &[NewJobRun]) -> Result<Vec
 ///
 /// # Errors
 /// Database errors.
-pub fn claimed(conn: &mut AnyConnection, run_id: i64, now_ms: i64) -> Result<bool, Error> {
+pub fn claimed(conn: &mut AnyConnection, run_id: RunId, now_ms: i64) -> Result<bool, Error> {
     job_run::claim(conn, run_id, now_ms)
 }
 
@@ -216,7 +217,7 @@ pub fn claimed(conn: &mut AnyConnection, run_id: i64, now_ms: i64) -> Result<boo
 /// Database errors.
 pub fn adopted(
     conn: &mut AnyConnection,
-    run_id: i64,
+    run_id: RunId,
     claimed_ms: i64,
     address: &str,
     instance: &str,
@@ -229,6 +230,6 @@ pub fn adopted(
 ///
 /// # Errors
 /// Database errors.
-pub fn released(conn: &mut AnyConnection, run_id: i64, claimed_ms: i64) -> Result<bool, Error> {
+pub fn released(conn: &mut AnyConnection, run_id: RunId, claimed_ms: i64) -> Result<bool, Error> {
     job_run::release_claim(conn, run_id, claimed_ms)
 }

@@ -3,13 +3,14 @@
 
 use std::sync::Mutex;
 
+use crate::domain::ids::RunId;
 use tokio::sync::{Notify, mpsc};
 
 /// A stored pending run and the moment it should be sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Due {
     pub at_ms: i64,
-    pub run_id: i64,
+    pub run_id: RunId,
 }
 
 /// How the rest of the admin talks to the running scheduler.

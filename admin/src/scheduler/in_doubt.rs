@@ -12,6 +12,7 @@ use std::collections::HashMap;
 
 use crate::db::{agent, executor_group, job_run};
 use crate::domain::agent::is_live;
+use crate::domain::ids::GroupId;
 use crate::domain::policy::{AddressMode, RunStatus};
 use crate::error::Error;
 use crate::lifecycle;
@@ -64,7 +65,7 @@ pub async fn resolve(state: &AppState, now: i64) -> Result<Resolved, Error> {
         .db
         .run(move |conn| {
             let stuck = job_run::stale_claims(conn, earliest, 500)?;
-            let mut groups: HashMap<i64, (executor_group::ExecutorGroup, Vec<agent::Agent>)> =
+            let mut groups: HashMap<GroupId, (executor_group::ExecutorGroup, Vec<agent::Agent>)> =
                 HashMap::new();
             for run in &stuck {
                 if groups.contains_key(&run.group_id) {
@@ -117,7 +118,7 @@ pub async fn resolve(state: &AppState, now: i64) -> Result<Resolved, Error> {
                 answers.insert(address.clone(), answer.ok());
             }
             match answers.get(address).and_then(Option::as_ref) {
-                Some(held) if held.held_runs.contains(&run.id) => {
+                Some(held) if held.held_runs.contains(&run.id.0) => {
                     holder = Some((address.clone(), held.instance_id.clone()));
                     break;
                 }
@@ -135,7 +136,7 @@ pub async fn resolve(state: &AppState, now: i64) -> Result<Resolved, Error> {
                 .run(move |conn| lifecycle::adopted(conn, id, at, &address, &instance, &message))
                 .await?;
             if adopted {
-                tracing::warn!(run_id = run.id, "Run in doubt found on its agent");
+                tracing::warn!(run_id = %run.id, "Run in doubt found on its agent");
                 done.adopted += 1;
             }
         } else if all_answered {
@@ -146,7 +147,7 @@ pub async fn resolve(state: &AppState, now: i64) -> Result<Resolved, Error> {
                 .await?;
             if released {
                 tracing::warn!(
-                    run_id = run.id,
+                    run_id = %run.id,
                     "Run in doubt held by no agent: sending it again"
                 );
                 resend.push(run.id);

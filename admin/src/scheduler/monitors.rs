@@ -11,6 +11,7 @@ use chrono::{TimeZone, Utc};
 use crate::db::run_report_daily::DailyRow;
 use crate::db::{agent, executor_group, job, job_run, run_report_daily, scheduler_lock};
 use crate::domain::agent::{DEAD_AFTER_MS, is_live};
+use crate::domain::ids::{JobId, RunId};
 use crate::domain::policy::RunStatus;
 use crate::error::Error;
 use crate::lifecycle::Changes;
@@ -101,7 +102,7 @@ pub struct Recovered {
 ///
 /// # Errors
 /// The first database error (the runs not sent stay for the next pass).
-pub(super) async fn send_all(state: &AppState, run_ids: Vec<i64>) -> Result<usize, Error> {
+pub(super) async fn send_all(state: &AppState, run_ids: Vec<RunId>) -> Result<usize, Error> {
     let mut sent = 0;
     for chunk in run_ids.chunks(SEND_AT_ONCE) {
         let outcomes = futures_util::future::join_all(
@@ -121,7 +122,7 @@ pub(super) async fn send_all(state: &AppState, run_ids: Vec<i64>) -> Result<usiz
 /// Ends a run with a status the admin decided, with its follow-ups, once.
 pub(super) async fn end_run(
     state: &AppState,
-    run_id: i64,
+    run_id: RunId,
     status: RunStatus,
     message: String,
 ) -> Result<bool, Error> {
@@ -136,7 +137,7 @@ pub(super) async fn end_run(
         .await?;
     changes.committed(state);
     if ended {
-        tracing::warn!(run_id, %status, "Run ended by the admin");
+        tracing::warn!(%run_id, %status, "Run ended by the admin");
     }
     Ok(ended)
 }
@@ -159,10 +160,10 @@ pub async fn recover(state: &AppState) -> Result<Recovered, Error> {
                 .filter(|a| !is_live(a.last_seen_ms, now))
                 .map(|a| a.address)
                 .collect();
-            let mut ids: Vec<i64> = running.iter().map(|r| r.job_id).collect();
+            let mut ids: Vec<JobId> = running.iter().map(|r| r.job_id).collect();
             ids.sort_unstable();
             ids.dedup();
-            let jobs: HashMap<i64, i64> = job::by_ids(conn, &ids)?
+            let jobs: HashMap<JobId, i64> = job::by_ids(conn, &ids)?
                 .into_iter()
                 .map(|j| (j.id, j.timeout_s))
                 .collect();
@@ -172,7 +173,7 @@ pub async fn recover(state: &AppState) -> Result<Recovered, Error> {
     if let Some(first) = orphans.first() {
         tracing::warn!(
             runs = orphans.len(),
-            first_run_id = first.id,
+            first_run_id = %first.id,
             scheduled_ms = first.scheduled_ms,
             "Sending runs no admin sent"
         );
@@ -206,7 +207,7 @@ pub async fn recover(state: &AppState) -> Result<Recovered, Error> {
             if end_run(state, run.id, RunStatus::TimedOut, message).await? {
                 done.timed_out += 1;
                 if let Err(e) = state.agents.kill(address, run.job_id).await {
-                    tracing::warn!(run_id = run.id, agent = %address, error = %e, "Could not kill the timed-out run");
+                    tracing::warn!(run_id = %run.id, agent = %address, error = %e, "Could not kill the timed-out run");
                 }
             }
         }
@@ -325,7 +326,7 @@ pub async fn report(state: &AppState) -> Result<(), Error> {
             scheduler_lock::take(conn, scheduler_lock::SCHEDULE, &holder, now)?;
             let today_start = now.div_euclid(DAY_MS) * DAY_MS;
             for start in [today_start - DAY_MS, today_start] {
-                let mut rows: HashMap<i64, DailyRow> = HashMap::new();
+                let mut rows: HashMap<JobId, DailyRow> = HashMap::new();
                 for (job_id, status, count) in job_run::outcome_counts(conn, start, start + DAY_MS)?
                 {
                     let row = rows.entry(job_id).or_insert_with(|| DailyRow {

@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use crate::clock::SharedClock;
 use crate::db::{AnyConnection, job, job_run, scheduler_lock};
+use crate::domain::ids::JobId;
 use crate::domain::policy::RunStatus;
 use crate::domain::policy::TriggerKind;
 use crate::error::Error;
@@ -137,7 +138,7 @@ fn plan_due(
             Ok(parsed) => parsed,
             Err(e) => {
                 // Unreadable stored schedule: stop firing it rather than fail every pass.
-                tracing::error!(job_id = row.id, error = %e, "Job has an unreadable schedule; it will not fire until it is saved again");
+                tracing::error!(job_id = %row.id, error = %e, "Job has an unreadable schedule; it will not fire until it is saved again");
                 job::advance(conn, row.id, stored_next, None)?;
                 continue;
             }
@@ -145,7 +146,7 @@ fn plan_due(
         let misfire = row.misfire;
         let plan = plan(&schedule, tz, misfire, stored_next, window);
         if plan.missed > 0 {
-            tracing::warn!(job_id = row.id, missed = plan.missed, policy = %misfire.as_str(), "Misfired slots (no admin could fire them in time)");
+            tracing::warn!(job_id = %row.id, missed = plan.missed, policy = %misfire.as_str(), "Misfired slots (no admin could fire them in time)");
             metrics.misfired_slots.add(misfire.as_str(), plan.missed);
         }
         planned.push(Planned {
@@ -195,7 +196,7 @@ fn write_batched(
     planned: &[Planned],
     now: i64,
 ) -> Result<Option<Vec<(Due, TriggerKind)>>, Error> {
-    let mut moves: HashMap<(i64, Option<i64>), Vec<i64>> = HashMap::new();
+    let mut moves: HashMap<(i64, Option<i64>), Vec<JobId>> = HashMap::new();
     for p in planned {
         moves
             .entry((p.stored_next, p.next))

@@ -17,6 +17,7 @@ use crate::audit::{self, Entry};
 use crate::auth::rbac::{Actor, AdminProof};
 use crate::db::{AnyConnection, Page, agent, executor_group, job_run};
 use crate::domain::agent::{DEAD_AFTER_MS, is_live};
+use crate::domain::ids::{GroupId, RunId};
 use crate::domain::policy::RunStatus;
 use crate::error::Error;
 use crate::lifecycle::Changes;
@@ -77,7 +78,7 @@ fn view(a: agent::Agent, now: i64) -> AgentView {
 /// The app names of the groups `visible` (all when `None`).
 fn app_names_of(
     conn: &mut AnyConnection,
-    visible: Option<Vec<i64>>,
+    visible: Option<Vec<GroupId>>,
 ) -> Result<Option<Vec<String>>, Error> {
     Ok(match visible {
         None => None,
@@ -168,7 +169,7 @@ pub async fn decide(
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Registered {
     /// Runs the agent no longer holds, ended `lost` (and retried per their job's policy).
-    pub lost: Vec<i64>,
+    pub lost: Vec<RunId>,
 }
 
 /// A registration or heartbeat from an agent (or an XXL-Job executor), with the agent key it
@@ -253,7 +254,7 @@ pub async fn register(
     changes.committed(state);
     for run_id in &registered.lost {
         tracing::warn!(
-            run_id,
+            %run_id,
             agent = %param.registry_value,
             "Run lost: its agent no longer holds it"
         );
@@ -274,7 +275,7 @@ fn no_longer_held(
     instance_id: &str,
     accepted_through: i64,
 ) -> Option<&'static str> {
-    if held.contains(&run.id) || instance_id.is_empty() {
+    if held.contains(&run.id.0) || instance_id.is_empty() {
         return None;
     }
     let (Some(taken_by), Some(seq)) = (run.agent_instance.as_deref(), run.agent_seq) else {
@@ -469,7 +470,7 @@ pub fn reporter(conn: &mut AnyConnection, key: Option<&str>) -> Result<Reporter,
 pub fn may_report(
     conn: &mut AnyConnection,
     reporter: &Reporter,
-    group_id: i64,
+    group_id: GroupId,
     sent_to: Option<&str>,
 ) -> Result<Result<Option<String>, &'static str>, Error> {
     match (reporter, sent_to) {
@@ -512,13 +513,14 @@ pub fn may_report(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::ids::JobId;
     use crate::domain::policy::TriggerKind;
 
     fn run(instance: Option<&str>, seq: Option<i64>) -> job_run::JobRun {
         job_run::JobRun {
-            id: 7,
-            job_id: 1,
-            group_id: 1,
+            id: RunId(7),
+            job_id: JobId(1),
+            group_id: GroupId(1),
             first_run_id: None,
             attempt: 1,
             trigger_kind: TriggerKind::Api,

@@ -10,14 +10,15 @@ use crate::db::{Page, alert_channel, alert_event, job};
 use crate::domain::alert::{
     AlertKind, ChannelKind, ChannelSpec, EventStatus, SecretChange, WebhookFormat,
 };
-use crate::domain::id_list::{join_id_list, parse_id_list};
+use crate::domain::id_list::JobIds;
+use crate::domain::ids::{ChannelId, GroupId, JobId, RunId};
 use crate::error::Error;
 use crate::service::Paged;
 use crate::state::AppState;
 
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ChannelView {
-    pub id: i64,
+    pub id: ChannelId,
     pub name: String,
     /// `email` or `webhook`.
     pub kind: String,
@@ -39,10 +40,10 @@ pub struct EventView {
     pub id: i64,
     /// `run_failed`, `run_timed_out`, `run_lost`, `group_no_agent` or `test`.
     pub kind: String,
-    pub job_id: Option<i64>,
-    pub group_id: Option<i64>,
-    pub run_id: Option<i64>,
-    pub channel_id: i64,
+    pub job_id: Option<JobId>,
+    pub group_id: Option<GroupId>,
+    pub run_id: Option<RunId>,
+    pub channel_id: ChannelId,
     pub title: String,
     pub body: String,
     /// `pending`, `sending`, `sent`, `failed` or `suppressed`.
@@ -58,7 +59,7 @@ pub struct EventView {
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct EventQuery {
-    pub job_id: Option<i64>,
+    pub job_id: Option<JobId>,
     pub status: Option<String>,
     pub kind: Option<String>,
     pub limit: Option<i64>,
@@ -149,7 +150,7 @@ fn fields(
 fn name_taken(
     conn: &mut crate::db::AnyConnection,
     name: &str,
-    id: Option<i64>,
+    id: Option<ChannelId>,
 ) -> Result<(), Error> {
     if let Some(other) = alert_channel::find_by_name(conn, name)?
         && Some(other.id) != id
@@ -170,7 +171,11 @@ pub async fn list_channels(state: &AppState, actor: &Actor) -> Result<Vec<Channe
     Ok(rows.into_iter().map(|r| channel_view(r, full)).collect())
 }
 
-pub async fn get_channel(state: &AppState, actor: &Actor, id: i64) -> Result<ChannelView, Error> {
+pub async fn get_channel(
+    state: &AppState,
+    actor: &Actor,
+    id: ChannelId,
+) -> Result<ChannelView, Error> {
     let full = actor.is_admin();
     let row = state
         .db
@@ -214,7 +219,7 @@ pub async fn update_channel(
     state: &AppState,
     actor: &Actor,
     _: &AdminProof,
-    id: i64,
+    id: ChannelId,
     spec: ChannelSpec,
 ) -> Result<ChannelView, Error> {
     let now = state.clock.now_ms();
@@ -246,7 +251,7 @@ pub async fn delete_channel(
     state: &AppState,
     actor: &Actor,
     _: &AdminProof,
-    id: i64,
+    id: ChannelId,
 ) -> Result<(), Error> {
     let now = state.clock.now_ms();
     let actor = actor.clone();
@@ -254,17 +259,18 @@ pub async fn delete_channel(
         .db
         .transaction(move |conn| {
             let row = alert_channel::get(conn, id)?;
-            let users: Vec<i64> = job::alert_channel_lists(conn)?
+            let users: JobIds = job::alert_channel_lists(conn)?
                 .into_iter()
-                .filter(|(_, list)| parse_id_list(list).contains(&id))
+                .filter(|(_, list)| list.contains(&id))
                 .map(|(job_id, _)| job_id)
-                .collect();
+                .collect::<Vec<_>>()
+                .into();
             if !users.is_empty() {
                 return Err(Error::Conflict {
                     field: None,
                     message: format!(
                         "alert channel {id} is used by job(s) {}; remove it there first",
-                        join_id_list(&users)
+                        users.to_text()
                     ),
                 });
             }
@@ -287,7 +293,7 @@ pub async fn test_channel(
     state: &AppState,
     actor: &Actor,
     _: &AdminProof,
-    id: i64,
+    id: ChannelId,
 ) -> Result<TestOutcome, Error> {
     let channel = state
         .db

@@ -4,6 +4,7 @@
 
 use crate::auth::rbac::Actor;
 use crate::db::{Page, job, job_run, run_report_daily};
+use crate::domain::ids::JobId;
 use crate::domain::policy::RunStatus;
 use crate::error::Error;
 use crate::service::agents;
@@ -35,7 +36,7 @@ pub struct Dashboard {
     pub week: Vec<DayOutcomes>,
     pub recent_failures: Vec<job_run::JobRun>,
     /// Names of the jobs of `recent_failures`.
-    pub job_names: Vec<(i64, String)>,
+    pub job_names: Vec<(JobId, String)>,
 }
 
 fn day_of(ms: i64) -> String {
@@ -81,7 +82,7 @@ pub async fn load(state: &AppState, actor: &Actor) -> Result<Dashboard, Error> {
             let in_flight = job_run::count(conn, &runs(RunStatus::Running, None))?
                 + job_run::count(conn, &runs(RunStatus::Pending, None))?;
             // The daily report is per job: a non-admin sums the jobs of their groups only.
-            let job_ids: Option<Vec<i64>> = match &visible {
+            let job_ids: Option<Vec<JobId>> = match &visible {
                 None => None,
                 Some(_) => Some(
                     job::list(
@@ -133,7 +134,7 @@ pub async fn load(state: &AppState, actor: &Actor) -> Result<Dashboard, Error> {
             }
             recent_failures.sort_by_key(|r| std::cmp::Reverse(r.id));
             recent_failures.truncate(10);
-            let ids: Vec<i64> = recent_failures.iter().map(|r| r.job_id).collect();
+            let ids: Vec<JobId> = recent_failures.iter().map(|r| r.job_id).collect();
             let job_names = job::by_ids(conn, &ids)?
                 .into_iter()
                 .map(|j| (j.id, j.name))

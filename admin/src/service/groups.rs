@@ -5,6 +5,8 @@ use serde::{Deserialize, Serialize};
 use crate::audit::{self, Entry};
 use crate::auth::rbac::{Actor, AdminProof};
 use crate::db::{Page, executor_group, job};
+use crate::domain::id_list::Addresses;
+use crate::domain::ids::GroupId;
 use crate::domain::policy::AddressMode;
 use crate::error::Error;
 use crate::service::Paged;
@@ -12,7 +14,7 @@ use crate::state::AppState;
 
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct GroupView {
-    pub id: i64,
+    pub id: GroupId,
     pub app_name: String,
     pub title: String,
     #[schema(value_type = String)]
@@ -54,12 +56,7 @@ fn view(row: executor_group::ExecutorGroup) -> Result<GroupView, Error> {
     Ok(GroupView {
         id: row.id,
         address_mode: row.address_mode,
-        addresses: row
-            .addresses
-            .split(',')
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned)
-            .collect(),
+        addresses: row.addresses.0,
         app_name: row.app_name,
         title: row.title,
         allow_executors: row.allow_executors,
@@ -85,7 +82,7 @@ pub fn check_app_name(value: &str) -> Result<String, Error> {
     Ok(value.to_owned())
 }
 
-fn check_addresses(mode: AddressMode, addresses: Option<Vec<String>>) -> Result<String, Error> {
+fn check_addresses(mode: AddressMode, addresses: Option<Vec<String>>) -> Result<Addresses, Error> {
     let addresses = addresses.unwrap_or_default();
     match mode {
         AddressMode::Auto if !addresses.is_empty() => {
@@ -125,9 +122,17 @@ fn check_addresses(mode: AddressMode, addresses: Option<Vec<String>>) -> Result<
                 format!("`{raw}` must be an http(s) base URL such as http://10.0.0.5:9999/"),
             ));
         }
-        normalized.push(parsed.to_string());
+        let address = parsed.to_string();
+        if address.contains(',') {
+            // The list is stored comma-separated.
+            return Err(Error::invalid(
+                "addresses",
+                format!("`{address}` must not contain a comma"),
+            ));
+        }
+        normalized.push(address);
     }
-    Ok(normalized.join(","))
+    Ok(Addresses::from(normalized))
 }
 
 pub async fn create(
@@ -151,7 +156,7 @@ pub async fn create(
                     app_name: &app_name,
                     title: &title,
                     address_mode: mode,
-                    addresses: &addresses,
+                    addresses,
                     created_ms: now,
                     updated_ms: now,
                     allow_executors: input.allow_executors.unwrap_or(false),
@@ -173,7 +178,7 @@ pub async fn update(
     state: &AppState,
     actor: &Actor,
     _: &AdminProof,
-    id: i64,
+    id: GroupId,
     input: GroupUpdate,
 ) -> Result<GroupView, Error> {
     let title = crate::domain::job::check_name("title", &input.title, 200)?;
@@ -192,7 +197,7 @@ pub async fn update(
                 &executor_group::ExecutorGroupChanges {
                     title: &title,
                     address_mode: mode,
-                    addresses: &addresses,
+                    addresses,
                     updated_ms: now,
                     allow_executors,
                 },
@@ -211,7 +216,12 @@ pub async fn update(
         .await
 }
 
-pub async fn delete(state: &AppState, actor: &Actor, _: &AdminProof, id: i64) -> Result<(), Error> {
+pub async fn delete(
+    state: &AppState,
+    actor: &Actor,
+    _: &AdminProof,
+    id: GroupId,
+) -> Result<(), Error> {
     let now = state.clock.now_ms();
     let actor = actor.clone();
     state
@@ -238,7 +248,7 @@ pub async fn delete(state: &AppState, actor: &Actor, _: &AdminProof, id: i64) ->
         .await
 }
 
-pub async fn get(state: &AppState, actor: &Actor, id: i64) -> Result<GroupView, Error> {
+pub async fn get(state: &AppState, actor: &Actor, id: GroupId) -> Result<GroupView, Error> {
     actor.read_group(id)?;
     state
         .db
@@ -287,7 +297,7 @@ mod tests {
                 Some(vec!["http://10.0.0.5:9999".into(), "https://b/".into()])
             )
             .unwrap(),
-            "http://10.0.0.5:9999/,https://b/"
+            Addresses::parse("http://10.0.0.5:9999/,https://b/").unwrap()
         );
         assert!(check_app_name("billing-svc.v2").is_ok());
         assert!(check_app_name("<b>").is_err());

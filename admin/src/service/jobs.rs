@@ -8,7 +8,8 @@ use crate::audit::{self, Entry};
 use crate::auth::rbac::{Actor, GroupWrite};
 use crate::clock::UnixMillis;
 use crate::db::{AnyConnection, Page, alert_channel, executor_group, job, job_script};
-use crate::domain::id_list::{join_id_list, parse_id_list};
+use crate::domain::id_list::{ChannelIds, JobIds};
+use crate::domain::ids::{ChannelId, GroupId, JobId};
 use crate::domain::job::{AlertSettings, Handler, JobSpec, Limits, find_child_cycle};
 use crate::domain::policy::{BlockStrategy, Concurrency, HandlerType, Interpreter, Misfire};
 use crate::domain::routing::Routing;
@@ -58,13 +59,13 @@ pub struct AlertView {
     pub on_timeout: bool,
     pub on_lost: bool,
     pub on_no_agent: bool,
-    pub channels: Vec<i64>,
+    pub channels: Vec<ChannelId>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct JobView {
-    pub id: i64,
-    pub group_id: i64,
+    pub id: JobId,
+    pub group_id: GroupId,
     pub name: String,
     pub description: String,
     pub schedule: ScheduleView,
@@ -78,7 +79,7 @@ pub struct JobView {
     pub misfire: Misfire,
     pub concurrency: Concurrency,
     pub block_strategy: BlockStrategy,
-    pub children: Vec<i64>,
+    pub children: Vec<JobId>,
     pub alert: AlertView,
     pub next_fire_ms: Option<i64>,
     pub created_ms: i64,
@@ -122,13 +123,13 @@ pub fn view(row: job::Job) -> JobView {
         misfire: row.misfire,
         concurrency: row.concurrency,
         block_strategy: row.block_strategy,
-        children: parse_id_list(&row.children),
+        children: row.children.0.clone(),
         alert: AlertView {
             on_failure: row.alert_on_failure,
             on_timeout: row.alert_on_timeout,
             on_lost: row.alert_on_lost,
             on_no_agent: row.alert_on_no_agent,
-            channels: parse_id_list(&row.alert_channels),
+            channels: row.alert_channels.0.clone(),
         },
         next_fire_ms: row.next_fire_ms,
         created_ms: row.created_ms,
@@ -191,11 +192,11 @@ fn fields(spec: &JobSpec, script_version: i32, now: UnixMillis) -> job::JobField
         misfire: spec.misfire,
         concurrency: spec.concurrency,
         block_strategy: spec.block_strategy,
-        children: join_id_list(&spec.children),
+        children: JobIds::from(spec.children.clone()),
         alert_on_failure: *on_failure,
         alert_on_timeout: *on_timeout,
         alert_on_lost: *on_lost,
-        alert_channels: join_id_list(channels),
+        alert_channels: ChannelIds::from(channels.clone()),
         alert_on_no_agent: *on_no_agent,
         next_fire_ms: if spec.enabled {
             spec.schedule.next_after(now, now, spec.timezone)
@@ -215,7 +216,7 @@ fn fields(spec: &JobSpec, script_version: i32, now: UnixMillis) -> job::JobField
 pub(crate) fn visible_job(
     conn: &mut AnyConnection,
     actor: &Actor,
-    id: i64,
+    id: JobId,
 ) -> Result<job::Job, Error> {
     match job::find(conn, id)? {
         Some(row) if actor.sees_group(row.group_id) => Ok(row),
@@ -223,7 +224,7 @@ pub(crate) fn visible_job(
     }
 }
 
-fn require_group(conn: &mut AnyConnection, group_id: i64) -> Result<(), Error> {
+fn require_group(conn: &mut AnyConnection, group_id: GroupId) -> Result<(), Error> {
     if executor_group::find(conn, group_id)?.is_none() {
         return Err(Error::invalid_as(
             Code::UnknownGroup,
@@ -249,7 +250,7 @@ pub fn check_job_references(
     conn: &mut AnyConnection,
     actor: &Actor,
     field: &str,
-    ids: &[i64],
+    ids: &[JobId],
 ) -> Result<Vec<GroupWrite>, Error> {
     if ids.is_empty() {
         return Ok(Vec::new());
@@ -280,14 +281,14 @@ pub fn check_job_references(
 fn check_children(
     conn: &mut AnyConnection,
     actor: &Actor,
-    job_id: Option<i64>,
-    before: &[i64],
-    children: &[i64],
+    job_id: Option<JobId>,
+    before: &[JobId],
+    children: &[JobId],
 ) -> Result<(), Error> {
     if children.is_empty() {
         return Ok(());
     }
-    let added: Vec<i64> = children
+    let added: Vec<JobId> = children
         .iter()
         .copied()
         .filter(|id| !before.contains(id))
@@ -301,9 +302,9 @@ fn check_children(
         ));
     }
     if let Some(id) = job_id {
-        let edges: Vec<(i64, Vec<i64>)> = job::children_edges(conn)?
+        let edges: Vec<(JobId, Vec<JobId>)> = job::children_edges(conn)?
             .into_iter()
-            .map(|(parent, list)| (parent, parse_id_list(&list)))
+            .map(|(parent, list)| (parent, list.0))
             .collect();
         if let Some(cycle) = find_child_cycle(id, children, &edges) {
             // The cycle may run through jobs the caller cannot see: name those by no id.
@@ -331,11 +332,11 @@ fn check_children(
 }
 
 /// Alert channels named by a job must exist.
-fn check_alert_channels(conn: &mut AnyConnection, channels: &[i64]) -> Result<(), Error> {
+fn check_alert_channels(conn: &mut AnyConnection, channels: &[ChannelId]) -> Result<(), Error> {
     if channels.is_empty() {
         return Ok(());
     }
-    let existing: Vec<i64> = alert_channel::by_ids(conn, channels)?
+    let existing: Vec<ChannelId> = alert_channel::by_ids(conn, channels)?
         .into_iter()
         .map(|c| c.id)
         .collect();
@@ -350,7 +351,7 @@ fn check_alert_channels(conn: &mut AnyConnection, channels: &[i64]) -> Result<()
 
 fn save_script_version(
     conn: &mut AnyConnection,
-    job_id: i64,
+    job_id: JobId,
     spec: &JobSpec,
     actor: &Actor,
     now: i64,
@@ -432,7 +433,7 @@ pub async fn create(state: &AppState, actor: &Actor, spec: JobSpec) -> Result<Jo
 pub async fn update(
     state: &AppState,
     actor: &Actor,
-    id: i64,
+    id: JobId,
     spec: JobSpec,
 ) -> Result<JobView, Error> {
     let now = state.clock.now_ms();
@@ -452,7 +453,7 @@ pub async fn update(
                     format!("a job named `{}` already exists in the group", spec.name),
                 ));
             }
-            let kept = parse_id_list(&before_row.children);
+            let kept = before_row.children.0.clone();
             check_children(conn, &actor, Some(id), &kept, &spec.children)?;
             check_alert_channels(conn, &spec.alert.channels)?;
             let script_changed = match &spec.handler {
@@ -499,7 +500,7 @@ pub async fn update(
 pub async fn set_enabled(
     state: &AppState,
     actor: &Actor,
-    id: i64,
+    id: JobId,
     enabled: bool,
 ) -> Result<JobView, Error> {
     let now = state.clock.now_ms();
@@ -570,13 +571,13 @@ fn spec_of(row: &job::Job) -> Result<JobSpec, Error> {
         misfire: row.misfire,
         concurrency: row.concurrency,
         block_strategy: row.block_strategy,
-        children: parse_id_list(&row.children),
+        children: row.children.0.clone(),
         alert: AlertSettings {
             on_failure: row.alert_on_failure,
             on_timeout: row.alert_on_timeout,
             on_lost: row.alert_on_lost,
             on_no_agent: row.alert_on_no_agent,
-            channels: parse_id_list(&row.alert_channels),
+            channels: row.alert_channels.0.clone(),
         },
     })
 }
@@ -585,12 +586,12 @@ fn spec_of(row: &job::Job) -> Result<JobSpec, Error> {
 #[derive(Debug, Serialize)]
 struct DeleteEffects {
     /// The jobs whose `children` listed the deleted job and no longer do.
-    removed_from_children_of: Vec<i64>,
+    removed_from_children_of: Vec<JobId>,
 }
 
 /// Deletes a job and takes it out of every other job's child list (whether or not the caller
 /// can see those jobs), all in one transaction with one audit row.
-pub async fn delete(state: &AppState, actor: &Actor, id: i64) -> Result<(), Error> {
+pub async fn delete(state: &AppState, actor: &Actor, id: JobId) -> Result<(), Error> {
     let now = state.clock.now_ms();
     let actor = actor.clone();
     state
@@ -603,10 +604,14 @@ pub async fn delete(state: &AppState, actor: &Actor, id: i64) -> Result<(), Erro
             // forever, and the refusal would name parents the caller may not be able to see.
             let mut parents = Vec::new();
             for (parent, list) in job::children_edges(conn)? {
-                let list = parse_id_list(&list);
                 if list.contains(&id) {
-                    let kept: Vec<i64> = list.into_iter().filter(|c| *c != id).collect();
-                    job::set_children(conn, parent, &join_id_list(&kept), now)?;
+                    let kept: JobIds = list
+                        .0
+                        .into_iter()
+                        .filter(|c| *c != id)
+                        .collect::<Vec<_>>()
+                        .into();
+                    job::set_children(conn, parent, &kept, now)?;
                     parents.push(parent);
                 }
             }
@@ -626,7 +631,7 @@ pub async fn delete(state: &AppState, actor: &Actor, id: i64) -> Result<(), Erro
         .inspect(|_| state.scheduler.jobs_changed())
 }
 
-pub async fn get(state: &AppState, actor: &Actor, id: i64) -> Result<JobView, Error> {
+pub async fn get(state: &AppState, actor: &Actor, id: JobId) -> Result<JobView, Error> {
     let actor = actor.clone();
     let row = state
         .db
@@ -639,7 +644,7 @@ pub async fn get(state: &AppState, actor: &Actor, id: i64) -> Result<JobView, Er
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct JobQuery {
-    pub group_id: Option<i64>,
+    pub group_id: Option<GroupId>,
     pub enabled: Option<bool>,
     pub schedule_type: Option<String>,
     /// Substring of the name.
@@ -712,7 +717,7 @@ fn version_view(row: job_script::JobScript, current: i32, with_source: bool) -> 
 pub async fn script_versions(
     state: &AppState,
     actor: &Actor,
-    job_id: i64,
+    job_id: JobId,
 ) -> Result<Vec<ScriptVersionView>, Error> {
     let actor = actor.clone();
     state
@@ -730,7 +735,7 @@ pub async fn script_versions(
 pub async fn script_version(
     state: &AppState,
     actor: &Actor,
-    job_id: i64,
+    job_id: JobId,
     version: i32,
 ) -> Result<ScriptVersionView, Error> {
     let actor = actor.clone();
@@ -751,7 +756,7 @@ pub async fn script_version(
 pub async fn rollback_script(
     state: &AppState,
     actor: &Actor,
-    job_id: i64,
+    job_id: JobId,
     version: i32,
 ) -> Result<JobView, Error> {
     let now = state.clock.now_ms();
@@ -856,7 +861,7 @@ mod tests {
     use crate::domain::role::Role;
     use crate::testing::storage_test;
 
-    fn actor(role: Role, groups: &[i64]) -> Actor {
+    fn actor(role: Role, groups: &[GroupId]) -> Actor {
         Actor {
             role,
             groups: groups.to_vec(),
@@ -864,7 +869,7 @@ mod tests {
         }
     }
 
-    fn new_job(conn: &mut AnyConnection, group_id: i64, name: &str) -> i64 {
+    fn new_job(conn: &mut AnyConnection, group_id: GroupId, name: &str) -> JobId {
         job::insert(
             conn,
             &crate::db::job::tests::write(group_id),
@@ -886,7 +891,7 @@ mod tests {
             let g2 = insert_group(conn, "g2");
             let mine = new_job(conn, g1, "mine");
             let theirs = new_job(conn, g2, "theirs");
-            let missing = theirs + 1000;
+            let missing = JobId(theirs.0 + 1000);
             let operator = actor(Role::Operator, &[g1]);
 
             let hidden = check_job_references(conn, &operator, "children", &[theirs]).unwrap_err();

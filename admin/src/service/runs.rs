@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::auth::rbac::Actor;
 use crate::db::{Page, job, job_run};
+use crate::domain::ids::{GroupId, JobId, RunId};
 use crate::domain::policy::{RunStatus, TriggerKind};
 use crate::error::Error;
 use crate::service::Paged;
@@ -19,11 +20,11 @@ pub struct UsageView {
 
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct RunView {
-    pub id: i64,
-    pub job_id: i64,
-    pub group_id: i64,
+    pub id: RunId,
+    pub job_id: JobId,
+    pub group_id: GroupId,
     /// The first attempt of this chain; absent on the first attempt itself.
-    pub first_run_id: Option<i64>,
+    pub first_run_id: Option<RunId>,
     pub attempt: i32,
     pub trigger_kind: TriggerKind,
     /// The scheduled slot a fire stands for (schedule and misfire runs); unique per job and shard.
@@ -82,8 +83,8 @@ pub fn view(row: job_run::JobRun) -> RunView {
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct RunQuery {
-    pub job_id: Option<i64>,
-    pub group_id: Option<i64>,
+    pub job_id: Option<JobId>,
+    pub group_id: Option<GroupId>,
     /// pending, running, succeeded, failed, timed_out, killed, lost, skipped
     pub status: Option<String>,
     /// Scheduled at or after, UTC ms.
@@ -139,7 +140,7 @@ pub async fn list(
 ///
 /// # Errors
 /// `NotFound` for a missing or hidden run; database errors.
-async fn visible_run(state: &AppState, actor: &Actor, id: i64) -> Result<job_run::JobRun, Error> {
+async fn visible_run(state: &AppState, actor: &Actor, id: RunId) -> Result<job_run::JobRun, Error> {
     let row = state.db.run(move |conn| job_run::get(conn, id)).await?;
     if actor.sees_group(row.group_id) {
         Ok(row)
@@ -157,8 +158,8 @@ async fn visible_run(state: &AppState, actor: &Actor, id: i64) -> Result<job_run
 pub async fn job_names<'a>(
     state: &AppState,
     runs: impl IntoIterator<Item = &'a RunView>,
-) -> Result<std::collections::HashMap<i64, String>, Error> {
-    let ids: Vec<i64> = runs.into_iter().map(|r| r.job_id).collect();
+) -> Result<std::collections::HashMap<JobId, String>, Error> {
+    let ids: Vec<JobId> = runs.into_iter().map(|r| r.job_id).collect();
     state
         .db
         .run(move |conn| {
@@ -170,7 +171,7 @@ pub async fn job_names<'a>(
         .await
 }
 
-pub async fn get(state: &AppState, actor: &Actor, id: i64) -> Result<RunView, Error> {
+pub async fn get(state: &AppState, actor: &Actor, id: RunId) -> Result<RunView, Error> {
     Ok(view(visible_run(state, actor, id).await?))
 }
 
@@ -196,7 +197,7 @@ fn normalize_address(raw: &str) -> String {
 pub async fn trigger(
     state: &AppState,
     actor: &Actor,
-    job_id: i64,
+    job_id: JobId,
     request: TriggerRequest,
 ) -> Result<RunView, Error> {
     if let Some(p) = &request.params {
@@ -283,7 +284,7 @@ pub struct LogPage {
 pub async fn log(
     state: &AppState,
     actor: &Actor,
-    run_id: i64,
+    run_id: RunId,
     from_line: i64,
 ) -> Result<LogPage, Error> {
     if from_line < 1 {
@@ -300,7 +301,7 @@ pub async fn log(
     };
     let param = jobfleet_agent::protocol::LogParam {
         log_date_tim: run.created_ms,
-        log_id: run.id,
+        log_id: run.id.0,
         from_line_num: from_line,
     };
     let page = state
@@ -317,7 +318,7 @@ pub async fn log(
 }
 
 /// Asks the run's agent to kill it; the agent reports the run as killed through its callback.
-pub async fn kill(state: &AppState, actor: &Actor, run_id: i64) -> Result<RunView, Error> {
+pub async fn kill(state: &AppState, actor: &Actor, run_id: RunId) -> Result<RunView, Error> {
     let run = visible_run(state, actor, run_id).await?;
     actor.write_group(run.group_id)?;
     if run.status != RunStatus::Running {

@@ -10,6 +10,7 @@ use crate::auth::{
 use crate::db::{
     AnyConnection, Page, api_token, console_session, executor_group, user, user_group_grant,
 };
+use crate::domain::ids::GroupId;
 use crate::domain::role::Role;
 use crate::error::Error;
 use crate::service::Paged;
@@ -22,7 +23,7 @@ pub struct UserView {
     #[schema(value_type = String)]
     pub role: Role,
     pub disabled: bool,
-    pub groups: Vec<i64>,
+    pub groups: Vec<GroupId>,
     pub created_ms: i64,
     pub updated_ms: i64,
 }
@@ -35,7 +36,7 @@ pub struct NewUserRequest {
     #[schema(value_type = String, example = "operator")]
     pub role: Role,
     /// Executor groups granted to an operator or viewer.
-    pub groups: Option<Vec<i64>>,
+    pub groups: Option<Vec<GroupId>>,
 }
 
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
@@ -43,7 +44,7 @@ pub struct NewUserRequest {
 pub struct UserUpdate {
     #[schema(value_type = Option<String>)]
     pub role: Option<Role>,
-    pub groups: Option<Vec<i64>>,
+    pub groups: Option<Vec<GroupId>>,
     pub disabled: Option<bool>,
 }
 
@@ -90,7 +91,7 @@ pub fn check_username(value: &str) -> Result<String, Error> {
     Ok(value.to_owned())
 }
 
-fn check_groups(conn: &mut AnyConnection, groups: &[i64]) -> Result<(), Error> {
+fn check_groups(conn: &mut AnyConnection, groups: &[GroupId]) -> Result<(), Error> {
     if groups.len() > 1000 {
         return Err(Error::invalid("groups", "too many groups"));
     }
@@ -114,7 +115,7 @@ fn insert_audited(
     username: &str,
     hash: &str,
     role: Role,
-    groups: &[i64],
+    groups: &[GroupId],
 ) -> Result<UserView, Error> {
     let id = user::insert(
         conn,

@@ -12,6 +12,7 @@ use super::forms::{
 use super::views::{Chrome, FormState, Opt, Pager, when};
 use super::{PageResult, render, see_other_with};
 use crate::domain::alert::{AlertKind, ChannelInput, EventStatus, WebhookFormat};
+use crate::domain::ids::{ChannelId, RunId};
 use crate::error::Error;
 use crate::service;
 use crate::service::alerts::{ChannelView, EventQuery};
@@ -25,7 +26,7 @@ pub struct EventRow {
     pub when: String,
     pub kind: String,
     pub title: String,
-    pub run_id: Option<i64>,
+    pub run_id: Option<RunId>,
     pub channel: String,
     pub status: String,
     pub attempts: i32,
@@ -159,7 +160,7 @@ fn saved(user: &ConsoleUser) -> actix_web::HttpResponse {
 
 /// The form again, as sent but for the secret, with `err` beside its field;
 /// `id` is the one being edited (none: a new one).
-fn again(user: &ConsoleUser, fields: &Fields, err: &Error, id: Option<i64>) -> PageResult {
+fn again(user: &ConsoleUser, fields: &Fields, err: &Error, id: Option<ChannelId>) -> PageResult {
     let (heading, action) =
         heading_and_action(&user.chrome, "alerts.new_channel", "/console/alerts", id);
     let f = refilled(fields, &["secret"], err, FORM_FIELDS);
@@ -203,7 +204,11 @@ async fn create(state: web::Data<AppState>, form: CsrfForm) -> PageResult {
     .await
 }
 
-async fn edit(state: web::Data<AppState>, user: ConsoleUser, id: web::Path<i64>) -> PageResult {
+async fn edit(
+    state: web::Data<AppState>,
+    user: ConsoleUser,
+    id: web::Path<ChannelId>,
+) -> PageResult {
     user.actor.require_admin()?;
     let ch = service::alerts::get_channel(&state, &user.actor, *id).await?;
     let f = FormState::from_pairs([
@@ -226,7 +231,11 @@ async fn edit(state: web::Data<AppState>, user: ConsoleUser, id: web::Path<i64>)
     )
 }
 
-async fn update(state: web::Data<AppState>, form: CsrfForm, id: web::Path<i64>) -> PageResult {
+async fn update(
+    state: web::Data<AppState>,
+    form: CsrfForm,
+    id: web::Path<ChannelId>,
+) -> PageResult {
     let CsrfForm { user, fields } = form;
     let proof = user.actor.require_admin()?;
     let id = id.into_inner();
@@ -242,7 +251,11 @@ async fn update(state: web::Data<AppState>, form: CsrfForm, id: web::Path<i64>) 
     .await
 }
 
-async fn delete(state: web::Data<AppState>, form: CsrfForm, id: web::Path<i64>) -> PageResult {
+async fn delete(
+    state: web::Data<AppState>,
+    form: CsrfForm,
+    id: web::Path<ChannelId>,
+) -> PageResult {
     let proof = form.user.actor.require_admin()?;
     service::alerts::delete_channel(&state, &form.user.actor, &proof, *id).await?;
     Ok(see_other_with(
@@ -252,7 +265,7 @@ async fn delete(state: web::Data<AppState>, form: CsrfForm, id: web::Path<i64>) 
 }
 
 /// Sends a test message now and says how it went.
-async fn test(state: web::Data<AppState>, form: CsrfForm, id: web::Path<i64>) -> PageResult {
+async fn test(state: web::Data<AppState>, form: CsrfForm, id: web::Path<ChannelId>) -> PageResult {
     let proof = form.user.actor.require_admin()?;
     let outcome = service::alerts::test_channel(&state, &form.user.actor, &proof, *id).await?;
     let message = match outcome.error {

@@ -12,7 +12,8 @@ use crate::state::AppState;
 async fn show(state: web::Data<AppState>, user: ConsoleUser) -> PageResult<DashboardPage> {
     let data = service::dashboard::load(&state, &user.actor).await?;
     let c = user.page("dashboard");
-    let names: std::collections::HashMap<i64, String> = data.job_names.into_iter().collect();
+    let names: std::collections::HashMap<crate::domain::ids::JobId, String> =
+        data.job_names.into_iter().collect();
     let today = data
         .today
         .iter()

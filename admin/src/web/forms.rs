@@ -112,7 +112,7 @@ impl Fields {
     }
 
     /// A list of ids from checkboxes or a comma-separated text field.
-    pub fn ids(&self, name: &str, field: &str) -> Result<Vec<i64>, Error> {
+    pub fn ids<T: std::str::FromStr>(&self, name: &str, field: &str) -> Result<Vec<T>, Error> {
         let mut ids = Vec::new();
         for value in self.all(name) {
             for piece in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -178,7 +178,7 @@ pub fn heading_and_action(
     chrome: &Chrome,
     new: &'static str,
     base: &str,
-    id: Option<i64>,
+    id: Option<impl std::fmt::Display>,
 ) -> (String, String) {
     match id {
         None => (chrome.t(new).to_owned(), base.to_owned()),
@@ -309,9 +309,9 @@ mod tests {
         );
         assert_eq!(f.get("name"), Some("a<b"));
         assert_eq!(f.raw("name"), " a<b ");
-        assert_eq!(f.ids("children", "children").unwrap(), vec![1, 2]);
+        assert_eq!(f.ids::<i64>("children", "children").unwrap(), vec![1, 2]);
         assert_eq!(
-            f.ids("alert.channels", "alert.channels").unwrap(),
+            f.ids::<i64>("alert.channels", "alert.channels").unwrap(),
             vec![3, 4]
         );
         assert_eq!(f.number::<i64>("n", "n").unwrap_err().field(), Some("n"));

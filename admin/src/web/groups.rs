@@ -11,6 +11,7 @@ use super::forms::{
 };
 use super::views::{Chrome, FormState, when};
 use super::{PageResult, render, see_other_with};
+use crate::domain::ids::{GroupId, RunId};
 use crate::domain::policy::AddressMode;
 use crate::error::Error;
 use crate::service;
@@ -29,7 +30,7 @@ const FORM_FIELDS: &[&str] = &[
 
 #[derive(Debug, Clone)]
 pub struct GroupRow {
-    pub id: i64,
+    pub id: GroupId,
     pub app_name: String,
     pub title: String,
     pub mode: String,
@@ -64,7 +65,7 @@ pub struct AgentRow {
     pub limits_mode: String,
     pub metrics: String,
     /// Run id and job name.
-    pub runs: Vec<(i64, String)>,
+    pub runs: Vec<(RunId, String)>,
     pub id: i64,
     /// `approved`, `pending` or `revoked`.
     pub approval: String,
@@ -169,7 +170,7 @@ fn saved(user: &ConsoleUser) -> actix_web::HttpResponse {
 
 /// The form again, as sent, with `err` beside its field;
 /// `id` is the one being edited (none: a new one).
-fn again(user: &ConsoleUser, fields: &Fields, err: &Error, id: Option<i64>) -> PageResult {
+fn again(user: &ConsoleUser, fields: &Fields, err: &Error, id: Option<GroupId>) -> PageResult {
     let (heading, action) = heading_and_action(&user.chrome, "groups.new", "/console/groups", id);
     let f = refilled(fields, &[], err, FORM_FIELDS);
     render(
@@ -202,7 +203,7 @@ async fn create(state: web::Data<AppState>, form: CsrfForm) -> PageResult {
     .await
 }
 
-async fn edit(state: web::Data<AppState>, user: ConsoleUser, id: web::Path<i64>) -> PageResult {
+async fn edit(state: web::Data<AppState>, user: ConsoleUser, id: web::Path<GroupId>) -> PageResult {
     user.actor.require_admin()?;
     let g = service::groups::get(&state, &user.actor, *id).await?;
     let heading = format!("{} {}", user.chrome.t("action.edit"), g.app_name);
@@ -218,7 +219,7 @@ async fn edit(state: web::Data<AppState>, user: ConsoleUser, id: web::Path<i64>)
     )
 }
 
-async fn update(state: web::Data<AppState>, form: CsrfForm, id: web::Path<i64>) -> PageResult {
+async fn update(state: web::Data<AppState>, form: CsrfForm, id: web::Path<GroupId>) -> PageResult {
     let CsrfForm { user, fields } = form;
     let proof = user.actor.require_admin()?;
     let id = id.into_inner();
@@ -242,7 +243,7 @@ async fn update(state: web::Data<AppState>, form: CsrfForm, id: web::Path<i64>) 
     .await
 }
 
-async fn delete(state: web::Data<AppState>, form: CsrfForm, id: web::Path<i64>) -> PageResult {
+async fn delete(state: web::Data<AppState>, form: CsrfForm, id: web::Path<GroupId>) -> PageResult {
     let proof = form.user.actor.require_admin()?;
     service::groups::delete(&state, &form.user.actor, &proof, *id).await?;
     Ok(see_other_with(

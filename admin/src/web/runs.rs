@@ -9,6 +9,7 @@ use serde::Serialize;
 use super::forms::{ConsoleUser, CsrfForm, Fields, listed};
 use super::views::{Chrome, Opt, Pager, RunRow, duration, status_label, when};
 use super::{PageError, PageResult, see_other_with};
+use crate::domain::ids::RunId;
 use crate::domain::policy::RunStatus;
 use crate::error::Error;
 use crate::service;
@@ -31,7 +32,7 @@ pub struct RunsPage {
 
 #[derive(Debug, Clone)]
 pub struct ChainLink {
-    pub id: i64,
+    pub id: RunId,
     pub status: String,
     pub when: String,
 }
@@ -117,7 +118,7 @@ async fn list(
 async fn show(
     state: web::Data<AppState>,
     user: ConsoleUser,
-    id: web::Path<i64>,
+    id: web::Path<RunId>,
 ) -> PageResult<RunPage> {
     let run = service::runs::get(&state, &user.actor, *id).await?;
     let first = run.first_run_id.unwrap_or(run.id);
@@ -212,7 +213,7 @@ async fn log(
     req: HttpRequest,
     state: web::Data<AppState>,
     user: ConsoleUser,
-    id: web::Path<i64>,
+    id: web::Path<RunId>,
 ) -> PageResult<HttpResponse> {
     let q = Fields::of_query(&req);
     let from_line = q.number::<i64>("from_line", "from_line")?.unwrap_or(1);
@@ -245,7 +246,7 @@ async fn log(
     Ok(HttpResponse::Ok().json(answer))
 }
 
-async fn kill(state: web::Data<AppState>, form: CsrfForm, id: web::Path<i64>) -> PageResult {
+async fn kill(state: web::Data<AppState>, form: CsrfForm, id: web::Path<RunId>) -> PageResult {
     let run = service::runs::kill(&state, &form.user.actor, *id)
         .await
         .map_err(PageError)?;

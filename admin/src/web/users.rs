@@ -11,6 +11,7 @@ use super::forms::{
 };
 use super::views::{Chrome, FormState, Opt, Pager, when};
 use super::{PageResult, render, see_other_with};
+use crate::domain::ids::GroupId;
 use crate::domain::role::Role;
 use crate::error::Error;
 use crate::service;
@@ -108,7 +109,7 @@ async fn list(
     let page = service::Page::new(Some(50), q.number("offset", "offset")?)?;
     let users = service::users::list(&state, &proof, page).await?;
     let groups = group_opts(&state, &user).await?;
-    let name_of = |id: &i64| {
+    let name_of = |id: &GroupId| {
         groups
             .iter()
             .find(|g| g.value == id.to_string())

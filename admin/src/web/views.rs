@@ -8,6 +8,7 @@ use askama_web::WebTemplate;
 
 use super::i18n::{Lang, tr};
 use crate::auth::rbac::Actor;
+use crate::domain::ids::{JobId, RunId};
 use crate::domain::policy::RunStatus;
 use crate::domain::role::Role;
 use crate::error::Error;
@@ -260,8 +261,8 @@ pub struct LoginPage {
 /// A run as a row of a table.
 #[derive(Debug, Clone)]
 pub struct RunRow {
-    pub id: i64,
-    pub job_id: i64,
+    pub id: RunId,
+    pub job_id: JobId,
     pub job_name: String,
     pub status: String,
     pub status_label: &'static str,

@@ -386,8 +386,8 @@ async fn runs_are_listed_filtered_paged_and_scoped(app: &TestApp) {
                 ids.push(job_run::insert(
                     conn,
                     &job_run::NewJobRun {
-                        job_id,
-                        group_id,
+                        job_id: jobfleet_admin::domain::ids::JobId(job_id),
+                        group_id: jobfleet_admin::domain::ids::GroupId(group_id),
                         first_run_id: None,
                         attempt: 1,
                         trigger_kind: TriggerKind::Schedule,
@@ -407,7 +407,11 @@ async fn runs_are_listed_filtered_paged_and_scoped(app: &TestApp) {
         .unwrap();
     let all = app.get("/api/v1/runs", &app.admin).await.body;
     assert_eq!(all["total"], 4);
-    assert_eq!(all["items"][0]["id"].as_i64(), Some(ids[3]), "newest first");
+    assert_eq!(
+        all["items"][0]["id"].as_i64(),
+        Some(ids[3].0),
+        "newest first"
+    );
     let failed = app
         .get(
             &format!("/api/v1/runs?job_id={ja}&status=failed"),
@@ -417,7 +421,7 @@ async fn runs_are_listed_filtered_paged_and_scoped(app: &TestApp) {
         .body;
     assert_eq!(
         (failed["total"].as_i64(), failed["items"][0]["id"].as_i64()),
-        (Some(1), Some(ids[1]))
+        (Some(1), Some(ids[1].0))
     );
     let ranged = app
         .get(
@@ -431,7 +435,7 @@ async fn runs_are_listed_filtered_paged_and_scoped(app: &TestApp) {
         .get("/api/v1/runs?limit=1&offset=1", &app.admin)
         .await
         .body;
-    assert_eq!(paged["items"][0]["id"].as_i64(), Some(ids[2]));
+    assert_eq!(paged["items"][0]["id"].as_i64(), Some(ids[2].0));
     let one = app
         .get(&format!("/api/v1/runs/{}", ids[0]), &app.admin)
         .await

@@ -245,7 +245,7 @@ async fn misfire_policies_and_clock_jumps_with_a_manual_clock(mysql: bool) {
     assert_eq!(misfires[0]["scheduled_ms"].as_i64(), Some(app.now_ms()));
     // Both resume on their fixed-rate phase (every 10 s from creation).
     for d in &after_outage.dues {
-        let run = app.run(d.run_id).await;
+        let run = app.run(d.run_id.0).await;
         if run["trigger_kind"] == "schedule" {
             assert_eq!((d.at_ms - (t0 + 10_000)) % 10_000, 0, "{run}");
             assert!(d.at_ms >= app.now_ms() - 5_000);
@@ -320,12 +320,12 @@ async fn a_burst_is_planned_in_batches_and_a_met_slot_falls_back(mysql: bool) {
     let planned = tick::tick(&app.state).await.unwrap();
     assert_eq!(planned.dues.len(), 520);
     assert!(planned.dues.iter().all(|d| d.at_ms == due));
-    let mut run_ids: Vec<i64> = planned.dues.iter().map(|d| d.run_id).collect();
+    let mut run_ids: Vec<i64> = planned.dues.iter().map(|d| d.run_id.0).collect();
     run_ids.sort_unstable();
     run_ids.dedup();
     assert_eq!(run_ids.len(), 520, "one run id per fire");
     for d in planned.dues.iter().step_by(97) {
-        let run = app.run(d.run_id).await;
+        let run = app.run(d.run_id.0).await;
         assert_eq!(run["scheduled_ms"].as_i64(), Some(due), "{run}");
         assert!(jobs.contains(&run["job_id"].as_i64().unwrap()));
     }
@@ -796,7 +796,7 @@ async fn orphaned_and_overdue_runs_are_recovered() {
     app.wait_for_agent(&agent.address).await;
     let recovered = monitors::recover(&app.state).await.unwrap();
     assert_eq!(recovered.orphans_sent, 1, "{recovered:?}");
-    let run = app.finished_run(planned.dues[0].run_id, WITHIN).await;
+    let run = app.finished_run(planned.dues[0].run_id.0, WITHIN).await;
     assert_eq!(run["status"], "succeeded", "{run}");
 
     // A run the agent never reports on past its timeout is ended by the admin.
@@ -847,12 +847,12 @@ async fn orphaned_and_overdue_runs_are_recovered() {
         .unwrap();
     let total = |job_id: i64, field: fn(&jobfleet_admin::db::run_report_daily::DailyRow) -> i64| {
         rows.iter()
-            .filter(|r| r.job_id == job_id)
+            .filter(|r| r.job_id.0 == job_id)
             .map(field)
             .sum::<i64>()
     };
     assert_eq!(total(stuck, |r| r.timed_out), 1, "{rows:?}");
-    let orphan = rows.iter().find(|r| r.job_id != stuck).unwrap().job_id;
+    let orphan = rows.iter().find(|r| r.job_id.0 != stuck).unwrap().job_id.0;
     assert_eq!(total(orphan, |r| r.succeeded), 1, "{rows:?}");
     assert_eq!(total(orphan, |r| r.in_flight), 0, "{rows:?}");
 }

@@ -9,6 +9,7 @@ use chrono::TimeZone;
 use serde::Serialize;
 
 use super::group_label;
+use crate::domain::ids::{GroupId, JobId};
 use crate::domain::job::{AlertInput, HandlerInput, JobInput, JobSpec, ScheduleInput};
 use crate::domain::policy::{BlockStrategy, Concurrency, HandlerType, Interpreter, Misfire};
 use crate::domain::routing::Routing;
@@ -384,7 +385,7 @@ const FIELDS: &[Field] = &[
             one(j
                 .children
                 .iter()
-                .map(i64::to_string)
+                .map(ToString::to_string)
                 .collect::<Vec<_>>()
                 .join(", "))
         },
@@ -437,7 +438,7 @@ const FIELDS: &[Field] = &[
         name: "alert.channels",
         error: Some("alert.channels"),
         default: "",
-        show: |j| j.alert.channels.iter().map(i64::to_string).collect(),
+        show: |j| j.alert.channels.iter().map(ToString::to_string).collect(),
         read: |f, i| {
             alert(i).channels = Some(f.ids("alert.channels", "alert.channels")?);
             Ok(())
@@ -460,7 +461,7 @@ fn form_of(job: &JobView) -> FormState {
 }
 
 /// A new job's form, in `group_id` when the link named one.
-fn new_form(group_id: Option<i64>) -> FormState {
+fn new_form(group_id: Option<GroupId>) -> FormState {
     let mut f = FormState::from_pairs(
         FIELDS
             .iter()
@@ -476,7 +477,7 @@ fn new_form(group_id: Option<i64>) -> FormState {
 /// Reads the form into the API's `JobInput`, so both surfaces pass the same validation.
 fn input_of(f: &Fields) -> Result<JobInput, Error> {
     let mut input = JobInput {
-        group_id: 0,
+        group_id: GroupId(0),
         name: String::new(),
         description: None,
         schedule: ScheduleInput {
@@ -576,7 +577,7 @@ struct Target {
 impl Target {
     /// The form of a new job (`id` none) or of job `id`, headed `heading` or, by default, by
     /// what it does.
-    fn new(user: &ConsoleUser, id: Option<i64>, heading: Option<String>) -> Self {
+    fn new(user: &ConsoleUser, id: Option<JobId>, heading: Option<String>) -> Self {
         let (default_heading, action) =
             heading_and_action(&user.chrome, "jobs.new", "/console/jobs", id);
         Target {
@@ -627,7 +628,7 @@ pub(super) async fn new(
     user: ConsoleUser,
 ) -> PageResult {
     let q = Fields::of_query(&req);
-    let (target, f) = match q.number::<i64>("copy", "copy")? {
+    let (target, f) = match q.number::<JobId>("copy", "copy")? {
         Some(id) => {
             let job = service::jobs::get(&state, &user.actor, id).await?;
             let mut f = form_of(&job);
@@ -650,7 +651,7 @@ pub(super) async fn new(
 async fn save(
     state: &AppState,
     form: CsrfForm,
-    id: Option<i64>,
+    id: Option<JobId>,
     store: impl AsyncFnOnce(&ConsoleUser, JobSpec) -> Result<JobView, Error>,
 ) -> PageResult {
     let CsrfForm { user, fields } = form;
@@ -686,7 +687,7 @@ pub(super) async fn create(state: web::Data<AppState>, form: CsrfForm) -> PageRe
 pub(super) async fn edit(
     state: web::Data<AppState>,
     user: ConsoleUser,
-    id: web::Path<i64>,
+    id: web::Path<JobId>,
 ) -> PageResult {
     let job = service::jobs::get(&state, &user.actor, *id).await?;
     // Viewers see the settings on the job's page; the edit form is for those who may save it.
@@ -700,7 +701,7 @@ pub(super) async fn edit(
 pub(super) async fn update(
     state: web::Data<AppState>,
     form: CsrfForm,
-    id: web::Path<i64>,
+    id: web::Path<JobId>,
 ) -> PageResult {
     let id = id.into_inner();
     save(&state, form, Some(id), async |user, spec| {
@@ -744,6 +745,7 @@ pub(super) async fn cron_preview(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::ids::ChannelId;
 
     #[test]
     fn once_times_are_read_in_the_jobs_zone() {
@@ -780,8 +782,8 @@ mod tests {
     fn a_jobs_form_reads_back_as_the_job() {
         use crate::service::jobs::{AlertView, HandlerView, RetryView, ScheduleView};
         let job = JobView {
-            id: 9,
-            group_id: 3,
+            id: JobId(9),
+            group_id: GroupId(3),
             name: "nightly".into(),
             description: "d".into(),
             schedule: ScheduleView {
@@ -815,13 +817,13 @@ mod tests {
             misfire: Misfire::FireOnceNow,
             concurrency: Concurrency::Forbid,
             block_strategy: BlockStrategy::DiscardLater,
-            children: vec![4, 5],
+            children: vec![JobId(4), JobId(5)],
             alert: AlertView {
                 on_failure: false,
                 on_timeout: true,
                 on_lost: true,
                 on_no_agent: false,
-                channels: vec![7, 8],
+                channels: vec![ChannelId(7), ChannelId(8)],
             },
             next_fire_ms: None,
             created_ms: 0,
@@ -838,9 +840,9 @@ mod tests {
         assert_eq!(input.enabled, Some(false));
         assert_eq!(input.timeout_s, Some(30));
         assert_eq!(input.limits, Some(job.limits.clone()));
-        assert_eq!(input.children, Some(vec![4, 5]));
+        assert_eq!(input.children, Some(vec![JobId(4), JobId(5)]));
         let alert = input.alert.clone().unwrap();
-        assert_eq!(alert.channels, Some(vec![7, 8]));
+        assert_eq!(alert.channels, Some(vec![ChannelId(7), ChannelId(8)]));
         assert_eq!(
             (alert.on_failure, alert.on_timeout, alert.on_lost),
             (Some(false), Some(true), Some(true))
@@ -865,7 +867,7 @@ mod tests {
         ]);
         f.0.retain(|(k, v)| k != "handler.command" || !v.is_empty());
         input_of(&f).unwrap().validate().unwrap();
-        assert!(new_form(Some(4)).sel("group_id", "4"));
+        assert!(new_form(Some(GroupId(4))).sel("group_id", "4"));
     }
 
     #[test]
@@ -874,14 +876,14 @@ mod tests {
             b"group_id=3&name=nightly&schedule.type=cron&schedule.expr=0+0+2+*+*+%3F&schedule.interval_s=&handler.type=shell&handler.command=echo+hi&handler.source=&routing=round_robin&children=4%2C5&enabled=true&retry.count=2",
         );
         let input = input_of(&f).unwrap();
-        assert_eq!(input.group_id, 3);
+        assert_eq!(input.group_id, GroupId(3));
         assert_eq!(input.schedule.expr.as_deref(), Some("0 0 2 * * ?"));
         assert_eq!(
             input.schedule.interval_s, None,
             "fields of other types are not sent on"
         );
         assert_eq!(input.handler.source, None);
-        assert_eq!(input.children, Some(vec![4, 5]));
+        assert_eq!(input.children, Some(vec![JobId(4), JobId(5)]));
         let spec = input.validate().unwrap();
         assert_eq!(spec.retry_count, 2);
         let bad = Fields::parse(b"group_id=3&name=x&schedule.type=fixed_rate&schedule.interval_s=ten&handler.type=shell");

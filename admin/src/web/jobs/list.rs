@@ -5,6 +5,7 @@ use askama::Template;
 use askama_web::WebTemplate;
 
 use super::{group_label, group_name, next_fire, schedule_text};
+use crate::domain::ids::JobId;
 use crate::domain::schedule::ScheduleType;
 use crate::error::Error;
 use crate::service;
@@ -16,7 +17,7 @@ use crate::web::views::{Chrome, Opt, Pager};
 
 #[derive(Debug, Clone)]
 pub struct JobRow {
-    pub id: i64,
+    pub id: JobId,
     pub name: String,
     pub group: String,
     pub schedule: String,

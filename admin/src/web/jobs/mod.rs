@@ -10,6 +10,7 @@ mod versions;
 use actix_web::web;
 
 use super::views::when;
+use crate::domain::ids::GroupId;
 use crate::service::groups::GroupView;
 use crate::service::jobs::JobView;
 
@@ -27,7 +28,7 @@ fn group_label(g: &GroupView) -> String {
     format!("{} ({})", g.title, g.app_name)
 }
 
-fn group_name(groups: &[GroupView], id: i64) -> String {
+fn group_name(groups: &[GroupView], id: GroupId) -> String {
     groups
         .iter()
         .find(|g| g.id == id)

@@ -7,6 +7,7 @@ use askama_web::WebTemplate;
 
 use super::versions::VersionRow;
 use super::{group_name, next_fire, schedule_text};
+use crate::domain::ids::JobId;
 use crate::domain::policy::HandlerType;
 use crate::service;
 use crate::service::jobs::JobView;
@@ -34,7 +35,7 @@ pub struct JobPage {
 pub(super) async fn show(
     state: web::Data<AppState>,
     user: ConsoleUser,
-    id: web::Path<i64>,
+    id: web::Path<JobId>,
 ) -> PageResult<JobPage> {
     let job = service::jobs::get(&state, &user.actor, *id).await?;
     let groups = service::groups::all(&state, &user.actor).await?;
@@ -99,7 +100,7 @@ pub(super) async fn show(
     })
 }
 
-async fn set_enabled(state: &AppState, form: CsrfForm, id: i64, enabled: bool) -> PageResult {
+async fn set_enabled(state: &AppState, form: CsrfForm, id: JobId, enabled: bool) -> PageResult {
     service::jobs::set_enabled(state, &form.user.actor, id, enabled).await?;
     let key = if enabled {
         "flash.enabled"
@@ -115,7 +116,7 @@ async fn set_enabled(state: &AppState, form: CsrfForm, id: i64, enabled: bool) -
 pub(super) async fn enable(
     state: web::Data<AppState>,
     form: CsrfForm,
-    id: web::Path<i64>,
+    id: web::Path<JobId>,
 ) -> PageResult {
     set_enabled(&state, form, *id, true).await
 }
@@ -123,7 +124,7 @@ pub(super) async fn enable(
 pub(super) async fn disable(
     state: web::Data<AppState>,
     form: CsrfForm,
-    id: web::Path<i64>,
+    id: web::Path<JobId>,
 ) -> PageResult {
     set_enabled(&state, form, *id, false).await
 }
@@ -131,7 +132,7 @@ pub(super) async fn disable(
 pub(super) async fn delete(
     state: web::Data<AppState>,
     form: CsrfForm,
-    id: web::Path<i64>,
+    id: web::Path<JobId>,
 ) -> PageResult {
     service::jobs::delete(&state, &form.user.actor, *id).await?;
     Ok(see_other_with(
@@ -143,7 +144,7 @@ pub(super) async fn delete(
 pub(super) async fn trigger(
     state: web::Data<AppState>,
     form: CsrfForm,
-    id: web::Path<i64>,
+    id: web::Path<JobId>,
 ) -> PageResult {
     let request = TriggerRequest {
         params: Some(form.fields.raw("params").to_owned()),

@@ -5,6 +5,7 @@ use actix_web::{HttpRequest, web};
 use askama::Template;
 use askama_web::WebTemplate;
 
+use crate::domain::ids::JobId;
 use crate::service;
 use crate::state::AppState;
 use crate::web::forms::{ConsoleUser, CsrfForm, Fields};
@@ -33,7 +34,7 @@ pub struct DiffLine {
 #[template(path = "script_version.html")]
 pub struct ScriptVersionPage {
     pub c: Chrome,
-    pub job_id: i64,
+    pub job_id: JobId,
     pub job_name: String,
     pub version: i32,
     pub current: i32,
@@ -71,7 +72,7 @@ pub(super) async fn version(
     req: HttpRequest,
     state: web::Data<AppState>,
     user: ConsoleUser,
-    path: web::Path<(i64, i32)>,
+    path: web::Path<(JobId, i32)>,
 ) -> PageResult<ScriptVersionPage> {
     let (job_id, version) = path.into_inner();
     let job = service::jobs::get(&state, &user.actor, job_id).await?;
@@ -112,7 +113,7 @@ pub(super) async fn version(
 pub(super) async fn rollback(
     state: web::Data<AppState>,
     form: CsrfForm,
-    path: web::Path<(i64, i32)>,
+    path: web::Path<(JobId, i32)>,
 ) -> PageResult {
     let (job_id, version) = path.into_inner();
     service::jobs::rollback_script(&state, &form.user.actor, job_id, version).await?;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::admin_proc::{AdminProc, call};
+use crate::support::admin_proc::{AdminProc, call, http_client};
 use crate::support::{AgentProc, Opts, TestApp, free_port, wait_for};
 
 /// Two admin processes fire ten every-second jobs; one is killed -9 mid-stream. Every slot
@@ -16,11 +16,7 @@ use crate::support::{AgentProc, Opts, TestApp, free_port, wait_for};
 async fn two_admins_one_killed_no_duplicate_and_no_missing_slots() {
     let db = crate::support::mysql_db().await;
     let url = db.url_string();
-    crate::support::install_crypto();
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(20))
-        .build()
-        .unwrap();
+    let client = http_client();
     let mut first = AdminProc::start(&url);
     first.ready(&client).await;
     let second = AdminProc::start(&url);
@@ -342,11 +338,7 @@ async fn a_burst_survives_its_admin_and_an_agent_killed_mid_dispatch() {
     const JOBS: usize = 2_000;
     let db = crate::support::mysql_db().await;
     let url = db.url_string();
-    crate::support::install_crypto();
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(20))
-        .build()
-        .unwrap();
+    let client = http_client();
     // A short trigger timeout keeps the wait for a dead admin's hand-overs short.
     let fast = [("JOBFLEET_TRIGGER_TIMEOUT_MS", "1000")];
     let mut sender = AdminProc::start_with(&url, &fast);

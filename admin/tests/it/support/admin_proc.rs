@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{ADMIN_PASSWORD, free_port, wait_for};
+use super::{ADMIN_PASSWORD, free_port, install_crypto, is_live_agent, wait_for};
 
 /// The admin binary with none of this environment's `JOBFLEET_*` settings, logging warnings.
 pub fn admin_command() -> Command {
@@ -18,6 +18,19 @@ pub fn admin_command() -> Command {
     cmd
 }
 
+/// A client for admin processes (20 s per request), with the TLS provider installed.
+#[cfg_attr(
+    not(feature = "mysql"),
+    allow(dead_code, reason = "the several-admin tests run on MariaDB only")
+)]
+pub fn http_client() -> reqwest::Client {
+    install_crypto();
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap()
+}
+
 /// `jobfleet-admin serve` on a loopback port, killed on drop.
 pub struct AdminProc {
     child: Child,
@@ -26,6 +39,10 @@ pub struct AdminProc {
     _dir: Option<tempfile::TempDir>,
 }
 
+#[cfg_attr(
+    not(feature = "mysql"),
+    allow(dead_code, reason = "the several-admin tests run on MariaDB only")
+)]
 impl AdminProc {
     pub fn start(database_url: &str) -> Self {
         Self::start_with(database_url, &[])
@@ -146,12 +163,7 @@ impl AdminProc {
                     Value::Null,
                 )
                 .await;
-                agents
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .any(|a| a["address"] == address && a["live"] == true)
-                    .then_some(())
+                is_live_agent(&agents, address).then_some(())
             },
         )
         .await;
@@ -174,6 +186,10 @@ impl Drop for AdminProc {
 }
 
 /// Sends `body` as JSON with a bearer token; asserts a 2xx answer and returns its JSON body.
+#[cfg_attr(
+    not(feature = "mysql"),
+    allow(dead_code, reason = "the several-admin tests run on MariaDB only")
+)]
 pub async fn call(
     client: &reqwest::Client,
     method: &str,

@@ -478,12 +478,7 @@ impl TestApp {
             &format!("agent {address} to register"),
             || async {
                 let agents = self.get("/api/v1/agents", &self.admin).await.body;
-                agents
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .any(|a| a["address"] == address && a["live"] == true)
-                    .then_some(())
+                is_live_agent(&agents, address).then_some(())
             },
         )
         .await
@@ -520,6 +515,15 @@ pub fn proc_status_kb(pid: u32, key: &str) -> u64 {
         .find_map(|l| l.strip_prefix(key))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or_else(|| panic!("{key} in /proc/{pid}/status"))
+}
+
+/// Whether the agents list `agents` (as `/api/v1/agents` answers) has `address` live.
+pub fn is_live_agent(agents: &Value, address: &str) -> bool {
+    agents
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|a| a["address"] == address && a["live"] == true)
 }
 
 /// Polls `check` until it yields a value or `within` passes (then fails, naming `what`).

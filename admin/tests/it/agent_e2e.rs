@@ -292,12 +292,12 @@ async fn results_survive_an_admin_outage_and_an_agent_crash() {
         || async { (agent.spool_files() > 0).then_some(()) },
     )
     .await;
-    // A few failed deliveries while the admin is down.
-    let failed = agent.logged("Results not delivered yet");
+    // Failed deliveries while the admin is down: the one as the run ended and a retry (the
+    // admin was up until now, so every one the agent logged is of this outage).
     wait_for(
         Duration::from_secs(15),
         "failed deliveries to the stopped admin",
-        || async { (agent.logged("Results not delivered yet") >= failed + 2).then_some(()) },
+        || async { (agent.logged("Results not delivered yet") >= 2).then_some(()) },
     )
     .await;
     app.restart_server().await;

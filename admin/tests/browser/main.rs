@@ -7,7 +7,7 @@
     reason = "tests fail by panicking"
 )]
 
-#[path = "../it/support.rs"]
+#[path = "../it/support/mod.rs"]
 #[allow(
     dead_code,
     unused_macros,
@@ -20,6 +20,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::json;
+use support::receiver::Receiver;
 use support::{ADMIN_PASSWORD, AgentProc, TestApp, free_port, wait_for};
 use thirtyfour::prelude::*;
 
@@ -382,57 +383,11 @@ async fn a_viewer_sees_no_edit_actions_and_a_forged_post_is_refused() {
     browser.quit().await.unwrap();
 }
 
-/// A webhook receiver on loopback that answers 200 and counts what arrives.
-async fn webhook_receiver() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hook", listener.local_addr().unwrap());
-    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counter = hits.clone();
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            let counter = counter.clone();
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 65536];
-                let mut seen = Vec::new();
-                // Read the head and the body its Content-Length announces.
-                loop {
-                    let n = socket.read(&mut buf).await.unwrap_or(0);
-                    if n == 0 {
-                        break;
-                    }
-                    seen.extend_from_slice(&buf[..n]);
-                    let text = String::from_utf8_lossy(&seen).to_string();
-                    if let Some(head_end) = text.find("\r\n\r\n") {
-                        let length = text[..head_end]
-                            .lines()
-                            .find_map(|l| {
-                                l.to_ascii_lowercase()
-                                    .strip_prefix("content-length:")
-                                    .map(|v| v.trim().parse::<usize>().unwrap_or(0))
-                            })
-                            .unwrap_or(0);
-                        if seen.len() >= head_end + 4 + length {
-                            break;
-                        }
-                    }
-                }
-                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                let _ = socket
-                    .write_all(
-                        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok",
-                    )
-                    .await;
-            });
-        }
-    });
-    (url, hits)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_job_produces_an_alert_event() {
     let s = setup().await;
-    let (hook, hits) = webhook_receiver().await;
+    let receiver = Receiver::start().await;
+    let hook = receiver.url("/hook");
     let driver = Driver::start().await;
     let browser = driver.browser("en-US").await;
     let base = &s.app.base;
@@ -526,9 +481,6 @@ async fn a_failing_job_produces_an_alert_event() {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    assert!(
-        hits.load(std::sync::atomic::Ordering::SeqCst) >= 1,
-        "the webhook was called"
-    );
+    assert!(!receiver.hits("/hook").is_empty(), "the webhook was called");
     browser.quit().await.unwrap();
 }

@@ -6,18 +6,9 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::support::{AgentProc, TestApp, wait_for};
+use crate::support::{AgentProc, TestApp, pid_alive, wait_for, with_agent};
 
 const RUN_WITHIN: Duration = Duration::from_secs(30);
-
-async fn app_with_agent(app_name: &str) -> (TestApp, tempfile::TempDir, AgentProc, i64) {
-    let app = TestApp::sqlite().await;
-    let group = app.group(app_name).await;
-    let dir = tempfile::tempdir().unwrap();
-    let agent = AgentProc::start(&app.base, app_name, &dir.path().join("agent"));
-    app.wait_for_agent(&agent.address).await;
-    (app, dir, agent, group)
-}
 
 fn cgroups_enforced(run: &Value) -> bool {
     run["usage"]["limits_mode"]
@@ -27,7 +18,7 @@ fn cgroups_enforced(run: &Value) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shell_and_script_jobs_run_with_their_context_and_log() {
-    let (app, _dir, agent, g) = app_with_agent("e2e-basic").await;
+    let (app, _dir, agent, g) = with_agent("e2e-basic", &[]).await;
     let agents = app.get("/api/v1/agents", &app.admin).await.body;
     let me = &agents.as_array().unwrap()[0];
     assert!(
@@ -117,7 +108,7 @@ async fn shell_and_script_jobs_run_with_their_context_and_log() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limits_are_enforced_and_reported() {
-    let (app, _dir, _agent, g) = app_with_agent("e2e-limits").await;
+    let (app, _dir, _agent, g) = with_agent("e2e-limits", &[]).await;
     let oom = app
         .job_from(g, json!({"name": "oom", "limits": {"memory_mb": 64}, "handler": {"type": "script", "interpreter": "python3", "source": "x = bytearray(300 * 1024 * 1024)\nprint('allocated')"}}))
         .await;
@@ -163,14 +154,9 @@ async fn limits_are_enforced_and_reported() {
     }
 }
 
-fn pid_alive(pid: i64) -> bool {
-    std::path::Path::new(&format!("/proc/{pid}")).exists()
-        && std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timeouts_and_kills_stop_the_whole_tree() {
-    let (app, _dir, _agent, g) = app_with_agent("e2e-kill").await;
+    let (app, _dir, _agent, g) = with_agent("e2e-kill", &[]).await;
     let tree = "sleep 300 & echo grandchild $!; sleep 300";
     let slow = app
         .job_from(
@@ -214,28 +200,14 @@ async fn timeouts_and_kills_stop_the_whole_tree() {
         },
     )
     .await;
-    let killed = app
-        .call(
-            "POST",
-            &format!("/api/v1/runs/{id}/kill"),
-            Some(&app.admin),
-            None,
-        )
-        .await;
+    let killed = app.kill_run(id).await;
     assert_eq!(killed.status, StatusCode::ACCEPTED, "{}", killed.body);
     assert_eq!(app.finished_run(id, RUN_WITHIN).await["status"], "killed");
     wait_for(Duration::from_secs(5), "the grandchild to die", || async {
         (!pid_alive(grandchild)).then_some(())
     })
     .await;
-    let again = app
-        .call(
-            "POST",
-            &format!("/api/v1/runs/{id}/kill"),
-            Some(&app.admin),
-            None,
-        )
-        .await;
+    let again = app.kill_run(id).await;
     assert_eq!(
         again.status,
         StatusCode::CONFLICT,
@@ -245,7 +217,7 @@ async fn timeouts_and_kills_stop_the_whole_tree() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn block_strategies_serial_discard_and_cover() {
-    let (app, _dir, _agent, g) = app_with_agent("e2e-block").await;
+    let (app, _dir, _agent, g) = with_agent("e2e-block", &[]).await;
     let body = |name: &str, strategy: &str| json!({"name": name, "block_strategy": strategy, "handler": {"type": "shell", "command": "echo start; sleep 1; echo end"}});
 
     let serial = app.job_from(g, body("serial", "serial")).await;
@@ -308,7 +280,7 @@ async fn block_strategies_serial_discard_and_cover() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn results_survive_an_admin_outage_and_an_agent_crash() {
-    let (mut app, _dir, mut agent, g) = app_with_agent("e2e-durable").await;
+    let (mut app, _dir, mut agent, g) = with_agent("e2e-durable", &[]).await;
     let job = app.job_from(g, json!({"name": "short", "handler": {"type": "shell", "command": "sleep 1; echo finished"}})).await;
 
     // The admin goes away while the run finishes; the result waits in the spool.
@@ -320,7 +292,14 @@ async fn results_survive_an_admin_outage_and_an_agent_crash() {
         || async { (agent.spool_files() > 0).then_some(()) },
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await; // a few failed deliveries while the admin is down
+    // Failed deliveries while the admin is down: the one as the run ended and a retry (the
+    // admin was up until now, so every one the agent logged is of this outage).
+    wait_for(
+        Duration::from_secs(15),
+        "failed deliveries to the stopped admin",
+        || async { (agent.logged("Results not delivered yet") >= 2).then_some(()) },
+    )
+    .await;
     app.restart_server().await;
     assert_eq!(
         app.finished_run(id, RUN_WITHIN).await["status"],
@@ -379,7 +358,7 @@ async fn a_dead_first_admin_fails_over_to_the_second() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_lets_the_running_job_finish_and_deregisters() {
-    let (app, _dir, mut agent, g) = app_with_agent("e2e-term").await;
+    let (app, _dir, mut agent, g) = with_agent("e2e-term", &[]).await;
     let job = app.job_from(g, json!({"name": "finishing", "handler": {"type": "shell", "command": "sleep 2; echo graceful"}})).await;
     let id = app.trigger(job, json!({})).await["id"].as_i64().unwrap();
     wait_for(Duration::from_secs(10), "the run to start", || async {
@@ -418,7 +397,7 @@ async fn sigterm_lets_the_running_job_finish_and_deregisters() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trigger_errors_are_clear() {
-    let (app, _dir, agent, g) = app_with_agent("e2e-errors").await;
+    let (app, _dir, agent, g) = with_agent("e2e-errors", &[]).await;
     let job = app
         .job_from(
             g,

@@ -17,116 +17,19 @@ use sha2::Sha256;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use crate::support::both_backends;
+use crate::support::receiver::{Hit, Receiver};
 use crate::support::{AgentProc, Opts, TestApp, api_test, wait_for};
 
 const WITHIN: Duration = Duration::from_secs(30);
 
 async fn app_with(mysql: bool, env: &[(&str, &str)], opts: Opts) -> TestApp {
-    let db = if mysql {
-        crate::support::mysql_db().await
-    } else {
-        jobfleet_admin::testing::TestDb::sqlite()
-    };
-    TestApp::start_opts(db, env, opts).await
+    TestApp::start_opts(crate::support::test_db(mysql).await, env, opts).await
 }
 
 fn hmac_sha256(key: &[u8], message: &[u8]) -> Vec<u8> {
     let mut mac = Hmac::<Sha256>::new_from_slice(key).unwrap();
     mac.update(message);
     mac.finalize().into_bytes().to_vec()
-}
-
-// ---------------------------------------------------------------------------------------------
-// A webhook receiver: records every request; `/flaky` answers 500 once, then 200.
-
-#[derive(Debug, Clone)]
-struct Hit {
-    path: String,
-    query: HashMap<String, String>,
-    headers: HashMap<String, String>,
-    body: Vec<u8>,
-}
-
-impl Hit {
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap()
-    }
-}
-
-#[derive(Clone, Default)]
-struct Receiver {
-    hits: Arc<Mutex<Vec<Hit>>>,
-    flaky_failures: Arc<Mutex<u32>>,
-    base: String,
-}
-
-impl Receiver {
-    async fn start() -> Self {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let receiver = Receiver {
-            base: format!("http://{}", listener.local_addr().unwrap()),
-            ..Default::default()
-        };
-        *receiver.flaky_failures.lock().unwrap() = 1;
-        let shared = receiver.clone();
-        let server = actix_web::HttpServer::new(move || {
-            let shared = shared.clone();
-            actix_web::App::new().default_service(actix_web::web::to(
-                move |req: actix_web::HttpRequest, body: actix_web::web::Bytes| {
-                    let shared = shared.clone();
-                    async move {
-                        let query = url::form_urlencoded::parse(req.query_string().as_bytes())
-                            .into_owned()
-                            .collect();
-                        let headers = req
-                            .headers()
-                            .iter()
-                            .map(|(k, v)| {
-                                (k.as_str().to_owned(), v.to_str().unwrap_or("").to_owned())
-                            })
-                            .collect();
-                        shared.hits.lock().unwrap().push(Hit {
-                            path: req.path().to_owned(),
-                            query,
-                            headers,
-                            body: body.to_vec(),
-                        });
-                        if req.path() == "/flaky" {
-                            let mut left = shared.flaky_failures.lock().unwrap();
-                            if *left > 0 {
-                                *left -= 1;
-                                return actix_web::HttpResponse::InternalServerError()
-                                    .body("boom: the receiver is down");
-                            }
-                        }
-                        actix_web::HttpResponse::Ok()
-                            .json(json!({"errcode": 0, "errmsg": "ok", "code": 0}))
-                    }
-                },
-            ))
-        })
-        .workers(1)
-        .disable_signals()
-        .listen(listener)
-        .unwrap()
-        .run();
-        tokio::spawn(server);
-        receiver
-    }
-
-    fn hits(&self, path: &str) -> Vec<Hit> {
-        self.hits
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|h| h.path == path)
-            .cloned()
-            .collect()
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -473,15 +376,7 @@ async fn webhook_formats_are_signed_and_a_failed_delivery_is_retried(app: &TestA
             .sent,
         0
     );
-    let metrics = app
-        .client
-        .get(format!("{}/metrics", app.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics_text().await;
     assert!(
         metrics.contains("jobfleet_alert_deliveries_total{outcome=\"sent\"} 5"),
         "{metrics}"

@@ -55,44 +55,17 @@ async fn tokens_are_checked_on_every_request(app: &TestApp) {
 api_test!(tokens_are_checked_on_every_request);
 
 async fn wrong_passwords_fail_alike_and_get_rate_limited(app: &TestApp) {
-    let wrong = app
-        .call(
-            "POST",
-            "/api/v1/auth/token",
-            None,
-            Some(json!({"username": "admin", "password": "nope-nope"})),
-        )
-        .await;
-    let unknown = app
-        .call(
-            "POST",
-            "/api/v1/auth/token",
-            None,
-            Some(json!({"username": "ghost", "password": "nope-nope"})),
-        )
-        .await;
+    let wrong = app.try_login("admin", "nope-nope").await;
+    let unknown = app.try_login("ghost", "nope-nope").await;
     assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
     assert_eq!(
         wrong.body, unknown.body,
         "the answer does not reveal which names exist"
     );
     for _ in 0..9 {
-        app.call(
-            "POST",
-            "/api/v1/auth/token",
-            None,
-            Some(json!({"username": "admin", "password": "nope-nope"})),
-        )
-        .await;
+        app.try_login("admin", "nope-nope").await;
     }
-    let limited = app
-        .call(
-            "POST",
-            "/api/v1/auth/token",
-            None,
-            Some(json!({"username": "admin", "password": ADMIN_PASSWORD})),
-        )
-        .await;
+    let limited = app.try_login("admin", ADMIN_PASSWORD).await;
     assert_eq!(
         (limited.status, limited.code()),
         (StatusCode::TOO_MANY_REQUESTS, "rate_limited")
@@ -135,14 +108,7 @@ async fn disabling_and_password_resets_cut_access_at_once(app: &TestApp) {
         app.get("/api/v1/me", &token).await.status,
         StatusCode::UNAUTHORIZED
     );
-    let login = app
-        .call(
-            "POST",
-            "/api/v1/auth/token",
-            None,
-            Some(json!({"username": "carol", "password": "new-password-2"})),
-        )
-        .await;
+    let login = app.try_login("carol", "new-password-2").await;
     assert_eq!(login.status, StatusCode::UNAUTHORIZED);
 }
 api_test!(disabling_and_password_resets_cut_access_at_once);
@@ -235,21 +201,11 @@ async fn api_tokens_act_with_at_most_their_owners_role_and_die_when_revoked(app:
 
     let (_, stranger) = app.user("sam", "operator", &[]).await;
     let r = app
-        .call(
-            "DELETE",
-            &format!("/api/v1/tokens/{token_id}"),
-            Some(&stranger),
-            None,
-        )
+        .delete(&format!("/api/v1/tokens/{token_id}"), &stranger)
         .await;
     assert_eq!(r.status, StatusCode::FORBIDDEN);
     let r = app
-        .call(
-            "DELETE",
-            &format!("/api/v1/tokens/{token_id}"),
-            Some(&operator),
-            None,
-        )
+        .delete(&format!("/api/v1/tokens/{token_id}"), &operator)
         .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
     let after = app.get("/api/v1/me", &secret).await;

@@ -40,30 +40,14 @@ async fn groups_crud(app: &TestApp) {
     );
     let job = app.job(&app.admin, id, "keeps group alive").await;
     let refused = app
-        .call(
-            "DELETE",
-            &format!("/api/v1/groups/{id}"),
-            Some(&app.admin),
-            None,
-        )
+        .delete(&format!("/api/v1/groups/{id}"), &app.admin)
         .await;
     assert_eq!(refused.status, StatusCode::CONFLICT);
-    app.call(
-        "DELETE",
-        &format!("/api/v1/jobs/{job}"),
-        Some(&app.admin),
-        None,
-    )
-    .await;
+    app.delete(&format!("/api/v1/jobs/{job}"), &app.admin).await;
     assert_eq!(
-        app.call(
-            "DELETE",
-            &format!("/api/v1/groups/{id}"),
-            Some(&app.admin),
-            None
-        )
-        .await
-        .status,
+        app.delete(&format!("/api/v1/groups/{id}"), &app.admin)
+            .await
+            .status,
         StatusCode::NO_CONTENT
     );
     assert_eq!(

@@ -192,14 +192,9 @@ async fn jobs_round_trip_every_field(app: &TestApp) {
 
     // Deleting a child that is still referenced takes it out of its parent's children.
     assert_eq!(
-        app.call(
-            "DELETE",
-            &format!("/api/v1/jobs/{child}"),
-            Some(&app.admin),
-            None
-        )
-        .await
-        .status,
+        app.delete(&format!("/api/v1/jobs/{child}"), &app.admin)
+            .await
+            .status,
         StatusCode::NO_CONTENT
     );
     assert_eq!(
@@ -209,14 +204,9 @@ async fn jobs_round_trip_every_field(app: &TestApp) {
         json!([])
     );
     assert_eq!(
-        app.call(
-            "DELETE",
-            &format!("/api/v1/jobs/{id}"),
-            Some(&app.admin),
-            None
-        )
-        .await
-        .status,
+        app.delete(&format!("/api/v1/jobs/{id}"), &app.admin)
+            .await
+            .status,
         StatusCode::NO_CONTENT
     );
     assert_eq!(
@@ -241,13 +231,7 @@ async fn every_change_is_audited_with_before_and_after(app: &TestApp) {
         Some(body),
     )
     .await;
-    app.call(
-        "DELETE",
-        &format!("/api/v1/jobs/{id}"),
-        Some(&operator),
-        None,
-    )
-    .await;
+    app.delete(&format!("/api/v1/jobs/{id}"), &operator).await;
 
     let rows = app
         .get(

@@ -6,22 +6,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-fn admin() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_jobfleet-admin"));
-    for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("JOBFLEET_")) {
-        cmd.env_remove(key);
-    }
-    cmd.env("RUST_LOG", "warn");
-    cmd
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use crate::support::admin_proc::admin_command;
+use crate::support::free_port;
 
 fn run(cmd: &mut Command) -> (i32, String, String) {
     let out = cmd.output().unwrap();
@@ -35,7 +21,7 @@ fn run(cmd: &mut Command) -> (i32, String, String) {
 #[test]
 fn invalid_config_exits_2_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
-    let (code, _, err) = run(admin()
+    let (code, _, err) = run(admin_command()
         .arg("migrate")
         .env("JOBFLEET_LISTEN", "localhost:notaport")
         .current_dir(dir.path()));
@@ -47,7 +33,7 @@ fn invalid_config_exits_2_naming_the_key() {
 
     let file = dir.path().join("admin.toml");
     std::fs::write(&file, "listen = \"127.0.0.1:1\"\ndatabse_url = \"x\"\n").unwrap();
-    let (code, _, err) = run(admin().args(["--config", file.to_str().unwrap(), "migrate"]));
+    let (code, _, err) = run(admin_command().args(["--config", file.to_str().unwrap(), "migrate"]));
     assert_eq!(code, 2);
     assert!(
         err.contains("databse_url") && err.contains("unknown key"),
@@ -55,11 +41,11 @@ fn invalid_config_exits_2_naming_the_key() {
     );
 
     let (code, _, err) =
-        run(admin().args(["--database-url", "sqlite:///no/such/folder/x.db", "migrate"]));
+        run(admin_command().args(["--database-url", "sqlite:///no/such/folder/x.db", "migrate"]));
     assert_eq!(code, 1);
     assert!(err.contains("does not exist"), "{err}");
 
-    let (code, _, err) = run(admin().args(["--database-url", "oracle://x", "migrate"]));
+    let (code, _, err) = run(admin_command().args(["--database-url", "oracle://x", "migrate"]));
     assert_eq!(code, 2);
     assert!(err.contains("database_url"), "{err}");
     assert!(
@@ -72,9 +58,9 @@ fn invalid_config_exits_2_naming_the_key() {
 fn migrate_and_user_commands_work_on_a_fresh_database() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}/jf.db", dir.path().display());
-    let (code, out, err) = run(admin().args(["--database-url", &url, "migrate"]));
+    let (code, out, err) = run(admin_command().args(["--database-url", &url, "migrate"]));
     assert_eq!(code, 0, "{out}{err}");
-    let mut child = admin()
+    let mut child = admin_command()
         .args([
             "--database-url",
             &url,
@@ -104,7 +90,7 @@ fn migrate_and_user_commands_work_on_a_fresh_database() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("created user `bob`"));
 
-    let (code, _, err) = run(admin().args([
+    let (code, _, err) = run(admin_command().args([
         "--database-url",
         &url,
         "user",
@@ -116,7 +102,7 @@ fn migrate_and_user_commands_work_on_a_fresh_database() {
         "long-password",
     ]));
     assert_eq!(code, 2, "{err}");
-    let (code, _, err) = run(admin().args([
+    let (code, _, err) = run(admin_command().args([
         "--database-url",
         &url,
         "user",
@@ -127,7 +113,7 @@ fn migrate_and_user_commands_work_on_a_fresh_database() {
     ]));
     assert_eq!(code, 1);
     assert!(err.contains("already exists"), "{err}");
-    let (code, _, err) = run(admin().args([
+    let (code, _, err) = run(admin_command().args([
         "--database-url",
         &url,
         "user",
@@ -138,7 +124,7 @@ fn migrate_and_user_commands_work_on_a_fresh_database() {
     ]));
     assert_eq!(code, 1);
     assert!(err.contains("at least 8"), "{err}");
-    let (code, _, err) = run(admin().args([
+    let (code, _, err) = run(admin_command().args([
         "--database-url",
         &url,
         "user",
@@ -148,7 +134,7 @@ fn migrate_and_user_commands_work_on_a_fresh_database() {
         "long-password",
     ]));
     assert_eq!(code, 1, "{err}");
-    let (code, _, _) = run(admin().args([
+    let (code, _, _) = run(admin_command().args([
         "--database-url",
         &url,
         "user",
@@ -166,7 +152,7 @@ async fn first_start_prints_a_password_that_logs_in_and_sigterm_stops_cleanly() 
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     // The default database URL: `data/` is created under the working directory.
-    let mut child = admin()
+    let mut child = admin_command()
         .arg("serve")
         .env("JOBFLEET_LISTEN", format!("127.0.0.1:{port}"))
         .current_dir(dir.path())
@@ -197,7 +183,7 @@ async fn first_start_prints_a_password_that_logs_in_and_sigterm_stops_cleanly() 
     let base = format!("http://127.0.0.1:{port}");
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let (code, _, _) = run(admin().args(["healthcheck", "--url", &base]));
+        let (code, _, _) = run(admin_command().args(["healthcheck", "--url", &base]));
         if code == 0 {
             break;
         }
@@ -219,7 +205,7 @@ async fn first_start_prints_a_password_that_logs_in_and_sigterm_stops_cleanly() 
         .await
         .unwrap();
     assert!(status.success(), "exit after SIGTERM: {status:?}");
-    let (code, _, _) = run(admin().args(["healthcheck", "--url", &base]));
+    let (code, _, _) = run(admin_command().args(["healthcheck", "--url", &base]));
     assert_eq!(code, 1, "healthcheck fails once the admin is gone");
 }
 

@@ -2,135 +2,13 @@
 //! field errors, role checks on forged POSTs, escaping, headers. The browser flows are in
 //! `tests/browser`.
 
-use std::collections::HashMap;
-
 use reqwest::StatusCode;
-use reqwest::header::{CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE};
 
+use crate::support::console::Console;
 use crate::support::{ADMIN_PASSWORD, TestApp, api_test};
 
-/// A cookie-keeping client that does not follow redirects, so each answer can be checked.
-struct Visitor<'a> {
-    app: &'a TestApp,
-    client: reqwest::Client,
-    cookies: HashMap<String, String>,
-}
-
-struct Page {
-    status: StatusCode,
-    location: String,
-    body: String,
-    set_cookies: Vec<String>,
-}
-
-impl Page {
-    /// The value of the first `name="csrf"` field on the page.
-    fn csrf(&self) -> String {
-        let at = self
-            .body
-            .find("name=\"csrf\" value=\"")
-            .expect("a form with a CSRF token");
-        let rest = &self.body[at + "name=\"csrf\" value=\"".len()..];
-        rest[..rest.find('"').unwrap()].to_owned()
-    }
-}
-
-impl<'a> Visitor<'a> {
-    fn new(app: &'a TestApp) -> Self {
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .unwrap();
-        Visitor {
-            app,
-            client,
-            cookies: HashMap::new(),
-        }
-    }
-
-    async fn send(&mut self, req: reqwest::RequestBuilder) -> Page {
-        let cookie = self
-            .cookies
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join("; ");
-        let res = req.header(COOKIE, cookie).send().await.unwrap();
-        let set_cookies: Vec<String> = res
-            .headers()
-            .get_all(SET_COOKIE)
-            .iter()
-            .map(|v| v.to_str().unwrap().to_owned())
-            .collect();
-        for c in &set_cookies {
-            let pair = c.split(';').next().unwrap();
-            let (k, v) = pair.split_once('=').unwrap();
-            if v.is_empty() || c.contains("Max-Age=0") {
-                self.cookies.remove(k);
-            } else {
-                self.cookies.insert(k.to_owned(), v.to_owned());
-            }
-        }
-        Page {
-            status: res.status(),
-            location: res
-                .headers()
-                .get(LOCATION)
-                .map(|v| v.to_str().unwrap().to_owned())
-                .unwrap_or_default(),
-            set_cookies,
-            body: res.text().await.unwrap(),
-        }
-    }
-
-    async fn get(&mut self, path: &str) -> Page {
-        let req = self.client.get(format!("{}{path}", self.app.base));
-        self.send(req).await
-    }
-
-    async fn post(&mut self, path: &str, form: &[(&str, &str)]) -> Page {
-        let body = url::form_urlencoded::Serializer::new(String::new())
-            .extend_pairs(form)
-            .finish();
-        let req = self
-            .client
-            .post(format!("{}{path}", self.app.base))
-            .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
-            .body(body);
-        self.send(req).await
-    }
-
-    async fn login(&mut self, user: &str, password: &str) -> Page {
-        let form = self.get("/console/login").await;
-        let csrf = form.csrf();
-        let done = self
-            .post(
-                "/console/login",
-                &[
-                    ("csrf", &csrf),
-                    ("username", user),
-                    ("password", password),
-                    ("next", "/console/jobs"),
-                ],
-            )
-            .await;
-        assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
-        assert_eq!(done.location, "/console/jobs");
-        let session = done
-            .set_cookies
-            .iter()
-            .find(|c| c.starts_with("jf_session="))
-            .unwrap();
-        assert!(
-            session.contains("HttpOnly") && session.contains("SameSite=Lax"),
-            "{session}"
-        );
-        self.get("/console/jobs").await
-    }
-}
-
 async fn login_and_csrf(app: &TestApp) {
-    let mut v = Visitor::new(app);
+    let mut v = Console::new(app);
     let first = v.get("/console/jobs?q=a").await;
     assert_eq!(first.status, StatusCode::SEE_OTHER);
     assert_eq!(
@@ -211,25 +89,23 @@ api_test!(login_and_csrf);
 
 async fn forms_keep_input_and_escape_it(app: &TestApp) {
     let group = app.group("form-app").await.to_string();
-    let mut v = Visitor::new(app);
+    let mut v = Console::new(app);
     let page = v.login("admin", ADMIN_PASSWORD).await;
     let csrf = page.csrf();
     let before = app.footprint().await;
-    let bad = v
-        .post(
-            "/console/jobs",
-            &[
-                ("csrf", &csrf),
-                ("group_id", &group),
-                ("name", "every ten"),
-                ("description", "<script>alert(1)</script>"),
-                ("schedule.type", "fixed_rate"),
-                ("schedule.interval_s", "ten"),
-                ("handler.type", "shell"),
-                ("handler.command", "echo '<b>'"),
-            ],
-        )
-        .await;
+    let every = |interval_s: &'static str| {
+        vec![
+            ("csrf", csrf.as_str()),
+            ("group_id", group.as_str()),
+            ("name", "every ten"),
+            ("description", "<script>alert(1)</script>"),
+            ("schedule.type", "fixed_rate"),
+            ("schedule.interval_s", interval_s),
+            ("handler.type", "shell"),
+            ("handler.command", "echo '<b>'"),
+        ]
+    };
+    let bad = v.post("/console/jobs", &every("ten")).await;
     assert_eq!(bad.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(
         bad.body
@@ -245,23 +121,9 @@ async fn forms_keep_input_and_escape_it(app: &TestApp) {
     assert!(!bad.body.contains("<script>alert(1)"));
     assert_eq!(app.footprint().await, before, "nothing saved");
 
-    let good = v
-        .post(
-            "/console/jobs",
-            &[
-                ("csrf", &csrf),
-                ("group_id", &group),
-                ("name", "every ten"),
-                ("description", "<script>alert(1)</script>"),
-                ("schedule.type", "fixed_rate"),
-                ("schedule.interval_s", "10"),
-                ("handler.type", "shell"),
-                ("handler.command", "echo '<b>'"),
-                ("routing", "round_robin"),
-                ("retry.count", "2"),
-            ],
-        )
-        .await;
+    let mut form = every("10");
+    form.extend([("routing", "round_robin"), ("retry.count", "2")]);
+    let good = v.post("/console/jobs", &form).await;
     assert_eq!(good.status, StatusCode::SEE_OTHER, "{}", good.body);
     let job_page = v.get(&good.location).await;
     assert_eq!(job_page.status, StatusCode::OK);
@@ -317,7 +179,7 @@ async fn a_viewer_cannot_change_anything(app: &TestApp) {
     let group = app.group("viewer-app").await;
     let job = app.job(&app.admin, group, "guarded").await;
     app.user("vic", "viewer", &[group]).await;
-    let mut v = Visitor::new(app);
+    let mut v = Console::new(app);
     let page = v.login("vic", "vic-password").await;
     assert!(
         !page.body.contains("id=\"new-job\""),
@@ -378,7 +240,7 @@ api_test!(a_viewer_cannot_change_anything);
 async fn pages_render_for_an_admin(app: &TestApp) {
     let group = app.group("pages-app").await;
     let job = app.job(&app.admin, group, "shown").await;
-    let mut v = Visitor::new(app);
+    let mut v = Console::new(app);
     v.login("admin", ADMIN_PASSWORD).await;
     for path in [
         "/console".to_owned(),
@@ -461,7 +323,7 @@ async fn script_versions_diff_and_roll_back(app: &TestApp) {
         )
         .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
-    let mut v = Visitor::new(app);
+    let mut v = Console::new(app);
     v.login("admin", ADMIN_PASSWORD).await;
     let job = v.get(&format!("/console/jobs/{id}")).await;
     assert!(job.body.contains("id=\"versions-table\""));

@@ -8,26 +8,18 @@ use std::time::Duration;
 use jobfleet_admin::scheduler::{monitors, tick};
 use serde_json::{Value, json};
 
+use crate::support::agent::{Executor, fake_executor};
 use crate::support::both_backends;
 use crate::support::{AgentProc, Opts, TestApp, wait_for};
 
 const WITHIN: Duration = Duration::from_secs(30);
-
-async fn runs_of(app: &TestApp, job: i64) -> Vec<Value> {
-    let r = app
-        .get(&format!("/api/v1/runs?job_id={job}&limit=200"), &app.admin)
-        .await;
-    let mut items = r.body["items"].as_array().unwrap().clone();
-    items.sort_by_key(|r| r["id"].as_i64());
-    items
-}
 
 async fn finished_runs(app: &TestApp, job: i64, at_least: usize) -> Vec<Value> {
     wait_for(
         WITHIN,
         &format!("{at_least} finished runs of job {job}"),
         || async {
-            let runs = runs_of(app, job).await;
+            let runs = app.runs_of(job).await;
             let done: Vec<Value> = runs
                 .into_iter()
                 .filter(|r| !matches!(r["status"].as_str(), Some("pending" | "running")))
@@ -130,29 +122,58 @@ async fn scheduled_jobs_fire_on_time_on_a_real_agent(mysql: bool) {
         )
         .await;
     assert!(r.status.is_success(), "{}", r.body);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let count = runs_of(&app, every_second).await.len();
-    tokio::time::sleep(Duration::from_millis(6500)).await;
-    let after: Vec<Value> = runs_of(&app, every_second).await;
+    let disabled_at = app.now_ms();
+    let plan_passes = || app.state.metrics.workers.snapshot()["plan"].passes;
+    // A pass begun before the disable may still store fires: count once two have ended since.
+    let passes = plan_passes();
+    wait_for(WITHIN, "two plan passes after the disable", || async {
+        (plan_passes() >= passes + 2).then_some(())
+    })
+    .await;
+    let stored = app.runs_of(every_second).await;
+    let count = stored.len();
+    // What was stored lies within the pre-read window; the timer meets each at its time.
+    let last_stored = stored
+        .iter()
+        .filter_map(|r| r["scheduled_ms"].as_i64())
+        .max()
+        .unwrap();
+    assert!(
+        last_stored <= disabled_at + tick::PRE_READ_MS + 1_000,
+        "stored {} ms ahead",
+        last_stored - disabled_at
+    );
+    // Done when every stored fire has met the timer, and a plan pass has begun more than an
+    // interval after the disable (a still enabled job would have stored a further slot).
+    let interval_later = std::cell::Cell::new(None);
+    let after = wait_for(WITHIN, "the stored fires to end", || async {
+        if interval_later.get().is_none() && app.now_ms() > disabled_at + 1_000 {
+            interval_later.set(Some(plan_passes()));
+        }
+        let runs = app.runs_of(every_second).await;
+        let ended = runs
+            .iter()
+            .all(|r| !matches!(r["status"].as_str(), Some("pending" | "running")));
+        let planned_since = interval_later.get().is_some_and(|p| plan_passes() >= p + 2);
+        // A new fire fails at once, below.
+        (runs.len() > count || (ended && planned_since)).then_some(runs)
+    })
+    .await;
     assert!(
         after.len() <= count,
         "no new fires after disable: {} > {count}",
         after.len()
     );
+    let sent: Vec<&Value> = after
+        .iter()
+        .filter(|r| r["scheduled_ms"].as_i64().unwrap() > disabled_at && r["status"] != "skipped")
+        .collect();
     assert!(
-        after.iter().all(|r| r["status"] != "pending"),
-        "stored fires of a disabled job end as skipped"
+        sent.is_empty(),
+        "stored fires of a disabled job end as skipped: {sent:?}"
     );
 
-    let metrics = app
-        .client
-        .get(format!("{}/metrics", app.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics_text().await;
     let fires: u64 = metrics
         .lines()
         .find(|l| l.starts_with("jobfleet_fires_total{kind=\"schedule\"}"))
@@ -178,12 +199,7 @@ both_backends!(scheduled_jobs_fire_on_time_on_a_real_agent);
 
 /// A manual-clock admin without workers: passes are run by hand.
 async fn manual(mysql: bool) -> TestApp {
-    let db = if mysql {
-        crate::support::mysql_db().await
-    } else {
-        jobfleet_admin::testing::TestDb::sqlite()
-    };
-    TestApp::start_opts(db, &[], Opts::default()).await
+    TestApp::start_opts(crate::support::test_db(mysql).await, &[], Opts::default()).await
 }
 
 fn slot_counts(runs: &[Value]) -> BTreeMap<i64, usize> {
@@ -227,8 +243,8 @@ async fn misfire_policies_and_clock_jumps_with_a_manual_clock(mysql: bool) {
             .cloned()
             .collect()
     };
-    let skip_runs = by_job(skip, &runs_of(&app, skip).await);
-    let catch_runs = by_job(catch_up, &runs_of(&app, catch_up).await);
+    let skip_runs = by_job(skip, &app.runs_of(skip).await);
+    let catch_runs = by_job(catch_up, &app.runs_of(catch_up).await);
     assert!(
         skip_runs.iter().all(|r| r["trigger_kind"] == "schedule"),
         "do_nothing adds no catch-up fire: {skip_runs:?}"
@@ -255,19 +271,19 @@ async fn misfire_policies_and_clock_jumps_with_a_manual_clock(mysql: bool) {
     assert!(missed >= 170, "misfired slots are counted: {missed}");
 
     // The clock jumps back half an hour: nothing fires twice, nothing fires early.
-    let stored_before = runs_of(&app, skip).await.len() + runs_of(&app, catch_up).await.len();
+    let stored_before = app.runs_of(skip).await.len() + app.runs_of(catch_up).await.len();
     app.clock.advance(-1_800_000);
     for _ in 0..3 {
         assert!(tick::tick(&app.state).await.unwrap().dues.is_empty());
         app.clock.advance(1_000);
     }
     assert_eq!(
-        runs_of(&app, skip).await.len() + runs_of(&app, catch_up).await.len(),
+        app.runs_of(skip).await.len() + app.runs_of(catch_up).await.len(),
         stored_before
     );
     for job in [skip, catch_up] {
         assert!(
-            slot_counts(&runs_of(&app, job).await)
+            slot_counts(&app.runs_of(job).await)
                 .values()
                 .all(|n| *n == 1),
             "one run per slot"
@@ -346,7 +362,7 @@ async fn a_burst_is_planned_in_batches_and_a_met_slot_falls_back(mysql: bool) {
         .unwrap();
     let again = tick::tick(&app.state).await.unwrap();
     assert!(again.dues.is_empty(), "{again:?}");
-    assert_eq!(runs_of(&app, edited).await.len(), 1);
+    assert_eq!(app.runs_of(edited).await.len(), 1);
     let job = app.get(&format!("/api/v1/jobs/{edited}"), &app.admin).await;
     assert!(job.body["next_fire_ms"].is_null(), "{}", job.body);
 }
@@ -460,38 +476,6 @@ async fn routing_strategies_across_three_real_agents() {
     assert_eq!(on.len(), 3, "each shard on its own agent");
 }
 
-/// A fake agent on loopback: refuses, never answers, or answers garbage.
-async fn fake_agent(kind: &'static str) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = format!("http://{}/", listener.local_addr().unwrap());
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut socket, _)) = listener.accept().await else {
-                return;
-            };
-            tokio::spawn(async move {
-                use tokio::io::{AsyncReadExt, AsyncWriteExt};
-                let mut buf = vec![0u8; 65536];
-                let _ = socket.read(&mut buf).await;
-                let body = match kind {
-                    "refuse" => r#"{"code":500,"msg":"refused by test"}"#,
-                    "garbage" => "<html>not an executor</html>",
-                    _ => {
-                        tokio::time::sleep(Duration::from_secs(60)).await;
-                        return;
-                    }
-                };
-                let response = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = socket.write_all(response.as_bytes()).await;
-            });
-        }
-    });
-    address
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failover_passes_dead_refusing_silent_and_garbage_agents() {
     let app = TestApp::scheduling(false, &[("JOBFLEET_TRIGGER_TIMEOUT_MS", "500")]).await;
@@ -499,9 +483,9 @@ async fn failover_passes_dead_refusing_silent_and_garbage_agents() {
     let real = AgentProc::start(&app.base, "sched-fo-real", &dir.path().join("real"));
     app.wait_for_agent(&real.address).await;
     let dead = format!("http://127.0.0.1:{}/", crate::support::free_port());
-    let refuse = fake_agent("refuse").await;
-    let silent = fake_agent("silent").await;
-    let garbage = fake_agent("garbage").await;
+    let refuse = fake_executor(Executor::Refusing).await;
+    let silent = fake_executor(Executor::Silent).await;
+    let garbage = fake_executor(Executor::Garbage).await;
     let r = app
         .post(
             "/api/v1/groups",
@@ -616,7 +600,7 @@ async fn failed_runs_are_retried_with_growing_backoff_and_children_follow_succes
         .await;
     let first = app.trigger(flaky, json!({})).await;
     let runs = wait_for(WITHIN, "three attempts", || async {
-        let runs = runs_of(&app, flaky).await;
+        let runs = app.runs_of(flaky).await;
         (runs.len() == 3 && runs.iter().all(|r| r["status"] == "failed")).then_some(runs)
     })
     .await;
@@ -640,7 +624,7 @@ async fn failed_runs_are_retried_with_growing_backoff_and_children_follow_succes
     );
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
-        runs_of(&app, flaky).await.len(),
+        app.runs_of(flaky).await.len(),
         3,
         "no retry beyond retry_count"
     );
@@ -656,7 +640,7 @@ async fn failed_runs_are_retried_with_growing_backoff_and_children_follow_succes
         .await;
     app.trigger(orphan, json!({})).await;
     let runs = wait_for(WITHIN, "the retry of an unsent trigger", || async {
-        let runs = runs_of(&app, orphan).await;
+        let runs = app.runs_of(orphan).await;
         (runs.len() == 2 && runs[1]["status"] == "failed").then_some(runs)
     })
     .await;
@@ -697,7 +681,7 @@ async fn failed_runs_are_retried_with_growing_backoff_and_children_follow_succes
     let run = app.trigger(failing, json!({})).await;
     app.finished_run(run["id"].as_i64().unwrap(), WITHIN).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(runs_of(&app, after_fail).await.is_empty());
+    assert!(app.runs_of(after_fail).await.is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -759,7 +743,7 @@ async fn a_run_on_an_agent_killed_mid_run_is_lost_and_retried_elsewhere() {
     );
     app.state.scheduler.nudge();
     let retry = wait_for(WITHIN, "the retry on the survivor", || async {
-        let runs = runs_of(&app, job).await;
+        let runs = app.runs_of(job).await;
         runs.iter()
             .find(|r| r["attempt"] == 2 && r["status"] == "succeeded")
             .cloned()

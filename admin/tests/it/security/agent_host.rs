@@ -6,34 +6,9 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::support::{AgentProc, TestApp, agent_binary, free_port, wait_for};
+use crate::support::{agent_binary, free_port, pid_alive, proc_status_kb, wait_for, with_agent};
 
 const RUN_WITHIN: Duration = Duration::from_secs(60);
-
-async fn app_with_agent(
-    app_name: &str,
-    extra: &[(&str, &str)],
-) -> (TestApp, tempfile::TempDir, AgentProc, i64) {
-    let app = TestApp::sqlite().await;
-    let group = app.group(app_name).await;
-    let dir = tempfile::tempdir().unwrap();
-    let agent = AgentProc::start_with(&app.base, app_name, &dir.path().join("agent"), extra);
-    app.wait_for_agent(&agent.address).await;
-    (app, dir, agent, group)
-}
-
-fn pid_alive(pid: i64) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
-}
-
-fn status_kb(pid: u32, key: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_without_a_sane_token_refuses_to_start() {
@@ -79,7 +54,7 @@ async fn an_agent_without_a_sane_token_refuses_to_start() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_50_mb_log_is_capped_and_a_50_mb_line_pages() {
-    let (app, _dir, agent, g) = app_with_agent("host-logs", &[]).await;
+    let (app, _dir, agent, g) = with_agent("host-logs", &[]).await;
     // 5,000 lines of 9,999 bytes: 50 MB, each line numbered at its start.
     let many = app
         .job_from(g, json!({"name": "many", "handler": {"type": "shell", "command":
@@ -157,13 +132,13 @@ async fn a_50_mb_log_is_capped_and_a_50_mb_line_pages() {
     );
     assert!(joined.contains("bytes cut here"), "the cut is said");
     // Paging read one slice at a time: the agent never held the line.
-    let peak_kb = status_kb(agent.pid(), "VmHWM:");
+    let peak_kb = proc_status_kb(agent.pid(), "VmHWM:");
     assert!(peak_kb < 48 * 1024, "agent peak RSS {peak_kb} kB");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logging_stops_when_the_disk_is_nearly_full_and_the_run_goes_on() {
-    let (app, _dir, _agent, g) = app_with_agent(
+    let (app, _dir, _agent, g) = with_agent(
         "host-disk",
         &[("JOBFLEET_AGENT_LOG_MIN_FREE_MB", "100000000")],
     )
@@ -199,7 +174,7 @@ async fn pid_from(file: &std::path::Path) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_setsid_escapee_dies_with_its_run() {
-    let (app, dir, _agent, g) = app_with_agent("host-contain", &[]).await;
+    let (app, dir, _agent, g) = with_agent("host-contain", &[]).await;
     let escape = |file: &std::path::Path, then: &str| {
         format!("setsid sleep 41 & echo $! > {}; {then}", file.display())
     };
@@ -237,14 +212,7 @@ async fn a_setsid_escapee_dies_with_its_run() {
         .await;
     let id = app.trigger(job, json!({})).await["id"].as_i64().unwrap();
     let pid = pid_from(&file).await;
-    let killed = app
-        .call(
-            "POST",
-            &format!("/api/v1/runs/{id}/kill"),
-            Some(&app.admin),
-            None,
-        )
-        .await;
+    let killed = app.kill_run(id).await;
     assert_eq!(killed.status, StatusCode::ACCEPTED, "{}", killed.body);
     assert_eq!(app.finished_run(id, RUN_WITHIN).await["status"], "killed");
     wait_for(
@@ -285,7 +253,7 @@ async fn a_setsid_escapee_dies_with_its_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_rss_of_a_run_without_limits_is_the_runs_own() {
-    let (app, _dir, agent, g) = app_with_agent("host-rss", &[]).await;
+    let (app, _dir, agent, g) = with_agent("host-rss", &[]).await;
     let run_usage = |body: Value| {
         let app = &app;
         async move {
@@ -303,7 +271,7 @@ async fn max_rss_of_a_run_without_limits_is_the_runs_own() {
     assert!((95 * 1024..=140 * 1024).contains(&big), "{big} kB");
     let small =
         run_usage(json!({"name": "small", "handler": {"type": "shell", "command": "true"}})).await;
-    let agent_peak = status_kb(agent.pid(), "VmHWM:") as i64;
+    let agent_peak = proc_status_kb(agent.pid(), "VmHWM:") as i64;
     assert!(
         small * 2 < agent_peak,
         "a tiny run reports {small} kB; the agent's own peak is {agent_peak} kB"

@@ -8,6 +8,7 @@ use std::time::Duration;
 use jobfleet_agent::protocol::{ACCESS_TOKEN_HEADER, AGENT_KEY_HEADER};
 use serde_json::{Value, json};
 
+use crate::support::agent::{Executor, fake_executor};
 use crate::support::both_backends;
 use crate::support::{AgentProc, TestApp, wait_for};
 
@@ -54,15 +55,6 @@ async fn agent_row(app: &TestApp, address: &str) -> Option<Value> {
         .cloned()
 }
 
-async fn runs_of(app: &TestApp, job: i64) -> Vec<Value> {
-    let r = app
-        .get(&format!("/api/v1/runs?job_id={job}&limit=200"), &app.admin)
-        .await;
-    let mut items = r.body["items"].as_array().unwrap().clone();
-    items.sort_by_key(|r| r["id"].as_i64());
-    items
-}
-
 async fn restarted_agents_orphaned_run_is_lost_and_retried_within_a_heartbeat(mysql: bool) {
     let app = TestApp::scheduling(mysql, &[]).await;
     let g = app.group("sec-orphan").await;
@@ -82,7 +74,7 @@ async fn restarted_agents_orphaned_run_is_lost_and_retried_within_a_heartbeat(my
         let app = &app;
         async move {
             wait_for(WITHIN, &format!("attempt {attempt} to run"), || async {
-                runs_of(app, job)
+                app.runs_of(job)
                     .await
                     .into_iter()
                     .find(|r| r["attempt"] == attempt && r["status"] == "running")
@@ -130,8 +122,17 @@ async fn restarted_agents_orphaned_run_is_lost_and_retried_within_a_heartbeat(my
         "{lost}"
     );
     let third = running_attempt(3).await;
-    // The retry is held: later heartbeats leave it running.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The retry is held: later heartbeats leave it running. A beat is stored with what it
+    // judged, in one transaction; the second after this moment was taken after the accept.
+    let mut seen_from = app.now_ms();
+    for beat in ["first", "second"] {
+        seen_from = wait_for(WITHIN, &format!("the {beat} later heartbeat"), || async {
+            let row = agent_row(&app, &agent.address).await?;
+            let seen = row["last_seen_ms"].as_i64().unwrap();
+            (seen > seen_from).then_some(seen)
+        })
+        .await;
+    }
     let still = app.run(third["id"].as_i64().unwrap()).await;
     assert_eq!(still["status"], "running", "{still}");
 }
@@ -317,12 +318,7 @@ async fn new_agents_wait_for_approval_and_revoked_ones_are_shut_out(mysql: bool)
     );
     // Forgotten: the row and its key go, and the agent enrolls again (pending).
     let forgot = app
-        .call(
-            "DELETE",
-            &format!("/api/v1/agents/{id}"),
-            Some(&app.admin),
-            None,
-        )
+        .delete(&format!("/api/v1/agents/{id}"), &app.admin)
         .await;
     assert_eq!(forgot.status, 204);
     let again = wait_for(WITHIN, "the agent to enroll again", || async {
@@ -333,31 +329,6 @@ async fn new_agents_wait_for_approval_and_revoked_ones_are_shut_out(mysql: bool)
     assert_ne!(again["id"], pending["id"]);
 }
 both_backends!(new_agents_wait_for_approval_and_revoked_ones_are_shut_out);
-
-/// An XXL-Job executor on loopback: accepts every trigger and answers like one.
-async fn accepting_executor() -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = format!("http://{}/", listener.local_addr().unwrap());
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut socket, _)) = listener.accept().await else {
-                return;
-            };
-            tokio::spawn(async move {
-                use tokio::io::{AsyncReadExt, AsyncWriteExt};
-                let mut buf = vec![0u8; 65536];
-                let _ = socket.read(&mut buf).await;
-                let body = r#"{"code":200,"msg":null}"#;
-                let response = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = socket.write_all(response.as_bytes()).await;
-            });
-        }
-    });
-    address
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn xxl_job_executors_work_on_the_shared_token_only_where_allowed() {
@@ -371,7 +342,7 @@ async fn xxl_job_executors_work_on_the_shared_token_only_where_allowed() {
         .await;
     assert_eq!(group.body["allow_executors"], true, "{:?}", group.body);
     let g = group.body["id"].as_i64().unwrap();
-    let executor = accepting_executor().await;
+    let executor = fake_executor(Executor::Accepting).await;
     let answer = rpc(&app, "registry", None, &registration("sec-xxl", &executor)).await;
     assert_eq!(answer["code"], 200, "{answer}");
     let row = agent_row(&app, &executor).await.unwrap();
@@ -393,7 +364,7 @@ async fn xxl_job_executors_work_on_the_shared_token_only_where_allowed() {
     let done = app.finished_run(run_id, WITHIN).await;
     assert_eq!(done["status"], "succeeded", "{done}");
     // The group is switched off: a further executor is refused.
-    let other = accepting_executor().await;
+    let other = fake_executor(Executor::Accepting).await;
     app.call(
         "PUT",
         &format!("/api/v1/groups/{g}"),

@@ -3,174 +3,37 @@
 //! evaluated and limited per account and per client, the password-change form is no oracle,
 //! and a password reset or disabling ends every credential of the user.
 
-use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use reqwest::StatusCode;
-use reqwest::header::{CONTENT_TYPE, COOKIE, LOCATION, RETRY_AFTER, SET_COOKIE};
+use reqwest::header::{CONTENT_TYPE, COOKIE, RETRY_AFTER, SET_COOKIE};
 use serde_json::{Value, json};
 
-use crate::support::{ADMIN_PASSWORD, TestApp, wait_for};
+use crate::support::admin_proc::AdminProc;
+use crate::support::console::Console;
+use crate::support::{ADMIN_PASSWORD, Response, TestApp, api_test, proc_status_kb};
 
-/// Generates the sqlite and (with `--features mysql`) MariaDB variants of `$name(app)`, on an
-/// admin whose hashing queue is long enough that a loaded test machine never answers 503.
-macro_rules! login_test {
-    ($name:ident) => {
-        mod $name {
-            const ENV: &[(&str, &str)] = &[("JOBFLEET_PASSWORD_HASH_QUEUE_MS", "60000")];
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite() {
-                let app = $crate::support::TestApp::start_with(
-                    jobfleet_admin::testing::TestDb::sqlite(),
-                    ENV,
-                )
-                .await;
-                super::$name(&app).await;
-            }
-
-            #[cfg(feature = "mysql")]
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn mysql() {
-                let app =
-                    $crate::support::TestApp::start_with($crate::support::mysql_db().await, ENV)
-                        .await;
-                super::$name(&app).await;
-            }
-        }
-    };
-}
-
-/// A cookie-keeping console client that does not follow redirects.
-struct Console<'a> {
-    app: &'a TestApp,
-    client: reqwest::Client,
-    cookies: HashMap<String, String>,
-}
-
-struct Page {
-    status: StatusCode,
-    location: String,
-    retry_after: Option<String>,
-    body: String,
-}
-
-impl Page {
-    fn csrf(&self) -> String {
-        let marker = "name=\"csrf\" value=\"";
-        let at = self.body.find(marker).expect("a form with a CSRF token") + marker.len();
-        let rest = &self.body[at..];
-        rest[..rest.find('"').unwrap()].to_owned()
-    }
-}
-
-impl<'a> Console<'a> {
-    fn new(app: &'a TestApp) -> Self {
-        Console {
-            app,
-            client: reqwest::Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .unwrap(),
-            cookies: HashMap::new(),
-        }
-    }
-
-    async fn send(&mut self, req: reqwest::RequestBuilder) -> Page {
-        let cookie = self
-            .cookies
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join("; ");
-        let res = req.header(COOKIE, cookie).send().await.unwrap();
-        for c in res.headers().get_all(SET_COOKIE) {
-            let c = c.to_str().unwrap();
-            let (k, v) = c.split(';').next().unwrap().split_once('=').unwrap();
-            if v.is_empty() || c.contains("Max-Age=0") {
-                self.cookies.remove(k);
-            } else {
-                self.cookies.insert(k.to_owned(), v.to_owned());
-            }
-        }
-        let header = |name| {
-            res.headers()
-                .get(name)
-                .map(|v: &reqwest::header::HeaderValue| v.to_str().unwrap().to_owned())
-        };
-        Page {
-            status: res.status(),
-            location: header(LOCATION).unwrap_or_default(),
-            retry_after: header(RETRY_AFTER),
-            body: res.text().await.unwrap(),
-        }
-    }
-
-    async fn get(&mut self, path: &str) -> Page {
-        let req = self.client.get(format!("{}{path}", self.app.base));
-        self.send(req).await
-    }
-
-    async fn post_raw(&mut self, path: &str, content_type: Option<&str>, body: String) -> Page {
-        let mut req = self
-            .client
-            .post(format!("{}{path}", self.app.base))
-            .body(body);
-        if let Some(ct) = content_type {
-            req = req.header(CONTENT_TYPE, ct);
-        }
-        self.send(req).await
-    }
-
-    async fn post(&mut self, path: &str, form: &[(&str, &str)]) -> Page {
-        let body = url::form_urlencoded::Serializer::new(String::new())
-            .extend_pairs(form)
-            .finish();
-        self.post_raw(path, Some("application/x-www-form-urlencoded"), body)
-            .await
-    }
-
-    async fn login(&mut self, user: &str, password: &str) -> Page {
-        let csrf = self.get("/console/login").await.csrf();
-        self.post(
-            "/console/login",
-            &[("csrf", &csrf), ("username", user), ("password", password)],
-        )
-        .await
-    }
-}
-
-async fn api_login(app: &TestApp, username: &str, password: &str) -> (StatusCode, Value) {
-    let r = app
-        .call(
-            "POST",
-            "/api/v1/auth/token",
-            None,
-            Some(json!({"username": username, "password": password})),
-        )
-        .await;
-    (r.status, r.body)
-}
+/// An admin whose hashing queue is long enough that a loaded test machine never answers 503.
+const ENV: &[(&str, &str)] = &[("JOBFLEET_PASSWORD_HASH_QUEUE_MS", "60000")];
 
 async fn oversized_credentials_are_refused_before_anything_is_kept(app: &TestApp) {
     let before = app.footprint().await;
     let long_name = "n".repeat(65);
     let long_password = "p".repeat(257);
-    let (status, body) = api_login(app, &long_name, "some-password").await;
+    let Response { status, body } = app.try_login(&long_name, "some-password").await;
     assert_eq!(
         (status, body["error"]["field"].as_str()),
         (StatusCode::UNPROCESSABLE_ENTITY, Some("username")),
         "{body}"
     );
-    let (status, body) = api_login(app, "admin", &long_password).await;
+    let Response { status, body } = app.try_login("admin", &long_password).await;
     assert_eq!(
         (status, body["error"]["field"].as_str()),
         (StatusCode::UNPROCESSABLE_ENTITY, Some("password")),
         "{body}"
     );
-    let (status, body) = api_login(app, &"n".repeat(20_000), "some-password").await;
+    let Response { status, body } = app.try_login(&"n".repeat(20_000), "some-password").await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
     assert_eq!(body["error"]["code"], "payload_too_large");
 
@@ -214,12 +77,14 @@ async fn oversized_credentials_are_refused_before_anything_is_kept(app: &TestApp
     assert_eq!(app.footprint().await, before, "nothing was written");
     app.login("admin", ADMIN_PASSWORD).await;
 }
-login_test!(oversized_credentials_are_refused_before_anything_is_kept);
+api_test!(
+    oversized_credentials_are_refused_before_anything_is_kept,
+    super::ENV
+);
 
 async fn parallel_guesses_are_charged_before_they_are_evaluated(app: &TestApp) {
     let guesses = (0..40).map(|i| {
-        api_login(
-            app,
+        app.try_login(
             "admin",
             if i % 2 == 0 {
                 "nope-nope"
@@ -229,7 +94,7 @@ async fn parallel_guesses_are_charged_before_they_are_evaluated(app: &TestApp) {
         )
     });
     let answers = futures_util::future::join_all(guesses).await;
-    let count = |s: StatusCode| answers.iter().filter(|(st, _)| *st == s).count();
+    let count = |s: StatusCode| answers.iter().filter(|r| r.status == s).count();
     let (evaluated, limited) = (
         count(StatusCode::UNAUTHORIZED),
         count(StatusCode::TOO_MANY_REQUESTS),
@@ -241,14 +106,7 @@ async fn parallel_guesses_are_charged_before_they_are_evaluated(app: &TestApp) {
     );
     assert_eq!(limited, 40 - evaluated);
     // The same limit holds for the right password now: the account is locked for a while.
-    let r = app
-        .call(
-            "POST",
-            "/api/v1/auth/token",
-            None,
-            Some(json!({"username": "admin", "password": ADMIN_PASSWORD})),
-        )
-        .await;
+    let r = app.try_login("admin", ADMIN_PASSWORD).await;
     assert_eq!(
         (r.status, r.code()),
         (StatusCode::TOO_MANY_REQUESTS, "rate_limited")
@@ -267,20 +125,22 @@ async fn parallel_guesses_are_charged_before_they_are_evaluated(app: &TestApp) {
         .unwrap();
     assert!((1..=300).contains(&wait), "Retry-After {wait}");
 }
-login_test!(parallel_guesses_are_charged_before_they_are_evaluated);
+api_test!(
+    parallel_guesses_are_charged_before_they_are_evaluated,
+    super::ENV
+);
 
 async fn spraying_one_password_over_many_names_is_limited(app: &TestApp) {
     let names: Vec<String> = (0..40).map(|i| format!("sprayed{i}")).collect();
     let answers =
-        futures_util::future::join_all(names.iter().map(|n| api_login(app, n, "Summer2026!")))
-            .await;
+        futures_util::future::join_all(names.iter().map(|n| app.try_login(n, "Summer2026!"))).await;
     let evaluated = answers
         .iter()
-        .filter(|(s, _)| *s == StatusCode::UNAUTHORIZED)
+        .filter(|r| r.status == StatusCode::UNAUTHORIZED)
         .count();
     let limited = answers
         .iter()
-        .filter(|(s, _)| *s == StatusCode::TOO_MANY_REQUESTS)
+        .filter(|r| r.status == StatusCode::TOO_MANY_REQUESTS)
         .count();
     assert_eq!(evaluated + limited, 40, "{answers:?}");
     assert!(
@@ -300,7 +160,7 @@ async fn spraying_one_password_over_many_names_is_limited(app: &TestApp) {
         .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
 }
-login_test!(spraying_one_password_over_many_names_is_limited);
+api_test!(spraying_one_password_over_many_names_is_limited, super::ENV);
 
 async fn the_password_change_oracle_is_limited(app: &TestApp) {
     let (_, bob) = app.user("bob", "operator", &[]).await;
@@ -328,10 +188,7 @@ async fn the_password_change_oracle_is_limited(app: &TestApp) {
 
     app.user("carol", "viewer", &[]).await;
     let mut console = Console::new(app);
-    assert_eq!(
-        console.login("carol", "carol-password").await.status,
-        StatusCode::SEE_OTHER
-    );
+    console.login("carol", "carol-password").await;
     let mut last = None;
     for _ in 0..11 {
         let csrf = console.get("/console/account").await.csrf();
@@ -356,7 +213,7 @@ async fn the_password_change_oracle_is_limited(app: &TestApp) {
         last.body
     );
 }
-login_test!(the_password_change_oracle_is_limited);
+api_test!(the_password_change_oracle_is_limited, super::ENV);
 
 /// A user's three kinds of credential: a console session, a JWT and an API token.
 struct Credentials<'a> {
@@ -377,8 +234,7 @@ async fn credentials<'a>(app: &'a TestApp, name: &str) -> (i64, Credentials<'a>)
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
     let token = r.body["token"].as_str().unwrap().to_owned();
     let mut console = Console::new(app);
-    let login = console.login(name, &format!("{name}-password")).await;
-    assert_eq!(login.status, StatusCode::SEE_OTHER, "{}", login.body);
+    console.login(name, &format!("{name}-password")).await;
     let mut creds = Credentials {
         console,
         jwt,
@@ -494,14 +350,11 @@ async fn credentials_die_with_a_reset_or_disabling(app: &TestApp) {
     );
     app.login("erin", "erin-password").await;
 }
-login_test!(credentials_die_with_a_reset_or_disabling);
+api_test!(credentials_die_with_a_reset_or_disabling, super::ENV);
 
 async fn a_console_post_without_a_csrf_token_is_forbidden(app: &TestApp) {
     let mut console = Console::new(app);
-    assert_eq!(
-        console.login("admin", ADMIN_PASSWORD).await.status,
-        StatusCode::SEE_OTHER
-    );
+    console.login("admin", ADMIN_PASSWORD).await;
     let before = app.footprint().await;
     let group = app.group("csrf-less").await;
     let before = (before.0 + 1, before.1);
@@ -516,80 +369,20 @@ async fn a_console_post_without_a_csrf_token_is_forbidden(app: &TestApp) {
     assert_eq!(form.status, StatusCode::FORBIDDEN, "{}", form.body);
     assert_eq!(app.footprint().await, before, "nothing was written");
 }
-login_test!(a_console_post_without_a_csrf_token_is_forbidden);
-
-/// A real `jobfleet-admin serve` over a fresh SQLite file, killed on drop.
-struct Admin {
-    child: Child,
-    base: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Admin {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Admin {
-    async fn start() -> Admin {
-        let dir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_jobfleet-admin"));
-        for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("JOBFLEET_")) {
-            cmd.env_remove(key);
-        }
-        let child = cmd
-            .arg("serve")
-            .env("RUST_LOG", "warn")
-            .env("JOBFLEET_LOG", "warn")
-            .env("JOBFLEET_LISTEN", format!("127.0.0.1:{port}"))
-            .env("JOBFLEET_ADMIN_PASSWORD", ADMIN_PASSWORD)
-            .env("JOBFLEET_SCHEDULER", "false")
-            .current_dir(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let admin = Admin {
-            child,
-            base: format!("http://127.0.0.1:{port}"),
-            _dir: dir,
-        };
-        let client = reqwest::Client::new();
-        wait_for(Duration::from_secs(30), "the admin to serve", || async {
-            let res = client.get(format!("{}/readyz", admin.base)).send().await;
-            res.is_ok_and(|r| r.status().is_success()).then_some(())
-        })
-        .await;
-        admin
-    }
-
-    fn rss_kb(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmRSS in /proc/<pid>/status")
-    }
-}
+api_test!(a_console_post_without_a_csrf_token_is_forbidden, super::ENV);
 
 /// Items 3's floods against the real binary: its resident memory must stay bounded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_memory_stays_bounded_under_login_floods() {
     const BOUND_KB: u64 = 150 * 1024;
     crate::support::install_crypto();
-    let admin = Admin::start().await;
+    let admin = AdminProc::sqlite(&[("JOBFLEET_SCHEDULER", "false")]);
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(120))
         .build()
         .unwrap();
+    admin.ready(&client).await;
+    let rss_kb = || proc_status_kb(admin.pid(), "VmRSS:");
     // One warm-up login, so start-up allocations are not counted as growth.
     let warm = client
         .post(format!("{}/api/v1/auth/token", admin.base))
@@ -598,7 +391,7 @@ async fn admin_memory_stays_bounded_under_login_floods() {
         .await
         .unwrap();
     assert_eq!(warm.status(), StatusCode::OK);
-    let start = admin.rss_kb();
+    let start = rss_kb();
 
     // (a) 400 console logins with ~1 MB user names, 8 at a time.
     let page = client
@@ -638,7 +431,7 @@ async fn admin_memory_stays_bounded_under_login_floods() {
         "every oversized login is a 4xx: {:?}",
         answers.iter().find(|s| !s.is_client_error())
     );
-    let after_console = admin.rss_kb();
+    let after_console = rss_kb();
     assert!(
         after_console < start + BOUND_KB,
         "400 oversized console logins grew the admin from {start} kB to {after_console} kB"
@@ -665,7 +458,7 @@ async fn admin_memory_stays_bounded_under_login_floods() {
         }
     });
     let answers = futures_util::future::join_all(logins).await;
-    let after_api = admin.rss_kb();
+    let after_api = rss_kb();
     eprintln!(
         "admin RSS: {start} kB, after the console flood {after_console} kB, after the API flood {after_api} kB"
     );

@@ -3,12 +3,10 @@
 //! see answers exactly like one that does not exist; deleting a job takes it out of the child
 //! lists of jobs its deleter may not see.
 
-use std::collections::HashMap;
-
 use reqwest::StatusCode;
-use reqwest::header::{CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE};
 use serde_json::{Value, json};
 
+use crate::support::console::{Console, without_request_id};
 use crate::support::{Response, TestApp, api_test};
 
 /// An id no job or run has.
@@ -289,7 +287,7 @@ async fn a_hidden_job_answers_like_a_missing_one(app: &TestApp) {
     assert_eq!(app.run(run).await["job_id"], w.job2);
 
     // The console pages of jobs and runs: the same 404 page.
-    let mut v = Visitor::new(app);
+    let mut v = Console::new(app);
     v.login("op-one", "op-one-password").await;
     for (hidden, missing) in [
         (
@@ -351,14 +349,7 @@ async fn deleting_a_child_takes_it_out_of_hidden_parents(app: &TestApp) {
     );
     let (audit_before, jobs_before) = app.footprint().await;
 
-    let r = app
-        .call(
-            "DELETE",
-            &format!("/api/v1/jobs/{}", w.job2),
-            Some(&op2),
-            None,
-        )
-        .await;
+    let r = app.delete(&format!("/api/v1/jobs/{}", w.job2), &op2).await;
     assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.body);
     assert_eq!(children_of(app, w.job1).await, json!([other]));
     assert_eq!(
@@ -382,7 +373,7 @@ api_test!(deleting_a_child_takes_it_out_of_hidden_parents);
 
 async fn the_console_form_refuses_a_hidden_child(app: &TestApp) {
     let w = world(app).await;
-    let mut v = Visitor::new(app);
+    let mut v = Console::new(app);
     let page = v.login("op-one", "op-one-password").await;
     let csrf = page.csrf();
     let before = app.footprint().await;
@@ -419,116 +410,3 @@ async fn the_console_form_refuses_a_hidden_child(app: &TestApp) {
     assert_eq!(children_of(app, w.job1).await, json!([]));
 }
 api_test!(the_console_form_refuses_a_hidden_child);
-
-/// An error page with its request id (different on every request) blanked out.
-fn without_request_id(page: &str) -> String {
-    let marker = "Request id: <code>";
-    match page.find(marker) {
-        Some(at) => {
-            let start = at + marker.len();
-            let end = start + page[start..].find('<').unwrap_or(0);
-            format!("{}{}", &page[..start], &page[end..])
-        }
-        None => page.to_owned(),
-    }
-}
-
-/// A cookie-keeping console client that does not follow redirects.
-struct Visitor<'a> {
-    app: &'a TestApp,
-    client: reqwest::Client,
-    cookies: HashMap<String, String>,
-}
-
-struct Page {
-    status: StatusCode,
-    location: String,
-    body: String,
-}
-
-impl Page {
-    fn csrf(&self) -> String {
-        let marker = "name=\"csrf\" value=\"";
-        let at = self.body.find(marker).expect("a form with a CSRF token") + marker.len();
-        let rest = &self.body[at..];
-        rest[..rest.find('"').unwrap()].to_owned()
-    }
-}
-
-impl<'a> Visitor<'a> {
-    fn new(app: &'a TestApp) -> Self {
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .unwrap();
-        Visitor {
-            app,
-            client,
-            cookies: HashMap::new(),
-        }
-    }
-
-    async fn send(&mut self, req: reqwest::RequestBuilder) -> Page {
-        let cookie = self
-            .cookies
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join("; ");
-        let res = req.header(COOKIE, cookie).send().await.unwrap();
-        for c in res.headers().get_all(SET_COOKIE) {
-            let c = c.to_str().unwrap();
-            let (k, v) = c.split(';').next().unwrap().split_once('=').unwrap();
-            if v.is_empty() || c.contains("Max-Age=0") {
-                self.cookies.remove(k);
-            } else {
-                self.cookies.insert(k.to_owned(), v.to_owned());
-            }
-        }
-        Page {
-            status: res.status(),
-            location: res
-                .headers()
-                .get(LOCATION)
-                .map(|v| v.to_str().unwrap().to_owned())
-                .unwrap_or_default(),
-            body: res.text().await.unwrap(),
-        }
-    }
-
-    async fn get(&mut self, path: &str) -> Page {
-        let req = self.client.get(format!("{}{path}", self.app.base));
-        self.send(req).await
-    }
-
-    async fn post(&mut self, path: &str, form: &[(&str, &str)]) -> Page {
-        let body = url::form_urlencoded::Serializer::new(String::new())
-            .extend_pairs(form)
-            .finish();
-        let req = self
-            .client
-            .post(format!("{}{path}", self.app.base))
-            .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
-            .body(body);
-        self.send(req).await
-    }
-
-    /// Logs in and returns the jobs page (which carries a CSRF token).
-    async fn login(&mut self, user: &str, password: &str) -> Page {
-        let csrf = self.get("/console/login").await.csrf();
-        let done = self
-            .post(
-                "/console/login",
-                &[
-                    ("csrf", &csrf),
-                    ("username", user),
-                    ("password", password),
-                    ("next", "/console/jobs"),
-                ],
-            )
-            .await;
-        assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
-        assert_eq!(done.location, "/console/jobs");
-        self.get("/console/jobs").await
-    }
-}

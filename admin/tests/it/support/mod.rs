@@ -12,22 +12,40 @@ use jobfleet_admin::testing::TestDb;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
+pub mod admin_proc;
+pub mod agent;
+pub mod console;
+pub mod proxy;
+pub mod receiver;
+
+pub use agent::{AgentProc, agent_binary, pid_alive};
+
 pub const ADMIN_PASSWORD: &str = "admin-password-1";
 
-/// Generates a sqlite test and, with `--features mysql`, a MariaDB test running `$body(app)`.
+/// Generates a sqlite test and, with `--features mysql`, a MariaDB test running `$name(app)`;
+/// `api_test!(name, ENV)` starts the admin with the extra settings `ENV`.
 macro_rules! api_test {
     ($name:ident) => {
+        $crate::support::api_test!($name, &[]);
+    };
+    ($name:ident, $env:expr) => {
         mod $name {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn sqlite() {
-                let app = $crate::support::TestApp::sqlite().await;
+                let app = $crate::support::TestApp::start_with(
+                    jobfleet_admin::testing::TestDb::sqlite(),
+                    $env,
+                )
+                .await;
                 super::$name(&app).await;
             }
 
             #[cfg(feature = "mysql")]
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn mysql() {
-                let app = $crate::support::TestApp::mysql().await;
+                let app =
+                    $crate::support::TestApp::start_with($crate::support::mysql_db().await, $env)
+                        .await;
                 super::$name(&app).await;
             }
         }
@@ -78,6 +96,7 @@ pub struct Opts {
     pub scheduler: bool,
 }
 
+#[derive(Debug)]
 pub struct Response {
     pub status: StatusCode,
     pub body: Value,
@@ -106,6 +125,15 @@ pub async fn mysql_db() -> TestDb {
     unreachable!("MariaDB tests need --features mysql")
 }
 
+/// A fresh database: MariaDB when `mysql`, else SQLite.
+pub async fn test_db(mysql: bool) -> TestDb {
+    if mysql {
+        mysql_db().await
+    } else {
+        TestDb::sqlite()
+    }
+}
+
 pub fn install_crypto() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
@@ -113,11 +141,6 @@ pub fn install_crypto() {
 impl TestApp {
     pub async fn sqlite() -> Self {
         Self::start(TestDb::sqlite()).await
-    }
-
-    #[cfg(feature = "mysql")]
-    pub async fn mysql() -> Self {
-        Self::start(mysql_db().await).await
     }
 
     pub async fn start(db: TestDb) -> Self {
@@ -131,13 +154,8 @@ impl TestApp {
 
     /// A scheduling admin on the real clock, over SQLite or MariaDB by `mysql`.
     pub async fn scheduling(mysql: bool, env: &[(&str, &str)]) -> Self {
-        let db = if mysql {
-            mysql_db().await
-        } else {
-            TestDb::sqlite()
-        };
         Self::start_opts(
-            db,
+            test_db(mysql).await,
             env,
             Opts {
                 system_clock: true,
@@ -212,17 +230,22 @@ impl TestApp {
         self.state.clock.now_ms()
     }
 
+    /// Logs in over the API; panics unless it succeeds.
     pub async fn login(&self, username: &str, password: &str) -> String {
-        let r = self
-            .call(
-                "POST",
-                "/api/v1/auth/token",
-                None,
-                Some(json!({"username": username, "password": password})),
-            )
-            .await;
+        let r = self.try_login(username, password).await;
         assert_eq!(r.status, StatusCode::OK, "login {username}: {}", r.body);
         r.body["token"].as_str().unwrap().to_owned()
+    }
+
+    /// A login attempt over the API, whatever it answers.
+    pub async fn try_login(&self, username: &str, password: &str) -> Response {
+        self.call(
+            "POST",
+            "/api/v1/auth/token",
+            None,
+            Some(json!({"username": username, "password": password})),
+        )
+        .await
     }
 
     /// Sends a request with an optional bearer and JSON body; returns status and JSON body.
@@ -281,6 +304,22 @@ impl TestApp {
 
     pub async fn post(&self, path: &str, token: &str, body: Value) -> Response {
         self.call("POST", path, Some(token), Some(body)).await
+    }
+
+    pub async fn delete(&self, path: &str, token: &str) -> Response {
+        self.call("DELETE", path, Some(token), None).await
+    }
+
+    /// The `/metrics` page (it needs no token).
+    pub async fn metrics_text(&self) -> String {
+        self.client
+            .get(format!("{}/metrics", self.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
     }
 
     /// Creates a group as admin and returns its id.
@@ -374,6 +413,27 @@ impl TestApp {
         r.body
     }
 
+    /// Asks the admin to kill a run (as the admin user).
+    pub async fn kill_run(&self, run_id: i64) -> Response {
+        self.call(
+            "POST",
+            &format!("/api/v1/runs/{run_id}/kill"),
+            Some(&self.admin),
+            None,
+        )
+        .await
+    }
+
+    /// Every run of `job` (up to 200), oldest first.
+    pub async fn runs_of(&self, job: i64) -> Vec<Value> {
+        let r = self
+            .get(&format!("/api/v1/runs?job_id={job}&limit=200"), &self.admin)
+            .await;
+        let mut items = r.body["items"].as_array().unwrap().clone();
+        items.sort_by_key(|r| r["id"].as_i64());
+        items
+    }
+
     pub async fn run(&self, run_id: i64) -> Value {
         self.get(&format!("/api/v1/runs/{run_id}"), &self.admin)
             .await
@@ -418,16 +478,52 @@ impl TestApp {
             &format!("agent {address} to register"),
             || async {
                 let agents = self.get("/api/v1/agents", &self.admin).await.body;
-                agents
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .any(|a| a["address"] == address && a["live"] == true)
-                    .then_some(())
+                is_live_agent(&agents, address).then_some(())
             },
         )
         .await
     }
+}
+
+/// A SQLite admin (manual clock) with one live agent of a fresh group `app_name`; returns the
+/// app, the agent's folder, the agent and the group id.
+pub async fn with_agent(
+    app_name: &str,
+    agent_env: &[(&str, &str)],
+) -> (TestApp, tempfile::TempDir, AgentProc, i64) {
+    let app = TestApp::sqlite().await;
+    let group = app.group(app_name).await;
+    let dir = tempfile::tempdir().unwrap();
+    let agent = AgentProc::start_with(&app.base, app_name, &dir.path().join("agent"), agent_env);
+    app.wait_for_agent(&agent.address).await;
+    (app, dir, agent, group)
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A `kB` figure of `/proc/<pid>/status`, e.g. `VmRSS:`.
+pub fn proc_status_kb(pid: u32, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("{key} in /proc/{pid}/status"))
+}
+
+/// Whether the agents list `agents` (as `/api/v1/agents` answers) has `address` live.
+pub fn is_live_agent(agents: &Value, address: &str) -> bool {
+    agents
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|a| a["address"] == address && a["live"] == true)
 }
 
 /// Polls `check` until it yields a value or `within` passes (then fails, naming `what`).
@@ -449,229 +545,10 @@ where
     }
 }
 
-/// A real `jobfleet-agent` process on loopback.
-pub struct AgentProc {
-    child: Option<std::process::Child>,
-    pub port: u16,
-    pub address: String,
-    pub data_dir: std::path::PathBuf,
-    admins: String,
-    group: String,
-    extra_env: Vec<(String, String)>,
-}
-
-/// The agent binary next to this test binary; `cargo build --workspace --bins` puts it there.
-pub fn agent_binary() -> std::path::PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().and_then(std::path::Path::parent).unwrap();
-    let bin = dir.join("jobfleet-agent");
-    assert!(
-        bin.exists(),
-        "{} is missing: run `cargo build --workspace --bins` before the tests",
-        bin.display()
-    );
-    bin
-}
-
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-impl AgentProc {
-    pub fn start(admins: &str, group: &str, data_dir: &std::path::Path) -> Self {
-        Self::start_with(admins, group, data_dir, &[])
-    }
-
-    /// Starts with extra `JOBFLEET_AGENT_*` settings.
-    pub fn start_with(
-        admins: &str,
-        group: &str,
-        data_dir: &std::path::Path,
-        extra: &[(&str, &str)],
-    ) -> Self {
-        let port = free_port();
-        let mut agent = Self {
-            child: None,
-            port,
-            address: format!("http://127.0.0.1:{port}/"),
-            data_dir: data_dir.to_owned(),
-            admins: admins.to_owned(),
-            group: group.to_owned(),
-            extra_env: extra
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect(),
-        };
-        agent.spawn();
-        agent
-    }
-
-    fn spawn(&mut self) {
-        let child = std::process::Command::new(agent_binary())
-            .arg("--allow-root")
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("JOBFLEET_AGENT_ADMINS", &self.admins)
-            .env("JOBFLEET_AGENT_GROUP", &self.group)
-            .env("JOBFLEET_AGENT_LISTEN", format!("127.0.0.1:{}", self.port))
-            .env("JOBFLEET_AGENT_TOKEN", "test-agent-token")
-            .env("JOBFLEET_AGENT_DATA_DIR", &self.data_dir)
-            .env("JOBFLEET_AGENT_HEARTBEAT_INTERVAL_S", "1")
-            .env("JOBFLEET_AGENT_KILL_GRACE_MS", "500")
-            .env("JOBFLEET_AGENT_SHUTDOWN_GRACE_S", "10")
-            .env("RUST_LOG", "warn")
-            .envs(self.extra_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        self.child = Some(child);
-    }
-
-    /// Starts the agent again with the same port and data folder.
-    pub fn restart(&mut self) {
-        self.spawn();
-    }
-
-    pub fn kill9(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            child.kill().unwrap();
-            child.wait().unwrap();
-        }
-    }
-
-    /// SIGTERM and wait for the exit.
-    pub fn terminate(&mut self) -> std::process::ExitStatus {
-        let mut child = self.child.take().unwrap();
-        let pid = nix_pid(child.id());
-        std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap();
-        child.wait().unwrap()
-    }
-
-    /// The agent process's pid (for reading its /proc figures).
-    pub fn pid(&self) -> u32 {
-        self.child.as_ref().unwrap().id()
-    }
-
-    /// Results durably spooled: whole `.json` files, not a `.tmp` still being written (which a
-    /// kill -9 leaves half-done and the agent's restart rightly discards).
-    pub fn spool_files(&self) -> usize {
-        std::fs::read_dir(self.data_dir.join("spool")).map_or(0, |d| {
-            d.flatten()
-                .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
-                .count()
-        })
-    }
-}
-
-fn nix_pid(pid: u32) -> String {
-    pid.to_string()
-}
-
-impl Drop for AgentProc {
-    fn drop(&mut self) {
-        self.kill9();
-    }
-}
-
 impl Drop for TestApp {
     fn drop(&mut self) {
         let handle = self.server.handle.clone();
         // Stopping is async; fire it and let the runtime wind the server down.
         drop(tokio::spawn(async move { handle.stop(false).await }));
-    }
-}
-
-/// A TCP proxy that can cut every connection and refuse new ones, to simulate a database outage.
-#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
-pub mod proxy {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
-
-    use std::sync::Mutex;
-
-    use tokio::net::{TcpListener, TcpStream};
-    use tokio::task::JoinHandle;
-
-    pub struct Proxy {
-        port: u16,
-        down: Arc<AtomicBool>,
-        connections: Arc<Mutex<Vec<JoinHandle<()>>>>,
-        accept: JoinHandle<()>,
-    }
-
-    /// A fresh MariaDB test database reached through a proxy; returns the database (keep it),
-    /// the proxy and the `JOBFLEET_DATABASE_URL` that goes through it.
-    pub async fn mariadb() -> (jobfleet_admin::testing::TestDb, Proxy, String) {
-        let db = super::mysql_db().await;
-        let parsed = url::Url::parse(&db.url_string()).unwrap();
-        let target = format!(
-            "{}:{}",
-            parsed.host_str().unwrap(),
-            parsed.port().unwrap_or(3306)
-        );
-        let proxy = Proxy::start(&target).await;
-        let mut via_proxy = parsed;
-        via_proxy.set_port(Some(proxy.port())).unwrap();
-        (db, proxy, via_proxy.to_string())
-    }
-
-    impl Proxy {
-        pub async fn start(target: &str) -> Self {
-            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let port = listener.local_addr().unwrap().port();
-            let down = Arc::new(AtomicBool::new(false));
-            let connections: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
-            let (down2, conns2, target) = (down.clone(), connections.clone(), target.to_owned());
-            let accept = tokio::spawn(async move {
-                while let Ok((mut inbound, _)) = listener.accept().await {
-                    if down2.load(Ordering::SeqCst) {
-                        continue; // dropping the socket refuses the client
-                    }
-                    let target = target.clone();
-                    let task = tokio::spawn(async move {
-                        if let Ok(mut outbound) = TcpStream::connect(&target).await {
-                            let _ =
-                                tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                        }
-                    });
-                    conns2.lock().unwrap().push(task);
-                }
-            });
-            Self {
-                port,
-                down,
-                connections,
-                accept,
-            }
-        }
-
-        pub fn port(&self) -> u16 {
-            self.port
-        }
-
-        /// Severs every open connection and refuses new ones.
-        pub fn cut(&self) {
-            self.down.store(true, Ordering::SeqCst);
-            for task in self.connections.lock().unwrap().drain(..) {
-                task.abort();
-            }
-        }
-
-        pub fn restore(&self) {
-            self.down.store(false, Ordering::SeqCst);
-        }
-    }
-
-    impl Drop for Proxy {
-        fn drop(&mut self) {
-            self.accept.abort();
-        }
     }
 }

@@ -3,87 +3,11 @@
 #![cfg(feature = "mysql")]
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{ADMIN_PASSWORD, AgentProc, Opts, TestApp, free_port, wait_for};
-
-struct AdminProc {
-    child: Child,
-    base: String,
-}
-
-impl AdminProc {
-    fn start(database_url: &str) -> Self {
-        Self::start_with(database_url, &[])
-    }
-
-    fn start_with(database_url: &str, extra: &[(&str, &str)]) -> Self {
-        let port = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_jobfleet-admin"))
-            .arg("serve")
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("JOBFLEET_LISTEN", format!("127.0.0.1:{port}"))
-            .env("JOBFLEET_DATABASE_URL", database_url)
-            .env(
-                "JOBFLEET_JWT_SECRET",
-                "cluster-secret-cluster-secret-cluster-0",
-            )
-            .env("JOBFLEET_ACCESS_TOKEN", "test-agent-token")
-            .env("JOBFLEET_APPROVE_AGENTS", "auto")
-            .env("JOBFLEET_ADMIN_PASSWORD", ADMIN_PASSWORD)
-            .env("JOBFLEET_LOG", "warn")
-            .envs(extra.iter().copied())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        Self {
-            child,
-            base: format!("http://127.0.0.1:{port}"),
-        }
-    }
-
-    async fn ready(&self, client: &reqwest::Client) {
-        wait_for(
-            Duration::from_secs(30),
-            &format!("{} to be ready", self.base),
-            || async {
-                let r = client
-                    .get(format!("{}/readyz", self.base))
-                    .send()
-                    .await
-                    .ok()?;
-                r.status().is_success().then_some(())
-            },
-        )
-        .await;
-    }
-
-    /// Starts an admin on a given base URL (`http://127.0.0.1:PORT`), e.g. the one a killed
-    /// admin had, so agents configured with it find it again.
-    fn start_on(database_url: &str, base: &str, extra: &[(&str, &str)]) -> Self {
-        let listen = base.trim_start_matches("http://").to_owned();
-        let mut vars: Vec<(&str, &str)> = extra.to_vec();
-        vars.push(("JOBFLEET_LISTEN", &listen));
-        let mut admin = Self::start_with(database_url, &vars);
-        admin.base = base.to_owned();
-        admin
-    }
-
-    fn kill9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for AdminProc {
-    fn drop(&mut self) {
-        self.kill9();
-    }
-}
+use crate::support::{ADMIN_PASSWORD, AdminProc, AgentProc, Opts, TestApp, free_port, wait_for};
 
 async fn call(
     client: &reqwest::Client,

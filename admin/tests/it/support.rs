@@ -185,12 +185,22 @@ impl TestApp {
             .await
             .unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let server = startup::start(state.clone(), listener).unwrap();
-        let base = format!("http://{}", server.addr);
-        let client = reqwest::Client::builder()
-            .timeout(std::time::Duration::from_secs(20))
-            .build()
-            .unwrap();
+        // With `JOBFLEET_TLS_*` in `env` the admin serves HTTPS, and the test client trusts
+        // exactly its certificate (the healthcheck's client, which also presents it when
+        // client certificates are required).
+        let tls = state.config.tls.clone();
+        let server_tls = tls
+            .as_ref()
+            .map(|tls| jobfleet_admin::tls::server(tls).unwrap().config);
+        let server = startup::start(state.clone(), listener, server_tls).unwrap();
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let base = format!("{scheme}://{}", server.addr);
+        let mut client = reqwest::Client::builder().timeout(std::time::Duration::from_secs(20));
+        if let Some(tls) = &tls {
+            client = client
+                .tls_backend_preconfigured(jobfleet_admin::tls::healthcheck_client(tls).unwrap());
+        }
+        let client = client.build().unwrap();
         let workers = opts
             .scheduler
             .then(|| jobfleet_admin::scheduler::spawn_workers(&state).unwrap());
@@ -348,10 +358,10 @@ impl TestApp {
         self.server.handle.stop(true).await;
     }
 
-    /// Serves again on the same address.
+    /// Serves again on the same address (plain HTTP).
     pub async fn restart_server(&mut self) {
         let listener = TcpListener::bind(self.server.addr).unwrap();
-        self.server = startup::start(self.state.clone(), listener).unwrap();
+        self.server = startup::start(self.state.clone(), listener, None).unwrap();
     }
 
     /// Creates a job from `body` (group filled in) and returns its id.
@@ -458,6 +468,8 @@ pub struct AgentProc {
     admins: String,
     group: String,
     extra_env: Vec<(String, String)>,
+    /// Where its stderr (its log) goes; `None`: the test's stderr.
+    log: Option<std::path::PathBuf>,
 }
 
 /// The agent binary next to this test binary; `cargo build --workspace --bins` puts it there.
@@ -493,6 +505,17 @@ impl AgentProc {
         data_dir: &std::path::Path,
         extra: &[(&str, &str)],
     ) -> Self {
+        Self::start_logged(admins, group, data_dir, extra, None)
+    }
+
+    /// Starts with extra settings, its log (stderr) appended to `log` when given.
+    pub fn start_logged(
+        admins: &str,
+        group: &str,
+        data_dir: &std::path::Path,
+        extra: &[(&str, &str)],
+        log: Option<&std::path::Path>,
+    ) -> Self {
         let port = free_port();
         let mut agent = Self {
             child: None,
@@ -505,12 +528,22 @@ impl AgentProc {
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
+            log: log.map(std::path::Path::to_owned),
         };
         agent.spawn();
         agent
     }
 
     fn spawn(&mut self) {
+        let stderr = match &self.log {
+            None => std::process::Stdio::inherit(),
+            Some(path) => std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .unwrap()
+                .into(),
+        };
         let child = std::process::Command::new(agent_binary())
             .arg("--allow-root")
             .env_clear()
@@ -526,6 +559,7 @@ impl AgentProc {
             .env("RUST_LOG", "warn")
             .envs(self.extra_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(std::process::Stdio::null())
+            .stderr(stderr)
             .spawn()
             .unwrap();
         self.child = Some(child);
@@ -585,6 +619,104 @@ impl Drop for TestApp {
         let handle = self.server.handle.clone();
         // Stopping is async; fire it and let the runtime wind the server down.
         drop(tokio::spawn(async move { handle.stop(false).await }));
+    }
+}
+
+/// A real `jobfleet-admin serve` process on loopback over a database of the caller's (clusters,
+/// signals). With `JOBFLEET_TLS_CERT` among its settings it serves HTTPS and `base` says so.
+pub struct AdminProc {
+    child: std::process::Child,
+    pub base: String,
+}
+
+impl AdminProc {
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    pub fn start(database_url: &str) -> Self {
+        Self::start_with(database_url, &[])
+    }
+
+    pub fn start_with(database_url: &str, extra: &[(&str, &str)]) -> Self {
+        let port = free_port();
+        let scheme = if extra.iter().any(|(k, _)| *k == "JOBFLEET_TLS_CERT") {
+            "https"
+        } else {
+            "http"
+        };
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_jobfleet-admin"))
+            .arg("serve")
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("JOBFLEET_LISTEN", format!("127.0.0.1:{port}"))
+            .env("JOBFLEET_DATABASE_URL", database_url)
+            .env(
+                "JOBFLEET_JWT_SECRET",
+                "cluster-secret-cluster-secret-cluster-0",
+            )
+            .env("JOBFLEET_ACCESS_TOKEN", "test-agent-token")
+            .env("JOBFLEET_APPROVE_AGENTS", "auto")
+            .env("JOBFLEET_ADMIN_PASSWORD", ADMIN_PASSWORD)
+            .env("JOBFLEET_LOG", "warn")
+            .envs(extra.iter().copied())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        Self {
+            child,
+            base: format!("{scheme}://127.0.0.1:{port}"),
+        }
+    }
+
+    pub async fn ready(&self, client: &reqwest::Client) {
+        wait_for(
+            std::time::Duration::from_secs(30),
+            &format!("{} to be ready", self.base),
+            || async {
+                let r = client
+                    .get(format!("{}/readyz", self.base))
+                    .send()
+                    .await
+                    .ok()?;
+                r.status().is_success().then_some(())
+            },
+        )
+        .await;
+    }
+
+    /// Starts an admin on a given base URL (`http://127.0.0.1:PORT`), e.g. the one a killed
+    /// admin had, so agents configured with it find it again.
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    pub fn start_on(database_url: &str, base: &str, extra: &[(&str, &str)]) -> Self {
+        let listen = base.trim_start_matches("http://").to_owned();
+        let mut vars: Vec<(&str, &str)> = extra.to_vec();
+        vars.push(("JOBFLEET_LISTEN", &listen));
+        let mut admin = Self::start_with(database_url, &vars);
+        admin.base = base.to_owned();
+        admin
+    }
+
+    /// Sends `signal` (e.g. `HUP`) to the admin process.
+    pub fn signal(&self, signal: &str) {
+        let status = std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{signal}");
+    }
+
+    /// Whether the process is still running.
+    pub fn running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for AdminProc {
+    fn drop(&mut self) {
+        self.kill9();
     }
 }
 

@@ -468,7 +468,7 @@ pub struct AgentProc {
     admins: String,
     group: String,
     extra_env: Vec<(String, String)>,
-    /// Where its stderr (its log) goes; `None`: the test's stderr.
+    /// Where its output (its log) goes; `None`: stdout nowhere, stderr to the test's.
     log: Option<std::path::PathBuf>,
 }
 
@@ -508,7 +508,7 @@ impl AgentProc {
         Self::start_logged(admins, group, data_dir, extra, None)
     }
 
-    /// Starts with extra settings, its log (stderr) appended to `log` when given.
+    /// Starts with extra settings, its log (stdout and stderr) appended to `log` when given.
     pub fn start_logged(
         admins: &str,
         group: &str,
@@ -535,14 +535,17 @@ impl AgentProc {
     }
 
     fn spawn(&mut self) {
-        let stderr = match &self.log {
-            None => std::process::Stdio::inherit(),
-            Some(path) => std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .unwrap()
-                .into(),
+        // The agent logs to stdout and reports start-up failures on stderr.
+        let (stdout, stderr) = match &self.log {
+            None => (std::process::Stdio::null(), std::process::Stdio::inherit()),
+            Some(path) => {
+                let file = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .unwrap();
+                (file.try_clone().unwrap().into(), file.into())
+            }
         };
         let child = std::process::Command::new(agent_binary())
             .arg("--allow-root")
@@ -558,7 +561,7 @@ impl AgentProc {
             .env("JOBFLEET_AGENT_SHUTDOWN_GRACE_S", "10")
             .env("RUST_LOG", "warn")
             .envs(self.extra_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .stdout(std::process::Stdio::null())
+            .stdout(stdout)
             .stderr(stderr)
             .spawn()
             .unwrap();

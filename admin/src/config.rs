@@ -265,7 +265,7 @@ impl fmt::Debug for Config {
     }
 }
 
-/// The files of the admin's own HTTPS (`tls_*` keys). Only paths: `crate::tls` reads them, at
+/// The files of the admin's own HTTPS (`tls_*` keys). Only paths: the `tls` module reads them, at
 /// start and on every reload.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TlsConfig {
@@ -490,7 +490,7 @@ impl Config {
     }
 
     /// The `tls_*` keys: the certificate and key go together; client authentication needs
-    /// both and a CA. Whether the files are usable is checked by `crate::tls` at start.
+    /// both and a CA. Whether the files are usable is checked by the `tls` module at start.
     fn tls(raw: &Layers) -> Result<Option<TlsConfig>, ConfigError> {
         let fail = |key: &str, message: String| raw.error(key, message);
         let get = |key: &str| raw.text(key);

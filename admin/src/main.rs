@@ -28,6 +28,12 @@ struct Cli {
     /// sqlite://PATH or mysql://USER:PASS@HOST:PORT/DB (also JOBFLEET_DATABASE_URL).
     #[arg(long, global = true, value_name = "URL")]
     database_url: Option<String>,
+    /// PEM certificate chain to serve HTTPS with (also JOBFLEET_TLS_CERT).
+    #[arg(long, global = true, value_name = "PATH")]
+    tls_cert: Option<String>,
+    /// PEM private key of --tls-cert (also JOBFLEET_TLS_KEY).
+    #[arg(long, global = true, value_name = "PATH")]
+    tls_key: Option<String>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -107,6 +113,12 @@ fn main() -> ExitCode {
     }
     if let Some(v) = &cli.database_url {
         flags.push(("database_url".to_owned(), v.clone()));
+    }
+    if let Some(v) = &cli.tls_cert {
+        flags.push(("tls_cert".to_owned(), v.clone()));
+    }
+    if let Some(v) = &cli.tls_key {
+        flags.push(("tls_key".to_owned(), v.clone()));
     }
     let config = match Config::load(&Sources::from_process(cli.config.clone(), flags)) {
         Ok(c) => c,

@@ -23,6 +23,16 @@ pub struct Cli {
     /// Admin base URLs, comma-separated, tried in order (JOBFLEET_AGENT_ADMINS).
     #[arg(long)]
     pub admins: Option<String>,
+    /// PEM CA certificates to verify https:// admins with, instead of the host's trust store
+    /// (JOBFLEET_AGENT_ADMIN_CA_FILE).
+    #[arg(long, value_name = "PATH")]
+    pub admin_ca_file: Option<String>,
+    /// PEM client certificate presented to the admins: mutual TLS (JOBFLEET_AGENT_CLIENT_CERT).
+    #[arg(long, value_name = "PATH")]
+    pub client_cert: Option<String>,
+    /// PEM private key of --client-cert (JOBFLEET_AGENT_CLIENT_KEY).
+    #[arg(long, value_name = "PATH")]
+    pub client_key: Option<String>,
     /// The group's app name (JOBFLEET_AGENT_GROUP).
     #[arg(long)]
     pub group: Option<String>,
@@ -171,6 +181,9 @@ impl Config {
         }
         let flags = [
             ("admins", cli.admins.clone()),
+            ("admin_ca_file", cli.admin_ca_file.clone()),
+            ("client_cert", cli.client_cert.clone()),
+            ("client_key", cli.client_key.clone()),
             ("group", cli.group.clone()),
             ("listen", cli.listen.clone()),
             ("advertise", cli.advertise.clone()),

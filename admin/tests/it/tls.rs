@@ -292,6 +292,48 @@ async fn mutual_tls_keeps_agents_without_a_client_certificate_out() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn optional_client_auth_lets_clients_without_a_certificate_in_but_not_strangers() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("jobfleet test CA");
+    let (cert, key) = write_pair(dir.path(), "admin", &ca.issue("admin"));
+    let ca_path = write(dir.path(), "ca.crt", &ca.pem).display().to_string();
+    let app = TestApp::start_with(
+        TestDb::sqlite(),
+        &[
+            ("JOBFLEET_TLS_CERT", &cert),
+            ("JOBFLEET_TLS_KEY", &key),
+            ("JOBFLEET_TLS_CLIENT_CA", &ca_path),
+            ("JOBFLEET_TLS_CLIENT_AUTH", "optional"),
+        ],
+    )
+    .await;
+    let readyz = |config: rustls::ClientConfig| {
+        let url = format!("{}/readyz", app.base);
+        async move {
+            reqwest::Client::builder()
+                .tls_backend_preconfigured(config)
+                .build()
+                .unwrap()
+                .get(url)
+                .send()
+                .await
+        }
+    };
+    // A browser-like client without a certificate, and an agent with one of the CA, get in.
+    let anonymous = readyz(client_config(&ca.pem, None)).await.unwrap();
+    assert!(anonymous.status().is_success());
+    let member = readyz(client_config(&ca.pem, Some(&ca.issue("agent")))).await;
+    assert!(member.unwrap().status().is_success());
+    // A certificate another CA signed is refused, optional or not.
+    let stranger = readyz(client_config(
+        &ca.pem,
+        Some(&TestCa::new("another CA").issue("rogue")),
+    ))
+    .await;
+    assert!(stranger.is_err(), "{stranger:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_reloads_its_certificate_on_sighup_and_when_the_files_change() {
     let dir = tempfile::tempdir().unwrap();
     let ca = TestCa::new("jobfleet test CA");

@@ -24,6 +24,26 @@ const KEYS: &[(&str, Option<&str>, &str)] = &[
         "address the HTTP server binds, HOST:PORT",
     ),
     (
+        "tls_cert",
+        None,
+        "PEM certificate chain, leaf first; with tls_key the admin serves HTTPS (reloaded when the file changes or on SIGHUP)",
+    ),
+    (
+        "tls_key",
+        None,
+        "PEM private key of tls_cert (PKCS#8, PKCS#1 or SEC1)",
+    ),
+    (
+        "tls_client_ca",
+        None,
+        "PEM CA certificates that sign client certificates (agents): mutual TLS; needs tls_cert",
+    ),
+    (
+        "tls_client_auth",
+        None,
+        "with tls_client_ca: required (default; a client without a certificate is refused) or optional (browsers get in without one)",
+    ),
+    (
         "database_url",
         Some("sqlite://data/jobfleet.db"),
         "sqlite://PATH or mysql://USER:PASS@HOST:PORT/DB",
@@ -184,6 +204,8 @@ impl Sources {
 #[derive(Clone)]
 pub struct Config {
     pub listen: SocketAddr,
+    /// `None`: plain HTTP.
+    pub tls: Option<TlsConfig>,
     pub database_url: DbUrl,
     /// True when `database_url` is the built-in default, whose `data/` folder may be created.
     pub database_url_is_default: bool,
@@ -220,6 +242,7 @@ impl fmt::Debug for Config {
         let redact = |s: &Option<String>| if s.is_some() { "<redacted>" } else { "<unset>" };
         f.debug_struct("Config")
             .field("listen", &self.listen)
+            .field("tls", &self.tls)
             .field("database_url", &self.database_url)
             .field("jwt_secret", &redact(&self.jwt_secret))
             .field("jwt_ttl", &self.jwt_ttl)
@@ -240,6 +263,25 @@ impl fmt::Debug for Config {
             .field("log", &self.log)
             .finish()
     }
+}
+
+/// The files of the admin's own HTTPS (`tls_*` keys). Only paths: the `tls` module reads them, at
+/// start and on every reload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsConfig {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// `None`: clients present no certificate.
+    pub client_auth: Option<ClientAuth>,
+}
+
+/// Mutual TLS: the CAs client certificates must chain to, and whether one is required.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientAuth {
+    pub ca: PathBuf,
+    /// `false` (`optional`): a client without a certificate gets in; one with a certificate
+    /// not signed by `ca` is still refused.
+    pub required: bool,
 }
 
 /// The SMTP server alert emails go through. The password is redacted in `Debug`.
@@ -329,6 +371,7 @@ impl Config {
                 format!("`{listen_text}` is not HOST:PORT with an IP host (e.g. 127.0.0.1:8080)"),
             )
         })?;
+        let tls = Self::tls(raw)?;
         let database_url = DbUrl::parse(&get("database_url").unwrap_or_default())
             .map_err(|m| fail("database_url", m))?;
         let jwt_secret = get("jwt_secret").filter(|s| !s.is_empty());
@@ -379,6 +422,7 @@ impl Config {
 
         Ok(Config {
             listen,
+            tls,
             database_url,
             database_url_is_default: raw
                 .source("database_url")
@@ -443,6 +487,63 @@ impl Config {
             log,
             warnings,
         })
+    }
+
+    /// The `tls_*` keys: the certificate and key go together; client authentication needs
+    /// both and a CA. Whether the files are usable is checked by the `tls` module at start.
+    fn tls(raw: &Layers) -> Result<Option<TlsConfig>, ConfigError> {
+        let fail = |key: &str, message: String| raw.error(key, message);
+        let get = |key: &str| raw.text(key);
+        let client_ca = get("tls_client_ca");
+        let required = match get("tls_client_auth").as_deref() {
+            None | Some("required") => true,
+            Some("optional") => false,
+            Some(other) => {
+                return Err(fail(
+                    "tls_client_auth",
+                    format!("`{other}` is not optional or required"),
+                ));
+            }
+        };
+        if client_ca.is_none() && get("tls_client_auth").is_some() {
+            return Err(fail(
+                "tls_client_auth",
+                "is set but tls_client_ca is not: client certificates need a CA to check them against".into(),
+            ));
+        }
+        let (cert, key) = match (get("tls_cert"), get("tls_key")) {
+            (None, None) => {
+                if client_ca.is_some() {
+                    return Err(fail(
+                        "tls_client_ca",
+                        "is set but tls_cert and tls_key are not: client certificates need HTTPS"
+                            .into(),
+                    ));
+                }
+                return Ok(None);
+            }
+            (Some(_), None) => {
+                return Err(fail(
+                    "tls_key",
+                    "is required with tls_cert: the private key of the certificate".into(),
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(fail(
+                    "tls_cert",
+                    "is required with tls_key: the certificate chain of the key".into(),
+                ));
+            }
+            (Some(cert), Some(key)) => (PathBuf::from(cert), PathBuf::from(key)),
+        };
+        Ok(Some(TlsConfig {
+            cert,
+            key,
+            client_auth: client_ca.map(|ca| ClientAuth {
+                ca: PathBuf::from(ca),
+                required,
+            }),
+        }))
     }
 
     /// The `smtp_*` keys: all or nothing around `smtp_host`.
@@ -676,6 +777,53 @@ mod tests {
         }
         let off = Config::load(&env(&[("JOBFLEET_SCHEDULER", "false")])).unwrap();
         assert!(!off.scheduler);
+    }
+
+    #[test]
+    fn tls_keys_go_together() {
+        assert!(Config::load(&Sources::default()).unwrap().tls.is_none());
+        let tls = Config::load(&env(&[
+            ("JOBFLEET_TLS_CERT", "/etc/jf/cert.pem"),
+            ("JOBFLEET_TLS_KEY", "/etc/jf/key.pem"),
+            ("JOBFLEET_TLS_CLIENT_CA", "/etc/jf/ca.pem"),
+        ]))
+        .unwrap()
+        .tls
+        .unwrap();
+        assert_eq!(tls.cert, PathBuf::from("/etc/jf/cert.pem"));
+        assert_eq!(
+            tls.client_auth,
+            Some(ClientAuth {
+                ca: "/etc/jf/ca.pem".into(),
+                required: true
+            }),
+            "a CA without a mode requires client certificates"
+        );
+        for (pairs, key) in [
+            (vec![("JOBFLEET_TLS_CERT", "c.pem")], "tls_key"),
+            (vec![("JOBFLEET_TLS_KEY", "k.pem")], "tls_cert"),
+            (vec![("JOBFLEET_TLS_CLIENT_CA", "ca.pem")], "tls_client_ca"),
+            (
+                vec![
+                    ("JOBFLEET_TLS_CERT", "c.pem"),
+                    ("JOBFLEET_TLS_KEY", "k.pem"),
+                    ("JOBFLEET_TLS_CLIENT_AUTH", "optional"),
+                ],
+                "tls_client_auth",
+            ),
+            (
+                vec![
+                    ("JOBFLEET_TLS_CERT", "c.pem"),
+                    ("JOBFLEET_TLS_KEY", "k.pem"),
+                    ("JOBFLEET_TLS_CLIENT_CA", "ca.pem"),
+                    ("JOBFLEET_TLS_CLIENT_AUTH", "sometimes"),
+                ],
+                "tls_client_auth",
+            ),
+        ] {
+            let err = Config::load(&env(&pairs)).unwrap_err();
+            assert_eq!(err.key, key, "{pairs:?}: {err}");
+        }
     }
 
     #[test]

@@ -24,5 +24,6 @@ pub mod state;
 #[cfg(any(test, feature = "test-support"))]
 #[doc(hidden)]
 pub mod testing;
+pub mod tls;
 pub mod web;
 pub mod worker;

@@ -28,6 +28,12 @@ struct Cli {
     /// sqlite://PATH or mysql://USER:PASS@HOST:PORT/DB (also JOBFLEET_DATABASE_URL).
     #[arg(long, global = true, value_name = "URL")]
     database_url: Option<String>,
+    /// PEM certificate chain to serve HTTPS with (also JOBFLEET_TLS_CERT).
+    #[arg(long, global = true, value_name = "PATH")]
+    tls_cert: Option<String>,
+    /// PEM private key of --tls-cert (also JOBFLEET_TLS_KEY).
+    #[arg(long, global = true, value_name = "PATH")]
+    tls_key: Option<String>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -42,8 +48,9 @@ enum Command {
     #[command(subcommand)]
     User(UserCommand),
     /// Exit 0 if the admin at the configured address is ready (for container health checks).
+    /// Against HTTPS (`tls_cert` set) it accepts only the certificate in `tls_cert`.
     Healthcheck {
-        /// Base URL to check; default http://<listen>.
+        /// Base URL to check; default http://<listen>, or https://<listen> with `tls_cert`.
         #[arg(long)]
         url: Option<String>,
     },
@@ -106,6 +113,12 @@ fn main() -> ExitCode {
     }
     if let Some(v) = &cli.database_url {
         flags.push(("database_url".to_owned(), v.clone()));
+    }
+    if let Some(v) = &cli.tls_cert {
+        flags.push(("tls_cert".to_owned(), v.clone()));
+    }
+    if let Some(v) = &cli.tls_key {
+        flags.push(("tls_key".to_owned(), v.clone()));
     }
     let config = match Config::load(&Sources::from_process(cli.config.clone(), flags)) {
         Ok(c) => c,
@@ -182,8 +195,13 @@ async fn run(command: Command, config: Config) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Healthcheck { url } => {
-            let base = url.unwrap_or_else(|| format!("http://{}", config.listen));
-            return Ok(match healthcheck(&base) {
+            let scheme = if config.tls.is_some() {
+                "https"
+            } else {
+                "http"
+            };
+            let base = url.unwrap_or_else(|| format!("{scheme}://{}", config.listen));
+            return Ok(match healthcheck(&base, config.tls.as_ref()) {
                 Ok(()) => {
                     println!("jobfleet: ready");
                     ExitCode::SUCCESS
@@ -195,36 +213,64 @@ async fn run(command: Command, config: Config) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// A plain HTTP/1.1 GET of `/readyz`: the admin has no HTTP client of its own to pull in for this.
-fn healthcheck(base: &str) -> Result<(), String> {
+/// A plain HTTP/1.1 GET of `/readyz`, over TLS for an https:// URL: the admin has no HTTP
+/// client of its own to pull in for this.
+fn healthcheck(base: &str, tls: Option<&jobfleet_admin::config::TlsConfig>) -> Result<(), String> {
     let parsed = url::Url::parse(base).map_err(|e| format!("--url {base}: {e}"))?;
-    if parsed.scheme() != "http" {
-        return Err("only http:// URLs can be checked".into());
-    }
     let host = parsed.host_str().ok_or("the URL has no host")?;
+    let tls = match (parsed.scheme(), tls) {
+        ("http", _) => None,
+        ("https", Some(tls)) => Some(
+            jobfleet_admin::tls::healthcheck_client(tls)
+                .map_err(|e| e.to_string())
+                .map(Arc::new)?,
+        ),
+        ("https", None) => {
+            return Err(
+                "https:// needs tls_cert and tls_key in the config: the check accepts the admin's own certificate"
+                    .into(),
+            );
+        }
+        (other, _) => return Err(format!("{other}:// URLs cannot be checked")),
+    };
     let port = parsed.port_or_known_default().unwrap_or(80);
     let addr = std::net::ToSocketAddrs::to_socket_addrs(&(host, port))
         .map_err(|e| format!("resolving {host}: {e}"))?
         .next()
         .ok_or("no address")?;
-    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3))
+    let stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3))
         .map_err(|e| format!("connecting to {addr}: {e}"))?;
     stream
         .set_read_timeout(Some(Duration::from_secs(5)))
         .map_err(|e| e.to_string())?;
-    write!(
-        stream,
-        "GET /readyz HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
-    )
-    .map_err(|e| e.to_string())?;
-    let mut response = String::new();
-    stream
-        .read_to_string(&mut response)
-        .map_err(|e| format!("reading the answer: {e}"))?;
-    let status_line = response.lines().next().unwrap_or_default();
+    let request = format!("GET /readyz HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    let status_line = match tls {
+        None => exchange(stream, &request),
+        Some(config) => {
+            // The pinned certificate is the identity; the name only has to be well formed.
+            let name = rustls::pki_types::ServerName::try_from(host.trim_matches(['[', ']']))
+                .map_err(|e| format!("{host}: {e}"))?
+                .to_owned();
+            let connection =
+                rustls::ClientConnection::new(config, name).map_err(|e| format!("TLS: {e}"))?;
+            exchange(rustls::StreamOwned::new(connection, stream), &request)
+        }
+    }?;
     if status_line.split_whitespace().nth(1) == Some("200") {
         Ok(())
     } else {
-        Err(status_line.to_owned())
+        Err(status_line)
     }
+}
+
+/// Sends `request` and returns the answer's status line.
+fn exchange(mut stream: impl Read + Write, request: &str) -> Result<String, String> {
+    stream
+        .write_all(request.as_bytes())
+        .and_then(|()| stream.flush())
+        .map_err(|e| format!("sending the request: {e}"))?;
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stream), &mut line)
+        .map_err(|e| format!("reading the answer: {e}"))?;
+    Ok(line.trim_end().to_owned())
 }

@@ -157,11 +157,16 @@ pub struct RunningServer {
     pub task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
-/// Binds `listener` and serves the app on it.
+/// Binds `listener` and serves the app on it: HTTPS with `tls` (`crate::tls::server`), else
+/// plain HTTP.
 ///
 /// # Errors
 /// When the server cannot be started on the listener.
-pub fn start(state: web::Data<AppState>, listener: TcpListener) -> anyhow::Result<RunningServer> {
+pub fn start(
+    state: web::Data<AppState>,
+    listener: TcpListener,
+    tls: Option<rustls::ServerConfig>,
+) -> anyhow::Result<RunningServer> {
     let addr = listener.local_addr()?;
     let workers = state.config.workers;
     let server = HttpServer::new(move || {
@@ -169,8 +174,11 @@ pub fn start(state: web::Data<AppState>, listener: TcpListener) -> anyhow::Resul
     })
     .workers(workers)
     .shutdown_timeout(10)
-    .disable_signals()
-    .listen(listener)
+    .disable_signals();
+    let server = match tls {
+        Some(config) => server.listen_rustls_0_23(listener, config),
+        None => server.listen(listener),
+    }
     .with_context(|| format!("listening on {addr}"))?
     .run();
     let handle = server.handle();
@@ -191,24 +199,34 @@ pub async fn serve(
     let listen = config.listen;
     // Installed before anything can answer: a SIGTERM right after readiness must stop us cleanly.
     let stop = shutdown_signal()?;
+    // Read before the database is touched: unusable certificate files stop the start at once.
+    let tls = config.tls.as_ref().map(crate::tls::server).transpose()?;
+    let reloader = match &tls {
+        Some(tls) => Some(crate::tls::watch(tls.certs.clone()).context("watching SIGHUP")?),
+        None => None,
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let state = prepare(config, clock, create_default_data_dir).await?;
     bootstrap(&state, admin_password).await?;
     let listener = TcpListener::bind(listen)
         .with_context(|| format!("binding {listen} (config key `listen`)"))?;
-    let running = start(state.clone(), listener)?;
+    let running = start(state.clone(), listener, tls.map(|tls| tls.config))?;
     let workers = if state.config.scheduler {
         Some(crate::scheduler::spawn_workers(&state)?)
     } else {
         tracing::info!("Scheduler off (config key `scheduler`): this admin fires no jobs");
         None
     };
-    tracing::info!(addr = %running.addr, database = ?state.db.url(), "jobfleet admin listening");
+    tracing::info!(addr = %running.addr, scheme, database = ?state.db.url(), "jobfleet admin listening");
     announce(&format!(
-        "jobfleet: admin listening on http://{}",
+        "jobfleet: admin listening on {scheme}://{}",
         running.addr
     ));
     stop.await;
     tracing::info!("Shutting down");
+    if let Some(reloader) = reloader {
+        reloader.abort();
+    }
     // Stop firing first; what is stored and unsent is recovered by another admin or on restart.
     if let Some(workers) = workers {
         workers.shutdown(WORKER_SHUTDOWN).await;

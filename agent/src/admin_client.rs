@@ -1,6 +1,7 @@
 //! Talking to the admins: each call goes to the preferred admin and fails over to the next;
 //! the first admin is preferred again as soon as it answers.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -20,12 +21,16 @@ pub struct AdminClient {
 }
 
 impl AdminClient {
+    /// `tls` (from `crate::tls::client_config`) verifies https:// admins and holds the client
+    /// certificate, if any.
     pub fn new(
         admins: Vec<String>,
         token: Option<String>,
         key: Option<String>,
+        tls: &Arc<rustls::ClientConfig>,
     ) -> Result<Self, String> {
         let http = reqwest::Client::builder()
+            .tls_backend_preconfigured(rustls::ClientConfig::clone(tls))
             .connect_timeout(Duration::from_secs(3))
             .timeout(Duration::from_secs(10))
             .build()
@@ -67,9 +72,25 @@ impl AdminClient {
                         Err(_) => errors.push(format!("{base}: not an XXL-Job envelope")),
                     }
                 }
-                Err(e) => errors.push(format!("{base}: {e}")),
+                Err(e) => errors.push(format!("{base}: {}", with_causes(&e))),
             }
         }
         Err(errors.join("; "))
     }
+}
+
+/// An error with its causes: reqwest's own text ("error sending request") hides the reason a
+/// TLS handshake failed (an unknown CA, a refused client certificate).
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        let part = e.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        cause = e.source();
+    }
+    text
 }

@@ -23,6 +23,16 @@ pub struct Cli {
     /// Admin base URLs, comma-separated, tried in order (JOBFLEET_AGENT_ADMINS).
     #[arg(long)]
     pub admins: Option<String>,
+    /// PEM CA certificates to verify https:// admins with, instead of the host's trust store
+    /// (JOBFLEET_AGENT_ADMIN_CA_FILE).
+    #[arg(long, value_name = "PATH")]
+    pub admin_ca_file: Option<String>,
+    /// PEM client certificate presented to the admins: mutual TLS (JOBFLEET_AGENT_CLIENT_CERT).
+    #[arg(long, value_name = "PATH")]
+    pub client_cert: Option<String>,
+    /// PEM private key of --client-cert (JOBFLEET_AGENT_CLIENT_KEY).
+    #[arg(long, value_name = "PATH")]
+    pub client_key: Option<String>,
     /// The group's app name (JOBFLEET_AGENT_GROUP).
     #[arg(long)]
     pub group: Option<String>,
@@ -48,6 +58,9 @@ pub struct Cli {
 
 const KEYS: &[(&str, Option<&str>)] = &[
     ("admins", Some("http://127.0.0.1:8080/")),
+    ("admin_ca_file", None),
+    ("client_cert", None),
+    ("client_key", None),
     ("group", None),
     ("listen", Some("0.0.0.0:9999")),
     ("advertise", None),
@@ -81,6 +94,8 @@ pub const MAX_LOG_BYTES: u64 = 64 * 1024 * 1024 * 1024;
 #[derive(Clone)]
 pub struct Config {
     pub admins: Vec<String>,
+    /// How https:// admins are verified, and the client certificate shown to them.
+    pub tls: crate::tls::TlsSettings,
     pub group: String,
     pub listen: SocketAddr,
     pub advertise: Option<String>,
@@ -114,6 +129,7 @@ impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Config")
             .field("admins", &self.admins)
+            .field("tls", &self.tls)
             .field("group", &self.group)
             .field("listen", &self.listen)
             .field("advertise", &self.advertise)
@@ -165,6 +181,9 @@ impl Config {
         }
         let flags = [
             ("admins", cli.admins.clone()),
+            ("admin_ca_file", cli.admin_ca_file.clone()),
+            ("client_cert", cli.client_cert.clone()),
+            ("client_key", cli.client_key.clone()),
             ("group", cli.group.clone()),
             ("listen", cli.listen.clone()),
             ("advertise", cli.advertise.clone()),
@@ -288,11 +307,33 @@ fn validate(raw: &Layers) -> Result<Config, ConfigError> {
         Some("rlimit") => false,
         Some(other) => return Err(fail("limits", format!("`{other}` is not auto or rlimit"))),
     };
+    let client_cert = get("client_cert").map(PathBuf::from);
+    let client_key = get("client_key").map(PathBuf::from);
+    match (&client_cert, &client_key) {
+        (Some(_), None) => {
+            return Err(fail(
+                "client_key",
+                "is required with client_cert: the private key of the client certificate".into(),
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(fail(
+                "client_cert",
+                "is required with client_key: the certificate of the key".into(),
+            ));
+        }
+        _ => {}
+    }
+    let tls = crate::tls::TlsSettings {
+        admin_ca_file: get("admin_ca_file").map(PathBuf::from),
+        client_cert: client_cert.zip(client_key),
+    };
     let log = get("log").unwrap_or_else(|| "info".into());
     tracing_subscriber::EnvFilter::try_new(&log)
         .map_err(|e| fail("log", format!("not a valid filter: {e}")))?;
     Ok(Config {
         admins,
+        tls,
         group,
         listen,
         advertise,
@@ -423,6 +464,20 @@ mod tests {
                 "max_concurrent",
             ),
             (vec![("JOBFLEET_AGENT_GROUP", "<g>")], "group"),
+            (
+                vec![
+                    ("JOBFLEET_AGENT_GROUP", "g"),
+                    ("JOBFLEET_AGENT_CLIENT_CERT", "/etc/agent.crt"),
+                ],
+                "client_key",
+            ),
+            (
+                vec![
+                    ("JOBFLEET_AGENT_GROUP", "g"),
+                    ("JOBFLEET_AGENT_CLIENT_KEY", "/etc/agent.key"),
+                ],
+                "client_cert",
+            ),
             (
                 vec![("JOBFLEET_AGENT_GROUP", "g"), ("JOBFLEET_AGENT_TOKEN", "")],
                 "token",

@@ -155,6 +155,8 @@ pub async fn run(config: Config) -> Result<(), Error> {
         ));
     }
     let _ = rustls::crypto::ring::default_provider().install_default();
+    // Unusable certificate files stop the start, before anything is bound or written.
+    let tls = crate::tls::client_config(&config.tls)?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(Error::io("watching SIGTERM"))?;
     let run_as = config.run_as.as_deref().map(resolve_user).transpose()?;
@@ -270,8 +272,13 @@ pub async fn run(config: Config) -> Result<(), Error> {
     );
 
     let client = Arc::new(
-        AdminClient::new(config.admins.clone(), Some(config.token.clone()), Some(key))
-            .map_err(Error::Refused)?,
+        AdminClient::new(
+            config.admins.clone(),
+            Some(config.token.clone()),
+            Some(key),
+            &tls,
+        )
+        .map_err(Error::Refused)?,
     );
     let registration = Arc::new(Registration {
         client: client.clone(),

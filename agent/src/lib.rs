@@ -32,6 +32,8 @@ pub mod runner;
 pub mod server;
 #[cfg(feature = "daemon")]
 pub mod spool;
+#[cfg(feature = "daemon")]
+pub mod tls;
 
 /// Milliseconds since the Unix epoch.
 #[cfg(feature = "daemon")]

@@ -19,3 +19,4 @@ mod cluster;
 mod console;
 mod scheduler;
 mod security;
+mod tls;

@@ -79,6 +79,12 @@ impl AdminProc {
         dir: Option<tempfile::TempDir>,
     ) -> Self {
         let port = free_port();
+        // With a certificate it serves HTTPS, and `base` says so.
+        let scheme = if extra.iter().any(|(k, _)| *k == "JOBFLEET_TLS_CERT") {
+            "https"
+        } else {
+            "http"
+        };
         let child = Command::new(env!("CARGO_BIN_EXE_jobfleet-admin"))
             .arg("serve")
             .env_clear()
@@ -100,7 +106,7 @@ impl AdminProc {
             .unwrap();
         Self {
             child,
-            base: format!("http://127.0.0.1:{port}"),
+            base: format!("{scheme}://127.0.0.1:{port}"),
             _dir: dir,
         }
     }
@@ -171,6 +177,20 @@ impl AdminProc {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Sends `signal` (e.g. `HUP`) to the admin process.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{signal}");
+    }
+
+    /// Whether the process is still running.
+    pub fn running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
     }
 
     pub fn kill9(&mut self) {

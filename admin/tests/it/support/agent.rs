@@ -13,6 +13,8 @@ pub struct AgentProc {
     extra_env: Vec<(String, String)>,
     /// What it logged (warnings and worse), over every start.
     log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    /// A file that gets a copy of its log and its stderr (start-up failures), when asked for.
+    log_file: Option<std::path::PathBuf>,
 }
 
 /// The agent binary next to this test binary; `cargo build --workspace --bins` puts it there.
@@ -40,6 +42,17 @@ impl AgentProc {
         data_dir: &std::path::Path,
         extra: &[(&str, &str)],
     ) -> Self {
+        Self::start_logged(admins, group, data_dir, extra, None)
+    }
+
+    /// Starts with extra settings, its log and stderr also appended to `log_file` when given.
+    pub fn start_logged(
+        admins: &str,
+        group: &str,
+        data_dir: &std::path::Path,
+        extra: &[(&str, &str)],
+        log_file: Option<&std::path::Path>,
+    ) -> Self {
         let port = free_port();
         let mut agent = Self {
             child: None,
@@ -53,12 +66,25 @@ impl AgentProc {
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
             log: std::sync::Arc::default(),
+            log_file: log_file.map(std::path::Path::to_owned),
         };
         agent.spawn();
         agent
     }
 
     fn spawn(&mut self) {
+        let open = |path: &std::path::Path| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .unwrap()
+        };
+        let stderr = match &self.log_file {
+            Some(path) => std::process::Stdio::from(open(path)),
+            None => std::process::Stdio::inherit(),
+        };
+        let mut copy = self.log_file.as_deref().map(open);
         let mut child = std::process::Command::new(agent_binary())
             .arg("--allow-root")
             .env_clear()
@@ -74,6 +100,7 @@ impl AgentProc {
             .env("RUST_LOG", "warn")
             .envs(self.extra_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(std::process::Stdio::piped())
+            .stderr(stderr)
             .spawn()
             .unwrap();
         // The agent logs to stdout; keep the lines (drained to the end, so it never blocks).
@@ -85,6 +112,10 @@ impl AgentProc {
                 .lines()
                 .map_while(Result::ok)
             {
+                if let Some(file) = copy.as_mut() {
+                    use std::io::Write;
+                    let _ = writeln!(file, "{line}");
+                }
                 log.lock().unwrap().push(line);
             }
         });

@@ -203,12 +203,22 @@ impl TestApp {
             .await
             .unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let server = startup::start(state.clone(), listener).unwrap();
-        let base = format!("http://{}", server.addr);
-        let client = reqwest::Client::builder()
-            .timeout(std::time::Duration::from_secs(20))
-            .build()
-            .unwrap();
+        // With `JOBFLEET_TLS_*` in `env` the admin serves HTTPS, and the test client trusts
+        // exactly its certificate (the healthcheck's client, which also presents it when
+        // client certificates are required).
+        let tls = state.config.tls.clone();
+        let server_tls = tls
+            .as_ref()
+            .map(|tls| jobfleet_admin::tls::server(tls).unwrap().config);
+        let server = startup::start(state.clone(), listener, server_tls).unwrap();
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let base = format!("{scheme}://{}", server.addr);
+        let mut client = reqwest::Client::builder().timeout(std::time::Duration::from_secs(20));
+        if let Some(tls) = &tls {
+            client = client
+                .tls_backend_preconfigured(jobfleet_admin::tls::healthcheck_client(tls).unwrap());
+        }
+        let client = client.build().unwrap();
         let workers = opts
             .scheduler
             .then(|| jobfleet_admin::scheduler::spawn_workers(&state).unwrap());
@@ -387,10 +397,10 @@ impl TestApp {
         self.server.handle.stop(true).await;
     }
 
-    /// Serves again on the same address.
+    /// Serves again on the same address (plain HTTP).
     pub async fn restart_server(&mut self) {
         let listener = TcpListener::bind(self.server.addr).unwrap();
-        self.server = startup::start(self.state.clone(), listener).unwrap();
+        self.server = startup::start(self.state.clone(), listener, None).unwrap();
     }
 
     /// Creates a job from `body` (group filled in) and returns its id.

@@ -12,13 +12,13 @@ use crate::admin_client::AdminClient;
 use crate::callback;
 use crate::config::Config;
 use crate::error::Error;
+use crate::handlers::Handlers;
 use crate::journal::{Journal, Leftovers};
+use crate::link::{LinkConfig, Uplink};
 use crate::logs::Logs;
 use crate::protocol::{HandleCallbackParam, RunOutcome};
 use crate::registry::Registration;
 use crate::runner::{Runner, RunnerConfig, contain, limits, output};
-use crate::handlers::Handlers;
-use crate::link::{LinkConfig, Uplink};
 use crate::server;
 use crate::spool::Spool;
 
@@ -83,7 +83,11 @@ fn connect_address(agent_id: &str) -> String {
         .chars()
         .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.'))
         .collect();
-    let host = if host.is_empty() { "agent".into() } else { host };
+    let host = if host.is_empty() {
+        "agent".into()
+    } else {
+        host
+    };
     format!("{}://{host}/{agent_id}/", crate::protocol::CONNECT_SCHEME)
 }
 
@@ -299,9 +303,10 @@ pub async fn run(config: Config) -> Result<(), Error> {
         }
         None => None,
     };
-    let listening = server
-        .as_ref()
-        .map_or_else(|| "nothing (connect mode)".to_owned(), |(_, _, bound)| bound.to_string());
+    let listening = server.as_ref().map_or_else(
+        || "nothing (connect mode)".to_owned(),
+        |(_, _, bound)| bound.to_string(),
+    );
     tracing::info!(listen = %listening, %advertise, mode = config.mode.as_str(), limits = runner.limits_mode(), jobs_user = runner.jobs_user(), "jobfleet agent started");
     println!(
         "jobfleet-agent: listening on {listening}, advertised as {advertise}, mode {}, limits via {}",

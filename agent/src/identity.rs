@@ -121,6 +121,9 @@ mod tests {
         let id = load_or_create_id(dir.path()).unwrap();
         assert_eq!(id.len(), 16);
         assert_eq!(load_or_create_id(dir.path()).unwrap(), id);
-        assert_eq!(load_or_create_key(dir.path()).unwrap_err().kind(), std::io::ErrorKind::Other);
+        assert_eq!(
+            load_or_create_key(dir.path()).unwrap_err().kind(),
+            std::io::ErrorKind::Other
+        );
     }
 }

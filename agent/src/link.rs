@@ -205,9 +205,8 @@ pub async fn keep_connected(
     }
 }
 
-type Ws = tokio_tungstenite::WebSocketStream<
-    tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
->;
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 async fn open(admin: &str, config: &LinkConfig) -> Result<Ws, String> {
     let mut request = connect_url(admin)
@@ -238,7 +237,12 @@ async fn open(admin: &str, config: &LinkConfig) -> Result<Ws, String> {
             let body = response
                 .body()
                 .as_ref()
-                .map(|b| String::from_utf8_lossy(b).chars().take(300).collect::<String>())
+                .map(|b| {
+                    String::from_utf8_lossy(b)
+                        .chars()
+                        .take(300)
+                        .collect::<String>()
+                })
                 .unwrap_or_default();
             Err(format!("refused ({status}): {body}"))
         }

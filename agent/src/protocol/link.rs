@@ -217,6 +217,9 @@ mod tests {
             "x".repeat(MAX_FRAME_BYTES)
         );
         assert!(Frame::parse(&big).unwrap_err().message.contains("larger"));
-        assert_eq!(Frame::parse(r#"{"id":-1,"call":"run"}"#).unwrap_err().id, None);
+        assert_eq!(
+            Frame::parse(r#"{"id":-1,"call":"run"}"#).unwrap_err().id,
+            None
+        );
     }
 }

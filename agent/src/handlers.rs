@@ -39,11 +39,13 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
+fn too_large_msg() -> String {
+    format!("request body is larger than {MAX_BODY_BYTES} bytes")
+}
+
 /// The envelope saying a body is over `MAX_BODY_BYTES`.
 pub fn too_large() -> Envelope<Value> {
-    Envelope::fail(format!(
-        "request body is larger than {MAX_BODY_BYTES} bytes"
-    ))
+    Envelope::fail(too_large_msg())
 }
 
 /// An envelope with its payload as JSON.
@@ -57,13 +59,14 @@ fn untyped<T: Serialize>(envelope: Envelope<T>) -> Envelope<Value> {
     }
 }
 
-fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, Envelope<Value>> {
+/// The body as `T`; the error is the message to refuse with.
+fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
     if body.len() > MAX_BODY_BYTES {
-        return Err(too_large());
+        return Err(too_large_msg());
     }
     // `beat` and `held` take no body; an empty one reads as null.
     let body: &[u8] = if body.is_empty() { b"null" } else { body };
-    serde_json::from_slice(body).map_err(|e| Envelope::fail(format!("malformed request: {e}")))
+    serde_json::from_slice(body).map_err(|e| format!("malformed request: {e}"))
 }
 
 impl Handlers {
@@ -85,11 +88,11 @@ impl Handlers {
             Call::Kill => parse::<JobIdParam>(body).map(|p| self.kill(&p)),
             Call::Log => parse::<LogParam>(body).map(|p| self.log(&p)),
             Call::Held => parse::<Value>(body).map(|_| self.held()),
-            other => Err(Envelope::fail(format!(
+            other => Err(format!(
                 "`{other}` is not a call this agent serves (beat, idleBeat, run, kill, log, held)"
-            ))),
+            )),
         };
-        result.unwrap_or_else(|refusal| refusal)
+        result.unwrap_or_else(Envelope::fail)
     }
 
     fn idle_beat(&self, p: &JobIdParam) -> Envelope<Value> {

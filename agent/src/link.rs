@@ -311,28 +311,40 @@ async fn serve(
 }
 
 fn on_text(text: &str, session: &Arc<Session>, handlers: &Arc<Handlers>) {
+    let Some((id, call, body)) = route(text, session) else {
+        return;
+    };
+    let (session, handlers) = (session.clone(), handlers.clone());
+    // Each call is its own task: a trigger waiting for its journal fsync holds up no log read.
+    tokio::spawn(async move {
+        let bytes = serde_json::to_vec(&body).unwrap_or_default();
+        let reply = handlers.handle(&call, &bytes).await;
+        session.send(&Frame::Reply { id, reply });
+    });
+}
+
+/// Settles a text frame that needs no handler — a reply goes to its caller, a bad frame is
+/// answered with an error reply when it has an id (and only logged when it has none) — and
+/// returns a call to serve.
+fn route(text: &str, session: &Session) -> Option<(u64, Call, Value)> {
     match Frame::parse(text) {
-        Ok(Frame::Reply { id, reply }) => session.complete(id, reply),
-        Ok(Frame::Call { id, call, body }) => {
-            let (session, handlers) = (session.clone(), handlers.clone());
-            // Each call is its own task: a trigger waiting for its journal fsync holds up no
-            // log read.
-            tokio::spawn(async move {
-                let bytes = serde_json::to_vec(&body).unwrap_or_default();
-                let reply = handlers.handle(&call, &bytes).await;
-                session.send(&Frame::Reply { id, reply });
-            });
+        Ok(Frame::Reply { id, reply }) => {
+            session.complete(id, reply);
+            None
         }
+        Ok(Frame::Call { id, call, body }) => Some((id, call, body)),
         Err(bad) => {
             tracing::warn!(error = %bad, "Bad frame from the admin");
             if let Some(refusal) = Frame::refusal(&bad) {
                 session.send(&refusal);
             }
+            None
         }
     }
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -346,6 +358,63 @@ mod tests {
             connect_url("https://a/jobfleet/"),
             "wss://a/jobfleet/api/agent/connect"
         );
+    }
+
+    fn session() -> (Session, mpsc::UnboundedReceiver<Message>) {
+        let (out, rx) = mpsc::unbounded_channel();
+        let session = Session {
+            admin: "http://a/".into(),
+            out,
+            pending: Mutex::default(),
+            next_id: AtomicU64::new(1),
+        };
+        (session, rx)
+    }
+
+    fn sent(rx: &mut mpsc::UnboundedReceiver<Message>) -> Option<Frame> {
+        match rx.try_recv() {
+            Ok(Message::Text(text)) => Some(Frame::parse(text.as_str()).unwrap()),
+            Ok(other) => panic!("not a text frame: {other:?}"),
+            Err(_) => None,
+        }
+    }
+
+    #[test]
+    fn bad_frames_are_answered_or_logged_never_fatal() {
+        let (session, mut rx) = session();
+        // Garbage and an oversized frame have no id to answer: nothing is sent.
+        assert!(route("garbage", &session).is_none());
+        let big = format!(
+            r#"{{"id":9,"call":"run","body":"{}"}}"#,
+            "x".repeat(MAX_FRAME_BYTES)
+        );
+        assert!(route(&big, &session).is_none());
+        assert!(sent(&mut rx).is_none());
+        // An unknown call is answered with an error reply under its id.
+        assert!(route(r#"{"id":4,"call":"rm_rf","body":{}}"#, &session).is_none());
+        match sent(&mut rx) {
+            Some(Frame::Reply { id: 4, reply }) => {
+                assert!(!reply.is_ok());
+                assert!(reply.msg.unwrap().contains("unknown call `rm_rf`"));
+            }
+            other => panic!("expected an error reply: {other:?}"),
+        }
+        // A well-formed call is handed on; a reply nobody waits for is dropped quietly.
+        assert_eq!(
+            route(r#"{"id":5,"call":"kill","body":{"jobId":1}}"#, &session),
+            Some((5, Call::Kill, serde_json::json!({"jobId": 1})))
+        );
+        assert!(route(r#"{"id":77,"reply":{"code":200}}"#, &session).is_none());
+        assert!(sent(&mut rx).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_reply_reaches_its_caller() {
+        let (session, _rx) = session();
+        let (tx, rx) = oneshot::channel();
+        session.pending.lock().unwrap().insert(3, tx);
+        assert!(route(r#"{"id":3,"reply":{"code":500,"msg":"no"}}"#, &session).is_none());
+        assert_eq!(rx.await.unwrap().msg.as_deref(), Some("no"));
     }
 
     #[test]

@@ -115,8 +115,10 @@ async fn serve(
     let origin = Instant::now();
     let mut ping = tokio::time::interval(PING_EVERY);
     let mut heard = Instant::now();
+    let mut closing = links.closing();
     let reason = loop {
         tokio::select! {
+            _ = closing.changed() => break "the admin is stopping".to_owned(),
             message = stream.recv() => {
                 let message = match message {
                     Some(Ok(message)) => message,

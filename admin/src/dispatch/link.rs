@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use jobfleet_agent::protocol::{Call, Envelope, Frame};
 use serde_json::Value;
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 /// Why a call over a connection got no reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,15 +114,38 @@ impl Link {
 }
 
 /// The connections of this admin, by agent address.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Links {
     by_address: Mutex<HashMap<String, Arc<Link>>>,
     next_serial: AtomicU64,
     /// Woken whenever a connection opens, for calls waiting for an agent to come back.
     opened: Notify,
+    /// Moved on when the server stops: every socket task then closes its connection.
+    closing: watch::Sender<u64>,
+}
+
+impl Default for Links {
+    fn default() -> Self {
+        Self {
+            by_address: Mutex::default(),
+            next_serial: AtomicU64::new(0),
+            opened: Notify::new(),
+            closing: watch::Sender::new(0),
+        }
+    }
 }
 
 impl Links {
+    /// Closes every open connection (the server is stopping); later ones are taken as usual.
+    pub fn close_all(&self) {
+        self.closing.send_modify(|generation| *generation += 1);
+    }
+
+    /// What a socket task watches to learn that it must close.
+    pub fn closing(&self) -> watch::Receiver<u64> {
+        self.closing.subscribe()
+    }
+
     pub fn next_serial(&self) -> u64 {
         self.next_serial.fetch_add(1, Ordering::Relaxed)
     }

@@ -179,19 +179,18 @@ async fn serve(
 }
 
 fn on_text(state: &Arc<AppState>, peer: &Peer, link: &Arc<Link>, text: &str) {
-    // Up calls obey the same body cap as the HTTP endpoints they stand for.
+    // Up calls obey the same body cap as the HTTP endpoints they stand for; replies (a log
+    // page) only the frame cap.
     let cap = state.config.max_body_bytes.saturating_add(1024);
-    let frame = if text.len() > cap {
-        // Not parsed at all, so there is no id to answer: the agent's call times out.
-        Err(BadFrame {
-            id: None,
+    let frame = match Frame::parse(text) {
+        Ok(Frame::Call { id, .. }) if text.len() > cap => Err(BadFrame {
+            id: Some(id),
             message: format!(
                 "the body is larger than {} bytes",
                 state.config.max_body_bytes
             ),
-        })
-    } else {
-        Frame::parse(text)
+        }),
+        other => other,
     };
     match frame {
         Ok(Frame::Reply { id, reply }) => link.complete(id, reply),

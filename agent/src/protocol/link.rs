@@ -24,8 +24,9 @@ pub const AGENT_GROUP_HEADER: &str = "X-Jobfleet-Agent-Group";
 /// over the agent's connection only.
 pub const CONNECT_SCHEME: &str = "conn";
 /// Largest frame either side takes; a bigger one is answered with an error, never parsed.
-/// A trigger's script source is at most 1 MiB; the HTTP endpoints cap bodies at 2 MiB.
-pub const MAX_FRAME_BYTES: usize = 2 * 1024 * 1024 + 64 * 1024;
+/// A trigger's script source is at most 1 MiB and the HTTP endpoints cap bodies at 2 MiB; a
+/// reply carrying a log page (1 MiB, sent as both `content` and `data`, escaped) is the largest.
+pub const MAX_FRAME_BYTES: usize = 8 * 1024 * 1024;
 
 wire_enum! {
     /// What a call frame asks for. Down: the agent endpoints; up: the admin endpoints.

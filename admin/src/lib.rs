@@ -1,6 +1,7 @@
 //! jobfleet admin: the schedule, the registry of agents, dispatch, callbacks, the console and
 //! the open API. `main.rs` only parses the command line and calls into here.
 
+pub mod agent_link;
 pub mod alert;
 pub mod api;
 pub mod assets;

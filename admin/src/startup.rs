@@ -231,6 +231,9 @@ pub async fn serve(
     if let Some(workers) = workers {
         workers.shutdown(WORKER_SHUTDOWN).await;
     }
+    // Agents' connections would hold the graceful stop open; closed, their agents reconnect to
+    // another admin or fall back to HTTP.
+    state.agents.links.close_all();
     running.handle.stop(true).await;
     running
         .task

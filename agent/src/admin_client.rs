@@ -1,5 +1,6 @@
 //! Talking to the admins: each call goes to the preferred admin and fails over to the next;
-//! the first admin is preferred again as soon as it answers.
+//! the first admin is preferred again as soon as it answers. Heartbeats and results go over
+//! the agent's own connection instead while one is up (`link::Uplink`), and by HTTP otherwise.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -7,9 +8,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::protocol::{ACCESS_TOKEN_HEADER, AGENT_KEY_HEADER, Envelope};
+use crate::link::Uplink;
+use crate::protocol::{ACCESS_TOKEN_HEADER, AGENT_KEY_HEADER, Call, Envelope, admin_path};
 
-#[derive(Debug)]
 pub struct AdminClient {
     admins: Vec<String>,
     token: Option<String>,
@@ -18,6 +19,16 @@ pub struct AdminClient {
     http: reqwest::Client,
     /// Index of the admin that answered last.
     current: AtomicUsize,
+    /// The agent's connection, in modes `connect` and `auto`.
+    uplink: Option<Arc<Uplink>>,
+}
+
+impl std::fmt::Debug for AdminClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminClient")
+            .field("admins", &self.admins)
+            .finish_non_exhaustive()
+    }
 }
 
 impl AdminClient {
@@ -41,41 +52,80 @@ impl AdminClient {
             key,
             http,
             current: AtomicUsize::new(0),
+            uplink: None,
         })
     }
 
-    /// POSTs `body` to `path` on the first admin that answers with code 200, trying the first
-    /// configured admin first so traffic returns to it once it is back.
+    /// Sends heartbeats and results over `uplink` whenever it is connected.
+    #[must_use]
+    pub fn with_uplink(mut self, uplink: Arc<Uplink>) -> Self {
+        self.uplink = Some(uplink);
+        self
+    }
+
+    /// Posts `body` to `path`: over the agent's connection when it is up and carries that call
+    /// (a refusal or a drop there falls through to HTTP, which is harmless: the admin stores a
+    /// heartbeat or a result twice as once), else by HTTP to the first admin that answers with
+    /// code 200, trying the first configured admin first so traffic returns to it once it is
+    /// back. Returns the admin that took it.
     pub async fn post<T: Serialize>(&self, path: &str, body: &T) -> Result<String, String> {
         let mut errors = Vec::new();
+        let call = match path {
+            admin_path::REGISTRY => Some(Call::Registry),
+            admin_path::CALLBACK => Some(Call::Callback),
+            _ => None,
+        };
+        if let (Some(uplink), Some(call)) = (&self.uplink, call)
+            && uplink.connected().is_some()
+        {
+            match uplink.call(call, body).await {
+                Ok((admin, reply)) if reply.is_ok() => return Ok(admin),
+                Ok((admin, reply)) => errors.push(format!(
+                    "{admin} (connection): {}",
+                    reply.msg.unwrap_or_default()
+                )),
+                Err(e) => errors.push(format!("connection: {e}")),
+            }
+        }
         for (i, base) in self.admins.iter().enumerate() {
-            let mut request = self.http.post(format!("{base}{path}")).json(body);
-            if let Some(token) = &self.token {
-                request = request.header(ACCESS_TOKEN_HEADER, token);
-            }
-            if let Some(key) = &self.key {
-                request = request.header(AGENT_KEY_HEADER, key);
-            }
-            match request.send().await {
-                Ok(response) => {
-                    let text = response.text().await.unwrap_or_default();
-                    match serde_json::from_str::<Envelope<serde_json::Value>>(&text) {
-                        Ok(envelope) if envelope.is_ok() => {
-                            if self.current.swap(i, Ordering::Relaxed) != i {
-                                tracing::info!(admin = %base, "Using admin");
-                            }
-                            return Ok(base.clone());
-                        }
-                        Ok(envelope) => {
-                            errors.push(format!("{base}: {}", envelope.msg.unwrap_or_default()))
-                        }
-                        Err(_) => errors.push(format!("{base}: not an XXL-Job envelope")),
+            match self.post_to(base, path, body).await {
+                Ok(()) => {
+                    if self.current.swap(i, Ordering::Relaxed) != i {
+                        tracing::info!(admin = %base, "Using admin");
                     }
+                    return Ok(base.clone());
                 }
-                Err(e) => errors.push(format!("{base}: {}", with_causes(&e))),
+                Err(e) => errors.push(e),
             }
         }
         Err(errors.join("; "))
+    }
+
+    /// POSTs `body` to `path` on the admin `base` by HTTP; `Ok` when it answered code 200.
+    pub async fn post_to<T: Serialize>(
+        &self,
+        base: &str,
+        path: &str,
+        body: &T,
+    ) -> Result<(), String> {
+        let mut request = self.http.post(format!("{base}{path}")).json(body);
+        if let Some(token) = &self.token {
+            request = request.header(ACCESS_TOKEN_HEADER, token);
+        }
+        if let Some(key) = &self.key {
+            request = request.header(AGENT_KEY_HEADER, key);
+        }
+        match request.send().await {
+            Ok(response) => {
+                let text = response.text().await.unwrap_or_default();
+                match serde_json::from_str::<Envelope<serde_json::Value>>(&text) {
+                    Ok(envelope) if envelope.is_ok() => Ok(()),
+                    Ok(envelope) => Err(format!("{base}: {}", envelope.msg.unwrap_or_default())),
+                    Err(_) => Err(format!("{base}: not an XXL-Job envelope")),
+                }
+            }
+            Err(e) => Err(format!("{base}: {}", with_causes(&e))),
+        }
     }
 }
 

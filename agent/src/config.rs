@@ -54,6 +54,9 @@ pub struct Cli {
     /// Allow running as root.
     #[arg(long)]
     pub allow_root: bool,
+    /// How admins reach this agent: push, connect or auto (JOBFLEET_AGENT_MODE).
+    #[arg(long)]
+    pub mode: Option<String>,
 }
 
 const KEYS: &[(&str, Option<&str>)] = &[
@@ -61,6 +64,7 @@ const KEYS: &[(&str, Option<&str>)] = &[
     ("admin_ca_file", None),
     ("client_cert", None),
     ("client_key", None),
+    ("mode", Some("auto")),
     ("group", None),
     ("listen", Some("0.0.0.0:9999")),
     ("advertise", None),
@@ -91,11 +95,44 @@ pub const MAX_TOKEN_LEN: usize = 512;
 pub const MIN_LOG_BYTES: u64 = 64 * 1024;
 pub const MAX_LOG_BYTES: u64 = 64 * 1024 * 1024 * 1024;
 
+/// How the admins reach this agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The admins dial the advertised address (XXL-Job's way); no connection is kept.
+    Push,
+    /// Only over the agent's own connection to an admin; nothing listens.
+    Connect,
+    /// Listens and registers its address, and keeps the connection too: the admin holding it
+    /// uses it, any other admin dials the address.
+    Auto,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Push => "push",
+            Mode::Connect => "connect",
+            Mode::Auto => "auto",
+        }
+    }
+
+    /// Whether the agent listens for admin calls.
+    pub fn listens(self) -> bool {
+        self != Mode::Connect
+    }
+
+    /// Whether the agent keeps a connection to an admin.
+    pub fn connects(self) -> bool {
+        self != Mode::Push
+    }
+}
+
 #[derive(Clone)]
 pub struct Config {
     pub admins: Vec<String>,
     /// How https:// admins are verified, and the client certificate shown to them.
     pub tls: crate::tls::TlsSettings,
+    pub mode: Mode,
     pub group: String,
     pub listen: SocketAddr,
     pub advertise: Option<String>,
@@ -130,6 +167,7 @@ impl std::fmt::Debug for Config {
         f.debug_struct("Config")
             .field("admins", &self.admins)
             .field("tls", &self.tls)
+            .field("mode", &self.mode)
             .field("group", &self.group)
             .field("listen", &self.listen)
             .field("advertise", &self.advertise)
@@ -191,6 +229,7 @@ impl Config {
             ("data_dir", cli.data_dir.clone()),
             ("run_as", cli.run_as.clone()),
             ("allow_root", cli.allow_root.then(|| "true".to_owned())),
+            ("mode", cli.mode.clone()),
         ];
         for (key, value) in flags {
             if let Some(v) = value {
@@ -247,7 +286,24 @@ fn validate(raw: &Layers) -> Result<Config, ConfigError> {
     let listen: SocketAddr = listen_text
         .parse()
         .map_err(|_| fail("listen", format!("`{listen_text}` is not IP:PORT")))?;
+    let mode = match get("mode").as_deref() {
+        Some("auto") | None => Mode::Auto,
+        Some("push") => Mode::Push,
+        Some("connect") => Mode::Connect,
+        Some(other) => {
+            return Err(fail(
+                "mode",
+                format!("`{other}` is not push, connect or auto"),
+            ));
+        }
+    };
     let advertise = get("advertise").map(|a| url("advertise", &a)).transpose()?;
+    if mode == Mode::Connect && advertise.is_some() {
+        return Err(fail(
+            "advertise",
+            "has no use in connect mode: admins reach the agent only over its connection".into(),
+        ));
+    }
     // Without a token anyone who reaches the port runs commands on this host.
     let token = get("token").ok_or_else(|| {
         fail(
@@ -334,6 +390,7 @@ fn validate(raw: &Layers) -> Result<Config, ConfigError> {
     Ok(Config {
         admins,
         tls,
+        mode,
         group,
         listen,
         advertise,
@@ -435,6 +492,7 @@ mod tests {
             (c.log_max_bytes, c.log_min_free_bytes),
             (16 << 20, 256 << 20)
         );
+        assert_eq!(c.mode, Mode::Auto);
     }
 
     #[test]
@@ -462,6 +520,21 @@ mod tests {
                     ("JOBFLEET_AGENT_MAX_CONCURRENT", "0"),
                 ],
                 "max_concurrent",
+            ),
+            (
+                vec![
+                    ("JOBFLEET_AGENT_GROUP", "g"),
+                    ("JOBFLEET_AGENT_MODE", "pull"),
+                ],
+                "mode",
+            ),
+            (
+                vec![
+                    ("JOBFLEET_AGENT_GROUP", "g"),
+                    ("JOBFLEET_AGENT_MODE", "connect"),
+                    ("JOBFLEET_AGENT_ADVERTISE", "http://a:1/"),
+                ],
+                "advertise",
             ),
             (vec![("JOBFLEET_AGENT_GROUP", "<g>")], "group"),
             (

@@ -12,12 +12,14 @@ use crate::admin_client::AdminClient;
 use crate::callback;
 use crate::config::Config;
 use crate::error::Error;
+use crate::handlers::Handlers;
 use crate::journal::{Journal, Leftovers};
+use crate::link::{LinkConfig, Uplink};
 use crate::logs::Logs;
 use crate::protocol::{HandleCallbackParam, RunOutcome};
 use crate::registry::Registration;
 use crate::runner::{Runner, RunnerConfig, contain, limits, output};
-use crate::server::{self, ServerState};
+use crate::server;
 use crate::spool::Spool;
 
 /// Resolves the run-as user to uid/gid.
@@ -69,6 +71,24 @@ fn advertised(config: &Config, bound: SocketAddr) -> String {
         bound.ip()
     };
     format!("http://{}/", SocketAddr::new(ip, bound.port()))
+}
+
+/// The address a connect-mode agent registers: `conn://<hostname>/<agent id>`. It cannot be
+/// dialled (admins send to it only over the agent's connection), stays the same across
+/// restarts (runs, approval and liveness are keyed by address), and differs between agents of
+/// one host (the id).
+fn connect_address(agent_id: &str) -> String {
+    let host: String = crate::host::hostname()
+        .to_ascii_lowercase()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.'))
+        .collect();
+    let host = if host.is_empty() {
+        "agent".into()
+    } else {
+        host
+    };
+    format!("{}://{host}/{agent_id}/", crate::protocol::CONNECT_SCHEME)
 }
 
 /// Runs remembered for answering a repeated trigger (about 60 bytes of memory each).
@@ -191,19 +211,30 @@ pub async fn run(config: Config) -> Result<(), Error> {
         std::os::unix::fs::chown(&scripts_dir, Some(uid), Some(gid))
             .map_err(Error::io("handing the scripts folder to run_as"))?;
     }
-    let listener = TcpListener::bind(config.listen).map_err(Error::io(format!(
-        "binding {} (config key `listen`)",
-        config.listen
-    )))?;
-    let bound = listener
-        .local_addr()
-        .map_err(Error::io("reading the bound address"))?;
+    // In connect mode nothing listens: admins reach the agent only over its connection.
+    let listener = if config.mode.listens() {
+        let listener = TcpListener::bind(config.listen).map_err(Error::io(format!(
+            "binding {} (config key `listen`)",
+            config.listen
+        )))?;
+        let bound = listener
+            .local_addr()
+            .map_err(Error::io("reading the bound address"))?;
+        Some((listener, bound))
+    } else {
+        None
+    };
+    let agent_id = crate::identity::load_or_create_id(&config.data_dir)
+        .map_err(Error::io("reading or creating the agent id"))?;
     // Run ids are unique per admin cluster, not per host: two agents on one host (or one per
-    // test) each get their own folder, named by the port only one of them can hold.
+    // test) each get their own folder, named by the port only one of them can hold (or, when
+    // nothing listens, by the agent's id).
     let parent = format!(
         "{}/agent-{}",
         config.cgroup_parent.as_deref().unwrap_or("jobfleet"),
-        bound.port()
+        listener
+            .as_ref()
+            .map_or_else(|| agent_id.clone(), |(_, bound)| bound.port().to_string())
     );
     let limits_mode = if config.use_cgroups {
         limits::detect(&parent)
@@ -246,48 +277,84 @@ pub async fn run(config: Config) -> Result<(), Error> {
         spool.clone(),
         journal,
     );
-    let advertise = advertised(&config, bound);
-    let server_state = web::Data::new(ServerState {
+    let advertise = match &listener {
+        Some((_, bound)) => advertised(&config, *bound),
+        None => connect_address(&agent_id),
+    };
+    let handlers = Arc::new(Handlers {
         runner: runner.clone(),
         logs: logs.clone(),
         token: config.token.clone(),
         instance_id: instance_id.clone(),
     });
-    let server = HttpServer::new(move || {
-        App::new()
-            .app_data(server_state.clone())
-            .configure(server::configure)
-    })
-    .workers(1)
-    .disable_signals()
-    .listen(listener)
-    .map_err(Error::io("starting the HTTP server"))?
-    .run();
-    let server_handle = server.handle();
-    let server_task = tokio::spawn(server);
-    tracing::info!(listen = %bound, %advertise, limits = runner.limits_mode(), jobs_user = runner.jobs_user(), "jobfleet agent started");
+    let server = match listener {
+        Some((listener, bound)) => {
+            let data = web::Data::from(handlers.clone());
+            let server = HttpServer::new(move || {
+                App::new()
+                    .app_data(data.clone())
+                    .configure(server::configure)
+            })
+            .workers(1)
+            .disable_signals()
+            .listen(listener)
+            .map_err(Error::io("starting the HTTP server"))?
+            .run();
+            let handle = server.handle();
+            Some((handle, tokio::spawn(server), bound))
+        }
+        None => None,
+    };
+    let listening = server.as_ref().map_or_else(
+        || "nothing (connect mode)".to_owned(),
+        |(_, _, bound)| bound.to_string(),
+    );
+    tracing::info!(listen = %listening, %advertise, mode = config.mode.as_str(), limits = runner.limits_mode(), jobs_user = runner.jobs_user(), "jobfleet agent started");
     println!(
-        "jobfleet-agent: listening on {bound}, advertised as {advertise}, limits via {}",
+        "jobfleet-agent: listening on {listening}, advertised as {advertise}, mode {}, limits via {}",
+        config.mode.as_str(),
         runner.limits_mode()
     );
 
-    let client = Arc::new(
-        AdminClient::new(
-            config.admins.clone(),
-            Some(config.token.clone()),
-            Some(key),
-            &tls,
-        )
-        .map_err(Error::Refused)?,
-    );
+    let uplink = Arc::new(Uplink::default());
+    let mut client = AdminClient::new(
+        config.admins.clone(),
+        Some(config.token.clone()),
+        Some(key.clone()),
+        &tls,
+    )
+    .map_err(Error::Refused)?;
+    if config.mode.connects() {
+        client = client.with_uplink(uplink.clone());
+    }
+    let client = Arc::new(client);
     let registration = Arc::new(Registration {
         client: client.clone(),
         group: config.group.clone(),
-        advertise,
+        advertise: advertise.clone(),
         data_dir: config.data_dir.clone(),
         runner: runner.clone(),
         instance_id,
+        mode: config.mode.as_str(),
     });
+    let link = if config.mode.connects() {
+        Some(tokio::spawn(crate::link::keep_connected(
+            uplink,
+            LinkConfig {
+                admins: config.admins.clone(),
+                token: config.token.clone(),
+                key,
+                group: config.group.clone(),
+                address: advertise,
+                tls: tls.clone(),
+            },
+            handlers,
+            registration.clone(),
+            runner.results.clone(),
+        )))
+    } else {
+        None
+    };
     let beats = tokio::spawn(registration.clone().beat_forever(config.heartbeat_interval));
     let drain = tokio::spawn(callback::drain_forever(
         client.clone(),
@@ -327,7 +394,12 @@ pub async fn run(config: Config) -> Result<(), Error> {
         tracing::warn!(error = %e, "Results stay spooled until the next start");
     }
     retention.abort();
-    server_handle.stop(true).await;
-    let _ = server_task.await;
+    if let Some(link) = link {
+        link.abort();
+    }
+    if let Some((handle, task, _)) = server {
+        handle.stop(true).await;
+        let _ = task.await;
+    }
     Ok(())
 }

@@ -14,6 +14,8 @@ use std::path::Path;
 const KEY_BYTES: usize = 32;
 const INSTANCE_BYTES: usize = 12;
 pub const KEY_FILE: &str = "agent.key";
+const ID_BYTES: usize = 8;
+pub const ID_FILE: &str = "agent.id";
 
 fn random_hex(bytes: usize) -> std::io::Result<String> {
     let mut buf = vec![0u8; bytes];
@@ -26,32 +28,63 @@ fn random_hex(bytes: usize) -> std::io::Result<String> {
 /// # Errors
 /// When the file cannot be read or written, or holds something that is not a key.
 pub fn load_or_create_key(data_dir: &Path) -> std::io::Result<String> {
-    let path = data_dir.join(KEY_FILE);
+    load_or_create(
+        data_dir,
+        KEY_FILE,
+        KEY_BYTES,
+        "an agent key; remove it to make a new one (an admin must then forget the old agent)",
+    )
+}
+
+/// Reads the agent's id from `<data_dir>/agent.id`, creating it on the first start. Not a
+/// secret: it names a `connect`-mode agent's address (`conn://<hostname>/<id>`), which must stay
+/// the same across restarts (runs, approval and liveness are keyed by address) and differ
+/// between agents on one host.
+///
+/// # Errors
+/// When the file cannot be read or written, or holds something that is not an id.
+pub fn load_or_create_id(data_dir: &Path) -> std::io::Result<String> {
+    load_or_create(
+        data_dir,
+        ID_FILE,
+        ID_BYTES,
+        "an agent id; remove it to make a new one (the agent then registers as a new address)",
+    )
+}
+
+/// `bytes` of randomness, hex-encoded, kept in `<data_dir>/<file>` (0600, written durably).
+fn load_or_create(
+    data_dir: &Path,
+    file: &str,
+    bytes: usize,
+    what: &str,
+) -> std::io::Result<String> {
+    let path = data_dir.join(file);
     match std::fs::read_to_string(&path) {
         Ok(text) => {
-            let key = text.trim().to_owned();
-            if key.len() < 2 * KEY_BYTES || !key.bytes().all(|b| b.is_ascii_hexdigit()) {
+            let value = text.trim().to_owned();
+            if value.len() < 2 * bytes || !value.bytes().all(|b| b.is_ascii_hexdigit()) {
                 return Err(std::io::Error::other(format!(
-                    "{} does not hold an agent key; remove it to make a new one (an admin must then forget the old agent)",
+                    "{} does not hold {what}",
                     path.display()
                 )));
             }
-            Ok(key)
+            Ok(value)
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let key = random_hex(KEY_BYTES)?;
-            let temp = path.with_extension("key.tmp");
+            let value = random_hex(bytes)?;
+            let temp = path.with_extension("tmp");
             let mut f = std::fs::OpenOptions::new()
                 .write(true)
                 .create(true)
                 .truncate(true)
                 .mode(0o600)
                 .open(&temp)?;
-            f.write_all(key.as_bytes())?;
+            f.write_all(value.as_bytes())?;
             f.sync_all()?;
             std::fs::rename(&temp, &path)?;
             std::fs::File::open(data_dir)?.sync_all()?;
-            Ok(key)
+            Ok(value)
         }
         Err(e) => Err(e),
     }
@@ -85,5 +118,12 @@ mod tests {
         std::fs::write(dir.path().join(KEY_FILE), "garbage").unwrap();
         assert!(load_or_create_key(dir.path()).is_err());
         assert_ne!(new_instance_id().unwrap(), new_instance_id().unwrap());
+        let id = load_or_create_id(dir.path()).unwrap();
+        assert_eq!(id.len(), 16);
+        assert_eq!(load_or_create_id(dir.path()).unwrap(), id);
+        assert_eq!(
+            load_or_create_key(dir.path()).unwrap_err().kind(),
+            std::io::ErrorKind::Other
+        );
     }
 }

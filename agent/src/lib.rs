@@ -17,11 +17,15 @@ pub mod daemon;
 #[cfg(feature = "daemon")]
 pub mod error;
 #[cfg(feature = "daemon")]
+pub mod handlers;
+#[cfg(feature = "daemon")]
 pub mod host;
 #[cfg(feature = "daemon")]
 pub mod identity;
 #[cfg(feature = "daemon")]
 pub mod journal;
+#[cfg(feature = "daemon")]
+pub mod link;
 #[cfg(feature = "daemon")]
 pub mod logs;
 #[cfg(feature = "daemon")]

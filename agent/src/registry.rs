@@ -18,6 +18,8 @@ pub struct Registration {
     pub runner: Arc<Runner>,
     /// This process's id: a new one tells the admin that the previous one's runs are gone.
     pub instance_id: String,
+    /// `push`, `connect` or `auto`, told to the admin.
+    pub mode: &'static str,
 }
 
 impl Registration {
@@ -36,6 +38,7 @@ impl Registration {
             held_runs: Some(held_runs),
             accepted_through: Some(accepted_through),
             run_as: Some(self.runner.jobs_user().to_owned()),
+            mode: Some(self.mode.to_owned()),
         }
     }
 
@@ -59,6 +62,14 @@ impl Registration {
             }
             tokio::time::sleep(interval).await;
         }
+    }
+
+    /// One heartbeat by HTTP to the admin `base` (before connecting to it).
+    pub async fn beat_at(&self, base: &str) -> Result<(), String> {
+        let param = self.param(&mut Host::new());
+        self.client
+            .post_to(base, admin_path::REGISTRY, &param)
+            .await
     }
 
     pub async fn deregister(&self) {

@@ -27,6 +27,13 @@ pub struct Agent {
     pub instance_id: String,
     /// The user its jobs run as by default (`root` is a warning), empty when not told.
     pub run_as: String,
+    /// `push`, `connect` or `auto` as the agent said; empty when it did not.
+    pub mode: String,
+    /// The admin process holding the agent's connection, empty when none.
+    pub link_admin: String,
+    pub link_since_ms: Option<i64>,
+    /// Round-trip time of the connection's last ping.
+    pub link_rtt_us: Option<i64>,
 }
 
 /// What a heartbeat says about an agent.
@@ -41,6 +48,7 @@ pub struct Heartbeat<'a> {
     pub key_hash: &'a str,
     pub instance_id: &'a str,
     pub run_as: &'a str,
+    pub mode: &'a str,
     pub now_ms: i64,
 }
 
@@ -90,6 +98,7 @@ pub fn insert(conn: &mut AnyConnection, beat: &Heartbeat<'_>, approval: &str) ->
             agent::approval.eq(approval),
             agent::instance_id.eq(beat.instance_id),
             agent::run_as.eq(beat.run_as),
+            agent::mode.eq(beat.mode),
         ))
         .execute(conn)?;
     Ok(())
@@ -107,11 +116,72 @@ pub fn refresh(conn: &mut AnyConnection, id: i64, beat: &Heartbeat<'_>) -> Resul
             agent::limits_mode.eq(beat.limits_mode),
             agent::instance_id.eq(beat.instance_id),
             agent::run_as.eq(beat.run_as),
+            agent::mode.eq(beat.mode),
         ))
         .execute(conn)?;
     diesel::update(agent::table.find(id).filter(agent::key_hash.eq("")))
         .set(agent::key_hash.eq(beat.key_hash))
         .execute(conn)?;
+    Ok(())
+}
+
+/// Records that `admin` holds the agent's connection since `since_ms`.
+pub fn set_link(
+    conn: &mut AnyConnection,
+    id: i64,
+    admin: &str,
+    since_ms: i64,
+) -> Result<(), Error> {
+    diesel::update(agent::table.find(id))
+        .set((
+            agent::link_admin.eq(admin),
+            agent::link_since_ms.eq(since_ms),
+            agent::link_rtt_us.eq(None::<i64>),
+        ))
+        .execute(conn)?;
+    Ok(())
+}
+
+/// The round-trip time of the connection `admin` opened at `since_ms`, if it is still the one
+/// recorded.
+pub fn set_link_rtt(
+    conn: &mut AnyConnection,
+    id: i64,
+    admin: &str,
+    since_ms: i64,
+    rtt_us: i64,
+) -> Result<(), Error> {
+    diesel::update(
+        agent::table
+            .find(id)
+            .filter(agent::link_admin.eq(admin))
+            .filter(agent::link_since_ms.eq(since_ms)),
+    )
+    .set(agent::link_rtt_us.eq(rtt_us))
+    .execute(conn)?;
+    Ok(())
+}
+
+/// Clears the connection `admin` opened at `since_ms`, unless a newer one was recorded since
+/// (the agent reconnected before the old socket ended).
+pub fn clear_link(
+    conn: &mut AnyConnection,
+    id: i64,
+    admin: &str,
+    since_ms: i64,
+) -> Result<(), Error> {
+    diesel::update(
+        agent::table
+            .find(id)
+            .filter(agent::link_admin.eq(admin))
+            .filter(agent::link_since_ms.eq(since_ms)),
+    )
+    .set((
+        agent::link_admin.eq(""),
+        agent::link_since_ms.eq(None::<i64>),
+        agent::link_rtt_us.eq(None::<i64>),
+    ))
+    .execute(conn)?;
     Ok(())
 }
 
@@ -214,6 +284,7 @@ mod tests {
             key_hash: "",
             instance_id: "i1",
             run_as: "",
+            mode: "auto",
             now_ms,
         }
     }
@@ -304,6 +375,34 @@ mod tests {
             assert_eq!(list_at(conn, "http://q:1/").unwrap().len(), 1);
             assert!(delete(conn, pending.id).unwrap());
             assert!(matches!(get(conn, pending.id), Err(Error::NotFound(_))));
+        }
+    );
+
+    storage_test!(
+        a_connection_is_recorded_and_cleared_only_by_its_holder,
+        |conn| {
+            upsert(conn, &beat("conn://h/1/", 1_000)).unwrap();
+            let id = find(conn, "app", "conn://h/1/").unwrap().unwrap().id;
+            assert_eq!(get(conn, id).unwrap().mode, "auto");
+            set_link(conn, id, "admin-a:1", 2_000).unwrap();
+            set_link_rtt(conn, id, "admin-a:1", 2_000, 350).unwrap();
+            // The agent reconnected to another admin before the first socket ended.
+            set_link(conn, id, "admin-b:2", 3_000).unwrap();
+            set_link_rtt(conn, id, "admin-a:1", 2_000, 999).unwrap();
+            clear_link(conn, id, "admin-a:1", 2_000).unwrap();
+            let row = get(conn, id).unwrap();
+            assert_eq!(
+                (row.link_admin.as_str(), row.link_since_ms, row.link_rtt_us),
+                ("admin-b:2", Some(3_000), None)
+            );
+            set_link_rtt(conn, id, "admin-b:2", 3_000, 420).unwrap();
+            assert_eq!(get(conn, id).unwrap().link_rtt_us, Some(420));
+            clear_link(conn, id, "admin-b:2", 3_000).unwrap();
+            let row = get(conn, id).unwrap();
+            assert_eq!(
+                (row.link_admin.as_str(), row.link_since_ms, row.link_rtt_us),
+                ("", None, None)
+            );
         }
     );
 }

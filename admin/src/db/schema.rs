@@ -32,6 +32,10 @@ diesel::table! {
         approval -> Text,
         instance_id -> Text,
         run_as -> Text,
+        mode -> Text,
+        link_admin -> Text,
+        link_since_ms -> Nullable<BigInt>,
+        link_rtt_us -> Nullable<BigInt>,
     }
 }
 

@@ -1,13 +1,22 @@
-//! HTTP calls from the admin to agents, in protocol types only. A short timeout: a trigger is a
-//! hand-off, not a wait for the job.
+//! Calls from the admin to agents, in protocol types only: over the agent's own connection
+//! when it holds one to this admin (`link::Links`), else by HTTP to its address. A short
+//! timeout: a trigger is a hand-off, not a wait for the job.
+//!
+//! Over a connection a call whose connection drops before the reply is sent again on the
+//! agent's next connection (same body, so a trigger keeps its run id) until the timeout: the
+//! agent's accept journal answers a repeated trigger as accepted without running it again, so a
+//! trigger is delivered at most once per run whatever the connection does.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::domain::ids::JobId;
 use jobfleet_agent::protocol::{
-    ACCESS_TOKEN_HEADER, Envelope, HeldRuns, JobIdParam, LogParam, LogResult, RunAccepted,
-    TriggerParam, agent_path,
+    ACCESS_TOKEN_HEADER, CONNECT_SCHEME, Call, Envelope, HeldRuns, JobIdParam, LogParam, LogResult,
+    RunAccepted, TriggerParam, agent_path,
 };
+
+use super::link::{LinkError, Links};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -33,6 +42,16 @@ impl std::fmt::Display for CallError {
 pub struct AgentClient {
     http: reqwest::Client,
     token: String,
+    timeout: Duration,
+    /// The agents connected to this admin.
+    pub links: Arc<Links>,
+}
+
+/// Whether `address` is a connect-mode agent's, reachable only over its connection.
+pub fn is_connect_address(address: &str) -> bool {
+    address
+        .strip_prefix(CONNECT_SCHEME)
+        .is_some_and(|rest| rest.starts_with("://"))
 }
 
 fn url(address: &str, path: &str) -> String {
@@ -43,6 +62,14 @@ fn url(address: &str, path: &str) -> String {
     }
 }
 
+/// A payload read as the type the call expects; garbage is an unusable answer.
+fn typed<T: DeserializeOwned>(value: Option<serde_json::Value>) -> Result<Option<T>, CallError> {
+    value
+        .map(serde_json::from_value)
+        .transpose()
+        .map_err(|e| CallError::Unreachable(format!("not an executor answer: {e}")))
+}
+
 impl AgentClient {
     /// # Errors
     /// When the TLS backend cannot be initialised.
@@ -51,7 +78,12 @@ impl AgentClient {
             .connect_timeout(timeout)
             .timeout(timeout)
             .build()?;
-        Ok(Self { http, token })
+        Ok(Self {
+            http,
+            token,
+            timeout,
+            links: Arc::default(),
+        })
     }
 
     async fn call<B: Serialize, T: DeserializeOwned>(
@@ -60,6 +92,80 @@ impl AgentClient {
         path: &str,
         body: &B,
     ) -> Result<Envelope<T>, CallError> {
+        let envelope = if self.links.get(address).is_some() || is_connect_address(address) {
+            self.over_link::<B>(address, path, body).await?
+        } else {
+            self.over_http(address, path, body).await?
+        };
+        let envelope: Envelope<T> = Envelope {
+            code: envelope.code,
+            msg: envelope.msg,
+            content: typed(envelope.content)?,
+            data: typed(envelope.data)?,
+        };
+        if envelope.is_ok() {
+            Ok(envelope)
+        } else {
+            Err(CallError::Refused(
+                envelope.msg.unwrap_or_else(|| "no reason given".into()),
+            ))
+        }
+    }
+
+    /// The call over the agent's connection, sent again on its next connection when one drops
+    /// before the reply, until the timeout. A connect-mode agent that is not connected here is
+    /// waited for until the timeout too (it may be reconnecting).
+    async fn over_link<B: Serialize>(
+        &self,
+        address: &str,
+        path: &str,
+        body: &B,
+    ) -> Result<Envelope<serde_json::Value>, CallError> {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let call = Call::from(path);
+        let body = serde_json::to_value(body)
+            .map_err(|e| CallError::Unreachable(format!("encoding the call: {e}")))?;
+        let mut dropped = false;
+        loop {
+            let link = if is_connect_address(address) {
+                self.links.wait_for(address, deadline).await
+            } else {
+                self.links.get(address)
+            };
+            // An `auto` agent without a connection here is dialled at its address.
+            if link.is_none() && !is_connect_address(address) {
+                return self.over_http(address, path, &body).await;
+            }
+            let Some(link) = link else {
+                return Err(CallError::Unreachable(if dropped {
+                    "the agent's connection dropped and it did not reconnect in time".into()
+                } else {
+                    "the agent is not connected to this admin".into()
+                }));
+            };
+            match link.call(call.clone(), body.clone(), deadline).await {
+                Ok(reply) => return Ok(reply),
+                Err(LinkError::TimedOut) => {
+                    return Err(CallError::Unreachable(
+                        "no reply over the agent's connection in time".into(),
+                    ));
+                }
+                Err(LinkError::Dropped) => {
+                    // Wait for the next connection; the old one may still be listed until its
+                    // socket task ends, so never retry on the same one.
+                    dropped = true;
+                    self.links.remove(address, link.serial);
+                }
+            }
+        }
+    }
+
+    async fn over_http<B: Serialize>(
+        &self,
+        address: &str,
+        path: &str,
+        body: &B,
+    ) -> Result<Envelope<serde_json::Value>, CallError> {
         let response = self
             .http
             .post(url(address, path))
@@ -72,19 +178,12 @@ impl AgentClient {
             .text()
             .await
             .map_err(|e| CallError::Unreachable(e.to_string()))?;
-        let envelope: Envelope<T> = serde_json::from_str(&text).map_err(|_| {
+        serde_json::from_str(&text).map_err(|_| {
             CallError::Unreachable(format!(
                 "not an executor answer: {}",
                 text.chars().take(200).collect::<String>()
             ))
-        })?;
-        if envelope.is_ok() {
-            Ok(envelope)
-        } else {
-            Err(CallError::Refused(
-                envelope.msg.unwrap_or_else(|| "no reason given".into()),
-            ))
-        }
+        })
     }
 
     /// Hands a trigger to the agent; `Ok` means it accepted the run, with the agent's message

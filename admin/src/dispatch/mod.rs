@@ -2,6 +2,7 @@
 //! and sending it.
 
 pub mod client;
+pub mod link;
 pub mod routing;
 pub mod send;
 

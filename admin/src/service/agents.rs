@@ -22,7 +22,7 @@ use crate::domain::policy::RunStatus;
 use crate::error::Error;
 use crate::lifecycle::Changes;
 use crate::state::AppState;
-use jobfleet_agent::protocol::{REGISTRY_GROUP_EXECUTOR, RegistryParam};
+use jobfleet_agent::protocol::{CONNECT_SCHEME, REGISTRY_GROUP_EXECUTOR, RegistryParam};
 
 /// Agent keys are random strings the agent makes; anything outside this is not one.
 const KEY_LEN: std::ops::RangeInclusive<usize> = 32..=256;
@@ -49,6 +49,21 @@ pub struct AgentView {
     pub run_as: String,
     /// Jobs on this agent run as root.
     pub runs_as_root: bool,
+    /// How admins reach it: `push` (its address), `connect` (only over its connection; the
+    /// address is a `conn://` name), `auto` (both); empty for executors and older agents.
+    pub mode: String,
+    /// The connection the agent holds to an admin, if any.
+    pub connection: Option<ConnectionView>,
+}
+
+/// An agent's connection to an admin.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct ConnectionView {
+    /// The admin process holding it (`host:pid`).
+    pub admin: String,
+    pub since_ms: i64,
+    /// Round-trip time of the last ping, in milliseconds; absent before the first.
+    pub rtt_ms: Option<f64>,
 }
 
 fn view(a: agent::Agent, now: i64) -> AgentView {
@@ -63,6 +78,15 @@ fn view(a: agent::Agent, now: i64) -> AgentView {
         }
         .into(),
         runs_as_root: a.run_as == "root",
+        connection: match (a.link_admin.is_empty(), a.link_since_ms) {
+            (false, Some(since_ms)) => Some(ConnectionView {
+                admin: a.link_admin,
+                since_ms,
+                rtt_ms: a.link_rtt_us.map(|us| us as f64 / 1000.0),
+            }),
+            _ => None,
+        },
+        mode: a.mode,
         app_name: a.app_name,
         address: a.address,
         version: a.version,
@@ -187,6 +211,16 @@ pub async fn register(
     let key_hash = key.map(check_key).transpose()?;
     let instance_id = short("instanceId", param.instance_id.as_deref(), 64)?;
     let run_as = short("runAs", param.run_as.as_deref(), 64)?;
+    let mode = short("mode", param.mode.as_deref(), 16)?;
+    if !matches!(mode.as_str(), "" | "push" | "connect" | "auto") {
+        return Err(Error::invalid("mode", "must be push, connect or auto"));
+    }
+    if address_is_connect(&param.registry_value) && mode != "connect" {
+        return Err(Error::invalid(
+            "registryValue",
+            "a conn:// address is for agents in connect mode only",
+        ));
+    }
     let now = state.clock.now_ms();
     let metrics = param
         .metrics
@@ -210,6 +244,7 @@ pub async fn register(
                 key_hash: key_hash.as_deref().unwrap_or(""),
                 instance_id: &instance_id,
                 run_as: &run_as,
+                mode: &mode,
                 now_ms: now,
             };
             if key_hash.is_none() {
@@ -384,7 +419,7 @@ fn check_registration(param: &RegistryParam) -> Result<(String, String), Error> 
     let value = param.registry_value.trim();
     let parsed = url::Url::parse(value)
         .map_err(|e| Error::invalid("registryValue", format!("not a URL: {e}")))?;
-    if !matches!(parsed.scheme(), "http" | "https")
+    if !matches!(parsed.scheme(), "http" | "https" | CONNECT_SCHEME)
         || parsed.host_str().is_none()
         || value.len() > 255
         || parsed.query().is_some()
@@ -392,7 +427,7 @@ fn check_registration(param: &RegistryParam) -> Result<(String, String), Error> 
     {
         return Err(Error::invalid(
             "registryValue",
-            "must be the agent's http(s) base URL",
+            "must be the agent's http(s) base URL, or conn://<host>/<id>/ in connect mode",
         ));
     }
     if let Some(why) = forbidden_host(&parsed) {
@@ -433,6 +468,102 @@ fn forbidden_host(url: &url::Url) -> Option<&'static str> {
         }
     };
     bad.then_some("a link-local, unspecified or metadata address is not an agent")
+}
+
+fn address_is_connect(value: &str) -> bool {
+    value
+        .trim()
+        .strip_prefix(CONNECT_SCHEME)
+        .is_some_and(|rest| rest.starts_with("://"))
+}
+
+/// Who may open a connection (`GET /api/agent/connect`): the agent registered at `address` in
+/// group `app_name` with this key, not revoked — the same identity rules as a heartbeat, except
+/// that a connection never enrolls (the agent heartbeats by HTTP first). Returns the agent's id
+/// and its address as stored.
+///
+/// # Errors
+/// `invalid_field` for malformed headers; `forbidden` for an unknown key or address, another
+/// agent's address, or a revoked agent.
+pub async fn check_connection(
+    state: &AppState,
+    app_name: &str,
+    address: &str,
+    key: &str,
+) -> Result<(i64, String), Error> {
+    let (app_name, address) = check_registration(&RegistryParam {
+        registry_group: REGISTRY_GROUP_EXECUTOR.into(),
+        registry_key: app_name.to_owned(),
+        registry_value: address.to_owned(),
+        agent_version: None,
+        hostname: None,
+        metrics: None,
+        labels: None,
+        limits_mode: None,
+        instance_id: None,
+        held_runs: None,
+        accepted_through: None,
+        run_as: None,
+        mode: None,
+    })?;
+    let key_hash = check_key(key)?;
+    state
+        .db
+        .run(move |conn| {
+            let Some(row) = agent::find(conn, &app_name, &address)? else {
+                return Err(Error::Forbidden(format!(
+                    "no agent is registered at `{address}` in group `{app_name}`: register (heartbeat) first"
+                )));
+            };
+            if row.key_hash.is_empty() {
+                return Err(Error::Forbidden(
+                    "this address has no agent key yet: heartbeat with the key first".into(),
+                ));
+            }
+            check_identity(&row, Some(&key_hash))?;
+            Ok((row.id, address))
+        })
+        .await
+}
+
+/// Records that this admin (`admin`) holds agent `id`'s connection since `since_ms`.
+pub async fn link_opened(
+    state: &AppState,
+    id: i64,
+    admin: String,
+    since_ms: i64,
+) -> Result<(), Error> {
+    state
+        .db
+        .run(move |conn| agent::set_link(conn, id, &admin, since_ms))
+        .await
+}
+
+/// The round-trip time of the connection opened at `since_ms`.
+pub async fn link_rtt(
+    state: &AppState,
+    id: i64,
+    admin: String,
+    since_ms: i64,
+    rtt_us: i64,
+) -> Result<(), Error> {
+    state
+        .db
+        .run(move |conn| agent::set_link_rtt(conn, id, &admin, since_ms, rtt_us))
+        .await
+}
+
+/// The connection opened at `since_ms` ended (a newer one stays recorded).
+pub async fn link_closed(
+    state: &AppState,
+    id: i64,
+    admin: String,
+    since_ms: i64,
+) -> Result<(), Error> {
+    state
+        .db
+        .run(move |conn| agent::clear_link(conn, id, &admin, since_ms))
+        .await
 }
 
 /// Who sent a batch of results, as far as the admin can tell.

@@ -73,6 +73,10 @@ pub struct AgentRow {
     pub identity: String,
     pub run_as: String,
     pub runs_as_root: bool,
+    /// `push`, `connect`, `auto`, or empty when the agent did not say.
+    pub mode: String,
+    /// The admin holding its connection, since when, and the last ping's round trip.
+    pub connection: Option<(String, String, String)>,
 }
 
 #[derive(Template, WebTemplate)]
@@ -322,6 +326,15 @@ async fn agents(state: web::Data<AppState>, user: ConsoleUser) -> PageResult<Age
                 identity: a.identity,
                 run_as: a.run_as,
                 runs_as_root: a.runs_as_root,
+                mode: a.mode,
+                connection: a.connection.map(|l| {
+                    (
+                        l.admin,
+                        when(Some(l.since_ms)),
+                        l.rtt_ms
+                            .map_or_else(|| "–".to_owned(), |ms| format!("{ms:.1} ms")),
+                    )
+                }),
             })
             .collect(),
         c: user.page("agents"),

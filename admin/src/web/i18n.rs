@@ -174,6 +174,10 @@ static TABLE: &[(&str, &str, &str)] = &[
     ("agents.live", "live", "在线"),
     ("agents.metrics", "Metrics", "指标"),
     ("agents.running", "Running runs", "运行中的任务"),
+    ("agents.mode", "mode", "模式"),
+    ("agents.connected_to", "connected to", "已连接到"),
+    ("agents.since", "since", "自"),
+    ("agents.rtt", "round trip", "往返时间"),
     ("alert.channels", "Channels", "告警渠道"),
     (
         "alert.no_channels",

@@ -8,6 +8,7 @@
 
 mod support;
 
+mod agent_connect;
 mod agent_e2e;
 mod alerts;
 mod api_auth;

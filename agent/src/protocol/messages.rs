@@ -43,6 +43,10 @@ pub struct RegistryParam {
     /// as root without a `run_as`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_as: Option<String>,
+    /// jobfleet: how the admin reaches the agent: `push` (it dials the address), `connect`
+    /// (only over the agent's own connection), `auto` (the connection when held, else the address).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
 }
 
 /// jobfleet's answer to an accepted `run`, in the envelope's `content`: which agent instance

@@ -10,6 +10,7 @@ mod envelope;
 #[cfg(test)]
 mod fixtures;
 mod glue;
+mod link;
 mod messages;
 mod outcome;
 mod wire_enum;
@@ -17,6 +18,10 @@ mod wire_enum;
 pub use block::BlockStrategy;
 pub use envelope::{CODE_FAIL, CODE_OK, Envelope};
 pub use glue::GlueType;
+pub use link::{
+    AGENT_ADDRESS_HEADER, AGENT_GROUP_HEADER, BadFrame, CONNECT_PATH, CONNECT_SCHEME, Call, Frame,
+    MAX_FRAME_BYTES, RawFrame,
+};
 pub use messages::*;
 pub use outcome::{RunOutcome, handle_code};
 

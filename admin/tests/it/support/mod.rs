@@ -394,6 +394,8 @@ impl TestApp {
 impl TestApp {
     /// Stops the HTTP server (the admin "goes down"); the database stays.
     pub async fn stop_server(&mut self) {
+        // As `startup::serve` does: agents' connections close with the server.
+        self.state.agents.links.close_all();
         self.server.handle.stop(true).await;
     }
 

@@ -1,0 +1,327 @@
+//! Agents that dial out (issue 14): a real admin and real `jobfleet-agent` processes whose
+//! calls travel over the agent's own WebSocket (`GET /api/agent/connect`).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::support::{AgentProc, TestApp, both_backends, free_port, mysql_db, wait_for};
+
+const RUN_WITHIN: Duration = Duration::from_secs(30);
+
+async fn app(mysql: bool) -> TestApp {
+    if mysql {
+        TestApp::start(mysql_db().await).await
+    } else {
+        TestApp::sqlite().await
+    }
+}
+
+/// Waits for the live agent of `app_name` that registered in `mode`; returns its row.
+async fn agent_row(app: &TestApp, app_name: &str, mode: &str) -> Value {
+    wait_for(
+        Duration::from_secs(20),
+        &format!("a {mode} agent of {app_name} to connect"),
+        || async {
+            let agents = app.get("/api/v1/agents", &app.admin).await.body;
+            agents
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|a| {
+                    a["app_name"] == app_name
+                        && a["mode"] == mode
+                        && a["live"] == true
+                        && a["connection"].is_object()
+                })
+                .cloned()
+        },
+    )
+    .await
+}
+
+/// The inodes of the TCP sockets `pid` listens on.
+fn listening_sockets(pid: u32) -> HashSet<String> {
+    let mut mine = HashSet::new();
+    for fd in std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+    {
+        if let Ok(target) = std::fs::read_link(fd.path()) {
+            let target = target.to_string_lossy().into_owned();
+            if let Some(inode) = target
+                .strip_prefix("socket:[")
+                .and_then(|s| s.strip_suffix(']'))
+            {
+                mine.insert(inode.to_owned());
+            }
+        }
+    }
+    let mut listening = HashSet::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            // st 0A is LISTEN; column 9 is the inode.
+            if cols.get(3) == Some(&"0A") && cols.get(9).is_some_and(|i| mine.contains(*i)) {
+                listening.insert(cols[9].to_owned());
+            }
+        }
+    }
+    listening
+}
+
+async fn connect_mode_runs_logs_and_kills(mysql: bool) {
+    let app = app(mysql).await;
+    let g = app.group("conn-basic").await;
+    let dir = tempfile::tempdir().unwrap();
+    let agent = AgentProc::start_with(
+        &app.base,
+        "conn-basic",
+        &dir.path().join("agent"),
+        &[("JOBFLEET_AGENT_MODE", "connect")],
+    );
+    let row = agent_row(&app, "conn-basic", "connect").await;
+    let address = row["address"].as_str().unwrap().to_owned();
+    assert!(address.starts_with("conn://"), "{row}");
+    assert_eq!(
+        row["connection"]["admin"],
+        app.state.scheduler.holder.as_str()
+    );
+    assert!(
+        listening_sockets(agent.pid()).is_empty(),
+        "a connect-mode agent listens on nothing"
+    );
+
+    let shell = app
+        .job_from(g, json!({"name": "shell", "handler": {"type": "shell", "command": "echo \"run=$JOBFLEET_RUN_ID\""}}))
+        .await;
+    let run = app.trigger(shell, json!({})).await;
+    assert_eq!(
+        (run["status"].as_str(), run["agent"].as_str()),
+        (Some("running"), Some(address.as_str())),
+        "{run}"
+    );
+    let id = run["id"].as_i64().unwrap();
+    let done = app.finished_run(id, RUN_WITHIN).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert_eq!(app.full_log(id).await, format!("run={id}\n"));
+
+    let script = app
+        .job_from(g, json!({"name": "script", "handler": {"type": "script", "source": "#!/bin/bash\nfor i in 1 2; do echo line $i; done\necho \"arg $1\""}}))
+        .await;
+    let id = app.trigger(script, json!({"params": "p"})).await["id"]
+        .as_i64()
+        .unwrap();
+    assert_eq!(
+        app.finished_run(id, RUN_WITHIN).await["status"],
+        "succeeded"
+    );
+    assert_eq!(app.full_log(id).await, "line 1\nline 2\narg p\n");
+
+    // A running job's log is read through the admin, then it is killed through the admin.
+    let endless = app
+        .job_from(g, json!({"name": "endless", "handler": {"type": "shell", "command": "echo started; sleep 300"}}))
+        .await;
+    let id = app.trigger(endless, json!({})).await["id"]
+        .as_i64()
+        .unwrap();
+    wait_for(Duration::from_secs(10), "the live log", || async {
+        (app.full_log(id).await == "started\n").then_some(())
+    })
+    .await;
+    assert_eq!(app.run(id).await["status"], "running");
+    let killed = app
+        .call(
+            "POST",
+            &format!("/api/v1/runs/{id}/kill"),
+            Some(&app.admin),
+            None,
+        )
+        .await;
+    assert_eq!(killed.status, StatusCode::ACCEPTED, "{}", killed.body);
+    assert_eq!(app.finished_run(id, RUN_WITHIN).await["status"], "killed");
+}
+both_backends!(connect_mode_runs_logs_and_kills);
+
+async fn an_auto_agent_behind_an_unreachable_address_still_gets_its_runs(mysql: bool) {
+    let app = app(mysql).await;
+    let g = app.group("conn-auto").await;
+    let dir = tempfile::tempdir().unwrap();
+    // Nothing listens there: the admin can reach the agent only over its connection.
+    let unreachable = format!("http://127.0.0.1:{}/", free_port());
+    let _agent = AgentProc::start_with(
+        &app.base,
+        "conn-auto",
+        &dir.path().join("agent"),
+        &[("JOBFLEET_AGENT_ADVERTISE", &unreachable)],
+    );
+    let row = agent_row(&app, "conn-auto", "auto").await;
+    assert_eq!(row["address"], unreachable.as_str());
+    let job = app
+        .job_from(g, json!({"name": "auto", "handler": {"type": "shell", "command": "echo via the connection"}}))
+        .await;
+    let run = app.trigger(job, json!({})).await;
+    assert_eq!(run["status"], "running", "{run}");
+    let id = run["id"].as_i64().unwrap();
+    assert_eq!(
+        app.finished_run(id, RUN_WITHIN).await["status"],
+        "succeeded"
+    );
+    assert_eq!(app.full_log(id).await, "via the connection\n");
+}
+both_backends!(an_auto_agent_behind_an_unreachable_address_still_gets_its_runs);
+
+/// A TCP proxy that cuts the first connection through which a trigger frame passes toward
+/// the agent, right after passing it on; every other byte and connection goes through.
+async fn trigger_cutting_proxy(target: String) -> (u16, Arc<AtomicBool>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let cut = Arc::new(AtomicBool::new(false));
+    let cut2 = cut.clone();
+    tokio::spawn(async move {
+        while let Ok((inbound, _)) = listener.accept().await {
+            let Ok(outbound) = TcpStream::connect(&target).await else {
+                continue;
+            };
+            let cut = cut2.clone();
+            tokio::spawn(async move {
+                let (mut agent_rx, mut agent_tx) = inbound.into_split();
+                let (mut admin_rx, mut admin_tx) = outbound.into_split();
+                // Set once this connection carried the trigger: from then on nothing the agent
+                // sends reaches the admin, so its answer to the trigger is lost.
+                let severed = Arc::new(AtomicBool::new(false));
+                let severed_up = severed.clone();
+                let up = tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    loop {
+                        let n = match agent_rx.read(&mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        if severed_up.load(Ordering::SeqCst)
+                            || admin_tx.write_all(&buf[..n]).await.is_err()
+                        {
+                            break;
+                        }
+                    }
+                });
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    let n = match admin_rx.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => n,
+                    };
+                    let trigger = String::from_utf8_lossy(&buf[..n]).contains(r#""call":"run""#)
+                        && !cut.swap(true, Ordering::SeqCst);
+                    if trigger {
+                        severed.store(true, Ordering::SeqCst);
+                    }
+                    if agent_tx.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                    if trigger {
+                        // Let the frame land and the agent take the trigger, then cut.
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        break;
+                    }
+                }
+                up.abort();
+            });
+        }
+    });
+    (port, cut)
+}
+
+async fn a_connection_cut_after_the_trigger_runs_it_once(mysql: bool) {
+    let app = app(mysql).await;
+    let g = app.group("conn-cut").await;
+    let dir = tempfile::tempdir().unwrap();
+    let admin = app.base.trim_start_matches("http://").to_owned();
+    let (port, cut) = trigger_cutting_proxy(admin).await;
+    let _agent = AgentProc::start_with(
+        &format!("http://127.0.0.1:{port}/"),
+        "conn-cut",
+        &dir.path().join("agent"),
+        &[("JOBFLEET_AGENT_MODE", "connect")],
+    );
+    agent_row(&app, "conn-cut", "connect").await;
+    let count = dir.path().join("executions");
+    let job = app
+        .job_from(g, json!({"name": "once", "handler": {"type": "shell", "command": format!("echo ran >> {}", count.display())}}))
+        .await;
+    let run = app.trigger(job, json!({})).await;
+    assert!(cut.load(Ordering::SeqCst), "the proxy cut the connection");
+    // The answer to the first trigger was lost with the connection; the same trigger went
+    // again over the agent's next connection, and the agent's journal knew it.
+    assert!(
+        run["trigger_msg"]
+            .as_str()
+            .is_some_and(|m| m.contains("already accepted here")),
+        "the trigger was re-sent and acknowledged without running again: {run}"
+    );
+    assert!(
+        matches!(run["status"].as_str(), Some("running" | "succeeded")),
+        "{run}"
+    );
+    let id = run["id"].as_i64().unwrap();
+    assert_eq!(
+        app.finished_run(id, RUN_WITHIN).await["status"],
+        "succeeded"
+    );
+    // The job ran exactly once, and its result was stored once.
+    assert_eq!(std::fs::read_to_string(&count).unwrap(), "ran\n");
+    let runs = app
+        .get(&format!("/api/v1/runs?job_id={job}"), &app.admin)
+        .await
+        .body;
+    let items = runs["items"].as_array().unwrap_or_else(|| panic!("{runs}"));
+    assert_eq!(items.len(), 1, "no retry or second run: {runs}");
+}
+both_backends!(a_connection_cut_after_the_trigger_runs_it_once);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_connect_endpoint_refuses_bad_tokens_and_unknown_keys() {
+    let app = TestApp::sqlite().await;
+    app.group("conn-refuse").await;
+    let url = format!("{}/api/agent/connect", app.base);
+    let attempt = |token: &str, key: &str| {
+        app.client
+            .get(&url)
+            .header("XXL-JOB-ACCESS-TOKEN", token)
+            .header("X-Jobfleet-Agent-Key", key)
+            .header("X-Jobfleet-Agent-Group", "conn-refuse")
+            .header("X-Jobfleet-Agent-Address", "conn://h/0123456789abcdef/")
+            .header("Connection", "Upgrade")
+            .header("Upgrade", "websocket")
+            .header("Sec-WebSocket-Version", "13")
+            .header("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+            .send()
+    };
+    let key = "k".repeat(64);
+    let wrong = attempt("wrong-token", &key).await.unwrap();
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    assert!(
+        wrong
+            .text()
+            .await
+            .unwrap()
+            .contains("access token is wrong")
+    );
+    let unknown = attempt("test-agent-token", &key).await.unwrap();
+    assert_eq!(unknown.status(), StatusCode::FORBIDDEN);
+    assert!(
+        unknown.text().await.unwrap().contains("register"),
+        "the refusal says why"
+    );
+    let short = attempt("test-agent-token", "short").await.unwrap();
+    assert_eq!(short.status(), StatusCode::UNPROCESSABLE_ENTITY);
+}

@@ -1,0 +1,226 @@
+//! jobfleet: the frames of an agent's own connection to an admin (`GET /api/agent/connect`,
+//! a WebSocket the agent opens; issue 14). Not part of XXL-Job.
+//!
+//! The connection carries a symmetric RPC in JSON text frames: a call
+//! `{"id":N,"call":"run","body":…}` goes down (admin → agent: `run`, `kill`, `log`,
+//! `idleBeat`, `beat`, `held`) or up (agent → admin: `registry`, `callback`), and its answer
+//! `{"id":N,"reply":<XXL-Job envelope>}` comes back with the same id. Bodies and envelopes are
+//! exactly the ones the HTTP endpoints of the same name take and give, so each side handles a
+//! call with the code that serves it over HTTP.
+
+use serde::{Deserialize, Serialize};
+
+use super::envelope::Envelope;
+use super::wire_enum::wire_enum;
+
+/// Path of the connect endpoint on the admin, relative to its base URL.
+pub const CONNECT_PATH: &str = "api/agent/connect";
+/// Header of the connect request naming the address the agent registered (its `registryValue`).
+pub const AGENT_ADDRESS_HEADER: &str = "X-Jobfleet-Agent-Address";
+/// Header of the connect request naming the agent's group (its `registryKey`).
+pub const AGENT_GROUP_HEADER: &str = "X-Jobfleet-Agent-Group";
+/// Scheme of the address of an agent in `connect` mode: `conn://<hostname>/<agent id>`. It
+/// names the agent in routing, liveness and storage, and cannot be dialled: calls to it go
+/// over the agent's connection only.
+pub const CONNECT_SCHEME: &str = "conn";
+/// Largest frame either side takes; a bigger one is answered with an error, never parsed.
+/// A trigger's script source is at most 1 MiB and the HTTP endpoints cap bodies at 2 MiB; a
+/// reply carrying a log page (1 MiB, sent as both `content` and `data`, escaped) is the largest.
+pub const MAX_FRAME_BYTES: usize = 8 * 1024 * 1024;
+
+wire_enum! {
+    /// What a call frame asks for. Down: the agent endpoints; up: the admin endpoints.
+    pub enum Call {
+        Run => "run",
+        Kill => "kill",
+        Log => "log",
+        IdleBeat => "idleBeat",
+        Beat => "beat",
+        Held => "held",
+        Registry => "registry",
+        Callback => "callback",
+    }
+}
+
+impl Call {
+    /// Whether an agent serves this call (the rest are the admin's).
+    pub fn is_down(&self) -> bool {
+        matches!(
+            self,
+            Call::Run | Call::Kill | Call::Log | Call::IdleBeat | Call::Beat | Call::Held
+        )
+    }
+
+    /// Whether an admin serves this call.
+    pub fn is_up(&self) -> bool {
+        matches!(self, Call::Registry | Call::Callback)
+    }
+}
+
+/// One frame as it travels: a call (`call`, `body`) or a reply (`reply`), never both.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RawFrame {
+    pub id: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call: Option<Call>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply: Option<Envelope<serde_json::Value>>,
+}
+
+/// A frame after its shape was checked.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Frame {
+    Call {
+        id: u64,
+        call: Call,
+        body: serde_json::Value,
+    },
+    Reply {
+        id: u64,
+        reply: Envelope<serde_json::Value>,
+    },
+}
+
+/// A frame that cannot be served, with the id to answer when the frame had one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadFrame {
+    pub id: Option<u64>,
+    pub message: String,
+}
+
+impl std::fmt::Display for BadFrame {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl Frame {
+    /// Reads a text frame; `BadFrame` says why it is not one (too big, not JSON, neither or
+    /// both of call and reply, a call this version does not know).
+    ///
+    /// # Errors
+    /// Everything that is not a well-formed frame.
+    pub fn parse(text: &str) -> Result<Frame, BadFrame> {
+        if text.len() > MAX_FRAME_BYTES {
+            return Err(BadFrame {
+                id: None,
+                message: format!("frame is larger than {MAX_FRAME_BYTES} bytes"),
+            });
+        }
+        let raw: RawFrame = serde_json::from_str(text).map_err(|e| BadFrame {
+            id: None,
+            message: format!("malformed frame: {e}"),
+        })?;
+        let bad = |message: String| BadFrame {
+            id: Some(raw.id),
+            message,
+        };
+        match (raw.call.clone(), raw.reply.clone()) {
+            (Some(Call::Other(name)), None) => Err(bad(format!("unknown call `{name}`"))),
+            (Some(call), None) => Ok(Frame::Call {
+                id: raw.id,
+                call,
+                body: raw.body.unwrap_or(serde_json::Value::Null),
+            }),
+            (None, Some(reply)) => Ok(Frame::Reply { id: raw.id, reply }),
+            (Some(_), Some(_)) => Err(bad("a frame is a call or a reply, not both".into())),
+            (None, None) => Err(bad("a frame needs `call` or `reply`".into())),
+        }
+    }
+
+    /// The frame as text.
+    pub fn to_text(&self) -> String {
+        let raw = match self {
+            Frame::Call { id, call, body } => RawFrame {
+                id: *id,
+                call: Some(call.clone()),
+                body: Some(body.clone()),
+                reply: None,
+            },
+            Frame::Reply { id, reply } => RawFrame {
+                id: *id,
+                call: None,
+                body: None,
+                reply: Some(reply.clone()),
+            },
+        };
+        // Serialising a struct of strings, numbers and JSON values cannot fail.
+        serde_json::to_string(&raw).unwrap_or_default()
+    }
+
+    /// The reply to a frame that could not be served, when it had an id to answer.
+    pub fn refusal(bad: &BadFrame) -> Option<Frame> {
+        bad.id.map(|id| Frame::Reply {
+            id,
+            reply: Envelope::fail(bad.message.clone()),
+        })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calls_and_replies_round_trip() {
+        let call = Frame::parse(r#"{"id":7,"call":"run","body":{"jobId":1}}"#).unwrap();
+        assert_eq!(
+            call,
+            Frame::Call {
+                id: 7,
+                call: Call::Run,
+                body: serde_json::json!({"jobId": 1})
+            }
+        );
+        assert_eq!(Frame::parse(&call.to_text()).unwrap(), call);
+        let reply = Frame::parse(r#"{"id":7,"reply":{"code":200,"msg":null}}"#).unwrap();
+        assert!(matches!(&reply, Frame::Reply { id: 7, reply } if reply.is_ok()));
+        assert_eq!(Frame::parse(&reply.to_text()).unwrap(), reply);
+        // A call without a body (beat, held) has a null one.
+        assert_eq!(
+            Frame::parse(r#"{"id":1,"call":"beat"}"#).unwrap(),
+            Frame::Call {
+                id: 1,
+                call: Call::Beat,
+                body: serde_json::Value::Null
+            }
+        );
+        assert!(Call::Run.is_down() && !Call::Run.is_up());
+        assert!(Call::Callback.is_up() && !Call::Callback.is_down());
+    }
+
+    #[test]
+    fn bad_frames_are_errors_with_the_id_to_answer() {
+        let garbage = Frame::parse("not json").unwrap_err();
+        assert_eq!(garbage.id, None);
+        assert!(garbage.message.contains("malformed frame"));
+        let unknown = Frame::parse(r#"{"id":3,"call":"format_disk","body":{}}"#).unwrap_err();
+        assert_eq!(unknown.id, Some(3));
+        assert!(unknown.message.contains("unknown call `format_disk`"));
+        let refusal = Frame::refusal(&unknown).unwrap();
+        assert!(matches!(refusal, Frame::Reply { id: 3, reply } if !reply.is_ok()));
+        assert_eq!(
+            Frame::parse(r#"{"id":4}"#).unwrap_err().id,
+            Some(4),
+            "neither call nor reply"
+        );
+        assert!(
+            Frame::parse(r#"{"id":5,"call":"run","reply":{"code":200}}"#)
+                .unwrap_err()
+                .message
+                .contains("not both")
+        );
+        let big = format!(
+            r#"{{"id":6,"call":"run","body":"{}"}}"#,
+            "x".repeat(MAX_FRAME_BYTES)
+        );
+        assert!(Frame::parse(&big).unwrap_err().message.contains("larger"));
+        assert_eq!(
+            Frame::parse(r#"{"id":-1,"call":"run"}"#).unwrap_err().id,
+            None
+        );
+    }
+}

@@ -545,3 +545,64 @@ fn an_agent_with_unusable_tls_files_exits_naming_the_key_and_the_file() {
         "{err}"
     );
 }
+
+/// A `connect` agent reaches an HTTPS admin that requires client certificates over `wss://`,
+/// verified with the same CA file and presenting the same certificate as its HTTP calls, and
+/// runs a job through the connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_agent_runs_jobs_over_wss_with_mutual_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("jobfleet test CA");
+    let (cert, key) = write_pair(dir.path(), "admin", &ca.issue("admin"));
+    let ca_path = write(dir.path(), "ca.crt", &ca.pem).display().to_string();
+    let (agent_cert, agent_key) = write_pair(dir.path(), "agent", &ca.issue("agent-1"));
+    let app = TestApp::start_with(
+        TestDb::sqlite(),
+        &[
+            ("JOBFLEET_TLS_CERT", &cert),
+            ("JOBFLEET_TLS_KEY", &key),
+            ("JOBFLEET_TLS_CLIENT_CA", &ca_path),
+            ("JOBFLEET_TLS_CLIENT_AUTH", "required"),
+        ],
+    )
+    .await;
+    let group = app.group("wss").await;
+    let _agent = AgentProc::start_with(
+        &format!("{}/", app.base),
+        "wss",
+        &dir.path().join("agent"),
+        &[
+            ("JOBFLEET_AGENT_MODE", "connect"),
+            ("JOBFLEET_AGENT_ADMIN_CA_FILE", &ca_path),
+            ("JOBFLEET_AGENT_CLIENT_CERT", &agent_cert),
+            ("JOBFLEET_AGENT_CLIENT_KEY", &agent_key),
+        ],
+    );
+    let row = wait_for(
+        Duration::from_secs(20),
+        "the agent's connection",
+        || async {
+            let agents = app.get("/api/v1/agents", &app.admin).await.body;
+            agents
+                .as_array()?
+                .iter()
+                .find(|a| a["mode"] == "connect" && a["connection"].is_object())
+                .cloned()
+        },
+    )
+    .await;
+    let address = row["address"].as_str().unwrap();
+    assert!(address.starts_with("conn://"), "{row}");
+    let job = app
+        .job_from(
+            group,
+            json!({"name": "over-wss", "handler": {"type": "shell", "command": "echo over wss"}}),
+        )
+        .await;
+    let run = app.trigger(job, json!({})).await;
+    assert_eq!(run["agent"], address, "{run}");
+    let id = run["id"].as_i64().unwrap();
+    let done = app.finished_run(id, RUN_WITHIN).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert_eq!(app.full_log(id).await, "over wss\n");
+}

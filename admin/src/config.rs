@@ -136,6 +136,11 @@ const KEYS: &[(&str, Option<&str>, &str)] = &[
         "the console's public base URL, e.g. https://jobs.example.com; alerts link to runs under it",
     ),
     (
+        "cluster_url",
+        None,
+        "the base URL the other admins of a cluster reach this one at, to relay calls to the agents connected here; default: http(s)://<listen>, with this host's name when listen is 0.0.0.0 or ::",
+    ),
+    (
         "alert_quiet_window_s",
         Some("600"),
         "an alert with the same kind, job (or group) and channel within this many seconds is recorded as suppressed, not sent; 0 sends every one",
@@ -228,6 +233,8 @@ pub struct Config {
     pub agents_need_approval: bool,
     /// Without a trailing slash.
     pub public_url: Option<String>,
+    /// Without a trailing slash; `None`: derived from the address the server is bound to.
+    pub cluster_url: Option<String>,
     /// 0 = no quiet window.
     pub alert_quiet_window_ms: i64,
     /// `None` = email channels cannot send.
@@ -258,6 +265,7 @@ impl fmt::Debug for Config {
             .field("trigger_timeout", &self.trigger_timeout)
             .field("retention_days", &self.retention_days)
             .field("public_url", &self.public_url)
+            .field("cluster_url", &self.cluster_url)
             .field("alert_quiet_window_ms", &self.alert_quiet_window_ms)
             .field("smtp", &self.smtp)
             .field("log", &self.log)
@@ -415,6 +423,14 @@ impl Config {
                 Some(url.trim_end_matches('/').to_owned())
             }
         };
+        let cluster_url = match get("cluster_url").filter(|s| !s.is_empty()) {
+            None => None,
+            Some(text) => {
+                let url = crate::domain::alert::check_http_url("cluster_url", &text)
+                    .map_err(|e| fail("cluster_url", e.to_string()))?;
+                Some(url.trim_end_matches('/').to_owned())
+            }
+        };
         let smtp = Self::smtp(raw)?;
         let log = get("log").unwrap_or_default();
         tracing_subscriber::EnvFilter::try_new(&log)
@@ -480,6 +496,7 @@ impl Config {
                 }
             },
             public_url,
+            cluster_url,
             alert_quiet_window_ms: i64::try_from(number("alert_quiet_window_s", 0, 7 * 86_400)?)
                 .map_err(|e| fail("alert_quiet_window_s", e.to_string()))?
                 * 1000,
@@ -841,6 +858,12 @@ mod tests {
             Some("https://jobs.example.com")
         );
         assert_eq!(config.alert_quiet_window_ms, 600_000);
+        assert_eq!(config.cluster_url, None);
+        let clustered = Config::load(&env(&[("JOBFLEET_CLUSTER_URL", "https://admin-1:8443/")]));
+        assert_eq!(
+            clustered.unwrap().cluster_url.as_deref(),
+            Some("https://admin-1:8443")
+        );
         let smtp = config.smtp.clone().unwrap();
         assert_eq!((smtp.port, smtp.tls), (587, SmtpTls::Starttls));
         assert!(!format!("{config:?}").contains("smtp-secret-pw"));
@@ -853,6 +876,10 @@ mod tests {
             (
                 vec![("JOBFLEET_ALERT_QUIET_WINDOW_S", "-1")],
                 "alert_quiet_window_s",
+            ),
+            (
+                vec![("JOBFLEET_CLUSTER_URL", "admin-1:8080")],
+                "cluster_url",
             ),
             (vec![("JOBFLEET_SMTP_FROM", "a@b.c")], "smtp_from"),
             (vec![("JOBFLEET_SMTP_HOST", "mail")], "smtp_from"),

@@ -9,6 +9,7 @@ pub mod audit;
 pub mod auth;
 pub mod callback;
 pub mod clock;
+pub mod cluster_relay;
 pub mod config;
 pub mod db;
 pub mod dispatch;

@@ -93,8 +93,17 @@ pub async fn prepare(
     };
     // reqwest panics without a process-wide rustls provider; installing twice is harmless.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let agents = AgentClient::new(access_token.clone(), config.trigger_timeout)
-        .context("HTTP client for agents")?;
+    let relay = crate::dispatch::relay::Relay::new(
+        db.clone(),
+        crate::dispatch::relay::RelayKeys::new(jwt_secret.as_bytes()),
+        config.cluster_url.clone(),
+    );
+    let agents = AgentClient::new(
+        access_token.clone(),
+        config.trigger_timeout,
+        Some(Arc::new(relay)),
+    )
+    .context("HTTP client for agents")?;
     let jwt_ttl_ms = i64::try_from(config.jwt_ttl.as_millis()).context("jwt_ttl")?;
     let alerts = crate::alert::Alerts::new(&config)?;
     Ok(web::Data::new(AppState {
@@ -168,6 +177,9 @@ pub fn start(
     tls: Option<rustls::ServerConfig>,
 ) -> anyhow::Result<RunningServer> {
     let addr = listener.local_addr()?;
+    if let Some(relay) = state.agents.relay() {
+        relay.bound(addr, tls.is_some());
+    }
     let workers = state.config.workers;
     let server = HttpServer::new(move || {
         App::new().configure(|cfg| crate::http::configure(cfg, state.clone()))

@@ -34,6 +34,8 @@ pub struct Agent {
     pub link_since_ms: Option<i64>,
     /// Round-trip time of the connection's last ping.
     pub link_rtt_us: Option<i64>,
+    /// Where the other admins reach `link_admin` to relay calls to the agent, empty when none.
+    pub link_url: String,
 }
 
 /// What a heartbeat says about an agent.
@@ -125,16 +127,19 @@ pub fn refresh(conn: &mut AnyConnection, id: i64, beat: &Heartbeat<'_>) -> Resul
     Ok(())
 }
 
-/// Records that `admin` holds the agent's connection since `since_ms`.
+/// Records that `admin`, reached by the other admins at `url`, holds the agent's connection
+/// since `since_ms`.
 pub fn set_link(
     conn: &mut AnyConnection,
     id: i64,
     admin: &str,
+    url: &str,
     since_ms: i64,
 ) -> Result<(), Error> {
     diesel::update(agent::table.find(id))
         .set((
             agent::link_admin.eq(admin),
+            agent::link_url.eq(url),
             agent::link_since_ms.eq(since_ms),
             agent::link_rtt_us.eq(None::<i64>),
         ))
@@ -178,11 +183,22 @@ pub fn clear_link(
     )
     .set((
         agent::link_admin.eq(""),
+        agent::link_url.eq(""),
         agent::link_since_ms.eq(None::<i64>),
         agent::link_rtt_us.eq(None::<i64>),
     ))
     .execute(conn)?;
     Ok(())
+}
+
+/// The URL of the admin holding the connection of the agent at `address`, if one does.
+pub fn link_url(conn: &mut AnyConnection, address: &str) -> Result<Option<String>, Error> {
+    Ok(agent::table
+        .filter(agent::address.eq(address))
+        .filter(agent::link_url.ne(""))
+        .select(agent::link_url)
+        .first(conn)
+        .optional()?)
 }
 
 /// Sets `approved`, `pending` or `revoked`; false when the agent is gone.
@@ -384,10 +400,10 @@ mod tests {
             upsert(conn, &beat("conn://h/1/", 1_000)).unwrap();
             let id = find(conn, "app", "conn://h/1/").unwrap().unwrap().id;
             assert_eq!(get(conn, id).unwrap().mode, "auto");
-            set_link(conn, id, "admin-a:1", 2_000).unwrap();
+            set_link(conn, id, "admin-a:1", "http://a:1", 2_000).unwrap();
             set_link_rtt(conn, id, "admin-a:1", 2_000, 350).unwrap();
             // The agent reconnected to another admin before the first socket ended.
-            set_link(conn, id, "admin-b:2", 3_000).unwrap();
+            set_link(conn, id, "admin-b:2", "http://b:2", 3_000).unwrap();
             set_link_rtt(conn, id, "admin-a:1", 2_000, 999).unwrap();
             clear_link(conn, id, "admin-a:1", 2_000).unwrap();
             let row = get(conn, id).unwrap();
@@ -395,6 +411,7 @@ mod tests {
                 (row.link_admin.as_str(), row.link_since_ms, row.link_rtt_us),
                 ("admin-b:2", Some(3_000), None)
             );
+            assert_eq!(link_url(conn, "conn://h/1/").unwrap().as_deref(), Some("http://b:2"));
             set_link_rtt(conn, id, "admin-b:2", 3_000, 420).unwrap();
             assert_eq!(get(conn, id).unwrap().link_rtt_us, Some(420));
             clear_link(conn, id, "admin-b:2", 3_000).unwrap();
@@ -403,6 +420,7 @@ mod tests {
                 (row.link_admin.as_str(), row.link_since_ms, row.link_rtt_us),
                 ("", None, None)
             );
+            assert_eq!(link_url(conn, "conn://h/1/").unwrap(), None);
         }
     );
 }

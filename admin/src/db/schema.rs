@@ -36,6 +36,7 @@ diesel::table! {
         link_admin -> Text,
         link_since_ms -> Nullable<BigInt>,
         link_rtt_us -> Nullable<BigInt>,
+        link_url -> Text,
     }
 }
 

@@ -17,6 +17,7 @@ use jobfleet_agent::protocol::{
 };
 
 use super::link::{LinkError, Links};
+use super::relay::{self, Relay, RelayCall};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -45,6 +46,28 @@ pub struct AgentClient {
     timeout: Duration,
     /// The agents connected to this admin.
     pub links: Arc<Links>,
+    /// How to reach agents connected to the other admins; `None` in a lone admin's tests.
+    relay: Option<Arc<Relay>>,
+}
+
+/// Why a call could not be served over a connection to this admin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HereError {
+    /// The agent holds no connection here.
+    NotHere,
+    /// The agent did not reply in time.
+    TimedOut,
+}
+
+/// Why a relayed call got no reply.
+#[derive(Debug)]
+enum RelayFailure {
+    /// The holder no longer holds the connection, or cannot be reached: look again.
+    Elsewhere(String),
+    /// The agent did not reply in time.
+    TimedOut(String),
+    /// The holder refused (another cluster's token, a bad call): looking again will not help.
+    Refused(String),
 }
 
 /// Whether `address` is a connect-mode agent's, reachable only over its connection.
@@ -73,7 +96,11 @@ fn typed<T: DeserializeOwned>(value: Option<serde_json::Value>) -> Result<Option
 impl AgentClient {
     /// # Errors
     /// When the TLS backend cannot be initialised.
-    pub fn new(token: String, timeout: Duration) -> Result<Self, reqwest::Error> {
+    pub fn new(
+        token: String,
+        timeout: Duration,
+        relay: Option<Arc<Relay>>,
+    ) -> Result<Self, reqwest::Error> {
         let http = reqwest::Client::builder()
             .connect_timeout(timeout)
             .timeout(timeout)
@@ -83,6 +110,7 @@ impl AgentClient {
             token,
             timeout,
             links: Arc::default(),
+            relay,
         })
     }
 
@@ -92,10 +120,21 @@ impl AgentClient {
         path: &str,
         body: &B,
     ) -> Result<Envelope<T>, CallError> {
+        let deadline = tokio::time::Instant::now() + self.timeout;
         let envelope = if self.links.get(address).is_some() || is_connect_address(address) {
-            self.over_link::<B>(address, path, body).await?
+            self.over_connection(address, path, body, deadline).await?
         } else {
-            self.over_http(address, path, body).await?
+            match self.over_http(address, path, body).await {
+                Ok(envelope) => envelope,
+                // An `auto` agent that cannot be dialled may be connected to another admin.
+                Err(e @ CallError::Unreachable(_)) => match &self.relay {
+                    Some(relay) if relay.holder(address).await.is_some() => {
+                        self.over_connection(address, path, body, deadline).await?
+                    }
+                    _ => return Err(e),
+                },
+                Err(e) => return Err(e),
+            }
         };
         let envelope: Envelope<T> = Envelope {
             code: envelope.code,
@@ -112,51 +151,140 @@ impl AgentClient {
         }
     }
 
-    /// The call over the agent's connection, sent again on its next connection when one drops
-    /// before the reply, until the timeout. A connect-mode agent that is not connected here is
-    /// waited for until the timeout too (it may be reconnecting).
-    async fn over_link<B: Serialize>(
+    /// The call over the agent's connection: here when it is connected here, else relayed
+    /// through the admin holding it. When a connection drops before the reply, or the agent is
+    /// between connections, the call is sent again on its next connection, wherever that is,
+    /// until the deadline (the agent's accept journal runs a repeated trigger once).
+    async fn over_connection<B: Serialize>(
         &self,
         address: &str,
         path: &str,
         body: &B,
+        deadline: tokio::time::Instant,
     ) -> Result<Envelope<serde_json::Value>, CallError> {
-        let deadline = tokio::time::Instant::now() + self.timeout;
         let call = Call::from(path);
         let body = serde_json::to_value(body)
             .map_err(|e| CallError::Unreachable(format!("encoding the call: {e}")))?;
-        let mut dropped = false;
+        let mut why = "the agent is not connected to any admin".to_owned();
         loop {
-            let link = if is_connect_address(address) {
-                self.links.wait_for(address, deadline).await
-            } else {
-                self.links.get(address)
-            };
-            // An `auto` agent without a connection here is dialled at its address.
-            if link.is_none() && !is_connect_address(address) {
-                return self.over_http(address, path, &body).await;
-            }
-            let Some(link) = link else {
-                return Err(CallError::Unreachable(if dropped {
-                    "the agent's connection dropped and it did not reconnect in time".into()
-                } else {
-                    "the agent is not connected to this admin".into()
-                }));
-            };
-            match link.call(call.clone(), body.clone(), deadline).await {
+            match self.call_here(address, call.clone(), body.clone(), deadline).await {
                 Ok(reply) => return Ok(reply),
-                Err(LinkError::TimedOut) => {
+                Err(HereError::TimedOut) => {
                     return Err(CallError::Unreachable(
                         "no reply over the agent's connection in time".into(),
                     ));
                 }
-                Err(LinkError::Dropped) => {
-                    // Wait for the next connection; the old one may still be listed until its
-                    // socket task ends, so never retry on the same one.
-                    dropped = true;
-                    self.links.remove(address, link.serial);
+                Err(HereError::NotHere) => {}
+            }
+            if let Some(relay) = &self.relay
+                && let Some(url) = relay.holder(address).await
+            {
+                match self.relay_to(relay, &url, address, &call, &body, deadline).await {
+                    Ok(reply) => return Ok(reply),
+                    Err(RelayFailure::TimedOut(e)) => return Err(CallError::Unreachable(e)),
+                    Err(RelayFailure::Refused(e)) => return Err(CallError::Unreachable(e)),
+                    // The holder lost the connection or is down: the agent is reconnecting.
+                    Err(RelayFailure::Elsewhere(e)) => why = e,
                 }
             }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Err(CallError::Unreachable(why));
+            }
+            // Back as soon as it connects here; the database is looked at again meanwhile.
+            let _ = self
+                .links
+                .wait_for(address, deadline.min(now + relay::LOOK_AGAIN))
+                .await;
+        }
+    }
+
+    /// A call over the agent's connection to this admin, sent again on the next connection
+    /// here when one drops before the reply. `NotHere` when it is not (or no longer) connected
+    /// here: the caller may find it connected elsewhere.
+    ///
+    /// # Errors
+    /// `NotHere` as said; `TimedOut` when the agent did not reply by `deadline`.
+    pub async fn call_here(
+        &self,
+        address: &str,
+        call: Call,
+        body: serde_json::Value,
+        deadline: tokio::time::Instant,
+    ) -> Result<Envelope<serde_json::Value>, HereError> {
+        while let Some(link) = self.links.get(address) {
+            match link.call(call.clone(), body.clone(), deadline).await {
+                Ok(reply) => return Ok(reply),
+                Err(LinkError::TimedOut) => return Err(HereError::TimedOut),
+                // The old connection may still be listed until its socket task ends, so
+                // never retry on the same one.
+                Err(LinkError::Dropped) => self.links.remove(address, link.serial),
+            }
+        }
+        Err(HereError::NotHere)
+    }
+
+    /// The cluster relay (its keys check other admins' relay calls).
+    pub fn relay(&self) -> Option<&Relay> {
+        self.relay.as_deref()
+    }
+
+    /// One relay call to the admin at `url` holding the agent's connection.
+    async fn relay_to(
+        &self,
+        relay: &Relay,
+        url: &str,
+        address: &str,
+        call: &Call,
+        body: &serde_json::Value,
+        deadline: tokio::time::Instant,
+    ) -> Result<Envelope<serde_json::Value>, RelayFailure> {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let request = RelayCall {
+            address: address.to_owned(),
+            call: call.clone(),
+            body: body.clone(),
+            timeout_ms: u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
+        };
+        let response = self
+            .http
+            .post(format!("{url}{}", relay::RELAY_PATH))
+            .bearer_auth(relay.keys.issue(relay::system_now_ms()))
+            .json(&request)
+            // A little beyond the holder's own wait, so its 504 arrives rather than ours.
+            .timeout(left + Duration::from_millis(500))
+            .send()
+            .await
+            .map_err(|e| RelayFailure::Elsewhere(format!("the admin at {url} holding the agent's connection: {e}")))?;
+        let status = response.status();
+        let text = response
+            .text()
+            .await
+            .map_err(|e| RelayFailure::Elsewhere(format!("the admin at {url}: {e}")))?;
+        let envelope: Result<Envelope<serde_json::Value>, _> = serde_json::from_str(&text);
+        let said = |envelope: &Result<Envelope<serde_json::Value>, _>| {
+            envelope
+                .as_ref()
+                .ok()
+                .and_then(|e: &Envelope<serde_json::Value>| e.msg.clone())
+                .unwrap_or_else(|| text.chars().take(200).collect())
+        };
+        match status.as_u16() {
+            200 => envelope.map_err(|_| {
+                RelayFailure::Elsewhere(format!("the admin at {url} answered garbage"))
+            }),
+            409 => Err(RelayFailure::Elsewhere(format!(
+                "the admin at {url}: {}",
+                said(&envelope)
+            ))),
+            504 => Err(RelayFailure::TimedOut(format!(
+                "through the admin at {url}: {}",
+                said(&envelope)
+            ))),
+            other => Err(RelayFailure::Refused(format!(
+                "the admin at {url} refused the relay ({other}): {}",
+                said(&envelope)
+            ))),
         }
     }
 

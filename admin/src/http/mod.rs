@@ -69,6 +69,7 @@ pub fn configure(cfg: &mut web::ServiceConfig, state: web::Data<AppState>) {
                 .configure(api::docs::configure)
                 .configure(crate::rpc::configure)
                 .configure(crate::agent_link::configure)
+                .configure(crate::cluster_relay::configure)
                 .configure(crate::assets::configure)
                 .configure(crate::web::configure)
                 .service(web::scope("/api/v1").configure(api::configure).default_service(web::to(api_not_found))),

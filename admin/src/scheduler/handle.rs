@@ -43,11 +43,7 @@ impl Default for SchedulerHandle {
 }
 
 fn holder_name() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "admin".into());
+    let host = crate::dispatch::relay::host_name();
     format!("{host}:{}", std::process::id())
 }
 

@@ -526,16 +526,22 @@ pub async fn check_connection(
         .await
 }
 
-/// Records that this admin (`admin`) holds agent `id`'s connection since `since_ms`.
+/// Records that this admin (`admin`) holds agent `id`'s connection since `since_ms`, with
+/// the URL the other admins relay the agent's calls through.
 pub async fn link_opened(
     state: &AppState,
     id: i64,
     admin: String,
     since_ms: i64,
 ) -> Result<(), Error> {
+    let url = state
+        .agents
+        .relay()
+        .map(|relay| relay.own_url().to_owned())
+        .unwrap_or_default();
     state
         .db
-        .run(move |conn| agent::set_link(conn, id, &admin, since_ms))
+        .run(move |conn| agent::set_link(conn, id, &admin, &url, since_ms))
         .await
 }
 

@@ -7,15 +7,19 @@
 use actix_web::{HttpRequest, HttpResponse, web};
 use jobfleet_agent::protocol::{Envelope, MAX_FRAME_BYTES};
 
-use crate::dispatch::relay::{RELAY_PATH, RelayCall};
 use crate::dispatch::client::HereError;
+use crate::dispatch::relay::{RELAY_PATH, RelayCall};
 use crate::state::AppState;
 
 fn refuse(status: actix_web::http::StatusCode, message: impl Into<String>) -> HttpResponse {
     HttpResponse::build(status).json(Envelope::<()>::fail(message.into()))
 }
 
-async fn relay(state: web::Data<AppState>, req: HttpRequest, payload: web::Payload) -> HttpResponse {
+async fn relay(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> HttpResponse {
     use actix_web::http::StatusCode;
     let token = req
         .headers()

@@ -36,7 +36,10 @@ struct Call<T> {
 
 /// Reads at most `limit` bytes: a bigger body is refused with the envelope (XXL-Job peers
 /// read a failure from `code`, not from a plain-text 413), without buffering the rest.
-pub(crate) async fn read_body(mut payload: web::Payload, limit: usize) -> Result<web::BytesMut, Error> {
+pub(crate) async fn read_body(
+    mut payload: web::Payload,
+    limit: usize,
+) -> Result<web::BytesMut, Error> {
     let mut body = web::BytesMut::new();
     while let Some(chunk) = payload.next().await {
         let chunk = chunk.map_err(|e| Error::invalid("body", format!("unreadable body: {e}")))?;

@@ -411,7 +411,10 @@ mod tests {
                 (row.link_admin.as_str(), row.link_since_ms, row.link_rtt_us),
                 ("admin-b:2", Some(3_000), None)
             );
-            assert_eq!(link_url(conn, "conn://h/1/").unwrap().as_deref(), Some("http://b:2"));
+            assert_eq!(
+                link_url(conn, "conn://h/1/").unwrap().as_deref(),
+                Some("http://b:2")
+            );
             set_link_rtt(conn, id, "admin-b:2", 3_000, 420).unwrap();
             assert_eq!(get(conn, id).unwrap().link_rtt_us, Some(420));
             clear_link(conn, id, "admin-b:2", 3_000).unwrap();

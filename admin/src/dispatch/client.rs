@@ -167,7 +167,10 @@ impl AgentClient {
             .map_err(|e| CallError::Unreachable(format!("encoding the call: {e}")))?;
         let mut why = "the agent is not connected to any admin".to_owned();
         loop {
-            match self.call_here(address, call.clone(), body.clone(), deadline).await {
+            match self
+                .call_here(address, call.clone(), body.clone(), deadline)
+                .await
+            {
                 Ok(reply) => return Ok(reply),
                 Err(HereError::TimedOut) => {
                     return Err(CallError::Unreachable(
@@ -179,7 +182,10 @@ impl AgentClient {
             if let Some(relay) = &self.relay
                 && let Some(url) = relay.holder(address).await
             {
-                match self.relay_to(relay, &url, address, &call, &body, deadline).await {
+                match self
+                    .relay_to(relay, &url, address, &call, &body, deadline)
+                    .await
+                {
                     Ok(reply) => return Ok(reply),
                     Err(RelayFailure::TimedOut(e)) => return Err(CallError::Unreachable(e)),
                     Err(RelayFailure::Refused(e)) => return Err(CallError::Unreachable(e)),
@@ -255,7 +261,11 @@ impl AgentClient {
             .timeout(left + Duration::from_millis(500))
             .send()
             .await
-            .map_err(|e| RelayFailure::Elsewhere(format!("the admin at {url} holding the agent's connection: {e}")))?;
+            .map_err(|e| {
+                RelayFailure::Elsewhere(format!(
+                    "the admin at {url} holding the agent's connection: {e}"
+                ))
+            })?;
         let status = response.status();
         let text = response
             .text()

@@ -61,6 +61,8 @@ pub struct AgentView {
 pub struct ConnectionView {
     /// The admin process holding it (`host:pid`).
     pub admin: String,
+    /// Where the other admins relay the agent's calls to (that admin's `cluster_url`).
+    pub url: String,
     pub since_ms: i64,
     /// Round-trip time of the last ping, in milliseconds; absent before the first.
     pub rtt_ms: Option<f64>,
@@ -81,6 +83,7 @@ fn view(a: agent::Agent, now: i64) -> AgentView {
         connection: match (a.link_admin.is_empty(), a.link_since_ms) {
             (false, Some(since_ms)) => Some(ConnectionView {
                 admin: a.link_admin,
+                url: a.link_url,
                 since_ms,
                 rtt_ms: a.link_rtt_us.map(|us| us as f64 / 1000.0),
             }),

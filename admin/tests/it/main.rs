@@ -10,6 +10,7 @@ mod support;
 
 mod agent_connect;
 mod agent_e2e;
+mod agent_relay;
 mod alerts;
 mod api_auth;
 mod api_bad_input;

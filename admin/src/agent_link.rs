@@ -19,7 +19,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use actix_ws::Message;
 use jobfleet_agent::protocol::{
     ACCESS_TOKEN_HEADER, AGENT_ADDRESS_HEADER, AGENT_GROUP_HEADER, AGENT_KEY_HEADER, BadFrame,
-    CODE_OK, Call, Envelope, Frame, HandleCallbackParam, MAX_FRAME_BYTES, RegistryParam,
+    CODE_OK, Call, Envelope, Frame, HandleCallbackParam, MAX_FRAME_BYTES, RegistryParam, TakeParam,
     WRONG_TOKEN_MSG,
 };
 use serde_json::Value;
@@ -200,10 +200,10 @@ fn on_text(state: &Arc<AppState>, peer: &Peer, link: &Arc<Link>, text: &str) {
             // Its own task: a slow transaction holds up neither the pings nor the replies.
             actix_web::rt::spawn(async move {
                 let reply = match up_call(&state, &address, &key, &call, body).await {
-                    Ok(()) => Envelope {
+                    Ok(content) => Envelope {
                         code: CODE_OK,
                         msg: None,
-                        content: None,
+                        content,
                         data: None,
                     },
                     Err(e) => {
@@ -226,14 +226,15 @@ fn on_text(state: &Arc<AppState>, peer: &Peer, link: &Arc<Link>, text: &str) {
 }
 
 /// An agent → admin call: `registry` or `callback`, served as the HTTP endpoints serve them,
-/// with the connection's key. A heartbeat must be for the connection's own address.
+/// with the connection's key (a heartbeat must be for the connection's own address), or
+/// `take` (pull), served for the connection's agent. The reply's content, if any.
 async fn up_call(
     state: &AppState,
     address: &str,
     key: &str,
     call: &Call,
     body: Value,
-) -> Result<(), Error> {
+) -> Result<Option<Value>, Error> {
     let malformed =
         |e: serde_json::Error| Error::invalid("body", format!("malformed request: {e}"));
     match call {
@@ -247,16 +248,25 @@ async fn up_call(
             }
             service::agents::register(state, param, Some(key))
                 .await
-                .map(|_| ())
+                .map(|_| None)
         }
         Call::Callback => {
             let batch: Vec<HandleCallbackParam> =
                 serde_json::from_value(body).map_err(malformed)?;
-            callback::accept(state, batch, Some(key)).await.map(|_| ())
+            callback::accept(state, batch, Some(key))
+                .await
+                .map(|_| None)
+        }
+        Call::Take => {
+            let param: TakeParam = serde_json::from_value(body).map_err(malformed)?;
+            let taken = crate::dispatch::pull::take(state, address, param.max).await?;
+            Ok(Some(
+                serde_json::to_value(taken).map_err(|e| Error::Internal(e.into()))?,
+            ))
         }
         other => Err(Error::invalid(
             "call",
-            format!("`{other}` is not a call an admin serves (registry, callback)"),
+            format!("`{other}` is not a call an admin serves (registry, callback, take)"),
         )),
     }
 }

@@ -77,6 +77,7 @@ const KEYS: &[(&str, Option<&str>)] = &[
     ("limits", Some("auto")),
     ("max_concurrent", Some("64")),
     ("max_queued", Some("10000")),
+    ("pull", Some("0")),
     ("log_retention_days", Some("7")),
     ("log_max_bytes", Some("16777216")),
     ("log_min_free_mb", Some("256")),
@@ -149,6 +150,9 @@ pub struct Config {
     /// Triggers that wait for a free slot once `max_concurrent` runs are going; beyond it the
     /// agent refuses.
     pub max_queued: usize,
+    /// Over its connection, take up to this many due runs of the group at once whenever slots
+    /// are free (`take`); 0: never, the admins push every run.
+    pub pull: u32,
     pub log_retention_days: u32,
     /// Most bytes kept of one run's output: its head and its tail, with a line saying how
     /// much was cut between them.
@@ -304,6 +308,14 @@ fn validate(raw: &Layers) -> Result<Config, ConfigError> {
             "has no use in connect mode: admins reach the agent only over its connection".into(),
         ));
     }
+    let pull = u32::try_from(number("pull", 0, u64::from(crate::protocol::MAX_TAKE))?)
+        .unwrap_or(crate::protocol::MAX_TAKE);
+    if mode == Mode::Push && pull > 0 {
+        return Err(fail(
+            "pull",
+            "needs the agent's connection: set mode to connect or auto".into(),
+        ));
+    }
     // Without a token anyone who reaches the port runs commands on this host.
     let token = get("token").ok_or_else(|| {
         fail(
@@ -403,6 +415,7 @@ fn validate(raw: &Layers) -> Result<Config, ConfigError> {
         use_cgroups,
         max_concurrent: number("max_concurrent", 1, 10_000)? as usize,
         max_queued: number("max_queued", 0, 1_000_000)? as usize,
+        pull,
         log_retention_days: number("log_retention_days", 1, 3650)? as u32,
         log_max_bytes: number("log_max_bytes", MIN_LOG_BYTES, MAX_LOG_BYTES)?,
         log_min_free_bytes: number("log_min_free_mb", 0, 100_000_000)? * 1024 * 1024,
@@ -527,6 +540,28 @@ mod tests {
                     ("JOBFLEET_AGENT_MODE", "pull"),
                 ],
                 "mode",
+            ),
+            (
+                vec![
+                    ("JOBFLEET_AGENT_GROUP", "g"),
+                    ("JOBFLEET_AGENT_PULL", "257"),
+                ],
+                "pull",
+            ),
+            (
+                vec![
+                    ("JOBFLEET_AGENT_GROUP", "g"),
+                    ("JOBFLEET_AGENT_PULL", "lots"),
+                ],
+                "pull",
+            ),
+            (
+                vec![
+                    ("JOBFLEET_AGENT_GROUP", "g"),
+                    ("JOBFLEET_AGENT_MODE", "push"),
+                    ("JOBFLEET_AGENT_PULL", "8"),
+                ],
+                "pull",
             ),
             (
                 vec![

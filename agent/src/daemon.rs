@@ -347,6 +347,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
                 group: config.group.clone(),
                 address: advertise,
                 tls: tls.clone(),
+                pull: config.pull,
             },
             handlers,
             registration.clone(),

@@ -1,4 +1,5 @@
-//! The agent's calls, whatever carried them: `beat`, `idleBeat`, `run`, `kill`, `log`, `held`.
+//! The agent's calls, whatever carried them: `beat`, `idleBeat`, `run`, `kill`, `log`, `held`,
+//! and `runBatch` (only over the agent's own connection: the answer to its `take`).
 //! Bytes in, XXL-Job envelope out. The HTTP server (`server.rs`) and the agent's own
 //! connection to an admin (`link.rs`) both call `handle`, so the size and parse rules — and
 //! what each call does — are one code path. The access token is checked by the transport that
@@ -88,8 +89,12 @@ impl Handlers {
             Call::Kill => parse::<JobIdParam>(body).map(|p| self.kill(&p)),
             Call::Log => parse::<LogParam>(body).map(|p| self.log(&p)),
             Call::Held => parse::<Value>(body).map(|_| self.held()),
+            Call::RunBatch => match parse::<Vec<TriggerParam>>(body) {
+                Ok(triggers) => Ok(self.run_batch(triggers).await),
+                Err(e) => Err(e),
+            },
             other => Err(format!(
-                "`{other}` is not a call this agent serves (beat, idleBeat, run, kill, log, held)"
+                "`{other}` is not a call this agent serves (beat, idleBeat, run, kill, log, held, runBatch)"
             )),
         };
         result.unwrap_or_else(Envelope::fail)
@@ -134,6 +139,20 @@ impl Handlers {
                 Envelope::fail(msg)
             }
         }
+    }
+
+    /// Several triggers at once (the runs a `take` found): each is handled as its own `run`,
+    /// all together, so their journal lines share fsyncs. The content is each one's `run`
+    /// answer, in order.
+    async fn run_batch(&self, triggers: Vec<TriggerParam>) -> Envelope<Value> {
+        let answers =
+            futures_util::future::join_all(triggers.into_iter().map(|t| self.run(t))).await;
+        untyped(Envelope {
+            code: CODE_OK,
+            msg: None,
+            content: Some(answers),
+            data: None,
+        })
     }
 
     fn kill(&self, p: &JobIdParam) -> Envelope<Value> {

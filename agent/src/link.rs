@@ -7,6 +7,9 @@
 //! address, which the connect request must present. Pings both ways keep idle proxies from
 //! cutting the connection; one silent for `SILENT_AFTER` is dropped. A dropped connection is
 //! opened again with jittered backoff, trying the configured admins in order.
+//!
+//! With `pull` set, the agent also takes due runs of its group over the connection whenever it
+//! has free slots (`take` up, `runBatch` down), besides the runs the admins push.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,7 +27,7 @@ use tokio_tungstenite::tungstenite::{self, Message};
 use crate::handlers::Handlers;
 use crate::protocol::{
     ACCESS_TOKEN_HEADER, AGENT_ADDRESS_HEADER, AGENT_GROUP_HEADER, AGENT_KEY_HEADER, CONNECT_PATH,
-    Call, Envelope, Frame, MAX_FRAME_BYTES,
+    Call, Envelope, Frame, MAX_FRAME_BYTES, TakeParam, TakeResult,
 };
 use crate::registry::Registration;
 
@@ -124,6 +127,8 @@ pub struct LinkConfig {
     pub address: String,
     /// How `wss://` admins are verified (`crate::tls::client_config`, shared with HTTP).
     pub tls: Arc<rustls::ClientConfig>,
+    /// Most runs one `take` asks for; 0: the agent never pulls.
+    pub pull: u32,
 }
 
 /// `http(s)://host/base/` → `ws(s)://host/base/api/agent/connect`.
@@ -171,7 +176,17 @@ pub async fn keep_connected(
                     tracing::info!(%admin, "Connected to the admin");
                     failing = false;
                     backoff = FIRST_BACKOFF;
+                    let puller = (config.pull > 0).then(|| {
+                        tokio::spawn(pull_forever(
+                            uplink.clone(),
+                            handlers.runner.clone(),
+                            config.pull,
+                        ))
+                    });
                     serve(ws, admin, &uplink, &handlers, &results).await;
+                    if let Some(puller) = puller {
+                        puller.abort();
+                    }
                     tracing::warn!(%admin, "Connection to the admin closed; connecting again");
                     errors.clear();
                     break;
@@ -190,6 +205,44 @@ pub async fn keep_connected(
         tokio::time::sleep(jitter(backoff)).await;
         if !errors.is_empty() {
             backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+}
+
+/// How long an agent with free slots waits before asking again when the last take found
+/// nothing (a finished run asks at once).
+const PULL_IDLE: Duration = Duration::from_secs(1);
+
+/// Takes due runs of the group whenever slots are free (`pull`): asks again at once while the
+/// takes come back full, else when a run finishes or after `PULL_IDLE`. The admin sends the
+/// runs down as `runBatch` calls, served like any trigger (journal, queue, results).
+async fn pull_forever(uplink: Arc<Uplink>, runner: Arc<crate::runner::Runner>, batch: u32) {
+    loop {
+        let finished = runner.finished();
+        let spare = u32::try_from(runner.spare()).unwrap_or(u32::MAX).min(batch);
+        let mut full = false;
+        if spare > 0 && uplink.connected().is_some() {
+            match uplink.call(Call::Take, &TakeParam { max: spare }).await {
+                Ok((_, reply)) if reply.is_ok() => {
+                    let taken = reply
+                        .payload()
+                        .and_then(|p| serde_json::from_value::<TakeResult>(p).ok());
+                    if let Some(taken) = taken {
+                        tracing::debug!(sent = taken.sent, accepted = taken.accepted, "Took runs");
+                        full = taken.sent >= spare;
+                    }
+                }
+                Ok((admin, reply)) => {
+                    tracing::warn!(%admin, reason = reply.msg.as_deref().unwrap_or(""), "The admin refused a take");
+                }
+                Err(e) => tracing::debug!(error = %e, "Take failed"),
+            }
+        }
+        if !full {
+            tokio::select! {
+                () = finished => {}
+                () = tokio::time::sleep(PULL_IDLE) => {}
+            }
         }
     }
 }

@@ -8,6 +8,7 @@ use super::{AnyConnection, Page, last_insert_id};
 use crate::db_run;
 use crate::domain::ids::{GroupId, JobId, RunId};
 use crate::domain::policy::{RunStatus, TriggerKind};
+use crate::domain::routing::Routing;
 use crate::error::Error;
 
 #[derive(Debug, Clone, PartialEq, Queryable, Selectable)]
@@ -457,6 +458,32 @@ pub fn unclaimed_due(
         .order(job_run::scheduled_ms.asc())
         .limit(limit)
         .select(JobRun::as_select())
+        .load(conn)?)
+}
+
+/// Due pending runs nobody claimed, of `group_id`'s jobs routed by one of `routings`, oldest
+/// first: what an agent of the group may take (pull).
+pub fn pullable(
+    conn: &mut AnyConnection,
+    group_id: GroupId,
+    now_ms: i64,
+    routings: &[Routing],
+    limit: i64,
+) -> Result<Vec<RunId>, Error> {
+    use super::schema::job;
+    let jobs = job::table
+        .filter(job::group_id.eq(group_id))
+        .filter(job::routing.eq_any(routings))
+        .select(job::id);
+    Ok(job_run::table
+        .filter(job_run::group_id.eq(group_id))
+        .filter(job_run::status.eq(RunStatus::Pending))
+        .filter(job_run::triggered_ms.is_null())
+        .filter(job_run::scheduled_ms.le(now_ms))
+        .filter(job_run::job_id.eq_any(jobs))
+        .order((job_run::scheduled_ms.asc(), job_run::id.asc()))
+        .limit(limit)
+        .select(job_run::id)
         .load(conn)?)
 }
 

@@ -343,6 +343,59 @@ impl AgentClient {
             })
     }
 
+    /// Hands several triggers to an agent connected to this admin in one `runBatch` call (the
+    /// runs its `take` found). Each trigger's own answer, in order, as `run` gives it.
+    ///
+    /// # Errors
+    /// The call as a whole got no usable answer (then each run's fate is in doubt).
+    pub async fn run_batch(
+        &self,
+        address: &str,
+        triggers: &[TriggerParam],
+    ) -> Result<Vec<Result<(String, Option<RunAccepted>), CallError>>, CallError> {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let body = serde_json::to_value(triggers)
+            .map_err(|e| CallError::Unreachable(format!("encoding the call: {e}")))?;
+        let reply = self
+            .call_here(address, Call::RunBatch, body, deadline)
+            .await
+            .map_err(|e| {
+                CallError::Unreachable(match e {
+                    HereError::NotHere => "the agent's connection closed".into(),
+                    HereError::TimedOut => "no reply over the agent's connection in time".into(),
+                })
+            })?;
+        if !reply.is_ok() {
+            return Err(CallError::Refused(
+                reply.msg.unwrap_or_else(|| "no reason given".into()),
+            ));
+        }
+        let answers: Vec<Envelope<serde_json::Value>> = typed(reply.payload())?.unwrap_or_default();
+        if answers.len() != triggers.len() {
+            return Err(CallError::Unreachable(format!(
+                "{} answers to {} triggers",
+                answers.len(),
+                triggers.len()
+            )));
+        }
+        Ok(answers
+            .into_iter()
+            .map(|mut answer| {
+                if answer.is_ok() {
+                    let msg = answer.msg.take().unwrap_or_default();
+                    let taken_by = answer
+                        .payload()
+                        .and_then(|content| serde_json::from_value::<RunAccepted>(content).ok());
+                    Ok((msg, taken_by))
+                } else {
+                    Err(CallError::Refused(
+                        answer.msg.unwrap_or_else(|| "no reason given".into()),
+                    ))
+                }
+            })
+            .collect())
+    }
+
     /// Asks whether the agent could start `job_id` now (XXL-Job's idleBeat): `Err` when busy.
     pub async fn idle_beat(&self, address: &str, job_id: JobId) -> Result<String, CallError> {
         self.call::<_, serde_json::Value>(

@@ -3,6 +3,7 @@
 
 pub mod client;
 pub mod link;
+pub mod pull;
 pub mod relay;
 pub mod routing;
 pub mod send;

@@ -31,13 +31,13 @@ use super::routing::{Candidate, load_of};
 
 /// One trigger to hand over: the run and the agents to try, in order.
 #[derive(Debug)]
-struct Send {
-    run: JobRun,
-    addresses: Vec<String>,
+pub(super) struct Send {
+    pub(super) run: JobRun,
+    pub(super) addresses: Vec<String>,
 }
 
 #[derive(Debug)]
-enum Prepared {
+pub(super) enum Prepared {
     /// Another admin or task took the run, or it is gone.
     Taken,
     /// Ended without sending (concurrency policy, disabled job), with why.
@@ -107,7 +107,7 @@ pub fn candidates(
 /// Jobs and groups read once per batch: the runs due in one instant are often of few jobs and
 /// fewer groups.
 #[derive(Default)]
-struct Lookups {
+pub(super) struct Lookups {
     jobs: HashMap<JobId, Option<Job>>,
     groups: HashMap<GroupId, (String, Vec<Candidate>)>,
 }
@@ -122,7 +122,7 @@ impl Lookups {
         Ok(job)
     }
 
-    fn candidates(
+    pub(super) fn candidates(
         &mut self,
         conn: &mut AnyConnection,
         group_id: GroupId,
@@ -137,7 +137,7 @@ impl Lookups {
     }
 }
 
-fn prepare(
+pub(super) fn prepare(
     conn: &mut AnyConnection,
     changes: &mut Changes,
     lookups: &mut Lookups,
@@ -268,13 +268,13 @@ fn shard(
 /// What handing a trigger over came to.
 #[derive(Debug, Clone)]
 pub struct Answer {
-    run_id: RunId,
-    agent: Option<String>,
-    accepted: bool,
-    message: String,
-    outcome: &'static str,
+    pub(super) run_id: RunId,
+    pub(super) agent: Option<String>,
+    pub(super) accepted: bool,
+    pub(super) message: String,
+    pub(super) outcome: &'static str,
     /// Which agent process took the run (jobfleet agents say so; XXL-Job executors do not).
-    taken_by: Option<RunAccepted>,
+    pub(super) taken_by: Option<RunAccepted>,
 }
 
 async fn hand_over(state: &AppState, job: &Job, routing: Routing, send: Send) -> Answer {
@@ -336,6 +336,17 @@ async fn hand_over(state: &AppState, job: &Job, routing: Routing, send: Send) ->
         message: format!("no agent accepted the trigger: {}", reasons.join("; ")),
         outcome: "unreachable",
         taken_by: None,
+    }
+}
+
+/// Kills the runs a `replace` concurrency policy ended, on their agents.
+pub(super) async fn kill_replaced(state: &AppState, replaced: &[JobRun]) {
+    for old in replaced {
+        if let Some(address) = &old.agent_address
+            && let Err(e) = state.agents.kill(address, old.job_id).await
+        {
+            tracing::warn!(run_id = %old.id, agent = %address, error = %e, "Could not kill the replaced run");
+        }
     }
 }
 
@@ -468,13 +479,7 @@ async fn send_prepared(state: &AppState, prepared: Prepared) -> Vec<Answer> {
             sends,
             replaced,
         } => {
-            for old in &replaced {
-                if let Some(address) = &old.agent_address
-                    && let Err(e) = state.agents.kill(address, old.job_id).await
-                {
-                    tracing::warn!(run_id = %old.id, agent = %address, error = %e, "Could not kill the replaced run");
-                }
-            }
+            kill_replaced(state, &replaced).await;
             let routing = job.routing;
             let handovers = sends
                 .into_iter()
@@ -484,13 +489,13 @@ async fn send_prepared(state: &AppState, prepared: Prepared) -> Vec<Answer> {
     }
 }
 
-fn count(state: &AppState, answer: &Answer) {
+pub(super) fn count(state: &AppState, answer: &Answer) {
     state.metrics.trigger_outcomes.inc(answer.outcome);
 }
 
 /// Stores answers and creates the retries of triggers nobody took, in one transaction; the
 /// follow-up runs are timed once it commits.
-async fn store_answers(state: &AppState, answers: Vec<Answer>) -> Result<(), Error> {
+pub(super) async fn store_answers(state: &AppState, answers: Vec<Answer>) -> Result<(), Error> {
     if answers.is_empty() {
         return Ok(());
     }

@@ -325,3 +325,105 @@ async fn the_connect_endpoint_refuses_bad_tokens_and_unknown_keys() {
     let short = attempt("test-agent-token", "short").await.unwrap();
     assert_eq!(short.status(), StatusCode::UNPROCESSABLE_ENTITY);
 }
+
+/// Pull: a `connect` agent with `pull = 16` takes the due runs no admin pushes (this admin runs
+/// no scheduler) in batches of at most 16 over its connection, and runs each once. Runs of a
+/// job whose routing names the agent (`first`) are left for their push.
+async fn an_agent_with_free_slots_takes_due_runs_in_batches(mysql: bool) {
+    use jobfleet_admin::db::job_run::{self, NewJobRun};
+    use jobfleet_admin::domain::ids::{GroupId, JobId};
+    use jobfleet_admin::domain::policy::{RunStatus, TriggerKind};
+    const RUNS: usize = 40;
+    let app = TestApp::start_opts(
+        crate::support::test_db(mysql).await,
+        &[],
+        crate::support::Opts {
+            system_clock: true,
+            scheduler: false,
+        },
+    )
+    .await;
+    let g = app.group("pull").await;
+    let dir = tempfile::tempdir().unwrap();
+    let _agent = AgentProc::start_with(
+        &app.base,
+        "pull",
+        &dir.path().join("agent"),
+        &[
+            ("JOBFLEET_AGENT_MODE", "connect"),
+            ("JOBFLEET_AGENT_PULL", "16"),
+        ],
+    );
+    agent_row(&app, "pull", "connect").await;
+    let any = app
+        .job_from(g, json!({"name": "any", "routing": "round_robin", "handler": {"type": "shell", "command": "echo pulled $JOBFLEET_RUN_ID"}}))
+        .await;
+    let pinned = app
+        .job_from(g, json!({"name": "pinned", "routing": "first", "handler": {"type": "shell", "command": "true"}}))
+        .await;
+    let now = app.now_ms();
+    let new_run = move |job: i64| NewJobRun {
+        job_id: JobId(job),
+        group_id: GroupId(g),
+        first_run_id: None,
+        attempt: 1,
+        trigger_kind: TriggerKind::Api,
+        fire_slot_ms: None,
+        scheduled_ms: now,
+        status: RunStatus::Pending,
+        params: String::new(),
+        shard_index: 0,
+        shard_total: 1,
+        created_ms: now,
+    };
+    let (taken, left): (Vec<i64>, Vec<i64>) = app
+        .state
+        .db
+        .run(move |conn| {
+            let mut taken = Vec::new();
+            for _ in 0..RUNS {
+                taken.push(job_run::insert(conn, &new_run(any))?.0);
+            }
+            let mut left = Vec::new();
+            for _ in 0..3 {
+                left.push(job_run::insert(conn, &new_run(pinned))?.0);
+            }
+            Ok((taken, left))
+        })
+        .await
+        .unwrap();
+    let mut claims: std::collections::BTreeMap<i64, usize> = std::collections::BTreeMap::new();
+    for id in &taken {
+        let run = app.finished_run(*id, RUN_WITHIN).await;
+        assert_eq!(run["status"], "succeeded", "{run}");
+        assert!(
+            run["trigger_msg"]
+                .as_str()
+                .unwrap()
+                .starts_with("taken by conn://"),
+            "{run}"
+        );
+        assert_eq!(app.full_log(*id).await, format!("pulled {id}\n"));
+        *claims
+            .entry(run["triggered_ms"].as_i64().unwrap())
+            .or_default() += 1;
+    }
+    // One claim time per take (each take waits for the one before): 40 runs are three takes
+    // of at most 16.
+    assert_eq!(
+        claims.values().copied().collect::<Vec<_>>(),
+        [16, 16, 8],
+        "runs per take"
+    );
+    // The agent keeps asking while idle; the pinned runs are still nobody's.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    for id in left {
+        let run = app.run(id).await;
+        assert_eq!(
+            (run["status"].as_str(), run["triggered_ms"].as_i64()),
+            (Some("pending"), None),
+            "{run}"
+        );
+    }
+}
+both_backends!(an_agent_with_free_slots_takes_due_runs_in_batches);

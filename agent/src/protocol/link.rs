@@ -3,7 +3,8 @@
 //!
 //! The connection carries a symmetric RPC in JSON text frames: a call
 //! `{"id":N,"call":"run","body":…}` goes down (admin → agent: `run`, `kill`, `log`,
-//! `idleBeat`, `beat`, `held`) or up (agent → admin: `registry`, `callback`), and its answer
+//! `idleBeat`, `beat`, `held`, `runBatch`) or up (agent → admin: `registry`, `callback`,
+//! `take`), and its answer
 //! `{"id":N,"reply":<XXL-Job envelope>}` comes back with the same id. Bodies and envelopes are
 //! exactly the ones the HTTP endpoints of the same name take and give, so each side handles a
 //! call with the code that serves it over HTTP.
@@ -37,23 +38,54 @@ wire_enum! {
         IdleBeat => "idleBeat",
         Beat => "beat",
         Held => "held",
+        RunBatch => "runBatch",
         Registry => "registry",
         Callback => "callback",
+        Take => "take",
     }
 }
+
+/// `take` (up): an agent with free slots asks its admin for due runs of its group (pull). The
+/// admin sends what it found down the same connection as `runBatch` calls, stores the agent's
+/// answers, then replies with a `TakeResult`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TakeParam {
+    /// At most this many runs (the agent's free slots); the admin caps it at `MAX_TAKE`.
+    pub max: u32,
+}
+
+/// The reply to `take`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TakeResult {
+    /// Runs sent down.
+    pub sent: u32,
+    /// Of those, the ones the agent accepted.
+    pub accepted: u32,
+}
+
+/// Most runs one `take` hands out.
+pub const MAX_TAKE: u32 = 256;
 
 impl Call {
     /// Whether an agent serves this call (the rest are the admin's).
     pub fn is_down(&self) -> bool {
         matches!(
             self,
-            Call::Run | Call::Kill | Call::Log | Call::IdleBeat | Call::Beat | Call::Held
+            Call::Run
+                | Call::Kill
+                | Call::Log
+                | Call::IdleBeat
+                | Call::Beat
+                | Call::Held
+                | Call::RunBatch
         )
     }
 
     /// Whether an admin serves this call.
     pub fn is_up(&self) -> bool {
-        matches!(self, Call::Registry | Call::Callback)
+        matches!(self, Call::Registry | Call::Callback | Call::Take)
     }
 }
 

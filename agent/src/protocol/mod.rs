@@ -20,7 +20,7 @@ pub use envelope::{CODE_FAIL, CODE_OK, Envelope};
 pub use glue::GlueType;
 pub use link::{
     AGENT_ADDRESS_HEADER, AGENT_GROUP_HEADER, BadFrame, CONNECT_PATH, CONNECT_SCHEME, Call, Frame,
-    MAX_FRAME_BYTES, RawFrame,
+    MAX_FRAME_BYTES, MAX_TAKE, RawFrame, TakeParam, TakeResult,
 };
 pub use messages::*;
 pub use outcome::{RunOutcome, handle_code};

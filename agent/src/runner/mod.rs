@@ -499,6 +499,23 @@ impl Runner {
         self.lock().running
     }
 
+    /// Slots free for another run now: none while triggers wait for one, or when stopping.
+    pub fn spare(&self) -> usize {
+        let state = self.lock();
+        if !state.accepting {
+            return 0;
+        }
+        self.config
+            .max_concurrent
+            .saturating_sub(state.running)
+            .saturating_sub(state.waiting.len())
+    }
+
+    /// Completes when a run finishes after this call.
+    pub fn finished(&self) -> tokio::sync::futures::Notified<'_> {
+        self.finished.notified()
+    }
+
     /// The runs this agent holds (running, queued, or with a result not yet acknowledged) and
     /// the last accept number handed out before they were listed.
     ///

@@ -217,7 +217,14 @@ pub fn mark_gone(conn: &mut AnyConnection, id: i64, dead_ms: i64) -> Result<(), 
             .find(id)
             .filter(agent::last_seen_ms.gt(dead_ms)),
     )
-    .set(agent::last_seen_ms.eq(dead_ms))
+    .set((
+        agent::last_seen_ms.eq(dead_ms),
+        // A leaving agent holds no connection any more; no relay should look for one.
+        agent::link_admin.eq(""),
+        agent::link_url.eq(""),
+        agent::link_since_ms.eq(None::<i64>),
+        agent::link_rtt_us.eq(None::<i64>),
+    ))
     .execute(conn)?;
     Ok(())
 }

@@ -80,8 +80,9 @@ fn view(a: agent::Agent, now: i64) -> AgentView {
         }
         .into(),
         runs_as_root: a.run_as == "root",
+        // A dead agent's last connection may name an admin that died with it: not shown.
         connection: match (a.link_admin.is_empty(), a.link_since_ms) {
-            (false, Some(since_ms)) => Some(ConnectionView {
+            (false, Some(since_ms)) if is_live(a.last_seen_ms, now) => Some(ConnectionView {
                 admin: a.link_admin,
                 url: a.link_url,
                 since_ms,

@@ -427,3 +427,85 @@ async fn an_agent_with_free_slots_takes_due_runs_in_batches(mysql: bool) {
     }
 }
 both_backends!(an_agent_with_free_slots_takes_due_runs_in_batches);
+
+/// An enrolled agent's connection that sends garbage, unknown and wrong-way calls, bad bodies
+/// and an oversized call gets an error reply for each one with an id, and the connection
+/// stays up: a good `take` afterwards is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agents_connection_answers_bad_frames_and_stays_up() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let app = TestApp::sqlite().await;
+    app.group("conn-frames").await;
+    let (address, key) = ("conn://h/0123456789abcdef/", "k".repeat(64));
+    let enrolled = app
+        .client
+        .post(format!("{}/api/registry", app.base))
+        .header("XXL-JOB-ACCESS-TOKEN", "test-agent-token")
+        .header("X-Jobfleet-Agent-Key", &key)
+        .json(&json!({"registryGroup": "EXECUTOR", "registryKey": "conn-frames", "registryValue": address, "mode": "connect"}))
+        .send()
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap();
+    assert_eq!(enrolled["code"], 200, "{enrolled}");
+    let mut request = format!("{}/api/agent/connect", app.base.replacen("http", "ws", 1))
+        .into_client_request()
+        .unwrap();
+    for (name, value) in [
+        ("XXL-JOB-ACCESS-TOKEN", "test-agent-token"),
+        ("X-Jobfleet-Agent-Key", key.as_str()),
+        ("X-Jobfleet-Agent-Group", "conn-frames"),
+        ("X-Jobfleet-Agent-Address", address),
+    ] {
+        request.headers_mut().insert(name, value.parse().unwrap());
+    }
+    let (mut ws, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    // The admin's body cap in tests is 64 KiB: this callback is over it.
+    let oversized = format!(
+        r#"{{"id":4,"call":"callback","body":"{}"}}"#,
+        "x".repeat(70 * 1024)
+    );
+    let frames = [
+        "garbage".to_owned(),
+        r#"{"id":1,"call":"launch","body":{}}"#.to_owned(),
+        r#"{"id":2,"call":"run","body":{}}"#.to_owned(),
+        r#"{"id":3,"call":"take","body":{"max":"lots"}}"#.to_owned(),
+        oversized,
+        r#"{"id":5,"call":"registry","body":{"registryGroup":"EXECUTOR","registryKey":"conn-frames","registryValue":"conn://h/fedcba9876543210/"}}"#.to_owned(),
+        r#"{"id":6,"call":"take","body":{"max":4}}"#.to_owned(),
+    ];
+    for frame in frames {
+        ws.send(Message::text(frame)).await.unwrap();
+    }
+    let mut replies = std::collections::BTreeMap::new();
+    while replies.len() < 6 {
+        let message = tokio::time::timeout(Duration::from_secs(10), ws.next())
+            .await
+            .expect("a reply to every call with an id")
+            .unwrap()
+            .unwrap();
+        if let Message::Text(text) = message {
+            let frame: Value = serde_json::from_str(text.as_str()).unwrap();
+            replies.insert(frame["id"].as_u64().unwrap(), frame["reply"].clone());
+        }
+    }
+    let msg = |id: u64| replies[&id]["msg"].as_str().unwrap_or_default().to_owned();
+    for id in 1..=5 {
+        assert_eq!(replies[&id]["code"], 500, "{id}: {}", replies[&id]);
+    }
+    assert!(msg(1).contains("unknown call `launch`"), "{}", msg(1));
+    assert!(msg(2).contains("not a call an admin serves"), "{}", msg(2));
+    assert!(msg(3).contains("malformed"), "{}", msg(3));
+    assert!(msg(4).contains("larger than"), "{}", msg(4));
+    assert!(msg(5).contains("only for the address"), "{}", msg(5));
+    assert_eq!(replies[&6]["code"], 200, "{}", replies[&6]);
+    assert_eq!(
+        replies[&6]["content"],
+        json!({"sent": 0, "accepted": 0}),
+        "nothing is due"
+    );
+}

@@ -10,12 +10,12 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "admin", "
 LAYERS = [
     ["clock", "error", "domain", "worker", "metrics", "db", "auth::password", "auth::rate_limit",
      "auth::jwt", "auth::api_token", "auth::csrf", "auth::rbac", "auth", "config", "audit",
-     "alert::outbox", "scheduler::handle", "dispatch::client", "dispatch::link", "dispatch::routing",
+     "alert::outbox", "scheduler::handle", "dispatch::client", "dispatch::link", "dispatch::relay", "dispatch::routing",
      "http::request", "state", "testing", "tls"],
     ["lifecycle"],
     ["alert", "dispatch", "scheduler"],
     ["service", "callback"],
-    ["rpc", "agent_link", "api", "auth::extract", "assets", "web"],
+    ["rpc", "agent_link", "cluster_relay", "api", "auth::extract", "assets", "web"],
     ["http", "startup"],
 ]
 # Imports against the layers that are accepted, with why (keep in step with ARCHITECTURE.md).

@@ -12,10 +12,22 @@ use jobfleet_admin::config::{Config, Sources};
 use jobfleet_admin::domain::role::Role;
 use jobfleet_admin::{service, startup};
 
+/// What `--version` prints: operators and packages check which databases a binary speaks.
+#[cfg(feature = "mysql")]
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (databases: sqlite, mysql; tls: rustls)"
+);
+#[cfg(not(feature = "mysql"))]
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (databases: sqlite; tls: rustls)"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "jobfleet-admin",
-    version,
+    version = VERSION,
     about = "jobfleet admin server: schedules jobs and dispatches them to agents"
 )]
 struct Cli {

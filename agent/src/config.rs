@@ -13,7 +13,10 @@ use crate::settings::{Layers, Source};
 #[derive(Debug, Parser, Default)]
 #[command(
     name = "jobfleet-agent",
-    version,
+    version = concat!(
+        env!("CARGO_PKG_VERSION"),
+        " (modes: push, connect, auto; limits: cgroup v1, cgroup v2, rlimit; tls: rustls)"
+    ),
     about = "jobfleet agent: registers with the admin and runs shell and script jobs"
 )]
 pub struct Cli {
@@ -54,6 +57,9 @@ pub struct Cli {
     /// Allow running as root.
     #[arg(long)]
     pub allow_root: bool,
+    /// Check the configuration (exit 0, or 2 naming the bad key) and exit without starting.
+    #[arg(long)]
+    pub check_config: bool,
     /// How admins reach this agent: push, connect or auto (JOBFLEET_AGENT_MODE).
     #[arg(long)]
     pub mode: Option<String>,

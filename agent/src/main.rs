@@ -14,6 +14,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if cli.check_config {
+        println!("jobfleet-agent: the configuration is valid");
+        return ExitCode::SUCCESS;
+    }
     let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| config.log.clone());
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))

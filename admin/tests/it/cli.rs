@@ -18,6 +18,26 @@ fn run(cmd: &mut Command) -> (i32, String, String) {
     )
 }
 
+/// Packages and images check which databases a binary speaks.
+#[test]
+fn version_names_the_databases_built_in() {
+    let (code, out, err) = run(admin_command().arg("--version"));
+    assert_eq!(code, 0, "{err}");
+    let databases = if cfg!(feature = "mysql") {
+        "databases: sqlite, mysql"
+    } else {
+        "databases: sqlite;"
+    };
+    assert!(
+        out.starts_with("jobfleet-admin ") && out.contains(databases),
+        "{out}"
+    );
+    let agent = crate::support::agent::agent_binary();
+    let (code, out, _) = run(Command::new(agent).arg("--version"));
+    assert_eq!(code, 0);
+    assert!(out.contains("modes: push, connect, auto"), "{out}");
+}
+
 #[test]
 fn invalid_config_exits_2_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();

@@ -65,8 +65,12 @@ fn usable(dir: &Path) -> bool {
 
 /// Finds where run cgroups can go: under the agent's own cgroup, in folder `parent_name`.
 pub fn detect(parent_name: &str) -> Mode {
-    let root = Path::new("/sys/fs/cgroup");
-    let own = own_cgroups();
+    detect_in(Path::new("/sys/fs/cgroup"), &own_cgroups(), parent_name)
+}
+
+/// `detect` below cgroup mount `root`, for a process whose `/proc/self/cgroup` lines are `own`
+/// (controllers, path): a test points it at a fake tree.
+fn detect_in(root: &Path, own: &[(String, String)], parent_name: &str) -> Mode {
     if root.join("cgroup.controllers").exists() {
         if let Some((_, path)) = own.iter().find(|(ctl, _)| ctl.is_empty()) {
             let base = root.join(path.trim_start_matches('/')).join(parent_name);
@@ -365,5 +369,111 @@ impl Mode {
                 let _ = std::fs::remove_dir(parent);
             }
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// A kernel makes a cgroup's control files when the folder is made; a fake tree has to.
+    fn fake_cgroup(dir: &Path, files: &[&str]) {
+        std::fs::create_dir_all(dir).unwrap();
+        for file in files {
+            std::fs::write(dir.join(file), "").unwrap();
+        }
+    }
+
+    /// The cgroup v2 path (this CI host is cgroup v1): detection below the agent's own cgroup,
+    /// the `agent/` leaf, the controllers enabled for runs, a run's limits, its usage, removal.
+    #[test]
+    fn cgroup_v2_on_a_fake_tree() {
+        let root = tempfile::tempdir().unwrap();
+        let root = root.path();
+        std::fs::write(root.join("cgroup.controllers"), "cpu memory pids").unwrap();
+        let own = vec![(
+            String::new(),
+            "/system.slice/jobfleet-agent.service".to_owned(),
+        )];
+        let mode = detect_in(root, &own, "jobfleet");
+        let base = root.join("system.slice/jobfleet-agent.service/jobfleet");
+        match &mode {
+            Mode::V2 { base: found } => assert_eq!(found, &base),
+            other => panic!("not v2: {other:?}"),
+        }
+        assert_eq!(mode.name(), "cgroup_v2");
+        // The agent moved itself into the leaf (no processes in inner nodes) and enabled the
+        // controllers for its children; the last write is what a fake file keeps.
+        assert_eq!(
+            std::fs::read_to_string(base.join("agent/cgroup.procs")).unwrap(),
+            std::process::id().to_string()
+        );
+        assert_eq!(
+            std::fs::read_to_string(base.join("cgroup.subtree_control")).unwrap(),
+            "+pids"
+        );
+
+        let run = base.join("run-7");
+        fake_cgroup(
+            &run,
+            &[
+                "cgroup.procs",
+                "cpu.max",
+                "memory.max",
+                "memory.swap.max",
+                "pids.max",
+            ],
+        );
+        let limits = Limits {
+            cpu: Some(0.5),
+            memory_mb: Some(256),
+            pids: Some(64),
+        };
+        let cgroup = RunCgroup::create(&mode, 7, &limits).unwrap().unwrap();
+        let read = |file: &str| std::fs::read_to_string(run.join(file)).unwrap();
+        assert_eq!(read("cpu.max"), "50000 100000");
+        assert_eq!(read("memory.max"), (256u64 * 1024 * 1024).to_string());
+        assert_eq!(read("memory.swap.max"), "0");
+        assert_eq!(read("pids.max"), "64");
+        assert_eq!(cgroup.procs.len(), 1, "the run joins one cgroup");
+
+        std::fs::write(run.join("cpu.stat"), "usage_usec 12345\nuser_usec 10000\n").unwrap();
+        std::fs::write(run.join("memory.peak"), "1048576\n").unwrap();
+        std::fs::write(run.join("memory.events"), "low 0\noom 1\noom_kill 1\n").unwrap();
+        let usage = cgroup.usage();
+        assert_eq!(
+            (usage.cpu_ms, usage.max_rss_kb, usage.oom_killed),
+            (Some(12), Some(1024), true)
+        );
+
+        // A missing control file (a controller not delegated) is an error, not a silent run
+        // without its limit.
+        fake_cgroup(&base.join("run-8"), &["cgroup.procs"]);
+        assert!(RunCgroup::create(&mode, 8, &limits).is_err());
+
+        // A stale run of a previous agent is removed at start (a kernel's rmdir ignores the
+        // control files; a fake folder must be emptied first).
+        for dir in [&run, &base.join("run-8")] {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                std::fs::remove_file(entry.unwrap().path()).unwrap();
+            }
+        }
+        drop(cgroup);
+        assert_eq!(mode.remove_stale_runs(), 2);
+        assert!(!run.exists());
+    }
+
+    /// Without a writable cgroup v2 subtree the agent falls back to rlimits.
+    #[test]
+    fn an_unwritable_v2_tree_falls_back_to_rlimits() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::write(root.path().join("cgroup.controllers"), "").unwrap();
+        let own = vec![(String::new(), "/".to_owned())];
+        let blocker = root.path().join("jobfleet");
+        // A file where the agent's folder should go: it cannot be made.
+        std::fs::write(&blocker, "").unwrap();
+        assert_eq!(detect_in(root.path(), &own, "jobfleet").name(), "rlimit");
+        assert_eq!(detect_in(root.path(), &[], "jobfleet").name(), "rlimit");
     }
 }

@@ -75,7 +75,8 @@ pub struct AgentRow {
     pub runs_as_root: bool,
     /// `push`, `connect`, `auto`, or empty when the agent did not say.
     pub mode: String,
-    /// The admin holding its connection, since when, and the last ping's round trip.
+    /// The admin holding its connection (and its cluster URL), since when, and the last
+    /// ping's round trip.
     pub connection: Option<(String, String, String)>,
 }
 
@@ -329,7 +330,11 @@ async fn agents(state: web::Data<AppState>, user: ConsoleUser) -> PageResult<Age
                 mode: a.mode,
                 connection: a.connection.map(|l| {
                     (
-                        l.admin,
+                        if l.url.is_empty() {
+                            l.admin
+                        } else {
+                            format!("{} ({})", l.admin, l.url)
+                        },
                         when(Some(l.since_ms)),
                         l.rtt_ms
                             .map_or_else(|| "–".to_owned(), |ms| format!("{ms:.1} ms")),

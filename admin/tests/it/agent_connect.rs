@@ -96,6 +96,15 @@ async fn connect_mode_runs_logs_and_kills(mysql: bool) {
         row["connection"]["admin"],
         app.state.scheduler.holder.as_str()
     );
+    assert_eq!(row["connection"]["url"], app.base.as_str(), "{row}");
+    // The console names the admin holding the connection and where the others relay to it.
+    let mut console = crate::support::console::Console::new(&app);
+    console.login("admin", crate::support::ADMIN_PASSWORD).await;
+    let page = console.get("/console/agents").await.body;
+    assert!(
+        page.contains(&format!("{} ({})", app.state.scheduler.holder, app.base)),
+        "{page}"
+    );
     assert!(
         listening_sockets(agent.pid()).is_empty(),
         "a connect-mode agent listens on nothing"

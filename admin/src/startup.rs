@@ -186,6 +186,9 @@ pub fn start(
     })
     .workers(workers)
     .shutdown_timeout(10)
+    // Frames to a connected agent are small writes that must not wait for the agent's delayed
+    // ACK of the previous one (up to 40 ms): measured in BENCHMARKS.md (issue 14).
+    .tcp_nodelay(true)
     .disable_signals();
     let server = match tls {
         Some(config) => server.listen_rustls_0_23(listener, config),

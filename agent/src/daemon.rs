@@ -296,6 +296,8 @@ pub async fn run(config: Config) -> Result<(), Error> {
                     .configure(server::configure)
             })
             .workers(1)
+            // Answers to triggers are small writes on kept-alive connections: no Nagle delay.
+            .tcp_nodelay(true)
             .disable_signals()
             .listen(listener)
             .map_err(Error::io("starting the HTTP server"))?

@@ -46,8 +46,8 @@ async fn agent_row(app: &TestApp, app_name: &str, mode: &str) -> Value {
     .await
 }
 
-/// The inodes of the TCP sockets `pid` listens on.
-fn listening_sockets(pid: u32) -> HashSet<String> {
+/// The inodes of the TCP sockets `pid` listens on, as its own network namespace sees them.
+pub fn listening_sockets(pid: u32) -> HashSet<String> {
     let mut mine = HashSet::new();
     for fd in std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
@@ -64,8 +64,8 @@ fn listening_sockets(pid: u32) -> HashSet<String> {
         }
     }
     let mut listening = HashSet::new();
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        let Ok(text) = std::fs::read_to_string(table) else {
+    for table in ["tcp", "tcp6"] {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")) else {
             continue;
         };
         for line in text.lines().skip(1) {

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::agent_connect::listening_sockets;
+use crate::agent_connect::{connected_row, listening_sockets};
 use crate::support::admin_proc::{AdminProc, call, http_client};
 use crate::support::{agent_binary, both_backends, free_port, test_db, wait_for};
 
@@ -196,17 +196,7 @@ async fn connected_agent(
                 Value::Null,
             )
             .await;
-            agents
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|a| {
-                    a["app_name"] == app_name
-                        && a["mode"] == mode
-                        && a["live"] == true
-                        && a["connection"].is_object()
-                })
-                .cloned()
+            connected_row(&agents, app_name, mode)
         },
     )
     .await

@@ -7,12 +7,15 @@
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- burst [--mysql] [--jobs 50000]
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- rss [--jobs 100000]
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- spawn
+//! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- modes [--mysql] [--jobs N]
 //! ```
 //! `lateness`: N (1,000) fixed-rate jobs of 1 s spread over the second (N fires/s) on 4 agents
 //! for 20 s; agent process start − scheduled time, p50/p99. `burst`: N one-shot jobs due at the
 //! same instant; time until every run is sent and every result is back, lost and duplicated.
 //! `rss`: the admin's resident memory with N enabled jobs.
 //! `spawn`: the machine's ceiling, `sh -c true` processes per second with nothing else running.
+//! `modes`: `lateness` at 100 and 500 fires/s with the agents in `push` mode and in `connect`
+//! mode (issue 14), each over a fresh admin and database, as one table (`--jobs N`: at N only).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -160,11 +163,17 @@ impl Bench {
         (Proc(child), base)
     }
 
-    fn agents(&self, admin: &str, n: usize) -> Vec<Proc> {
+    /// Starts `n` agents of group `bench` in their default mode (`auto`) or in `mode`, and
+    /// waits until all are registered and, when they connect, hold their connection.
+    fn agents(&self, admin: &str, n: usize, mode: Option<Mode>) -> Vec<Proc> {
         let mut agents = Vec::new();
         for i in 0..n {
             let data = self._dir.path().join(format!("agent-{i}"));
-            let child = Command::new(bin_dir().join("jobfleet-agent"))
+            let mut command = Command::new(bin_dir().join("jobfleet-agent"));
+            if let Some(mode) = mode {
+                command.env("JOBFLEET_AGENT_MODE", mode.as_str());
+            }
+            let child = command
                 .arg("--allow-root")
                 .env("JOBFLEET_AGENT_ADMINS", admin)
                 .env("JOBFLEET_AGENT_GROUP", "bench")
@@ -181,9 +190,15 @@ impl Bench {
                 .unwrap();
             agents.push(Proc(child));
         }
+        // A connect agent registers, then connects: the admin can send it nothing until then.
+        let ready = if mode == Some(Mode::Connect) {
+            "SELECT COUNT(*) AS n FROM agent WHERE link_admin <> ''"
+        } else {
+            "SELECT COUNT(*) AS n FROM agent"
+        };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let live = self.scalar("SELECT COUNT(*) AS n FROM agent");
+            let live = self.scalar(ready);
             if live as usize >= n {
                 return agents;
             }
@@ -268,11 +283,41 @@ fn percentile(sorted: &[i64], p: f64) -> i64 {
     sorted[i]
 }
 
-fn lateness(mysql: bool, per_second: usize) {
+/// How the admin reaches the agents (`JOBFLEET_AGENT_MODE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Push,
+    Connect,
+}
+
+impl Mode {
+    fn as_str(self) -> &'static str {
+        match self {
+            Mode::Push => "push",
+            Mode::Connect => "connect",
+        }
+    }
+}
+
+/// What one `lateness` measurement found, in ms from the scheduled time.
+struct Lateness {
+    fires: i64,
+    failed: i64,
+    /// Taken for dispatch (run sent, `triggered_ms`), sorted.
+    sent: Vec<i64>,
+    /// Agent process start (`started_ms`) of the succeeded runs, sorted.
+    started: Vec<i64>,
+    seconds: i64,
+    cpu: String,
+}
+
+/// `per_second` fixed-rate jobs of 1 s spread over the second on 4 agents (in `mode`, or their
+/// default) for 20 s, over a fresh database and admin; the first 3 s are not counted.
+fn measure_lateness(mysql: bool, per_second: usize, mode: Option<Mode>) -> Lateness {
     let bench = Bench::new(mysql);
     bench.jobs(per_second, "NULL, 1, NULL");
     let (admin, base) = bench.admin();
-    let agents = bench.agents(&base, 4);
+    let agents = bench.agents(&base, 4, mode);
     let start = now_ms() + 3_000;
     // Spread the jobs evenly over the second: `per_second` fires every second.
     let step = 1000 / per_second.max(1);
@@ -313,28 +358,80 @@ fn lateness(mysql: bool, per_second: usize) {
     started.sort_unstable();
     sent.sort_unstable();
     if let Ok(dump) = std::env::var("SCHED_BENCH_DUMP") {
+        // `modes` keeps one file per measurement.
+        let dump = match mode {
+            Some(mode) => format!("{dump}.{}.{per_second}", mode.as_str()),
+            None => dump,
+        };
         std::fs::copy(bench_db_path(&bench), dump).ok();
     }
+    Lateness {
+        fires,
+        failed,
+        sent,
+        started,
+        seconds: (to - from) / 1000,
+        cpu: cpu_report(&admin, &agents),
+    }
+}
+
+fn backend(mysql: bool) -> &'static str {
+    if mysql { "MariaDB" } else { "SQLite" }
+}
+
+fn lateness(mysql: bool, per_second: usize) {
+    let l = measure_lateness(mysql, per_second, None);
     println!(
         "lateness at {per_second}/s on {}: {} fires in {} s ({} not succeeded); taken for dispatch p50 {} ms p99 {} ms; agent process start p50 {} ms p99 {} ms, max {} ms",
-        if mysql { "MariaDB" } else { "SQLite" },
-        fires,
-        (to - from) / 1000,
-        failed,
-        percentile(&sent, 0.5),
-        percentile(&sent, 0.99),
-        percentile(&started, 0.5),
-        percentile(&started, 0.99),
-        started.last().copied().unwrap_or(-1)
+        backend(mysql),
+        l.fires,
+        l.seconds,
+        l.failed,
+        percentile(&l.sent, 0.5),
+        percentile(&l.sent, 0.99),
+        percentile(&l.started, 0.5),
+        percentile(&l.started, 0.99),
+        l.started.last().copied().unwrap_or(-1)
     );
-    println!("{}", cpu_report(&admin, &agents));
+    println!("{}", l.cpu);
+}
+
+/// `lateness` at 100 and 500 fires/s (or at `rate` only), agents in `push` then in `connect`
+/// mode, as one table (agent process start − scheduled time).
+fn modes(mysql: bool, rate: Option<usize>) {
+    let rates = rate.map_or_else(|| vec![100, 500], |r| vec![r]);
+    let mut rows = Vec::new();
+    for per_second in rates {
+        for mode in [Mode::Push, Mode::Connect] {
+            let l = measure_lateness(mysql, per_second, Some(mode));
+            eprintln!("{} at {per_second}/s: {}", mode.as_str(), l.cpu);
+            rows.push((mode, per_second, l));
+        }
+    }
+    println!(
+        "lateness on {}, agent process start − scheduled time, ms:",
+        backend(mysql)
+    );
+    println!("| mode | fires/s | p50 | p99 | max | succeeded/total |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: |");
+    for (mode, per_second, l) in &rows {
+        println!(
+            "| {} | {per_second} | {} | {} | {} | {}/{} |",
+            mode.as_str(),
+            percentile(&l.started, 0.5),
+            percentile(&l.started, 0.99),
+            l.started.last().copied().unwrap_or(-1),
+            l.fires - l.failed,
+            l.fires
+        );
+    }
 }
 
 fn burst(mysql: bool, jobs: usize) {
     let bench = Bench::new(mysql);
     bench.jobs(jobs, "NULL, NULL, 0");
     let (admin, base) = bench.admin();
-    let agents = bench.agents(&base, 4);
+    let agents = bench.agents(&base, 4, None);
     let due = now_ms() + 2_000;
     bench
         .conn()
@@ -385,7 +482,7 @@ fn rss(mysql: bool, jobs: usize) {
         ))
         .unwrap();
     let (admin, base) = bench.admin();
-    let _agents = bench.agents(&base, 1);
+    let _agents = bench.agents(&base, 1, None);
     std::thread::sleep(Duration::from_secs(10));
     // Exercise the job list once, as the console would.
     let _ = std::process::Command::new("curl")
@@ -449,8 +546,9 @@ fn main() {
         Some("burst") => burst(mysql, jobs.unwrap_or(50_000)),
         Some("rss") => rss(mysql, jobs.unwrap_or(100_000)),
         Some("spawn") => spawn_ceiling(),
+        Some("modes") => modes(mysql, jobs),
         _ => {
-            eprintln!("usage: sched_bench lateness|burst|rss|spawn [--mysql] [--jobs N]");
+            eprintln!("usage: sched_bench lateness|burst|rss|spawn|modes [--mysql] [--jobs N]");
             std::process::exit(2);
         }
     }

@@ -30,24 +30,30 @@ async fn agent_row(app: &TestApp, app_name: &str, mode: &str) -> Value {
         &format!("a {mode} agent of {app_name} to connect"),
         || async {
             let agents = app.get("/api/v1/agents", &app.admin).await.body;
-            agents
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|a| {
-                    a["app_name"] == app_name
-                        && a["mode"] == mode
-                        && a["live"] == true
-                        && a["connection"].is_object()
-                })
-                .cloned()
+            connected_row(&agents, app_name, mode)
         },
     )
     .await
 }
 
-/// The inodes of the TCP sockets `pid` listens on.
-fn listening_sockets(pid: u32) -> HashSet<String> {
+/// In the agents list `agents` (as `/api/v1/agents` answers), the live agent of `app_name`
+/// that registered in `mode` and holds a connection.
+pub fn connected_row(agents: &Value, app_name: &str, mode: &str) -> Option<Value> {
+    agents
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| {
+            a["app_name"] == app_name
+                && a["mode"] == mode
+                && a["live"] == true
+                && a["connection"].is_object()
+        })
+        .cloned()
+}
+
+/// The inodes of the TCP sockets `pid` listens on, as its own network namespace sees them.
+pub fn listening_sockets(pid: u32) -> HashSet<String> {
     let mut mine = HashSet::new();
     for fd in std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
@@ -64,8 +70,8 @@ fn listening_sockets(pid: u32) -> HashSet<String> {
         }
     }
     let mut listening = HashSet::new();
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        let Ok(text) = std::fs::read_to_string(table) else {
+    for table in ["tcp", "tcp6"] {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")) else {
             continue;
         };
         for line in text.lines().skip(1) {

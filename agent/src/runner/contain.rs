@@ -127,9 +127,14 @@ impl Containment {
         Ok(child)
     }
 
-    /// Forgets a leader once its waiter has reaped it.
-    pub fn reaped(&self, pid: i32) {
-        self.lock().remove(&pid);
+    /// Forgets a leader that has exited and is about to be reaped. The returned guard holds
+    /// the table until its waiter has reaped it: a sweep in between would take the zombie for an
+    /// orphan (it is no longer a leader) and reap it first, and the waiter would lose the exit
+    /// status to it (ECHILD).
+    pub fn reaping(&self, pid: i32) -> MutexGuard<'_, HashMap<i32, i64>> {
+        let mut leaders = self.lock();
+        leaders.remove(&pid);
+        leaders
     }
 
     /// Sends `signal` to everything of `run_id`: the tree of `leader` (while it lives) and the

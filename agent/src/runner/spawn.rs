@@ -128,8 +128,8 @@ pub struct Exit {
 }
 
 /// Blocks until `pid` exits, calls `before_reap` while it is still a zombie (its pid cannot
-/// be reused yet), then reaps it with its rusage.
-pub fn wait(pid: i32, before_reap: impl FnOnce()) -> std::io::Result<Exit> {
+/// be reused yet), then reaps it with its rusage, holding what `before_reap` returned until then.
+pub fn wait<G>(pid: i32, before_reap: impl FnOnce() -> G) -> std::io::Result<Exit> {
     loop {
         // SAFETY: an all-zero siginfo_t is a valid value of this plain C struct.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
@@ -150,7 +150,7 @@ pub fn wait(pid: i32, before_reap: impl FnOnce()) -> std::io::Result<Exit> {
             return Err(err);
         }
     }
-    before_reap();
+    let held = before_reap();
     let mut status: libc::c_int = 0;
     // SAFETY: an all-zero rusage is a valid value of this plain C struct.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
@@ -165,6 +165,7 @@ pub fn wait(pid: i32, before_reap: impl FnOnce()) -> std::io::Result<Exit> {
             return Err(err);
         }
     }
+    drop(held);
     let cpu_ms = (usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) as u64 * 1000
         + (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) as u64 / 1000;
     let (code, signal) = if libc::WIFEXITED(status) {

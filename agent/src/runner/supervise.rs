@@ -95,7 +95,7 @@ impl Runner {
         });
         let containment = self.containment.clone();
         let waiter =
-            tokio::task::spawn_blocking(move || spawn::wait(pid, || containment.reaped(pid)));
+            tokio::task::spawn_blocking(move || spawn::wait(pid, || containment.reaping(pid)));
         let (exit, stopped) = self.wait_or_stop(prepared, pid, waiter, stop_rx, log).await;
         // Whatever the run left behind (a background daemon, a `setsid` escapee) ends with
         // it: nothing of a run outlives its result unnoticed.

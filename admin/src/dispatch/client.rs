@@ -129,7 +129,7 @@ impl AgentClient {
                 Ok(envelope) => envelope,
                 // An `auto` agent that cannot be dialled may be connected to another admin.
                 Err(e @ CallError::Unreachable(_)) => match &self.relay {
-                    Some(relay) if relay.holder(address).await.is_some() => {
+                    Some(relay) if relay.holder_by(address, deadline).await.is_some() => {
                         self.over_connection(address, path, body, deadline, Some(e))
                             .await?
                     }
@@ -185,7 +185,7 @@ impl AgentClient {
                 Err(HereError::NotHere) => {}
             }
             if let Some(relay) = &self.relay
-                && let Some(url) = relay.holder(address).await
+                && let Some(url) = relay.holder_by(address, deadline).await
             {
                 match self
                     .relay_to(relay, &url, address, &call, &body, deadline)
@@ -268,8 +268,9 @@ impl AgentClient {
             .post(format!("{url}{}", relay::RELAY_PATH))
             .bearer_auth(relay.keys.issue(relay::system_now_ms()))
             .json(&request)
-            // A little beyond the holder's own wait, so its 504 arrives rather than ours.
-            .timeout(left + Duration::from_millis(500))
+            // Never beyond the caller's deadline: the in-doubt recovery counts on a hand-over
+            // ending within the trigger timeout.
+            .timeout(left)
             .send()
             .await
             .map_err(|e| {

@@ -128,6 +128,19 @@ impl Relay {
         self.own_url.get().map_or("", String::as_str)
     }
 
+    /// `holder`, given up at `deadline` (a busy pool must not stretch a hand-over beyond the
+    /// trigger timeout, which the in-doubt recovery counts on).
+    pub async fn holder_by(
+        &self,
+        address: &str,
+        deadline: tokio::time::Instant,
+    ) -> Option<String> {
+        tokio::time::timeout_at(deadline, self.holder(address))
+            .await
+            .ok()
+            .flatten()
+    }
+
     /// The URL of the other admin holding the connection of the agent at `address`; `None`
     /// when no admin does, this one does, or the database cannot say.
     pub async fn holder(&self, address: &str) -> Option<String> {

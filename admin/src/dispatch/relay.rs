@@ -130,11 +130,7 @@ impl Relay {
 
     /// `holder`, given up at `deadline` (a busy pool must not stretch a hand-over beyond the
     /// trigger timeout, which the in-doubt recovery counts on).
-    pub async fn holder_by(
-        &self,
-        address: &str,
-        deadline: tokio::time::Instant,
-    ) -> Option<String> {
+    pub async fn holder_by(&self, address: &str, deadline: tokio::time::Instant) -> Option<String> {
         tokio::time::timeout_at(deadline, self.holder(address))
             .await
             .ok()

@@ -122,21 +122,11 @@ impl AgentClient {
     ) -> Result<Envelope<T>, CallError> {
         let deadline = tokio::time::Instant::now() + self.timeout;
         let envelope = if self.links.get(address).is_some() || is_connect_address(address) {
-            self.over_connection(address, path, body, deadline, None)
-                .await?
+            self.over_connection(address, path, body, deadline).await?
         } else {
-            match self.over_http(address, path, body).await {
-                Ok(envelope) => envelope,
-                // An `auto` agent that cannot be dialled may be connected to another admin.
-                Err(e @ CallError::Unreachable(_)) => match &self.relay {
-                    Some(relay) if relay.holder_by(address, deadline).await.is_some() => {
-                        self.over_connection(address, path, body, deadline, Some(e))
-                            .await?
-                    }
-                    _ => return Err(e),
-                },
-                Err(e) => return Err(e),
-            }
+            // An `auto` agent not connected here is dialled at its address, as a `push` one:
+            // only `conn://` agents, which cannot be dialled, are relayed to.
+            self.over_http(address, path, body).await?
         };
         let envelope: Envelope<T> = Envelope {
             code: envelope.code,
@@ -153,19 +143,17 @@ impl AgentClient {
         }
     }
 
-    /// The call over the agent's connection: here when it is connected here, else relayed
-    /// through the admin holding it. When a connection drops before the reply, or a `connect`
+    /// The call over the agent's connection: here when it is connected here, else (a `conn://`
+    /// agent) relayed through the admin holding it. When a connection drops before the reply, or a `connect`
     /// agent is between connections, the call is sent again on its next connection, wherever
     /// that is, until the deadline (the agent's accept journal runs a repeated trigger once).
-    /// An `auto` agent connected nowhere is dialled at its address instead, once (unless
-    /// `dialled` says the caller just did), and that answer stands.
+    /// An `auto` agent no longer connected here is dialled at its address instead.
     async fn over_connection<B: Serialize>(
         &self,
         address: &str,
         path: &str,
         body: &B,
         deadline: tokio::time::Instant,
-        mut dialled: Option<CallError>,
     ) -> Result<Envelope<serde_json::Value>, CallError> {
         let call = Call::from(path);
         let body = serde_json::to_value(body)
@@ -184,6 +172,10 @@ impl AgentClient {
                 }
                 Err(HereError::NotHere) => {}
             }
+            if !is_connect_address(address) {
+                // Connected nowhere here: its address is the way, as for a `push` agent.
+                return self.over_http(address, path, &body).await;
+            }
             if let Some(relay) = &self.relay
                 && let Some(url) = relay.holder_by(address, deadline).await
             {
@@ -197,12 +189,6 @@ impl AgentClient {
                     // The holder lost the connection or is down: the agent is reconnecting.
                     Err(RelayFailure::Elsewhere(e)) => why = e,
                 }
-            } else if !is_connect_address(address) {
-                // Connected nowhere: its address is the way, as for a `push` agent.
-                return match dialled.take() {
-                    Some(e) => Err(e),
-                    None => self.over_http(address, path, &body).await,
-                };
             }
             let now = tokio::time::Instant::now();
             if now >= deadline {

@@ -59,6 +59,9 @@ enum Command {
     /// Manage users.
     #[command(subcommand)]
     User(UserCommand),
+    /// Check the configuration (file, environment, flags) and exit: 0 when valid, 2 naming the
+    /// key when not. Touches neither the network nor the database.
+    CheckConfig,
     /// Exit 0 if the admin at the configured address is ready (for container health checks).
     /// Against HTTPS (`tls_cert` set) it accepts only the certificate in `tls_cert`.
     Healthcheck {
@@ -205,6 +208,16 @@ async fn run(command: Command, config: Config) -> anyhow::Result<ExitCode> {
                     println!("jobfleet: password of `{username}` changed");
                 }
             }
+        }
+        Command::CheckConfig => {
+            let database = match &config.database_url {
+                jobfleet_admin::db::DbUrl::Sqlite(path) => format!("sqlite {}", path.display()),
+                jobfleet_admin::db::DbUrl::Mysql(_) => "mysql".to_owned(),
+            };
+            println!(
+                "jobfleet: configuration is valid (listen {}, database {database})",
+                config.listen
+            );
         }
         Command::Healthcheck { url } => {
             let scheme = if config.tls.is_some() {

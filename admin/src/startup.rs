@@ -16,6 +16,7 @@ use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::db::{Db, DbUrl, migrate};
 use crate::dispatch::client::AgentClient;
+use crate::error::Error;
 use crate::scheduler::handle::SchedulerHandle;
 use crate::service::users::{Bootstrap, bootstrap_admin};
 use crate::state::AppState;
@@ -72,10 +73,7 @@ pub async fn prepare(
         config.db_connect_timeout,
     )
     .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let applied = db
-        .run(migrate::run_pending)
-        .await
-        .map_err(|e| anyhow::anyhow!("database {:?}: {e:#}", db.url()))?;
+    let applied = migrate_when_reachable(&db).await?;
     if !applied.is_empty() {
         tracing::info!(migrations = ?applied, "Applied database migrations");
     }
@@ -121,6 +119,34 @@ pub async fn prepare(
         metrics: Arc::default(),
         alerts,
     }))
+}
+
+/// How long a starting admin waits for its database: containers and pods start the admins and
+/// the database together, and the database is often the last to accept connections.
+const DATABASE_START_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Applies the pending migrations once the database accepts connections, waiting for it up to
+/// [`DATABASE_START_WAIT`] and saying so in the log.
+async fn migrate_when_reachable(db: &Db) -> anyhow::Result<Vec<String>> {
+    let started = std::time::Instant::now();
+    let mut pause = std::time::Duration::from_millis(500);
+    loop {
+        match db.run(migrate::run_pending).await {
+            Ok(applied) => return Ok(applied),
+            Err(Error::Unavailable(why)) if started.elapsed() < DATABASE_START_WAIT => {
+                tracing::warn!(
+                    database = ?db.url(),
+                    "Database not reachable yet, trying again in {pause:?}: {why}"
+                );
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(std::time::Duration::from_secs(5));
+            }
+            Err(Error::Internal(cause)) => {
+                anyhow::bail!("database {:?}: {cause:#}", db.url())
+            }
+            Err(e) => anyhow::bail!("database {:?}: {e}", db.url()),
+        }
+    }
 }
 
 /// Creates the first admin if there are no users, printing a generated password once.

@@ -38,6 +38,14 @@ impl TestDb {
 
     #[cfg(feature = "mysql")]
     pub fn mysql() -> Self {
+        let db = Self::mysql_unmigrated();
+        db::migrate::run_pending(&mut db.conn()).expect("migrate the MariaDB test database");
+        db
+    }
+
+    /// An empty MariaDB database, as a new cluster's admins first see it.
+    #[cfg(feature = "mysql")]
+    pub fn mysql_unmigrated() -> Self {
         use diesel::connection::SimpleConnection;
         let name = format!(
             "jf_test_{}",
@@ -52,13 +60,11 @@ impl TestDb {
                 "CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
             ))
             .expect("create the MariaDB test database");
-        let db = Self {
+        Self {
             url: DbUrl::Mysql(format!("{server}/{name}")),
             _dir: None,
             mysql_name: Some(name),
-        };
-        db::migrate::run_pending(&mut db.conn()).expect("migrate the MariaDB test database");
-        db
+        }
     }
 
     pub fn conn(&self) -> AnyConnection {

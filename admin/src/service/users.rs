@@ -395,7 +395,7 @@ pub async fn bootstrap_admin(
     let hash = state.password_gate.hash(password_text).await?;
     let now = state.clock.now_ms();
     let system = Actor::system("bootstrap");
-    state
+    let created = state
         .db
         .transaction(move |conn| {
             // Re-checked inside the transaction: two admins starting at once must not both create it.
@@ -405,7 +405,14 @@ pub async fn bootstrap_admin(
             insert_audited(conn, &system, now, "admin", &hash, Role::Admin, &[])?;
             Ok(outcome)
         })
-        .await
+        .await;
+    match created {
+        // Under MySQL's repeatable read both admins of a cluster starting together (a Deployment's
+        // replicas) can count no users; the unique name makes the slower one's insert fail, and
+        // that admin then starts with the user the other created.
+        Err(Error::Conflict { .. }) => Ok(Bootstrap::Existing),
+        other => other,
+    }
 }
 
 /// CLI `user add`: create a user without an HTTP caller.

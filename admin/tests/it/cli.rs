@@ -38,6 +38,46 @@ fn version_names_the_databases_built_in() {
     assert!(out.contains("modes: push, connect, auto"), "{out}");
 }
 
+/// Operators and CI check a configuration before a start: nothing is created or connected.
+#[test]
+fn check_config_validates_without_touching_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("admin.toml");
+    std::fs::write(
+        &config,
+        "listen = \"0.0.0.0:8080\"\ndatabase_url = \"sqlite://data/jobfleet.db\"\n",
+    )
+    .unwrap();
+    let (code, out, err) = run(admin_command()
+        .args(["check-config", "--config"])
+        .arg(&config)
+        .current_dir(dir.path()));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("configuration is valid"), "{out}");
+    assert!(
+        !dir.path().join("data").exists(),
+        "check-config created the data folder"
+    );
+
+    // A MySQL cluster's admins need the shared secrets; the error names the key.
+    let (code, _, err) = run(admin_command()
+        .arg("check-config")
+        .env(
+            "JOBFLEET_DATABASE_URL",
+            "mysql://jobfleet:pw@127.0.0.1:1/jobfleet",
+        )
+        .current_dir(dir.path()));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("jwt_secret"), "{err}");
+    std::fs::write(&config, "listen = [1, 2]\n").unwrap();
+    let (code, _, err) = run(admin_command()
+        .args(["check-config", "--config"])
+        .arg(&config)
+        .current_dir(dir.path()));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("listen"), "{err}");
+}
+
 #[test]
 fn invalid_config_exits_2_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();

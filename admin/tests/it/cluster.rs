@@ -536,3 +536,61 @@ fn count(db: &jobfleet_admin::testing::TestDb, sql: &str) -> i64 {
         .unwrap()
         .n
 }
+
+/// Containers and pods start a new cluster's admins beside its database, often before the
+/// database accepts connections, and on an empty schema: both admins wait for it, one migrates
+/// and creates the first user while the other waits for the migration lock, and both serve.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_clusters_admins_wait_for_their_database_and_start_together() {
+    let db = tokio::task::spawn_blocking(jobfleet_admin::testing::TestDb::mysql_unmigrated)
+        .await
+        .unwrap();
+    let server = jobfleet_admin::testing::mysql_server_url();
+    let (credentials, mariadb) = server
+        .trim_start_matches("mysql://")
+        .rsplit_once('@')
+        .unwrap();
+    let mariadb = mariadb.to_owned();
+    let database = db.url_string().rsplit('/').next().unwrap().to_owned();
+    let port = free_port();
+    let url = format!("mysql://{credentials}@127.0.0.1:{port}/{database}");
+    let client = http_client();
+    let mut first = AdminProc::start(&url);
+    let mut second = AdminProc::start(&url);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        first.running() && second.running(),
+        "an admin gave up on a database that is not up yet"
+    );
+    // The database comes up: its port now leads to MariaDB.
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let forwarder = tokio::spawn(async move {
+        loop {
+            let Ok((mut inbound, _)) = listener.accept().await else {
+                return;
+            };
+            let mariadb = mariadb.clone();
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(&mariadb).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    first.ready(&client).await;
+    second.ready(&client).await;
+    let token = first.login(&client).await;
+    second.login(&client).await;
+    let users = call(
+        &client,
+        "GET",
+        format!("{}/api/v1/users", second.base),
+        &token,
+        Value::Null,
+    )
+    .await;
+    assert_eq!(users["total"], 1, "exactly one first admin: {users}");
+    forwarder.abort();
+}

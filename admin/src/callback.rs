@@ -56,6 +56,12 @@ fn result_of(cb: &HandleCallbackParam) -> RunResult {
             .map(|u| u.oom_killed)
             .or(Some(cb.status == Some(RunOutcome::OomKilled))),
         limits_mode: cb.limits_mode.clone(),
+        // Bounded here too: a foreign or older agent may send more than ours would.
+        outputs: cb.output.as_ref().filter(|o| !o.is_empty()).map(|o| {
+            o.chars()
+                .take(jobfleet_agent::protocol::MAX_OUTPUT_BYTES)
+                .collect()
+        }),
     }
 }
 

@@ -120,6 +120,7 @@ fn settle_leftovers(
         limits_mode: None,
         start_latency_us: None,
         attempt: None,
+        output: None,
     };
     let mut results = Vec::new();
     for &run_id in &leftovers.never_started {

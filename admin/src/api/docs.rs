@@ -5,7 +5,7 @@ use actix_web::{HttpResponse, web};
 use utoipa::OpenApi;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 
-use super::{admin, alerts, jobs, meta};
+use super::{admin, alerts, jobs, meta, workflows};
 
 struct BearerAuth;
 
@@ -21,7 +21,7 @@ impl utoipa::Modify for BearerAuth {
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "jobfleet open API", description = "Jobs, runs, groups, agents, users, tokens, alerts and the audit log. Authenticate with POST /api/v1/auth/token, then send Authorization: Bearer TOKEN. Errors are {\"error\": {\"code\", \"message\", \"field\"?}}."),
+    info(title = "jobfleet open API", description = "Jobs, runs, workflows, groups, agents, users, tokens, alerts and the audit log. Authenticate with POST /api/v1/auth/token, then send Authorization: Bearer TOKEN. Errors are {\"error\": {\"code\", \"message\", \"field\"?}}."),
     paths(
         meta::healthz, meta::readyz, meta::metrics, meta::issue_token, meta::me, meta::change_password,
         jobs::create, jobs::update, jobs::get, jobs::list, jobs::delete, jobs::enable, jobs::disable,
@@ -37,11 +37,15 @@ impl utoipa::Modify for BearerAuth {
         admin::list_audit,
         alerts::list_channels, alerts::create_channel, alerts::get_channel, alerts::update_channel,
         alerts::delete_channel, alerts::test_channel, alerts::list_events,
+        workflows::create, workflows::update, workflows::delete, workflows::get, workflows::list,
+        workflows::trigger, workflows::list_runs, workflows::get_run, workflows::operate,
+        workflows::mark,
     ),
     modifiers(&BearerAuth),
     tags(
         (name = "auth"), (name = "jobs"), (name = "runs"), (name = "groups"), (name = "agents"),
         (name = "users"), (name = "tokens"), (name = "audit"), (name = "alerts"), (name = "meta"),
+        (name = "workflows"),
     )
 )]
 pub struct ApiDoc;

@@ -6,6 +6,7 @@ pub mod alerts;
 pub mod docs;
 pub mod jobs;
 pub mod meta;
+pub mod workflows;
 
 use actix_web::web;
 use serde::Deserialize;
@@ -84,5 +85,24 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             "/alert-channels/{id}/test",
             web::post().to(alerts::test_channel),
         )
-        .route("/alert-events", web::get().to(alerts::list_events));
+        .route("/alert-events", web::get().to(alerts::list_events))
+        .route("/workflows", web::get().to(workflows::list))
+        .route("/workflows", web::post().to(workflows::create))
+        .route("/workflows/{id}", web::get().to(workflows::get))
+        .route("/workflows/{id}", web::put().to(workflows::update))
+        .route("/workflows/{id}", web::delete().to(workflows::delete))
+        .route(
+            "/workflows/{id}/trigger",
+            web::post().to(workflows::trigger),
+        )
+        .route("/workflow-runs", web::get().to(workflows::list_runs))
+        .route("/workflow-runs/{id}", web::get().to(workflows::get_run))
+        .route(
+            "/workflow-runs/{id}/nodes/{key}/mark",
+            web::post().to(workflows::mark),
+        )
+        .route(
+            "/workflow-runs/{id}/{operation}",
+            web::post().to(workflows::operate),
+        );
 }

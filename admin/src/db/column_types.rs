@@ -13,7 +13,7 @@ use super::MultiBackend;
 
 use crate::domain::alert::{AlertKind, ChannelKind, EventStatus, WebhookFormat};
 use crate::domain::id_list::CommaList;
-use crate::domain::ids::{ChannelId, GroupId, JobId, RunId};
+use crate::domain::ids::{ChannelId, GroupId, JobId, RunId, WorkflowId, WorkflowRunId};
 use crate::domain::policy::{
     AddressMode, BlockStrategy, Concurrency, HandlerType, Interpreter, Misfire, RunStatus,
     TriggerKind,
@@ -21,6 +21,7 @@ use crate::domain::policy::{
 use crate::domain::role::Role;
 use crate::domain::routing::Routing;
 use crate::domain::schedule::ScheduleType;
+use crate::domain::workflow::{NodeStatus, WorkflowStatus};
 
 macro_rules! text_columns {
     ($($ty:ident),+ $(,)?) => {$(
@@ -80,6 +81,8 @@ text_columns!(
     ScheduleType,
     TriggerKind,
     WebhookFormat,
+    NodeStatus,
+    WorkflowStatus,
 );
 
 /// Ids are the integers they wrap: each backend's own `i64` conversion does the work.
@@ -107,7 +110,7 @@ macro_rules! id_columns {
     )+};
 }
 
-id_columns!(ChannelId, GroupId, JobId, RunId);
+id_columns!(ChannelId, GroupId, JobId, RunId, WorkflowId, WorkflowRunId);
 
 impl<DB, T> FromSql<Text, DB> for CommaList<T>
 where

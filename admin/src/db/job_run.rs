@@ -43,6 +43,16 @@ pub struct JobRun {
     /// The agent process that accepted the run and its accept sequence number there.
     pub agent_instance: Option<String>,
     pub agent_seq: Option<i64>,
+    /// The workflow node (`workflow_node.id`) and its attempt this run belongs to, if any.
+    pub workflow_node_id: Option<i64>,
+    pub node_attempt: Option<i32>,
+    /// Overrides of the job's timeout and extra environment (a workflow node's), sent with the
+    /// trigger.
+    pub timeout_s: Option<i64>,
+    /// A JSON object of strings.
+    pub env: Option<String>,
+    /// What the run published on its output channel (`KEY=value` lines), as the agent sent it.
+    pub outputs: Option<String>,
 }
 
 #[derive(Debug, Clone, Insertable)]
@@ -61,6 +71,10 @@ pub struct NewJobRun {
     pub shard_index: i32,
     pub shard_total: i32,
     pub created_ms: i64,
+    pub workflow_node_id: Option<i64>,
+    pub node_attempt: Option<i32>,
+    pub timeout_s: Option<i64>,
+    pub env: Option<String>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -123,6 +137,29 @@ pub fn list(
 
 pub fn count(conn: &mut AnyConnection, filter: &RunFilter) -> Result<i64, Error> {
     Ok(filtered(filter).count().get_result(conn)?)
+}
+
+/// A workflow node attempt's runs still pending or running (retries included).
+pub fn of_node_in_flight(
+    conn: &mut AnyConnection,
+    node_id: i64,
+    node_attempt: i32,
+) -> Result<Vec<JobRun>, Error> {
+    Ok(job_run::table
+        .filter(job_run::workflow_node_id.eq(node_id))
+        .filter(job_run::node_attempt.eq(node_attempt))
+        .filter(job_run::status.eq_any([RunStatus::Pending, RunStatus::Running]))
+        .select(JobRun::as_select())
+        .load(conn)?)
+}
+
+/// Every run of a workflow node, newest first (the run page lists them per node).
+pub fn of_node(conn: &mut AnyConnection, node_id: i64) -> Result<Vec<JobRun>, Error> {
+    Ok(job_run::table
+        .filter(job_run::workflow_node_id.eq(node_id))
+        .select(JobRun::as_select())
+        .order(job_run::id.asc())
+        .load(conn)?)
 }
 
 /// # Errors
@@ -543,6 +580,7 @@ pub struct RunResult {
     pub max_rss_kb: Option<i64>,
     pub oom_killed: Option<bool>,
     pub limits_mode: Option<String>,
+    pub outputs: Option<String>,
 }
 
 /// Stores a result unless the run already has a final one: a repeated or late report changes
@@ -581,6 +619,10 @@ mod tests {
             shard_index: shard,
             shard_total: 2,
             created_ms: 1,
+            workflow_node_id: None,
+            node_attempt: None,
+            timeout_s: None,
+            env: None,
         }
     }
 
@@ -651,6 +693,7 @@ mod tests {
             max_rss_kb: Some(1024),
             oom_killed: Some(false),
             limits_mode: Some("cgroup_v1".into()),
+            outputs: None,
         };
         assert!(record_result(conn, id, &result).unwrap());
         let late = RunResult {

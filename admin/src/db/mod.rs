@@ -22,6 +22,9 @@ pub mod scheduler_lock;
 pub mod schema;
 pub mod user;
 pub mod user_group_grant;
+pub mod workflow;
+pub mod workflow_node;
+pub mod workflow_run;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -453,6 +456,21 @@ mod tests {
             .load(conn)
             .unwrap();
         crate::db::executor_group::agent_states(conn).unwrap();
+        s::workflow::table
+            .select(crate::db::workflow::Workflow::as_select())
+            .limit(zero)
+            .load(conn)
+            .unwrap();
+        s::workflow_run::table
+            .select(crate::db::workflow_run::WorkflowRun::as_select())
+            .limit(zero)
+            .load(conn)
+            .unwrap();
+        s::workflow_node::table
+            .select(crate::db::workflow_node::WorkflowNode::as_select())
+            .limit(zero)
+            .load(conn)
+            .unwrap();
         let locks: Vec<(String, String, i64)> = s::scheduler_lock::table
             .select(s::scheduler_lock::all_columns)
             .load(conn)

@@ -124,6 +124,11 @@ diesel::table! {
         created_ms -> BigInt,
         agent_instance -> Nullable<Text>,
         agent_seq -> Nullable<BigInt>,
+        workflow_node_id -> Nullable<BigInt>,
+        node_attempt -> Nullable<Integer>,
+        timeout_s -> Nullable<BigInt>,
+        env -> Nullable<Text>,
+        outputs -> Nullable<Text>,
     }
 }
 
@@ -266,5 +271,58 @@ diesel::table! {
         last_error -> Nullable<Text>,
         created_ms -> BigInt,
         sent_ms -> Nullable<BigInt>,
+    }
+}
+
+diesel::table! {
+    workflow (id) {
+        id -> BigInt,
+        group_id -> BigInt,
+        name -> Text,
+        description -> Text,
+        definition -> Text,
+        params -> Text,
+        concurrency -> Text,
+        timeout_s -> BigInt,
+        enabled -> Bool,
+        created_ms -> BigInt,
+        updated_ms -> BigInt,
+    }
+}
+
+diesel::table! {
+    workflow_run (id) {
+        id -> BigInt,
+        workflow_id -> BigInt,
+        group_id -> BigInt,
+        status -> Text,
+        definition -> Text,
+        params -> Text,
+        trigger_kind -> Text,
+        open_nodes -> Integer,
+        unhandled_failures -> Integer,
+        deadline_ms -> Nullable<BigInt>,
+        message -> Text,
+        created_ms -> BigInt,
+        started_ms -> BigInt,
+        finished_ms -> Nullable<BigInt>,
+    }
+}
+
+diesel::table! {
+    workflow_node (id) {
+        id -> BigInt,
+        workflow_run_id -> BigInt,
+        node_key -> Text,
+        job_id -> BigInt,
+        attempt -> Integer,
+        status -> Text,
+        upstream_total -> Integer,
+        upstream_resolved -> Integer,
+        upstream_met -> Integer,
+        outputs -> Text,
+        message -> Text,
+        started_ms -> Nullable<BigInt>,
+        finished_ms -> Nullable<BigInt>,
     }
 }

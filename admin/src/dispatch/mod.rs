@@ -58,7 +58,7 @@ pub fn trigger_param(job: &Job, run: &JobRun) -> TriggerParam {
         executor_handler: Some(handler.unwrap_or_default()),
         executor_params: Some(run.params.clone()),
         executor_block_strategy: Some(block_strategy(job.block_strategy)),
-        executor_timeout: job.timeout_s,
+        executor_timeout: run.timeout_s.unwrap_or(job.timeout_s),
         log_id: run.id.0,
         log_date_time: run.created_ms,
         glue_type: Some(glue_type),
@@ -68,7 +68,11 @@ pub fn trigger_param(job: &Job, run: &JobRun) -> TriggerParam {
         broadcast_total: run.shard_total,
         interpreter,
         limits: (limits != Limits::default()).then_some(limits),
-        env: None,
+        // A workflow node's run carries its workflow's facts and upstream outputs.
+        env: run
+            .env
+            .as_deref()
+            .and_then(|env| serde_json::from_str(env).ok()),
         attempt: Some(run.attempt),
         scheduled_ms: Some(run.scheduled_ms),
         run_as: None,

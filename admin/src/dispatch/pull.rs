@@ -104,7 +104,7 @@ pub async fn take(state: &AppState, address: &str, max: u32) -> Result<TakeResul
                 sends,
                 replaced,
             } => {
-                send::kill_replaced(state, &replaced).await;
+                send::kill_on_agents(state, &replaced).await;
                 for one in sends {
                     runs.push((job.clone(), one));
                 }

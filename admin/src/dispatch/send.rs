@@ -252,6 +252,10 @@ fn shard(
                     shard_index: i32::try_from(index).unwrap_or(i32::MAX),
                     shard_total: total,
                     created_ms: run.created_ms,
+                    workflow_node_id: run.workflow_node_id,
+                    node_attempt: run.node_attempt,
+                    timeout_s: run.timeout_s,
+                    env: run.env.clone(),
                 },
             )?;
             lifecycle::claimed(conn, id, now)?;
@@ -340,12 +344,14 @@ async fn hand_over(state: &AppState, job: &Job, routing: Routing, send: Send) ->
 }
 
 /// Kills the runs a `replace` concurrency policy ended, on their agents.
-pub(super) async fn kill_replaced(state: &AppState, replaced: &[JobRun]) {
+/// Kills on their agents runs the admin has already ended `killed` (a concurrency policy's
+/// replace, a cancelled workflow run). Best effort: the agent may be gone.
+pub async fn kill_on_agents(state: &AppState, replaced: &[JobRun]) {
     for old in replaced {
         if let Some(address) = &old.agent_address
             && let Err(e) = state.agents.kill(address, old.job_id).await
         {
-            tracing::warn!(run_id = %old.id, agent = %address, error = %e, "Could not kill the replaced run");
+            tracing::warn!(run_id = %old.id, agent = %address, error = %e, "Could not kill the run on its agent");
         }
     }
 }
@@ -479,7 +485,7 @@ async fn send_prepared(state: &AppState, prepared: Prepared) -> Vec<Answer> {
             sends,
             replaced,
         } => {
-            kill_replaced(state, &replaced).await;
+            kill_on_agents(state, &replaced).await;
             let routing = job.routing;
             let handovers = sends
                 .into_iter()

@@ -48,6 +48,10 @@ id_type! {
     GroupId;
     /// `alert_channel.id`.
     ChannelId;
+    /// `workflow.id`.
+    WorkflowId;
+    /// `workflow_run.id`.
+    WorkflowRunId;
 }
 
 #[cfg(test)]

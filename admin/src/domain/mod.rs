@@ -12,6 +12,7 @@ pub mod policy;
 pub mod role;
 pub mod routing;
 pub mod schedule;
+pub mod workflow;
 
 /// Declares a closed set of names stored as short strings in the DB and spoken in the API.
 /// One mapping per enum, here, so the DB and the API can never disagree.

@@ -87,6 +87,7 @@ string_enum! {
         Retry => "retry",
         Child => "child",
         Misfire => "misfire",
+        Workflow => "workflow",
     }
 }
 

@@ -1,7 +1,8 @@
 //! What a final run leads to: a retry after a failure, an alert after a failure no retry
 //! follows, the child jobs after a success. Called inside the transaction that made the run
 //! final, so a follow-up exists exactly when the final status does, whichever admin or monitor
-//! got there first.
+//! got there first. A workflow node's run, once no retry follows, advances its workflow
+//! (`super::workflow`).
 
 use crate::alert::outbox::Outbox;
 use crate::db::{AnyConnection, job, job_run};
@@ -19,8 +20,16 @@ fn retryable(status: RunStatus) -> bool {
     )
 }
 
+/// What a final run led to.
+pub struct FollowUps {
+    /// New runs (a retry, children) to hand to the timer.
+    pub dues: Vec<Due>,
+    /// The final run, unless a retry follows it: what a workflow node advances on.
+    pub settled: Option<job_run::JobRun>,
+}
+
 /// Creates the follow-up runs of `run_id`, which has just become final, and its alerts (written
-/// to `alerts`; call `Outbox::committed` after the commit); returns the runs to enqueue.
+/// to `alerts`; call `Outbox::committed` after the commit).
 ///
 /// # Errors
 /// Database errors (the caller's transaction rolls back with the final status).
@@ -29,12 +38,16 @@ pub fn after_final(
     run_id: RunId,
     now_ms: i64,
     alerts: &Outbox,
-) -> Result<Vec<Due>, Error> {
+) -> Result<FollowUps, Error> {
     let run = job_run::get(conn, run_id)?;
     let Some(owner) = job::find(conn, run.job_id)? else {
-        return Ok(Vec::new());
+        return Ok(FollowUps {
+            dues: Vec::new(),
+            settled: Some(run),
+        });
     };
     let mut dues = Vec::new();
+    let mut retried = false;
     if retryable(run.status) && run.attempt <= owner.retry_count {
         let retry_number = u32::try_from(run.attempt).unwrap_or(1);
         let at_ms = now_ms + retry_delay_s(owner.retry_backoff_s, retry_number) * 1000;
@@ -53,15 +66,25 @@ pub fn after_final(
                 shard_index: run.shard_index,
                 shard_total: run.shard_total,
                 created_ms: now_ms,
+                // A retry is the same node attempt's next job attempt.
+                workflow_node_id: run.workflow_node_id,
+                node_attempt: run.node_attempt,
+                timeout_s: run.timeout_s,
+                env: run.env.clone(),
             },
         )?;
         dues.push(Due { at_ms, run_id: id });
+        retried = true;
     } else if retryable(run.status) {
         // Only the last attempt pages: a failure that will be retried is not news yet.
         alerts.run_final(conn, &run, &owner, now_ms)?;
     }
     // A sharded fire succeeds shard by shard; its children follow shard 0 only, once per fire.
-    if run.status == RunStatus::Succeeded && run.shard_index == 0 {
+    // In a workflow the graph says what follows, not the job's children.
+    if run.status == RunStatus::Succeeded
+        && run.shard_index == 0
+        && run.trigger_kind != TriggerKind::Workflow
+    {
         for &child_id in owner.children.iter() {
             let Some(child) = job::find(conn, child_id)? else {
                 tracing::warn!(job_id = %owner.id, %child_id, "Child job no longer exists");
@@ -82,6 +105,10 @@ pub fn after_final(
                     shard_index: 0,
                     shard_total: 1,
                     created_ms: now_ms,
+                    workflow_node_id: None,
+                    node_attempt: None,
+                    timeout_s: None,
+                    env: None,
                 },
             )?;
             dues.push(Due {
@@ -90,5 +117,8 @@ pub fn after_final(
             });
         }
     }
-    Ok(dues)
+    Ok(FollowUps {
+        dues,
+        settled: (!retried).then_some(run),
+    })
 }

@@ -17,6 +17,7 @@
 //! hooks in at [`followup::after_final`].
 
 mod followup;
+pub mod workflow;
 
 use crate::alert::outbox::Outbox;
 use crate::db::AnyConnection;
@@ -145,6 +146,8 @@ impl Changes {
         let skipped = job_run::skip(conn, run_id, reason, self.now_ms)?;
         if skipped {
             self.ended.push(RunStatus::Skipped);
+            // A workflow node whose run never went out has failed: the workflow moves on.
+            workflow::job_run_skipped(conn, self, run_id)?;
         }
         Ok(skipped)
     }
@@ -177,12 +180,13 @@ impl Changes {
         status: RunStatus,
     ) -> Result<(), Error> {
         self.ended.push(status);
-        self.dues.extend(followup::after_final(
-            conn,
-            run_id,
-            self.now_ms,
-            &self.alerts,
-        )?);
+        let follow_ups = followup::after_final(conn, run_id, self.now_ms, &self.alerts)?;
+        self.dues.extend(follow_ups.dues);
+        if let Some(run) = follow_ups.settled
+            && run.workflow_node_id.is_some()
+        {
+            workflow::job_run_final(conn, self, &run)?;
+        }
         Ok(())
     }
 }

@@ -194,7 +194,9 @@ pub async fn recover(state: &AppState) -> Result<Recovered, Error> {
                 usize::from(end_run(state, run.id, RunStatus::Lost, message).await?);
             continue;
         }
-        let timeout_s = jobs.get(&run.job_id).copied().unwrap_or(0);
+        let timeout_s = run
+            .timeout_s
+            .unwrap_or_else(|| jobs.get(&run.job_id).copied().unwrap_or(0));
         let since = run
             .started_ms
             .or(run.triggered_ms)

@@ -187,6 +187,10 @@ fn new_run(p: &Planned, fire: &super::plan::Fire, now: i64) -> job_run::NewJobRu
         shard_index: 0,
         shard_total: 1,
         created_ms: now,
+        workflow_node_id: None,
+        node_attempt: None,
+        timeout_s: None,
+        env: None,
     }
 }
 

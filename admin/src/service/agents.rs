@@ -687,6 +687,11 @@ mod tests {
             created_ms: 0,
             agent_instance: instance.map(str::to_owned),
             agent_seq: seq,
+            workflow_node_id: None,
+            node_attempt: None,
+            timeout_s: None,
+            env: None,
+            outputs: None,
         }
     }
 

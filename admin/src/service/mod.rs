@@ -13,6 +13,7 @@ pub mod runs;
 pub mod sessions;
 pub mod tokens;
 pub mod users;
+pub mod workflows;
 
 use serde::Serialize;
 

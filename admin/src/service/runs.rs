@@ -249,6 +249,10 @@ pub async fn trigger(
                     shard_index: 0,
                     shard_total: 1,
                     created_ms: now,
+                    workflow_node_id: None,
+                    node_attempt: None,
+                    timeout_s: None,
+                    env: None,
                 },
             )?;
             let run = job_run::get(conn, run_id)?;

@@ -390,6 +390,10 @@ async fn an_agent_with_free_slots_takes_due_runs_in_batches(mysql: bool) {
         shard_index: 0,
         shard_total: 1,
         created_ms: now,
+        workflow_node_id: None,
+        node_attempt: None,
+        timeout_s: None,
+        env: None,
     };
     let (taken, left): (Vec<i64>, Vec<i64>) = app
         .state

@@ -382,6 +382,10 @@ async fn runs_are_listed_filtered_paged_and_scoped(app: &TestApp) {
                         shard_index: 0,
                         shard_total: 1,
                         created_ms: at,
+                        workflow_node_id: None,
+                        node_attempt: None,
+                        timeout_s: None,
+                        env: None,
                     },
                 )?);
             }

@@ -23,3 +23,4 @@ mod netns;
 mod scheduler;
 mod security;
 mod tls;
+mod workflows;

@@ -204,7 +204,14 @@ pub struct HandleCallbackParam {
     /// jobfleet: the attempt this result belongs to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempt: Option<i32>,
+    /// jobfleet: what the run wrote to its output file (`$JOBFLEET_OUTPUT`): `KEY=value` lines,
+    /// at most [`MAX_OUTPUT_BYTES`]. Workflows pass them to downstream nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
 }
+
+/// The most of a run's output file an agent sends (whole lines; the rest is dropped).
+pub const MAX_OUTPUT_BYTES: usize = 16 * 1024;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -267,6 +274,7 @@ mod tests {
             limits_mode: None,
             start_latency_us: None,
             attempt: None,
+            output: None,
         };
         assert_eq!(
             serde_json::to_string(&cb).unwrap(),

@@ -16,6 +16,7 @@ pub(super) fn finished(prepared: &Prepared, started_ms: i64, ended: Ended) -> Ha
         limits_mode,
         start_latency_us,
         finished_ms,
+        output,
     } = ended;
     let status = match stopped {
         Some(s) => s,
@@ -64,6 +65,7 @@ pub(super) fn finished(prepared: &Prepared, started_ms: i64, ended: Ended) -> Ha
         limits_mode: Some(limits_mode.to_owned()),
         start_latency_us: Some(start_latency_us),
         attempt: trigger.attempt,
+        output,
     }
 }
 
@@ -88,6 +90,7 @@ pub(super) fn failed(
         limits_mode: Some(limits_mode.to_owned()),
         start_latency_us: None,
         attempt: trigger.attempt,
+        output: None,
     }
 }
 

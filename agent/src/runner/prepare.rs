@@ -63,6 +63,69 @@ pub(super) struct Launch {
     pub args: Vec<String>,
     pub env: BTreeMap<String, String>,
     pub script: Script,
+    pub outputs: OutputFile,
+}
+
+/// The file a run may write `KEY=value` lines to (`$JOBFLEET_OUTPUT`); a workflow passes them
+/// to the nodes downstream.
+pub(super) struct OutputFile {
+    path: PathBuf,
+    owner: Option<(u32, u32)>,
+}
+
+impl OutputFile {
+    /// Creates it empty, owned by the run's user.
+    fn create(
+        dir: &std::path::Path,
+        run_id: i64,
+        owner: Option<(u32, u32)>,
+    ) -> std::io::Result<Self> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = dir.join(format!("{run_id}.outputs"));
+        let _ = std::fs::remove_file(&path);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)?;
+        if let Some((uid, gid)) = owner {
+            std::os::unix::fs::chown(&path, Some(uid), Some(gid))?;
+        }
+        Ok(Self { path, owner })
+    }
+
+    /// Reads what the run wrote, whole lines up to `max` bytes, and removes the file. The run
+    /// could have replaced the file: only a regular file of the run's own user is read, never
+    /// through a symbolic link, so a job cannot make the agent send another user's file.
+    pub fn take(&self, max: usize) -> Option<String> {
+        use std::io::Read;
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+            .open(&self.path);
+        let _ = std::fs::remove_file(&self.path);
+        let file = file.ok()?;
+        let meta = file.metadata().ok()?;
+        let uid = self
+            .owner
+            .map_or_else(|| nix::unistd::geteuid().as_raw(), |(uid, _)| uid);
+        if !meta.is_file() || meta.uid() != uid || meta.len() == 0 {
+            return None;
+        }
+        let mut bytes = Vec::with_capacity(max.min(usize::try_from(meta.len()).unwrap_or(max)));
+        file.take(max as u64 + 1).read_to_end(&mut bytes).ok()?;
+        if bytes.len() > max {
+            // Whole lines only: cut after the last newline within the bound.
+            let end = bytes[..max]
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |p| p + 1);
+            bytes.truncate(end);
+        }
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        (!text.is_empty()).then_some(text)
+    }
 }
 
 /// Finds the interpreter and writes the script.
@@ -113,11 +176,19 @@ pub(super) fn launch(
         trigger.broadcast_index.to_string(),
         trigger.broadcast_total.to_string(),
     ]);
+    let outputs = OutputFile::create(&config.scripts_dir, trigger.log_id, config.run_as)
+        .map_err(|e| format!("cannot create the run's output file: {e}"))?;
+    let mut env = env(trigger, params);
+    env.insert(
+        "JOBFLEET_OUTPUT".into(),
+        outputs.path.to_string_lossy().into_owned(),
+    );
     Ok(Launch {
         program,
         args,
-        env: env(trigger, params),
+        env,
         script,
+        outputs,
     })
 }
 
@@ -134,7 +205,13 @@ fn env(trigger: &TriggerParam, params: String) -> BTreeMap<String, String> {
         env.extend(
             extra
                 .iter()
-                .filter(|(k, _)| !k.starts_with("JOBFLEET_"))
+                // The run's facts are the agent's; a workflow's facts and inputs come from
+                // the admin under names of their own.
+                .filter(|(k, _)| {
+                    !k.starts_with("JOBFLEET_")
+                        || k.starts_with("JOBFLEET_WORKFLOW_")
+                        || k.starts_with("JOBFLEET_IN_")
+                })
                 .map(|(k, v)| (k.clone(), v.clone())),
         );
     }
@@ -154,4 +231,60 @@ fn env(trigger: &TriggerParam, params: String) -> BTreeMap<String, String> {
         trigger.attempt.unwrap_or(1).to_string(),
     );
     env
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outputs_are_read_in_whole_lines_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = OutputFile::create(dir.path(), 7, None).unwrap();
+        std::fs::write(&out.path, "a=1\nb=22\nc=333\n").unwrap();
+        assert_eq!(
+            out.take(9).as_deref(),
+            Some("a=1\nb=22\n"),
+            "cut at a line end"
+        );
+        assert!(!out.path.exists(), "removed once read");
+        assert_eq!(out.take(100), None);
+        let empty = OutputFile::create(dir.path(), 8, None).unwrap();
+        assert_eq!(empty.take(100), None, "nothing written, nothing sent");
+    }
+
+    #[test]
+    fn a_run_cannot_make_the_agent_read_another_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, "password=hunter2\n").unwrap();
+        let out = OutputFile::create(dir.path(), 9, None).unwrap();
+        std::fs::remove_file(&out.path).unwrap();
+        std::os::unix::fs::symlink(&secret, &out.path).unwrap();
+        assert_eq!(out.take(100), None, "a symbolic link is not followed");
+        // A file of another user (here: one the run claims is its output) is not read either.
+        let foreign = OutputFile {
+            path: secret.clone(),
+            owner: Some((nix::unistd::geteuid().as_raw() + 1, 0)),
+        };
+        assert_eq!(foreign.take(100), None);
+    }
+
+    #[test]
+    fn workflow_facts_pass_but_run_facts_cannot_be_overridden() {
+        let mut trigger: TriggerParam =
+            serde_json::from_value(serde_json::json!({"jobId": 1, "logId": 5})).unwrap();
+        trigger.env = Some(BTreeMap::from([
+            ("JOBFLEET_RUN_ID".to_owned(), "666".to_owned()),
+            ("JOBFLEET_WORKFLOW_NODE".to_owned(), "b".to_owned()),
+            ("JOBFLEET_IN_greeting".to_owned(), "hi".to_owned()),
+            ("PLAIN".to_owned(), "x".to_owned()),
+        ]));
+        let env = env(&trigger, String::new());
+        assert_eq!(env["JOBFLEET_RUN_ID"], "5");
+        assert_eq!(env["JOBFLEET_WORKFLOW_NODE"], "b");
+        assert_eq!(env["JOBFLEET_IN_greeting"], "hi");
+        assert_eq!(env["PLAIN"], "x");
+    }
 }

@@ -22,6 +22,8 @@ pub(super) struct Ended {
     pub limits_mode: &'static str,
     pub start_latency_us: u64,
     pub finished_ms: i64,
+    /// What the run wrote to `$JOBFLEET_OUTPUT`.
+    pub output: Option<String>,
 }
 
 /// A run that could not be started or waited for.
@@ -54,6 +56,7 @@ impl Runner {
             Ok(p) => p,
             Err(e) => {
                 launch.script.remove();
+                launch.outputs.take(0);
                 if let Some(c) = cgroup {
                     c.remove();
                 }
@@ -79,6 +82,7 @@ impl Runner {
                 let msg = format!("cannot start `{}`: {e}", prepared.interpreter);
                 log.note(&msg);
                 launch.script.remove();
+                launch.outputs.take(0);
                 if let Some(c) = cgroup {
                     c.remove();
                 }
@@ -130,6 +134,7 @@ impl Runner {
             c.remove();
         }
         launch.script.remove();
+        let output = launch.outputs.take(crate::protocol::MAX_OUTPUT_BYTES);
         let exit = match exit {
             Ok(Ok(exit)) => exit,
             Ok(Err(e)) => return Err(not_run(format!("cannot wait for the process: {e}"))),
@@ -148,6 +153,7 @@ impl Runner {
             limits_mode: mode.name(),
             start_latency_us,
             finished_ms,
+            output,
         })
     }
 

@@ -1,0 +1,216 @@
+//! `workflow_run`: one run of a workflow, with the definition it started with and the counters
+//! that decide when it is over.
+
+use diesel::prelude::*;
+
+use super::schema::workflow_run;
+use super::{AnyConnection, Page, last_insert_id};
+use crate::domain::ids::{GroupId, WorkflowId, WorkflowRunId};
+use crate::domain::policy::TriggerKind;
+use crate::domain::workflow::WorkflowStatus;
+use crate::error::Error;
+
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable)]
+#[diesel(table_name = workflow_run)]
+pub struct WorkflowRun {
+    pub id: WorkflowRunId,
+    pub workflow_id: WorkflowId,
+    pub group_id: GroupId,
+    pub status: WorkflowStatus,
+    pub definition: String,
+    pub params: String,
+    pub trigger_kind: TriggerKind,
+    pub open_nodes: i32,
+    pub unhandled_failures: i32,
+    pub deadline_ms: Option<i64>,
+    pub message: String,
+    pub created_ms: i64,
+    pub started_ms: i64,
+    pub finished_ms: Option<i64>,
+}
+
+#[derive(Debug, Clone, Insertable)]
+#[diesel(table_name = workflow_run)]
+pub struct NewWorkflowRun {
+    pub workflow_id: WorkflowId,
+    pub group_id: GroupId,
+    pub status: WorkflowStatus,
+    pub definition: String,
+    pub params: String,
+    pub trigger_kind: TriggerKind,
+    pub open_nodes: i32,
+    pub deadline_ms: Option<i64>,
+    pub message: String,
+    pub created_ms: i64,
+    pub started_ms: i64,
+}
+
+pub fn insert(conn: &mut AnyConnection, new: &NewWorkflowRun) -> Result<WorkflowRunId, Error> {
+    diesel::insert_into(workflow_run::table)
+        .values(new)
+        .execute(conn)?;
+    Ok(WorkflowRunId(last_insert_id(conn)?))
+}
+
+/// # Errors
+/// `NotFound` when no workflow run has this id.
+pub fn get(conn: &mut AnyConnection, id: WorkflowRunId) -> Result<WorkflowRun, Error> {
+    workflow_run::table
+        .find(id)
+        .select(WorkflowRun::as_select())
+        .first(conn)
+        .optional()?
+        .ok_or(Error::NotFound("workflow run"))
+}
+
+/// Takes the run's row lock (MySQL) or the write lock (SQLite) before anything else in the
+/// transaction, and reads the row as it is now: operations on one run (pause, cancel, re-run,
+/// a node's end) then happen one after the other.
+///
+/// # Errors
+/// `NotFound` when no workflow run has this id.
+pub fn lock(conn: &mut AnyConnection, id: WorkflowRunId) -> Result<WorkflowRun, Error> {
+    // A locking read: under MySQL's repeatable read a plain one could return the row as the
+    // transaction's snapshot had it, before another admin's committed step. The select's
+    // backend is part of its type: one query per arm.
+    macro_rules! row {
+        () => {
+            workflow_run::table
+                .find(id)
+                .select(WorkflowRun::as_select())
+        };
+    }
+    let row = match conn {
+        #[cfg(feature = "mysql")]
+        AnyConnection::Mysql(c) => row!().for_update().first(c).optional()?,
+        AnyConnection::Sqlite(c) => row!().first(c).optional()?,
+    };
+    row.ok_or(Error::NotFound("workflow run"))
+}
+
+/// One node became final: `open_nodes` down by one (and `unhandled_failures` up when its
+/// failure had no edge to handle it). Returns the nodes still open. The UPDATE works on the
+/// newest row and waits for other writers, so two admins ending the last two nodes at once
+/// count right, and exactly one of them sees 0.
+pub fn node_closed(
+    conn: &mut AnyConnection,
+    id: WorkflowRunId,
+    unhandled_failure: bool,
+) -> Result<i32, Error> {
+    diesel::update(workflow_run::table.find(id))
+        .set((
+            workflow_run::open_nodes.eq(workflow_run::open_nodes - 1),
+            workflow_run::unhandled_failures
+                .eq(workflow_run::unhandled_failures + i32::from(unhandled_failure)),
+        ))
+        .execute(conn)?;
+    Ok(get(conn, id)?.open_nodes)
+}
+
+/// Nodes re-opened by a re-run: counters set again from the nodes as they are now.
+pub fn reopen(
+    conn: &mut AnyConnection,
+    id: WorkflowRunId,
+    open_nodes: i32,
+    unhandled_failures: i32,
+    deadline_ms: Option<i64>,
+) -> Result<(), Error> {
+    diesel::update(workflow_run::table.find(id))
+        .set((
+            workflow_run::status.eq(WorkflowStatus::Running),
+            workflow_run::open_nodes.eq(open_nodes),
+            workflow_run::unhandled_failures.eq(unhandled_failures),
+            workflow_run::deadline_ms.eq(deadline_ms),
+            workflow_run::finished_ms.eq(None::<i64>),
+            workflow_run::message.eq(""),
+        ))
+        .execute(conn)?;
+    Ok(())
+}
+
+/// Moves the run from one of `from` to `to`; returns whether it moved (a conditional update:
+/// one of two racing callers wins).
+pub fn transition(
+    conn: &mut AnyConnection,
+    id: WorkflowRunId,
+    from: &[WorkflowStatus],
+    to: WorkflowStatus,
+    message: &str,
+    finished_ms: Option<i64>,
+) -> Result<bool, Error> {
+    let n = diesel::update(
+        workflow_run::table
+            .find(id)
+            .filter(workflow_run::status.eq_any(from.to_vec())),
+    )
+    .set((
+        workflow_run::status.eq(to),
+        workflow_run::message.eq(message),
+        workflow_run::finished_ms.eq(finished_ms),
+    ))
+    .execute(conn)?;
+    Ok(n > 0)
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct RunFilter {
+    pub visible_groups: Option<Vec<GroupId>>,
+    pub workflow_id: Option<WorkflowId>,
+    pub status: Option<WorkflowStatus>,
+}
+
+/// Newest first.
+pub fn list(
+    conn: &mut AnyConnection,
+    filter: &RunFilter,
+    page: Page,
+) -> Result<(Vec<WorkflowRun>, i64), Error> {
+    let filtered = || {
+        let mut query = workflow_run::table.into_boxed();
+        if let Some(ids) = &filter.visible_groups {
+            query = query.filter(workflow_run::group_id.eq_any(ids.clone()));
+        }
+        if let Some(id) = filter.workflow_id {
+            query = query.filter(workflow_run::workflow_id.eq(id));
+        }
+        if let Some(status) = filter.status {
+            query = query.filter(workflow_run::status.eq(status));
+        }
+        query
+    };
+    let total = filtered().count().get_result(conn)?;
+    let rows = filtered()
+        .select(WorkflowRun::as_select())
+        .order(workflow_run::id.desc())
+        .limit(page.limit)
+        .offset(page.offset)
+        .load(conn)?;
+    Ok((rows, total))
+}
+
+/// Runs of `workflow_id` not final yet, oldest first (the concurrency policy).
+pub fn in_flight(
+    conn: &mut AnyConnection,
+    workflow_id: WorkflowId,
+) -> Result<Vec<WorkflowRun>, Error> {
+    Ok(workflow_run::table
+        .filter(workflow_run::workflow_id.eq(workflow_id))
+        .filter(workflow_run::status.eq_any([WorkflowStatus::Running, WorkflowStatus::Paused]))
+        .select(WorkflowRun::as_select())
+        .order(workflow_run::id.asc())
+        .load(conn)?)
+}
+
+/// Running or paused runs past their deadline, for the timeout monitor.
+pub fn overdue(
+    conn: &mut AnyConnection,
+    now_ms: i64,
+    limit: i64,
+) -> Result<Vec<WorkflowRunId>, Error> {
+    Ok(workflow_run::table
+        .filter(workflow_run::status.eq_any([WorkflowStatus::Running, WorkflowStatus::Paused]))
+        .filter(workflow_run::deadline_ms.le(now_ms))
+        .select(workflow_run::id)
+        .limit(limit)
+        .load(conn)?)
+}

@@ -1,0 +1,683 @@
+//! The workflow engine: starting a workflow run, and advancing it when one of its nodes' job
+//! runs becomes final, in the transaction that makes it final (so a step is taken exactly when
+//! the run's end is stored, by whichever admin stores it). Operations (pause, resume, cancel,
+//! re-run from failure, mark) also live here, each in the caller's transaction.
+//!
+//! Every entry point first locks the workflow run's row and reads the nodes with locking reads:
+//! two admins ending two upstream nodes of one join at once take turns, and the second sees the
+//! first's counts. A node starts only through the conditional `waiting → running` update, and
+//! its job run has a unique `(node, node attempt, attempt)`, so no node starts twice.
+
+use std::collections::BTreeMap;
+
+use crate::db::AnyConnection;
+use crate::db::job;
+use crate::db::job_run::{self, JobRun, NewJobRun};
+use crate::db::workflow::Workflow;
+use crate::db::workflow_node::{self, NewWorkflowNode, WorkflowNode};
+use crate::db::workflow_run::{self, NewWorkflowRun, WorkflowRun};
+use crate::domain::ids::{RunId, WorkflowRunId};
+use crate::domain::policy::{RunStatus, TriggerKind};
+use crate::domain::workflow::{
+    Definition, Graph, NodeStatus, Readiness, WorkflowStatus, edge_met, parse_outputs, readiness,
+};
+use crate::error::Error;
+use crate::scheduler::handle::Due;
+
+use super::Changes;
+
+/// A workflow run being changed in this transaction: its row (locked), graph and node rows.
+struct Ctx {
+    run: WorkflowRun,
+    graph: Graph,
+    nodes: Vec<WorkflowNode>,
+}
+
+enum Step {
+    Start(usize),
+    Finish(usize, NodeStatus, String),
+}
+
+impl Ctx {
+    fn load(conn: &mut AnyConnection, id: WorkflowRunId) -> Result<Self, Error> {
+        let run = workflow_run::lock(conn, id)?;
+        let graph = graph_of(&run)?;
+        let nodes = workflow_node::of_run_now(conn, id)?;
+        if nodes.len() != graph.len() {
+            return Err(Error::Internal(anyhow::anyhow!(
+                "workflow run {id} has {} node rows for {} nodes",
+                nodes.len(),
+                graph.len()
+            )));
+        }
+        Ok(Self { run, graph, nodes })
+    }
+
+    fn position(&self, node_id: i64) -> Option<usize> {
+        self.nodes.iter().position(|n| n.id == node_id)
+    }
+}
+
+fn graph_of(run: &WorkflowRun) -> Result<Graph, Error> {
+    serde_json::from_str::<Definition>(&run.definition)
+        .map_err(|e| anyhow::anyhow!("workflow run {}: stored definition: {e}", run.id))
+        .and_then(|d| {
+            d.validate()
+                .map_err(|e| anyhow::anyhow!("workflow run {}: stored definition: {e}", run.id))
+        })
+        .map_err(Error::Internal)
+}
+
+/// Creates a run of `workflow` (whose definition validated into `graph`) and starts its entry
+/// nodes. The caller checked the caller's rights and the workflow's concurrency policy.
+///
+/// # Errors
+/// Database errors.
+pub fn start(
+    conn: &mut AnyConnection,
+    changes: &mut Changes,
+    workflow: &Workflow,
+    graph: &Graph,
+    params: String,
+    kind: TriggerKind,
+) -> Result<WorkflowRunId, Error> {
+    let now = changes.now_ms;
+    let definition = serde_json::to_string(&graph.definition)
+        .map_err(|e| Error::Internal(anyhow::anyhow!("encoding a definition: {e}")))?;
+    let id = workflow_run::insert(
+        conn,
+        &NewWorkflowRun {
+            workflow_id: workflow.id,
+            group_id: workflow.group_id,
+            status: WorkflowStatus::Running,
+            definition,
+            params,
+            trigger_kind: kind,
+            open_nodes: i32::try_from(graph.len()).unwrap_or(i32::MAX),
+            deadline_ms: (workflow.timeout_s > 0).then(|| now + workflow.timeout_s * 1000),
+            message: String::new(),
+            created_ms: now,
+            started_ms: now,
+        },
+    )?;
+    let rows: Vec<NewWorkflowNode> = (0..graph.len())
+        .map(|i| NewWorkflowNode {
+            workflow_run_id: id,
+            node_key: graph.node(i).key.clone(),
+            job_id: crate::domain::ids::JobId(graph.node(i).job_id),
+            status: NodeStatus::Waiting,
+            upstream_total: i32::try_from(graph.upstream_count(i)).unwrap_or(i32::MAX),
+            outputs: String::new(),
+            message: String::new(),
+        })
+        .collect();
+    workflow_node::insert_all(conn, &rows)?;
+    let mut ctx = Ctx::load(conn, id)?;
+    let entries = (0..graph.len())
+        .filter(|&i| graph.upstream_count(i) == 0)
+        .map(Step::Start)
+        .collect();
+    advance(conn, changes, &mut ctx, entries)?;
+    Ok(id)
+}
+
+/// A job run of a node became final, and no retry follows: the node ends as the run did, and
+/// the workflow moves on. Runs of an older node attempt (before a re-run) and shards other
+/// than 0 change nothing.
+///
+/// # Errors
+/// Database errors.
+pub(super) fn job_run_final(
+    conn: &mut AnyConnection,
+    changes: &mut Changes,
+    run: &JobRun,
+) -> Result<(), Error> {
+    let Some(node_id) = run.workflow_node_id else {
+        return Ok(());
+    };
+    if run.shard_index != 0 {
+        return Ok(());
+    }
+    let Some(node) = workflow_node::find(conn, node_id)? else {
+        return Ok(());
+    };
+    let mut ctx = Ctx::load(conn, node.workflow_run_id)?;
+    let Some(i) = ctx.position(node_id) else {
+        return Ok(());
+    };
+    if Some(ctx.nodes[i].attempt) != run.node_attempt || ctx.nodes[i].status != NodeStatus::Running
+    {
+        return Ok(());
+    }
+    if let Some(text) = &run.outputs {
+        let outputs = parse_outputs(text);
+        let json = serde_json::to_string(&outputs)
+            .map_err(|e| Error::Internal(anyhow::anyhow!("encoding outputs: {e}")))?;
+        workflow_node::set_outputs(conn, node_id, &json)?;
+        ctx.nodes[i].outputs = json;
+    }
+    let (status, message) = match run.status {
+        RunStatus::Succeeded => (NodeStatus::Succeeded, String::new()),
+        RunStatus::Killed if ctx.run.status == WorkflowStatus::Cancelled => (
+            NodeStatus::Cancelled,
+            format!("run {} killed: the workflow run was cancelled", run.id),
+        ),
+        RunStatus::Killed if ctx.run.status == WorkflowStatus::TimedOut => (
+            NodeStatus::Cancelled,
+            format!("run {} killed: the workflow run timed out", run.id),
+        ),
+        other => (NodeStatus::Failed, format!("run {} ended {other}", run.id)),
+    };
+    advance(
+        conn,
+        changes,
+        &mut ctx,
+        vec![Step::Finish(i, status, message)],
+    )
+}
+
+/// A node's job run that ended unsent (the job's own concurrency policy, a deleted job): the
+/// node fails with the reason, and the workflow moves on.
+///
+/// # Errors
+/// Database errors.
+pub(super) fn job_run_skipped(
+    conn: &mut AnyConnection,
+    changes: &mut Changes,
+    run_id: RunId,
+) -> Result<(), Error> {
+    let run = job_run::get(conn, run_id)?;
+    if run.workflow_node_id.is_none() {
+        return Ok(());
+    }
+    job_run_final(
+        conn,
+        changes,
+        &JobRun {
+            status: RunStatus::Failed,
+            ..run
+        },
+    )
+}
+
+/// Takes the steps and every step they lead to: a finished node counts toward each downstream
+/// node, which then starts, is skipped, or waits; the last node to close ends the run.
+fn advance(
+    conn: &mut AnyConnection,
+    changes: &mut Changes,
+    ctx: &mut Ctx,
+    mut steps: Vec<Step>,
+) -> Result<(), Error> {
+    let now = changes.now_ms;
+    while let Some(step) = steps.pop() {
+        match step {
+            Step::Start(i) => {
+                if let Some(failure) = start_node(conn, changes, ctx, i)? {
+                    steps.push(Step::Finish(i, NodeStatus::Failed, failure));
+                }
+            }
+            Step::Finish(i, status, message) => {
+                let node_id = ctx.nodes[i].id;
+                let from = [NodeStatus::Waiting, NodeStatus::Ready, NodeStatus::Running];
+                if !workflow_node::transition(conn, node_id, &from, status, &message, now)? {
+                    continue;
+                }
+                ctx.nodes[i].status = status;
+                let unhandled = status == NodeStatus::Failed && !ctx.graph.handles_failure(i);
+                let open = workflow_run::node_closed(conn, ctx.run.id, unhandled)?;
+                let downstream: Vec<_> = ctx.graph.downstream(i).collect();
+                for (d, on) in downstream {
+                    let key = ctx.graph.node(d).key.clone();
+                    let Some(node) = workflow_node::upstream_resolved(
+                        conn,
+                        ctx.run.id,
+                        &key,
+                        edge_met(on, status),
+                    )?
+                    else {
+                        continue;
+                    };
+                    let waiting = node.status == NodeStatus::Waiting;
+                    let next = readiness(
+                        ctx.graph.node(d).join,
+                        node.upstream_total,
+                        node.upstream_resolved,
+                        node.upstream_met,
+                    );
+                    ctx.nodes[d] = node;
+                    if !waiting || ctx.run.status.is_final() {
+                        continue;
+                    }
+                    match next {
+                        Readiness::Start => steps.push(Step::Start(d)),
+                        Readiness::Skip => steps.push(Step::Finish(
+                            d,
+                            NodeStatus::Skipped,
+                            format!("skipped: the conditions of its upstream edges cannot be met ({} ended {status})", ctx.graph.node(i).key),
+                        )),
+                        Readiness::Wait => {}
+                    }
+                }
+                if open == 0 {
+                    complete(conn, changes, ctx)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Starts node `i`: its job run is created and handed to the timer. Returns why it could not
+/// start (the node then fails), or `None`.
+fn start_node(
+    conn: &mut AnyConnection,
+    changes: &mut Changes,
+    ctx: &mut Ctx,
+    i: usize,
+) -> Result<Option<String>, Error> {
+    let now = changes.now_ms;
+    let node_id = ctx.nodes[i].id;
+    if ctx.run.status == WorkflowStatus::Paused {
+        // Started on resume.
+        if workflow_node::transition(
+            conn,
+            node_id,
+            &[NodeStatus::Waiting],
+            NodeStatus::Ready,
+            "ready; the workflow run is paused",
+            now,
+        )? {
+            ctx.nodes[i].status = NodeStatus::Ready;
+        }
+        return Ok(None);
+    }
+    if ctx.run.status != WorkflowStatus::Running {
+        return Ok(None);
+    }
+    if !workflow_node::transition(
+        conn,
+        node_id,
+        &[NodeStatus::Waiting, NodeStatus::Ready],
+        NodeStatus::Running,
+        "",
+        now,
+    )? {
+        return Ok(None);
+    }
+    ctx.nodes[i].status = NodeStatus::Running;
+    let def = ctx.graph.node(i).clone();
+    let Some(owner) = job::find(conn, crate::domain::ids::JobId(def.job_id))? else {
+        return Ok(Some(format!("job {} no longer exists", def.job_id)));
+    };
+    if owner.group_id != ctx.run.group_id {
+        return Ok(Some(format!(
+            "job {} is no longer in the workflow's group",
+            def.job_id
+        )));
+    }
+    let env = node_env(ctx, i);
+    let attempt = ctx.nodes[i].attempt;
+    let run_id = job_run::insert(
+        conn,
+        &NewJobRun {
+            job_id: owner.id,
+            group_id: owner.group_id,
+            first_run_id: None,
+            attempt: 1,
+            trigger_kind: TriggerKind::Workflow,
+            fire_slot_ms: None,
+            scheduled_ms: now,
+            status: RunStatus::Pending,
+            params: def.params.unwrap_or_else(|| owner.params.clone()),
+            shard_index: 0,
+            shard_total: 1,
+            created_ms: now,
+            workflow_node_id: Some(node_id),
+            node_attempt: Some(attempt),
+            timeout_s: def.timeout_s,
+            env: Some(
+                serde_json::to_string(&env)
+                    .map_err(|e| Error::Internal(anyhow::anyhow!("encoding env: {e}")))?,
+            ),
+        },
+    )?;
+    changes.dues.push(Due { at_ms: now, run_id });
+    Ok(None)
+}
+
+/// What a node's process gets besides the job's own environment: the workflow run, the node,
+/// the workflow's params, and each upstream node's outputs as `JOBFLEET_IN_<KEY>` (upstream
+/// nodes in definition order; a later one wins a shared key).
+fn node_env(ctx: &Ctx, i: usize) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    env.insert(
+        "JOBFLEET_WORKFLOW_RUN_ID".to_owned(),
+        ctx.run.id.to_string(),
+    );
+    env.insert(
+        "JOBFLEET_WORKFLOW_NODE".to_owned(),
+        ctx.graph.node(i).key.clone(),
+    );
+    env.insert(
+        "JOBFLEET_WORKFLOW_PARAMS".to_owned(),
+        ctx.run.params.clone(),
+    );
+    let mut upstream: Vec<usize> = ctx.graph.upstream(i).map(|(u, _)| u).collect();
+    upstream.sort_unstable();
+    for u in upstream {
+        let Ok(outputs) = serde_json::from_str::<BTreeMap<String, String>>(&ctx.nodes[u].outputs)
+        else {
+            continue;
+        };
+        for (key, value) in outputs {
+            env.insert(format!("JOBFLEET_IN_{key}"), value);
+        }
+    }
+    env
+}
+
+/// Every node closed: the run ends succeeded, or failed when a failure had no edge to handle
+/// it. A run cancelled or timed out keeps that status.
+fn complete(conn: &mut AnyConnection, changes: &mut Changes, ctx: &mut Ctx) -> Result<(), Error> {
+    let run = workflow_run::get(conn, ctx.run.id)?;
+    if run.status.is_final() {
+        ctx.run = run;
+        return Ok(());
+    }
+    let (status, message) = if run.unhandled_failures > 0 {
+        (
+            WorkflowStatus::Failed,
+            format!(
+                "{} node(s) failed with no failure edge to handle it",
+                run.unhandled_failures
+            ),
+        )
+    } else {
+        (WorkflowStatus::Succeeded, String::new())
+    };
+    workflow_run::transition(
+        conn,
+        run.id,
+        &[WorkflowStatus::Running, WorkflowStatus::Paused],
+        status,
+        &message,
+        Some(changes.now_ms),
+    )?;
+    ctx.run = workflow_run::get(conn, run.id)?;
+    Ok(())
+}
+
+/// Pause: no node starts until resumed; running nodes finish.
+///
+/// # Errors
+/// `Conflict` unless the run is running.
+pub fn pause(conn: &mut AnyConnection, id: WorkflowRunId, by: &str) -> Result<(), Error> {
+    let run = workflow_run::lock(conn, id)?;
+    if !workflow_run::transition(
+        conn,
+        id,
+        &[WorkflowStatus::Running],
+        WorkflowStatus::Paused,
+        &format!("paused by {by}"),
+        None,
+    )? {
+        return Err(Error::conflict(
+            "status",
+            format!(
+                "only a running workflow run can be paused (this one is {})",
+                run.status
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Resume: the nodes that became ready while paused start now.
+///
+/// # Errors
+/// `Conflict` unless the run is paused.
+pub fn resume(
+    conn: &mut AnyConnection,
+    changes: &mut Changes,
+    id: WorkflowRunId,
+) -> Result<(), Error> {
+    let mut ctx = Ctx::load(conn, id)?;
+    if !workflow_run::transition(
+        conn,
+        id,
+        &[WorkflowStatus::Paused],
+        WorkflowStatus::Running,
+        "",
+        None,
+    )? {
+        return Err(Error::conflict(
+            "status",
+            format!(
+                "only a paused workflow run can be resumed (this one is {})",
+                ctx.run.status
+            ),
+        ));
+    }
+    ctx.run.status = WorkflowStatus::Running;
+    let ready = (0..ctx.nodes.len())
+        .filter(|&i| ctx.nodes[i].status == NodeStatus::Ready)
+        .map(Step::Start)
+        .collect();
+    advance(conn, changes, &mut ctx, ready)
+}
+
+/// Cancel (or time out): nodes not started are cancelled, running nodes' job runs are ended
+/// `killed` (their nodes cancelled); returns those runs, for the caller to kill on their agents
+/// after the commit.
+///
+/// # Errors
+/// `Conflict` when the run is already final.
+pub fn cancel(
+    conn: &mut AnyConnection,
+    changes: &mut Changes,
+    id: WorkflowRunId,
+    status: WorkflowStatus,
+    message: &str,
+) -> Result<Vec<JobRun>, Error> {
+    debug_assert!(matches!(
+        status,
+        WorkflowStatus::Cancelled | WorkflowStatus::TimedOut
+    ));
+    let mut ctx = Ctx::load(conn, id)?;
+    if !workflow_run::transition(
+        conn,
+        id,
+        &[WorkflowStatus::Running, WorkflowStatus::Paused],
+        status,
+        message,
+        Some(changes.now_ms),
+    )? {
+        return Err(Error::conflict(
+            "status",
+            format!("the workflow run is already {}", ctx.run.status),
+        ));
+    }
+    ctx.run.status = status;
+    let mut steps = Vec::new();
+    let mut running = Vec::new();
+    for (i, node) in ctx.nodes.iter().enumerate() {
+        match node.status {
+            NodeStatus::Waiting | NodeStatus::Ready => {
+                steps.push(Step::Finish(i, NodeStatus::Cancelled, message.to_owned()));
+            }
+            NodeStatus::Running => running.push(node.clone()),
+            _ => {}
+        }
+    }
+    advance(conn, changes, &mut ctx, steps)?;
+    let mut killed = Vec::new();
+    for node in running {
+        for run in job_run::of_node_in_flight(conn, node.id, node.attempt)? {
+            // Ending the run ends its node (cancelled) through `job_run_final`.
+            if changes.ended_by_admin(conn, run.id, RunStatus::Killed, message)? {
+                killed.push(run);
+            }
+        }
+        // A node whose run had ended but not yet closed it (never: same transaction) or has no
+        // run in flight (its job was deleted between) is closed here.
+        let mut ctx = Ctx::load(conn, id)?;
+        if let Some(i) = ctx.position(node.id)
+            && ctx.nodes[i].status == NodeStatus::Running
+        {
+            advance(
+                conn,
+                changes,
+                &mut ctx,
+                vec![Step::Finish(i, NodeStatus::Cancelled, message.to_owned())],
+            )?;
+        }
+    }
+    Ok(killed)
+}
+
+/// Re-run from failure (Airflow's "clear"): failed, skipped and cancelled nodes and every node
+/// downstream of them run again as their next attempt; succeeded nodes keep their result and
+/// outputs. Returns how many nodes were opened again.
+///
+/// # Errors
+/// `Conflict` unless the run is failed, cancelled or timed out.
+pub fn rerun(
+    conn: &mut AnyConnection,
+    changes: &mut Changes,
+    id: WorkflowRunId,
+    timeout_s: i64,
+) -> Result<usize, Error> {
+    let ctx = Ctx::load(conn, id)?;
+    if !matches!(
+        ctx.run.status,
+        WorkflowStatus::Failed | WorkflowStatus::Cancelled | WorkflowStatus::TimedOut
+    ) {
+        return Err(Error::conflict(
+            "status",
+            format!(
+                "only a failed, cancelled or timed-out workflow run can be re-run (this one is {})",
+                ctx.run.status
+            ),
+        ));
+    }
+    reopen_from(conn, changes, ctx, timeout_s)
+}
+
+/// Opens again every node that did not succeed and everything downstream of them, then starts
+/// what can start.
+fn reopen_from(
+    conn: &mut AnyConnection,
+    changes: &mut Changes,
+    mut ctx: Ctx,
+    timeout_s: i64,
+) -> Result<usize, Error> {
+    let roots: Vec<usize> = (0..ctx.nodes.len())
+        .filter(|&i| {
+            matches!(
+                ctx.nodes[i].status,
+                NodeStatus::Failed | NodeStatus::Skipped | NodeStatus::Cancelled
+            )
+        })
+        .collect();
+    let reset = ctx.graph.descendants(&roots);
+    let mut reopened = vec![false; ctx.nodes.len()];
+    for &i in &reset {
+        reopened[i] = true;
+    }
+    for &i in &reset {
+        let (mut resolved, mut met) = (0, 0);
+        for (u, on) in ctx.graph.upstream(i) {
+            if !reopened[u] {
+                resolved += 1;
+                met += i32::from(edge_met(on, ctx.nodes[u].status));
+            }
+        }
+        workflow_node::reopen(conn, ctx.nodes[i].id, resolved, met)?;
+    }
+    let now = changes.now_ms;
+    workflow_run::reopen(
+        conn,
+        ctx.run.id,
+        i32::try_from(reset.len()).unwrap_or(i32::MAX),
+        0,
+        (timeout_s > 0).then(|| now + timeout_s * 1000),
+    )?;
+    let count = reset.len();
+    ctx = Ctx::load(conn, ctx.run.id)?;
+    if count == 0 {
+        complete(conn, changes, &mut ctx)?;
+        return Ok(0);
+    }
+    let mut steps = Vec::new();
+    for i in reset {
+        let node = &ctx.nodes[i];
+        match readiness(
+            ctx.graph.node(i).join,
+            node.upstream_total,
+            node.upstream_resolved,
+            node.upstream_met,
+        ) {
+            Readiness::Start => steps.push(Step::Start(i)),
+            Readiness::Skip => steps.push(Step::Finish(
+                i,
+                NodeStatus::Skipped,
+                "skipped: the conditions of its upstream edges cannot be met".to_owned(),
+            )),
+            Readiness::Wait => {}
+        }
+    }
+    advance(conn, changes, &mut ctx, steps)?;
+    Ok(count)
+}
+
+/// Marks a node by hand. A node not started yet (`waiting`, `ready`) ends as `status` and the
+/// run moves on. A failed, skipped or cancelled node of a finished run can be marked
+/// `succeeded`: the run then goes on from it as a re-run would (what depends on it runs).
+///
+/// # Errors
+/// `NotFound` for an unknown key; `Conflict` when the node cannot be marked so.
+pub fn mark(
+    conn: &mut AnyConnection,
+    changes: &mut Changes,
+    id: WorkflowRunId,
+    key: &str,
+    status: NodeStatus,
+    by: &str,
+    timeout_s: i64,
+) -> Result<(), Error> {
+    debug_assert!(matches!(
+        status,
+        NodeStatus::Succeeded | NodeStatus::Skipped
+    ));
+    let mut ctx = Ctx::load(conn, id)?;
+    let i = ctx
+        .graph
+        .position(key)
+        .ok_or(Error::NotFound("workflow node"))?;
+    let current = ctx.nodes[i].status;
+    let message = format!("marked {status} by {by}");
+    match current {
+        NodeStatus::Waiting | NodeStatus::Ready if !ctx.run.status.is_final() => advance(
+            conn,
+            changes,
+            &mut ctx,
+            vec![Step::Finish(i, status, message)],
+        ),
+        NodeStatus::Failed | NodeStatus::Skipped | NodeStatus::Cancelled
+            if ctx.run.status.is_final() && status == NodeStatus::Succeeded =>
+        {
+            workflow_node::mark_final(conn, ctx.nodes[i].id, status, &message, changes.now_ms)?;
+            ctx.nodes[i].status = status;
+            reopen_from(conn, changes, ctx, timeout_s).map(|_| ())
+        }
+        _ => Err(Error::conflict(
+            "status",
+            format!(
+                "a {current} node of a {} workflow run cannot be marked {status}: mark nodes \
+                 not started yet, or mark a failed, skipped or cancelled node succeeded once \
+                 the run has ended",
+                ctx.run.status
+            ),
+        )),
+    }
+}

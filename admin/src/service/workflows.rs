@@ -1,0 +1,660 @@
+//! Workflows: define (create, change, delete, read), trigger, and operate their runs (pause,
+//! resume, cancel, re-run from failure, mark a node). The engine that advances runs is
+//! `lifecycle::workflow`; this layer checks rights, validates, audits, and kills what a cancel
+//! ended on the agents after the commit.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::audit::{self, Entry};
+use crate::auth::rbac::Actor;
+use crate::db::job_run::JobRun;
+use crate::db::workflow::{Workflow, WorkflowFields};
+use crate::db::workflow_run::{RunFilter, WorkflowRun};
+use crate::db::{
+    AnyConnection, Page, executor_group, job, job_run, workflow, workflow_node, workflow_run,
+};
+use crate::domain::ids::{GroupId, JobId, RunId, WorkflowId, WorkflowRunId};
+use crate::domain::job::{
+    MAX_DESCRIPTION_CHARS, MAX_NAME_CHARS, MAX_PARAMS_BYTES, MAX_TIMEOUT_S, check_name, check_text,
+};
+use crate::domain::policy::{Concurrency, TriggerKind};
+use crate::domain::workflow::{Definition, EdgeDef, Graph, NodeDef, NodeStatus, WorkflowStatus};
+use crate::error::Error;
+use crate::lifecycle::{Changes, workflow as engine};
+use crate::service::Paged;
+use crate::state::AppState;
+
+/// `POST /api/v1/workflows` and `PUT /api/v1/workflows/{id}`.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WorkflowInput {
+    pub group_id: GroupId,
+    pub name: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Reaches every node as `JOBFLEET_WORKFLOW_PARAMS`; a trigger may override it.
+    #[serde(default)]
+    pub params: Option<String>,
+    pub nodes: Vec<NodeDef>,
+    #[serde(default)]
+    pub edges: Vec<EdgeDef>,
+    /// Across runs of this workflow: `allow`, `forbid` (a trigger while one runs is refused),
+    /// `replace` (the running one is cancelled).
+    #[serde(default)]
+    pub concurrency: Option<Concurrency>,
+    /// The whole run's limit; 0 (default): none.
+    #[serde(default)]
+    pub timeout_s: Option<i64>,
+    #[serde(default)]
+    pub enabled: Option<bool>,
+    /// Only `{"type": "none"}` so far: workflows are triggered through the API or console.
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub schedule: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct WorkflowView {
+    pub id: WorkflowId,
+    pub group_id: GroupId,
+    pub name: String,
+    pub description: String,
+    pub params: String,
+    pub nodes: Vec<NodeDef>,
+    pub edges: Vec<EdgeDef>,
+    pub concurrency: Concurrency,
+    pub timeout_s: i64,
+    pub enabled: bool,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct NodeRunView {
+    pub key: String,
+    pub job_id: JobId,
+    pub status: NodeStatus,
+    /// 1, then one more per re-run from failure that opened it again.
+    pub attempt: i32,
+    /// Its job runs (retries and earlier attempts included), oldest first.
+    pub run_ids: Vec<RunId>,
+    pub outputs: BTreeMap<String, String>,
+    pub message: String,
+    pub started_ms: Option<i64>,
+    pub finished_ms: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct WorkflowRunView {
+    pub id: WorkflowRunId,
+    pub workflow_id: WorkflowId,
+    pub group_id: GroupId,
+    pub status: WorkflowStatus,
+    pub params: String,
+    pub trigger_kind: TriggerKind,
+    pub message: String,
+    pub started_ms: i64,
+    pub finished_ms: Option<i64>,
+    /// Present when one run is read; omitted in lists.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<Vec<NodeRunView>>,
+}
+
+fn view(row: Workflow) -> Result<WorkflowView, Error> {
+    let definition: Definition = serde_json::from_str(&row.definition).map_err(|e| {
+        Error::Internal(anyhow::anyhow!(
+            "workflow {}: stored definition: {e}",
+            row.id
+        ))
+    })?;
+    Ok(WorkflowView {
+        id: row.id,
+        group_id: row.group_id,
+        name: row.name,
+        description: row.description,
+        params: row.params,
+        nodes: definition.nodes,
+        edges: definition.edges,
+        concurrency: row.concurrency,
+        timeout_s: row.timeout_s,
+        enabled: row.enabled,
+        created_ms: row.created_ms,
+        updated_ms: row.updated_ms,
+    })
+}
+
+fn run_view(row: WorkflowRun, nodes: Option<Vec<NodeRunView>>) -> WorkflowRunView {
+    WorkflowRunView {
+        id: row.id,
+        workflow_id: row.workflow_id,
+        group_id: row.group_id,
+        status: row.status,
+        params: row.params,
+        trigger_kind: row.trigger_kind,
+        message: row.message,
+        started_ms: row.started_ms,
+        finished_ms: row.finished_ms,
+        nodes,
+    }
+}
+
+/// A checked input: the row's fields and the graph.
+struct Checked {
+    fields: WorkflowFields,
+    graph: Graph,
+}
+
+/// Everything that can be checked without the database.
+fn check_input(input: WorkflowInput, now: i64) -> Result<Checked, Error> {
+    let name = check_name("name", &input.name, MAX_NAME_CHARS)?;
+    let description = input.description.unwrap_or_default();
+    if description.chars().count() > MAX_DESCRIPTION_CHARS {
+        return Err(Error::invalid(
+            "description",
+            format!("must be at most {MAX_DESCRIPTION_CHARS} characters"),
+        ));
+    }
+    let description = check_text("description", &description, MAX_DESCRIPTION_CHARS * 4)?;
+    let params = check_text(
+        "params",
+        &input.params.unwrap_or_default(),
+        MAX_PARAMS_BYTES,
+    )?;
+    let timeout_s = input.timeout_s.unwrap_or(0);
+    if !(0..=MAX_TIMEOUT_S).contains(&timeout_s) {
+        return Err(Error::invalid(
+            "timeout_s",
+            format!("must be between 0 and {MAX_TIMEOUT_S} (got {timeout_s})"),
+        ));
+    }
+    if let Some(schedule) = &input.schedule {
+        let kind = schedule.get("type").and_then(serde_json::Value::as_str);
+        if kind != Some("none") {
+            return Err(Error::invalid(
+                "schedule",
+                "only {\"type\": \"none\"} for now: a workflow runs when triggered \
+                 (POST /api/v1/workflows/{id}/trigger or the console)",
+            ));
+        }
+    }
+    let graph = Definition {
+        nodes: input.nodes,
+        edges: input.edges,
+    }
+    .validate()?;
+    let definition = serde_json::to_string(&graph.definition)
+        .map_err(|e| Error::Internal(anyhow::anyhow!("encoding a definition: {e}")))?;
+    Ok(Checked {
+        fields: WorkflowFields {
+            group_id: input.group_id,
+            name,
+            description,
+            definition,
+            params,
+            concurrency: input.concurrency.unwrap_or(Concurrency::Allow),
+            timeout_s,
+            enabled: input.enabled.unwrap_or(true),
+            updated_ms: now,
+        },
+        graph,
+    })
+}
+
+/// The checks that need the database: the group exists and the caller may write it, the name is
+/// free, and every node's job exists, is visible and belongs to the workflow's group.
+fn check_references(
+    conn: &mut AnyConnection,
+    actor: &Actor,
+    checked: &Checked,
+    id: Option<WorkflowId>,
+) -> Result<(), Error> {
+    let group_id = checked.fields.group_id;
+    if executor_group::find(conn, group_id)?.is_none() || !actor.sees_group(group_id) {
+        return Err(Error::invalid(
+            "group_id",
+            format!("executor group {group_id} does not exist"),
+        ));
+    }
+    actor.write_group(group_id)?;
+    if let Some(other) = workflow::find_by_name(conn, group_id, &checked.fields.name)?
+        && Some(other.id) != id
+    {
+        return Err(Error::conflict(
+            "name",
+            format!(
+                "a workflow named `{}` already exists in the group",
+                checked.fields.name
+            ),
+        ));
+    }
+    let ids: Vec<JobId> = checked
+        .graph
+        .definition
+        .nodes
+        .iter()
+        .map(|n| JobId(n.job_id))
+        .collect();
+    let groups: BTreeMap<JobId, GroupId> = job::groups_of(conn, &ids)?.into_iter().collect();
+    for (i, node) in checked.graph.definition.nodes.iter().enumerate() {
+        let field = format!("nodes[{i}].job_id");
+        match groups.get(&JobId(node.job_id)) {
+            Some(g) if *g == group_id => {}
+            Some(g) if actor.sees_group(*g) => {
+                return Err(Error::invalid(
+                    field,
+                    format!(
+                        "job {} is in executor group {g}; a workflow runs jobs of its own group ({group_id})",
+                        node.job_id
+                    ),
+                ));
+            }
+            // A job in a group the caller cannot see is reported as missing: the answer must
+            // not tell whether it exists.
+            _ => {
+                return Err(Error::invalid(
+                    field,
+                    format!("job {} does not exist", node.job_id),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn visible_workflow(
+    conn: &mut AnyConnection,
+    actor: &Actor,
+    id: WorkflowId,
+) -> Result<Workflow, Error> {
+    workflow::find(conn, id)?
+        .filter(|w| actor.sees_group(w.group_id))
+        .ok_or(Error::NotFound("workflow"))
+}
+
+fn visible_run(
+    conn: &mut AnyConnection,
+    actor: &Actor,
+    id: WorkflowRunId,
+) -> Result<WorkflowRun, Error> {
+    workflow_run::get(conn, id)
+        .ok()
+        .filter(|r| actor.sees_group(r.group_id))
+        .ok_or(Error::NotFound("workflow run"))
+}
+
+pub async fn create(
+    state: &AppState,
+    actor: &Actor,
+    input: WorkflowInput,
+) -> Result<WorkflowView, Error> {
+    let now = state.clock.now_ms();
+    let checked = check_input(input, now)?;
+    let actor = actor.clone();
+    state
+        .db
+        .transaction(move |conn| {
+            check_references(conn, &actor, &checked, None)?;
+            let id = workflow::insert(conn, &checked.fields)?;
+            let created = view(workflow::get(conn, id)?)?;
+            audit::record(
+                conn,
+                &actor,
+                now,
+                Entry::new("workflow.create", "workflow", id).after(&created)?,
+            )?;
+            Ok(created)
+        })
+        .await
+}
+
+pub async fn update(
+    state: &AppState,
+    actor: &Actor,
+    id: WorkflowId,
+    input: WorkflowInput,
+) -> Result<WorkflowView, Error> {
+    let now = state.clock.now_ms();
+    let checked = check_input(input, now)?;
+    let actor = actor.clone();
+    state
+        .db
+        .transaction(move |conn| {
+            let before = visible_workflow(conn, &actor, id)?;
+            actor.write_group(before.group_id)?;
+            check_references(conn, &actor, &checked, Some(id))?;
+            let before = view(before)?;
+            workflow::update(conn, id, &checked.fields)?;
+            let after = view(workflow::get(conn, id)?)?;
+            audit::record(
+                conn,
+                &actor,
+                now,
+                Entry::new("workflow.update", "workflow", id)
+                    .before(&before)?
+                    .after(&after)?,
+            )?;
+            Ok(after)
+        })
+        .await
+}
+
+/// Deletes a workflow with no run in progress; its finished runs stay readable.
+pub async fn delete(state: &AppState, actor: &Actor, id: WorkflowId) -> Result<(), Error> {
+    let now = state.clock.now_ms();
+    let actor = actor.clone();
+    state
+        .db
+        .transaction(move |conn| {
+            let row = visible_workflow(conn, &actor, id)?;
+            actor.write_group(row.group_id)?;
+            if let Some(run) = workflow_run::in_flight(conn, id)?.first() {
+                return Err(Error::Conflict {
+                    field: None,
+                    message: format!(
+                        "workflow run {} is still {}: cancel it first",
+                        run.id, run.status
+                    ),
+                });
+            }
+            let before = view(row)?;
+            workflow::delete(conn, id)?;
+            audit::record(
+                conn,
+                &actor,
+                now,
+                Entry::new("workflow.delete", "workflow", id).before(&before)?,
+            )
+        })
+        .await
+}
+
+pub async fn get(state: &AppState, actor: &Actor, id: WorkflowId) -> Result<WorkflowView, Error> {
+    let actor = actor.clone();
+    let row = state
+        .db
+        .run(move |conn| visible_workflow(conn, &actor, id))
+        .await?;
+    view(row)
+}
+
+#[derive(Debug, Default, Clone, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct WorkflowQuery {
+    pub group_id: Option<GroupId>,
+    pub limit: Option<i64>,
+    pub offset: Option<i64>,
+}
+
+pub async fn list(
+    state: &AppState,
+    actor: &Actor,
+    query: WorkflowQuery,
+) -> Result<Paged<WorkflowView>, Error> {
+    let page = Page::new(query.limit, query.offset)?;
+    let groups = actor.visible_groups();
+    let (rows, total) = state
+        .db
+        .run(move |conn| workflow::list(conn, groups.as_deref(), query.group_id, page))
+        .await?;
+    Ok(Paged {
+        items: rows.into_iter().map(view).collect::<Result<_, _>>()?,
+        total,
+        limit: page.limit,
+        offset: page.offset,
+    })
+}
+
+#[derive(Debug, Default, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WorkflowTrigger {
+    /// Instead of the workflow's params.
+    #[serde(default)]
+    pub params: Option<String>,
+}
+
+/// Starts a run now. `forbid` refuses while another run is in progress; `replace` cancels it.
+pub async fn trigger(
+    state: &AppState,
+    actor: &Actor,
+    id: WorkflowId,
+    request: WorkflowTrigger,
+) -> Result<WorkflowRunView, Error> {
+    if let Some(p) = &request.params {
+        check_text("params", p, MAX_PARAMS_BYTES)?;
+    }
+    let actor_owned = actor.clone();
+    let changes = Changes::new(state);
+    let (run_id, killed, changes) = state
+        .db
+        .transaction(move |conn| {
+            let mut changes = changes;
+            let now = changes.now_ms();
+            let row = visible_workflow(conn, &actor_owned, id)?;
+            actor_owned.write_group(row.group_id)?;
+            if !row.enabled {
+                return Err(Error::Conflict {
+                    field: None,
+                    message: format!("workflow {id} is disabled"),
+                });
+            }
+            let mut killed = Vec::new();
+            let in_flight = workflow_run::in_flight(conn, id)?;
+            match row.concurrency {
+                Concurrency::Allow => {}
+                Concurrency::Forbid => {
+                    if let Some(other) = in_flight.first() {
+                        return Err(Error::Conflict {
+                            field: None,
+                            message: format!(
+                                "workflow run {} is still {} (concurrency policy forbid)",
+                                other.id, other.status
+                            ),
+                        });
+                    }
+                }
+                Concurrency::Replace => {
+                    for other in in_flight {
+                        killed.extend(engine::cancel(
+                            conn,
+                            &mut changes,
+                            other.id,
+                            WorkflowStatus::Cancelled,
+                            "replaced by a new run (concurrency policy replace)",
+                        )?);
+                    }
+                }
+            }
+            let graph = crate::domain::workflow::Definition::validate(
+                serde_json::from_str(&row.definition).map_err(|e| {
+                    Error::Internal(anyhow::anyhow!("workflow {id}: stored definition: {e}"))
+                })?,
+            )?;
+            let params = request.params.unwrap_or_else(|| row.params.clone());
+            let run_id = engine::start(conn, &mut changes, &row, &graph, params, TriggerKind::Api)?;
+            audit::record(
+                conn,
+                &actor_owned,
+                now,
+                Entry::new("workflow.trigger", "workflow", id).after(&serde_json::json!({
+                    "workflow_run_id": run_id,
+                }))?,
+            )?;
+            Ok((run_id, killed, changes))
+        })
+        .await?;
+    changes.committed(state);
+    crate::dispatch::send::kill_on_agents(state, &killed).await;
+    get_run(state, actor, run_id).await
+}
+
+pub async fn get_run(
+    state: &AppState,
+    actor: &Actor,
+    id: WorkflowRunId,
+) -> Result<WorkflowRunView, Error> {
+    let actor = actor.clone();
+    state
+        .db
+        .run(move |conn| {
+            let run = visible_run(conn, &actor, id)?;
+            let nodes = workflow_node::of_run(conn, id)?
+                .into_iter()
+                .map(|n| {
+                    let run_ids = job_run::of_node(conn, n.id)?
+                        .into_iter()
+                        .map(|r: JobRun| r.id)
+                        .collect();
+                    Ok(NodeRunView {
+                        key: n.node_key,
+                        job_id: n.job_id,
+                        status: n.status,
+                        attempt: n.attempt,
+                        run_ids,
+                        outputs: serde_json::from_str(&n.outputs).unwrap_or_default(),
+                        message: n.message,
+                        started_ms: n.started_ms,
+                        finished_ms: n.finished_ms,
+                    })
+                })
+                .collect::<Result<Vec<_>, Error>>()?;
+            Ok(run_view(run, Some(nodes)))
+        })
+        .await
+}
+
+#[derive(Debug, Default, Clone, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct WorkflowRunQuery {
+    pub workflow_id: Option<WorkflowId>,
+    pub status: Option<String>,
+    pub limit: Option<i64>,
+    pub offset: Option<i64>,
+}
+
+pub async fn list_runs(
+    state: &AppState,
+    actor: &Actor,
+    query: WorkflowRunQuery,
+) -> Result<Paged<WorkflowRunView>, Error> {
+    let page = Page::new(query.limit, query.offset)?;
+    let status = query
+        .status
+        .as_deref()
+        .map(str::parse::<WorkflowStatus>)
+        .transpose()
+        .map_err(|e| Error::invalid("status", e))?;
+    let filter = RunFilter {
+        visible_groups: actor.visible_groups(),
+        workflow_id: query.workflow_id,
+        status,
+    };
+    let (rows, total) = state
+        .db
+        .run(move |conn| workflow_run::list(conn, &filter, page))
+        .await?;
+    Ok(Paged {
+        items: rows.into_iter().map(|r| run_view(r, None)).collect(),
+        total,
+        limit: page.limit,
+        offset: page.offset,
+    })
+}
+
+/// An operation on a run, as the API names it.
+#[derive(Debug, Clone)]
+pub enum Operation {
+    Pause,
+    Resume,
+    Cancel,
+    Rerun,
+    Mark { key: String, status: NodeStatus },
+}
+
+impl Operation {
+    fn audit_action(&self) -> &'static str {
+        match self {
+            Self::Pause => "workflow_run.pause",
+            Self::Resume => "workflow_run.resume",
+            Self::Cancel => "workflow_run.cancel",
+            Self::Rerun => "workflow_run.rerun",
+            Self::Mark { .. } => "workflow_run.mark",
+        }
+    }
+}
+
+/// `POST /api/v1/workflow-runs/{id}/nodes/{key}/mark`.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MarkRequest {
+    /// `succeeded` or `skipped`.
+    pub status: String,
+}
+
+impl MarkRequest {
+    pub fn status(&self) -> Result<NodeStatus, Error> {
+        match self.status.as_str() {
+            "succeeded" => Ok(NodeStatus::Succeeded),
+            "skipped" => Ok(NodeStatus::Skipped),
+            other => Err(Error::invalid(
+                "status",
+                format!("`{other}`: a node is marked `succeeded` or `skipped`"),
+            )),
+        }
+    }
+}
+
+/// Pauses, resumes, cancels, re-runs or marks a node of a run, audited; returns the run after.
+pub async fn operate(
+    state: &AppState,
+    actor: &Actor,
+    id: WorkflowRunId,
+    operation: Operation,
+) -> Result<WorkflowRunView, Error> {
+    let actor_owned = actor.clone();
+    let changes = Changes::new(state);
+    let (killed, changes) = state
+        .db
+        .transaction(move |conn| {
+            let mut changes = changes;
+            let now = changes.now_ms();
+            let run = visible_run(conn, &actor_owned, id)?;
+            actor_owned.write_group(run.group_id)?;
+            let by = actor_owned.name.clone();
+            let timeout_s = workflow::find(conn, run.workflow_id)?.map_or(0, |w| w.timeout_s);
+            let mut killed = Vec::new();
+            match &operation {
+                Operation::Pause => engine::pause(conn, id, &by)?,
+                Operation::Resume => engine::resume(conn, &mut changes, id)?,
+                Operation::Cancel => {
+                    killed = engine::cancel(
+                        conn,
+                        &mut changes,
+                        id,
+                        WorkflowStatus::Cancelled,
+                        &format!("cancelled by {by}"),
+                    )?;
+                }
+                Operation::Rerun => {
+                    engine::rerun(conn, &mut changes, id, timeout_s)?;
+                }
+                Operation::Mark { key, status } => {
+                    engine::mark(conn, &mut changes, id, key, *status, &by, timeout_s)?;
+                }
+            }
+            let mut entry = Entry::new(operation.audit_action(), "workflow_run", id)
+                .before(&serde_json::json!({"status": run.status}))?;
+            if let Operation::Mark { key, status } = &operation {
+                entry = entry.after(&serde_json::json!({"node": key, "status": status}))?;
+            }
+            audit::record(conn, &actor_owned, now, entry)?;
+            Ok((killed, changes))
+        })
+        .await?;
+    changes.committed(state);
+    crate::dispatch::send::kill_on_agents(state, &killed).await;
+    get_run(state, actor, id).await
+}

@@ -58,6 +58,10 @@ pub async fn run(state: web::Data<AppState>, mut worker: Worker) {
                 .map(|now_live| live = Some(now_live)),
         );
         note("group liveness", watch_groups(&state).await.map(drop));
+        note(
+            "workflow timeouts",
+            time_out_workflows(&state).await.map(drop),
+        );
         if now.saturating_sub(last_report) >= REPORT_EVERY_MS {
             note(
                 "daily report",
@@ -83,6 +87,49 @@ pub async fn run(state: web::Data<AppState>, mut worker: Worker) {
             Some((what, e)) => worker.failed(&format!("{what}: {e}")).max(PASS_EVERY),
         };
     }
+}
+
+/// Ends the workflow runs past their deadline `timed_out`: nodes not started are cancelled,
+/// running nodes' job runs killed. Returns how many runs it ended. Each run is ended in its own
+/// transaction through the engine's conditional moves, so two admins never end one twice.
+///
+/// # Errors
+/// The first database error.
+pub async fn time_out_workflows(state: &AppState) -> Result<usize, Error> {
+    let now = state.clock.now_ms();
+    let overdue = state
+        .db
+        .run(move |conn| crate::db::workflow_run::overdue(conn, now, 100))
+        .await?;
+    let mut ended = 0;
+    for id in overdue {
+        let changes = Changes::at(state, now);
+        let outcome = state
+            .db
+            .transaction(move |conn| {
+                let mut changes = changes;
+                let killed = crate::lifecycle::workflow::cancel(
+                    conn,
+                    &mut changes,
+                    id,
+                    crate::domain::workflow::WorkflowStatus::TimedOut,
+                    "timed out: the workflow's timeout_s passed",
+                );
+                match killed {
+                    Ok(killed) => Ok(Some((killed, changes))),
+                    // Another admin ended it first.
+                    Err(Error::Conflict { .. }) => Ok(None),
+                    Err(e) => Err(e),
+                }
+            })
+            .await?;
+        if let Some((killed, changes)) = outcome {
+            changes.committed(state);
+            crate::dispatch::send::kill_on_agents(state, &killed).await;
+            ended += 1;
+        }
+    }
+    Ok(ended)
 }
 
 /// What one recovery pass did.

@@ -594,3 +594,135 @@ async fn a_new_clusters_admins_wait_for_their_database_and_start_together() {
     assert_eq!(users["total"], 1, "exactly one first admin: {users}");
     forwarder.abort();
 }
+
+/// Issue 16: two scheduling admins on MariaDB, two agents, two 30-node workflows (five layers
+/// of six, each node joining all six of the layer before) running at once; the admin that
+/// receives the agents' results is killed -9 in the middle. The other finishes both runs, and
+/// every node ran exactly once: from the nodes' own output file, and from the run table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workflow_survives_its_admin_killed_mid_run_and_runs_every_node_once() {
+    let db = crate::support::mysql_db().await;
+    let url = db.url_string();
+    let client = http_client();
+    let mut first = AdminProc::start(&url);
+    first.ready(&client).await;
+    let second = AdminProc::start(&url);
+    second.ready(&client).await;
+    let token = second.login(&client).await;
+    let group = second.group(&client, &token, "wf-cluster").await;
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran.txt");
+    // The first admin is the agents' first choice: it gets their results, and so takes the
+    // workflow's steps, until it dies.
+    let admins = format!("{}/,{}/", first.base, second.base);
+    let agents: Vec<AgentProc> = (0..2)
+        .map(|i| AgentProc::start(&admins, "wf-cluster", &dir.path().join(format!("a{i}"))))
+        .collect();
+    for agent in &agents {
+        second.wait_for_agent(&client, &token, &agent.address).await;
+    }
+    let job = call(
+        &client,
+        "POST",
+        format!("{}/api/v1/jobs", second.base),
+        &token,
+        json!({"group_id": group, "name": "step", "routing": "round_robin",
+               "schedule": {"type": "none"},
+               "handler": {"type": "shell", "command": format!(
+                   "echo \"$JOBFLEET_WORKFLOW_RUN_ID $JOBFLEET_WORKFLOW_NODE\" >> {}; sleep 0.3",
+                   ran.display())}}),
+    )
+    .await["id"]
+        .as_i64()
+        .unwrap();
+    let key = |layer: usize, i: usize| format!("l{layer}n{i}");
+    let mut nodes = Vec::new();
+    let mut edges = Vec::new();
+    for layer in 0..5 {
+        for i in 0..6 {
+            nodes.push(json!({"key": key(layer, i), "job_id": job}));
+            if layer > 0 {
+                for j in 0..6 {
+                    edges.push(json!({"from": key(layer - 1, j), "to": key(layer, i)}));
+                }
+            }
+        }
+    }
+    let workflow = call(
+        &client,
+        "POST",
+        format!("{}/api/v1/workflows", second.base),
+        &token,
+        json!({"group_id": group, "name": "layers", "nodes": nodes, "edges": edges}),
+    )
+    .await["id"]
+        .as_i64()
+        .unwrap();
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        let run = call(
+            &client,
+            "POST",
+            format!("{}/api/v1/workflows/{workflow}/trigger", first.base),
+            &token,
+            json!({}),
+        )
+        .await;
+        runs.push(run["id"].as_i64().expect("a workflow run"));
+    }
+    let run_of = |id: i64| {
+        let client = client.clone();
+        let (base, token) = (second.base.clone(), token.clone());
+        async move {
+            call(
+                &client,
+                "GET",
+                format!("{base}/api/v1/workflow-runs/{id}"),
+                &token,
+                Value::Null,
+            )
+            .await
+        }
+    };
+    let done_nodes = |run: &Value| {
+        run["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|n| n["status"] == "succeeded")
+            .count()
+    };
+    wait_for(Duration::from_secs(60), "a third of the nodes done", || async {
+        (done_nodes(&run_of(runs[0]).await) >= 10).then_some(())
+    })
+    .await;
+    first.kill9();
+    for &id in &runs {
+        let run = wait_for(Duration::from_secs(120), "the workflow run to end", || async {
+            let run = run_of(id).await;
+            (run["status"] != "running").then_some(run)
+        })
+        .await;
+        assert_eq!(run["status"], "succeeded", "{run}");
+        for node in run["nodes"].as_array().unwrap() {
+            assert_eq!(node["status"], "succeeded", "{node}");
+            assert_eq!(
+                node["run_ids"].as_array().unwrap().len(),
+                1,
+                "one job run per node: {node}"
+            );
+        }
+    }
+    let text = std::fs::read_to_string(&ran).unwrap();
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for line in text.lines() {
+        *seen.entry(line.to_owned()).or_default() += 1;
+    }
+    assert_eq!(seen.len(), 60, "every node of both runs ran: {text}");
+    assert!(
+        seen.values().all(|&n| n == 1),
+        "a node ran twice: {:?}",
+        seen.iter().filter(|(_, n)| **n > 1).collect::<Vec<_>>()
+    );
+    drop(agents);
+}

@@ -493,6 +493,27 @@ async fn pause_resume_and_cancel(mysql: bool) {
     assert_eq!(killed["status"], "killed", "{killed}");
     assert_eq!(f.operate(id, "cancel").await.status, StatusCode::CONFLICT);
     assert_eq!(f.operate(id, "explode").await.status, StatusCode::NOT_FOUND);
+
+    // The workflow's timeout ends a run the same way, as `timed_out`.
+    let wf = f
+        .workflow(json!({
+            "name": "bounded", "timeout_s": 1,
+            "nodes": [{"key": "long", "job_id": endless}, {"key": "after", "job_id": ok}],
+            "edges": [{"from": "long", "to": "after"}],
+        }))
+        .await;
+    let id = f.trigger(wf, json!({})).await;
+    let run = f.finished(id).await;
+    assert_eq!(run["status"], "timed_out", "{run}");
+    assert_eq!(
+        statuses(&run),
+        pairs(&[("long", "cancelled"), ("after", "cancelled")])
+    );
+    let long_run = node(&run, "long")["run_ids"][0].as_i64().unwrap();
+    assert_eq!(
+        f.app.finished_run(long_run, FINISH_WITHIN).await["status"],
+        "killed"
+    );
 }
 both_backends!(pause_resume_and_cancel);
 

@@ -204,3 +204,11 @@ pub fn mark_final(
         .execute(conn)?;
     Ok(())
 }
+
+/// The nodes of these runs (their runs are being removed).
+pub fn delete_of_runs(conn: &mut AnyConnection, runs: &[WorkflowRunId]) -> Result<usize, Error> {
+    Ok(diesel::delete(
+        workflow_node::table.filter(workflow_node::workflow_run_id.eq_any(runs.to_vec())),
+    )
+    .execute(conn)?)
+}

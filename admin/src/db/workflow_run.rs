@@ -214,3 +214,100 @@ pub fn overdue(
         .limit(limit)
         .load(conn)?)
 }
+
+/// Removes up to `limit` workflow runs that ended before `before_ms`, with their nodes (call in
+/// a transaction). Returns how many runs went.
+pub fn delete_finished_before(
+    conn: &mut AnyConnection,
+    before_ms: i64,
+    limit: i64,
+) -> Result<usize, Error> {
+    let ids: Vec<WorkflowRunId> = workflow_run::table
+        .filter(workflow_run::finished_ms.lt(before_ms))
+        .filter(workflow_run::status.eq_any([
+            WorkflowStatus::Succeeded,
+            WorkflowStatus::Failed,
+            WorkflowStatus::Cancelled,
+            WorkflowStatus::TimedOut,
+        ]))
+        .select(workflow_run::id)
+        .limit(limit)
+        .load(conn)?;
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    super::workflow_node::delete_of_runs(conn, &ids)?;
+    Ok(diesel::delete(workflow_run::table.filter(workflow_run::id.eq_any(ids))).execute(conn)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::workflow_node::{self, NewWorkflowNode};
+    use crate::domain::ids::JobId;
+    use crate::domain::workflow::NodeStatus;
+    use crate::testing::storage_test;
+
+    fn run(
+        conn: &mut AnyConnection,
+        status: WorkflowStatus,
+        finished_ms: Option<i64>,
+    ) -> WorkflowRunId {
+        let id = insert(
+            conn,
+            &NewWorkflowRun {
+                workflow_id: WorkflowId(1),
+                group_id: GroupId(1),
+                status,
+                definition: "{}".into(),
+                params: String::new(),
+                trigger_kind: TriggerKind::Api,
+                open_nodes: 1,
+                deadline_ms: None,
+                message: String::new(),
+                created_ms: 1,
+                started_ms: 1,
+            },
+        )
+        .unwrap();
+        workflow_node::insert_all(
+            conn,
+            &[NewWorkflowNode {
+                workflow_run_id: id,
+                node_key: "a".into(),
+                job_id: JobId(1),
+                status: NodeStatus::Waiting,
+                upstream_total: 0,
+                outputs: String::new(),
+                message: String::new(),
+            }],
+        )
+        .unwrap();
+        if let Some(at) = finished_ms {
+            assert!(transition(conn, id, &[status], status, "", Some(at)).unwrap());
+        }
+        id
+    }
+
+    storage_test!(
+        retention_removes_old_finished_runs_with_their_nodes,
+        |conn| {
+            let old = run(conn, WorkflowStatus::Succeeded, Some(10));
+            let recent = run(conn, WorkflowStatus::Failed, Some(5_000));
+            let running = run(conn, WorkflowStatus::Running, None);
+            assert_eq!(delete_finished_before(conn, 1_000, 100).unwrap(), 1);
+            assert!(get(conn, old).is_err());
+            assert!(workflow_node::of_run(conn, old).unwrap().is_empty());
+            for kept in [recent, running] {
+                assert!(get(conn, kept).is_ok());
+                assert_eq!(workflow_node::of_run(conn, kept).unwrap().len(), 1);
+            }
+            // A run is locked and read as it is now; an unknown one is not found.
+            assert_eq!(lock(conn, running).unwrap().status, WorkflowStatus::Running);
+            assert!(matches!(
+                lock(conn, WorkflowRunId(999)),
+                Err(Error::NotFound(_))
+            ));
+        }
+    );
+}

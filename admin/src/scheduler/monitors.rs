@@ -421,5 +421,18 @@ pub async fn retention(state: &AppState) -> Result<usize, Error> {
             break;
         }
     }
+    // Workflow runs go by the same retention, with their nodes.
+    for _ in 0..100 {
+        let n = state
+            .db
+            .transaction(move |conn| {
+                crate::db::workflow_run::delete_finished_before(conn, before, 1_000)
+            })
+            .await?;
+        removed += n;
+        if n < 1_000 {
+            break;
+        }
+    }
     Ok(removed)
 }

@@ -692,16 +692,22 @@ async fn a_workflow_survives_its_admin_killed_mid_run_and_runs_every_node_once()
             .filter(|n| n["status"] == "succeeded")
             .count()
     };
-    wait_for(Duration::from_secs(60), "a third of the nodes done", || async {
-        (done_nodes(&run_of(runs[0]).await) >= 10).then_some(())
-    })
+    wait_for(
+        Duration::from_secs(60),
+        "a third of the nodes done",
+        || async { (done_nodes(&run_of(runs[0]).await) >= 10).then_some(()) },
+    )
     .await;
     first.kill9();
     for &id in &runs {
-        let run = wait_for(Duration::from_secs(120), "the workflow run to end", || async {
-            let run = run_of(id).await;
-            (run["status"] != "running").then_some(run)
-        })
+        let run = wait_for(
+            Duration::from_secs(120),
+            "the workflow run to end",
+            || async {
+                let run = run_of(id).await;
+                (run["status"] != "running").then_some(run)
+            },
+        )
         .await;
         assert_eq!(run["status"], "succeeded", "{run}");
         for node in run["nodes"].as_array().unwrap() {

@@ -90,7 +90,7 @@ impl Alerts {
 /// What an event is about.
 #[derive(Debug, Clone, Copy)]
 struct Subject {
-    job_id: JobId,
+    job_id: Option<JobId>,
     group_id: GroupId,
     run_id: Option<RunId>,
 }
@@ -143,7 +143,7 @@ impl Outbox {
             conn,
             &NewEvent {
                 kind,
-                job_id: Some(subject.job_id),
+                job_id: subject.job_id,
                 group_id: Some(subject.group_id),
                 run_id: subject.run_id,
                 channel_id,
@@ -187,7 +187,7 @@ impl Outbox {
             AlertKind::RunFailed => owner.alert_on_failure,
             AlertKind::RunTimedOut => owner.alert_on_timeout,
             AlertKind::RunLost => owner.alert_on_lost,
-            AlertKind::GroupNoAgent | AlertKind::Test => false,
+            AlertKind::GroupNoAgent | AlertKind::WorkflowFailed | AlertKind::Test => false,
         };
         let channel_ids = &owner.alert_channels;
         if !wanted || channel_ids.is_empty() {
@@ -222,7 +222,7 @@ impl Outbox {
             let key = run_dedupe_key(kind, owner.id, channel.id);
             let status = self.status_for(conn, &key, now_ms)?;
             let subject = Subject {
-                job_id: owner.id,
+                job_id: Some(owner.id),
                 group_id: owner.group_id,
                 run_id: Some(run.id),
             };
@@ -230,6 +230,61 @@ impl Outbox {
                 conn,
                 kind,
                 subject,
+                channel.id,
+                key,
+                (&title, &body),
+                status,
+                now_ms,
+            )?;
+        }
+        Ok(channels.len())
+    }
+
+    /// Records `workflow_failed` for a workflow run that has just ended failed or timed out,
+    /// one event per enabled channel of its workflow, in the transaction that ended it.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn workflow_final(
+        &self,
+        conn: &mut AnyConnection,
+        run: &crate::db::workflow_run::WorkflowRun,
+        owner: &crate::db::workflow::Workflow,
+        failed_nodes: &[String],
+        now_ms: i64,
+    ) -> Result<usize, Error> {
+        if !owner.alert_on_failure || owner.alert_channels.is_empty() {
+            return Ok(0);
+        }
+        let channels: Vec<AlertChannel> = alert_channel::by_ids(conn, &owner.alert_channels)?
+            .into_iter()
+            .filter(|c| c.enabled)
+            .collect();
+        let group = executor_group::find(conn, owner.group_id)?
+            .map_or_else(|| owner.group_id.to_string(), |g| g.app_name);
+        let facts = crate::domain::alert::WorkflowFacts {
+            workflow_id: owner.id,
+            name: &owner.name,
+            group: &group,
+            run_id: run.id,
+            status: run.status.as_str(),
+            message: &run.message,
+            failed_nodes,
+            finished_ms: run.finished_ms,
+        };
+        let (title, body) =
+            crate::domain::alert::workflow_texts(&facts, self.public_url.as_deref());
+        for channel in &channels {
+            let key = crate::domain::alert::workflow_dedupe_key(owner.id, channel.id);
+            let status = self.status_for(conn, &key, now_ms)?;
+            self.raise(
+                conn,
+                AlertKind::WorkflowFailed,
+                Subject {
+                    job_id: None,
+                    group_id: owner.group_id,
+                    run_id: None,
+                },
                 channel.id,
                 key,
                 (&title, &body),
@@ -275,7 +330,7 @@ impl Outbox {
                 };
                 raised.insert(key.clone());
                 let subject = Subject {
-                    job_id: owner.id,
+                    job_id: Some(owner.id),
                     group_id,
                     run_id: None,
                 };

@@ -284,6 +284,8 @@ diesel::table! {
         params -> Text,
         concurrency -> Text,
         timeout_s -> BigInt,
+        alert_on_failure -> Bool,
+        alert_channels -> Text,
         enabled -> Bool,
         created_ms -> BigInt,
         updated_ms -> BigInt,

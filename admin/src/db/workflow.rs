@@ -4,6 +4,7 @@ use diesel::prelude::*;
 
 use super::schema::workflow;
 use super::{AnyConnection, Page, last_insert_id};
+use crate::domain::id_list::ChannelIds;
 use crate::domain::ids::{GroupId, WorkflowId};
 use crate::domain::policy::Concurrency;
 use crate::error::Error;
@@ -20,6 +21,9 @@ pub struct Workflow {
     pub params: String,
     pub concurrency: Concurrency,
     pub timeout_s: i64,
+    pub alert_on_failure: bool,
+    /// Comma-separated alert channel ids.
+    pub alert_channels: ChannelIds,
     pub enabled: bool,
     pub created_ms: i64,
     pub updated_ms: i64,
@@ -36,6 +40,9 @@ pub struct WorkflowFields {
     pub params: String,
     pub concurrency: Concurrency,
     pub timeout_s: i64,
+    pub alert_on_failure: bool,
+    /// Comma-separated alert channel ids.
+    pub alert_channels: ChannelIds,
     pub enabled: bool,
     pub updated_ms: i64,
 }

@@ -6,7 +6,7 @@ use serde::Deserialize;
 
 use super::job::check_name;
 use super::string_enum;
-use crate::domain::ids::{ChannelId, GroupId, JobId, RunId};
+use crate::domain::ids::{ChannelId, GroupId, JobId, RunId, WorkflowId, WorkflowRunId};
 use crate::domain::policy::RunStatus;
 use crate::error::Error;
 
@@ -17,6 +17,7 @@ string_enum! {
         RunTimedOut => "run_timed_out",
         RunLost => "run_lost",
         GroupNoAgent => "group_no_agent",
+        WorkflowFailed => "workflow_failed",
         Test => "test",
     }
 }
@@ -89,6 +90,61 @@ pub fn kind_for_status(status: RunStatus) -> Option<AlertKind> {
 /// Alerts with the same key within the quiet window are recorded as `suppressed`.
 pub fn run_dedupe_key(kind: AlertKind, job_id: JobId, channel_id: ChannelId) -> String {
     format!("{kind}:job:{job_id}:channel:{channel_id}")
+}
+
+pub fn workflow_dedupe_key(workflow_id: WorkflowId, channel_id: ChannelId) -> String {
+    format!(
+        "{}:workflow:{workflow_id}:channel:{channel_id}",
+        AlertKind::WorkflowFailed
+    )
+}
+
+/// What a `workflow_failed` alert says.
+pub struct WorkflowFacts<'a> {
+    pub workflow_id: WorkflowId,
+    pub name: &'a str,
+    pub group: &'a str,
+    pub run_id: WorkflowRunId,
+    pub status: &'a str,
+    pub message: &'a str,
+    /// Keys of the nodes that failed.
+    pub failed_nodes: &'a [String],
+    pub finished_ms: Option<i64>,
+}
+
+/// Title and plain-text body of a `workflow_failed` alert.
+pub fn workflow_texts(facts: &WorkflowFacts<'_>, public_url: Option<&str>) -> (String, String) {
+    let title = clip(
+        &format!(
+            "[jobfleet] workflow {}: {} (workflow run {})",
+            facts.status, facts.name, facts.run_id
+        ),
+        300,
+    );
+    let mut body = format!(
+        "Workflow: {} (id {}, group {})\nWorkflow run: {}\nStatus: {}\n",
+        facts.name, facts.workflow_id, facts.group, facts.run_id, facts.status
+    );
+    if !facts.failed_nodes.is_empty() {
+        body.push_str(&format!(
+            "Failed nodes: {}\n",
+            clip(&facts.failed_nodes.join(", "), 1000)
+        ));
+    }
+    if !facts.message.trim().is_empty() {
+        body.push_str(&format!("Reason: {}\n", clip(facts.message.trim(), 1000)));
+    }
+    if let Some(at) = facts.finished_ms {
+        body.push_str(&format!("Finished: {}\n", utc(at)));
+    }
+    if let Some(base) = public_url {
+        body.push_str(&format!(
+            "Link: {}/api/v1/workflow-runs/{}\n",
+            base.trim_end_matches('/'),
+            facts.run_id
+        ));
+    }
+    (title, body)
 }
 
 pub fn group_dedupe_key(group_id: GroupId, channel_id: ChannelId) -> String {
@@ -317,6 +373,7 @@ fn headline(kind: AlertKind) -> &'static str {
         AlertKind::RunTimedOut => "run timed out",
         AlertKind::RunLost => "run lost",
         AlertKind::GroupNoAgent => "no live agent",
+        AlertKind::WorkflowFailed => "workflow failed",
         AlertKind::Test => "test message",
     }
 }

@@ -395,7 +395,7 @@ fn complete(conn: &mut AnyConnection, changes: &mut Changes, ctx: &mut Ctx) -> R
     } else {
         (WorkflowStatus::Succeeded, String::new())
     };
-    workflow_run::transition(
+    let ended = workflow_run::transition(
         conn,
         run.id,
         &[WorkflowStatus::Running, WorkflowStatus::Paused],
@@ -404,6 +404,27 @@ fn complete(conn: &mut AnyConnection, changes: &mut Changes, ctx: &mut Ctx) -> R
         Some(changes.now_ms),
     )?;
     ctx.run = workflow_run::get(conn, run.id)?;
+    if ended && status == WorkflowStatus::Failed {
+        alert(conn, changes, ctx)?;
+    }
+    Ok(())
+}
+
+/// The workflow's `workflow_failed` alerts for a run that has just ended failed or timed out,
+/// written in that transaction.
+fn alert(conn: &mut AnyConnection, changes: &mut Changes, ctx: &Ctx) -> Result<(), Error> {
+    let Some(owner) = crate::db::workflow::find(conn, ctx.run.workflow_id)? else {
+        return Ok(());
+    };
+    let failed: Vec<String> = ctx
+        .nodes
+        .iter()
+        .filter(|n| n.status == NodeStatus::Failed)
+        .map(|n| n.node_key.clone())
+        .collect();
+    changes
+        .alerts
+        .workflow_final(conn, &ctx.run, &owner, &failed, changes.now_ms)?;
     Ok(())
 }
 
@@ -497,7 +518,10 @@ pub fn cancel(
             format!("the workflow run is already {}", ctx.run.status),
         ));
     }
-    ctx.run.status = status;
+    ctx.run = workflow_run::get(conn, id)?;
+    if status == WorkflowStatus::TimedOut {
+        alert(conn, changes, &ctx)?;
+    }
     let mut steps = Vec::new();
     let mut running = Vec::new();
     for (i, node) in ctx.nodes.iter().enumerate() {

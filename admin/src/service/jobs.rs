@@ -332,7 +332,11 @@ fn check_children(
 }
 
 /// Alert channels named by a job must exist.
-fn check_alert_channels(conn: &mut AnyConnection, channels: &[ChannelId]) -> Result<(), Error> {
+/// Every channel exists; else 422 on `alert.channels`.
+pub(crate) fn check_alert_channels(
+    conn: &mut AnyConnection,
+    channels: &[ChannelId],
+) -> Result<(), Error> {
     if channels.is_empty() {
         return Ok(());
     }

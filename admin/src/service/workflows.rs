@@ -15,7 +15,7 @@ use crate::db::workflow_run::{RunFilter, WorkflowRun};
 use crate::db::{
     AnyConnection, Page, executor_group, job, job_run, workflow, workflow_node, workflow_run,
 };
-use crate::domain::ids::{GroupId, JobId, RunId, WorkflowId, WorkflowRunId};
+use crate::domain::ids::{ChannelId, GroupId, JobId, RunId, WorkflowId, WorkflowRunId};
 use crate::domain::job::{
     MAX_DESCRIPTION_CHARS, MAX_NAME_CHARS, MAX_PARAMS_BYTES, MAX_TIMEOUT_S, check_name, check_text,
 };
@@ -49,10 +49,26 @@ pub struct WorkflowInput {
     pub timeout_s: Option<i64>,
     #[serde(default)]
     pub enabled: Option<bool>,
+    /// Alerts when a run ends failed or timed out, on these channels.
+    #[serde(default)]
+    pub alert: Option<WorkflowAlertInput>,
     /// Only `{"type": "none"}` so far: workflows are triggered through the API or console.
     #[serde(default)]
     #[schema(value_type = Object)]
     pub schedule: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WorkflowAlertInput {
+    pub on_failure: Option<bool>,
+    pub channels: Option<Vec<ChannelId>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct WorkflowAlertView {
+    pub on_failure: bool,
+    pub channels: Vec<ChannelId>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
@@ -67,6 +83,7 @@ pub struct WorkflowView {
     pub concurrency: Concurrency,
     pub timeout_s: i64,
     pub enabled: bool,
+    pub alert: WorkflowAlertView,
     pub created_ms: i64,
     pub updated_ms: i64,
 }
@@ -120,6 +137,10 @@ fn view(row: Workflow) -> Result<WorkflowView, Error> {
         concurrency: row.concurrency,
         timeout_s: row.timeout_s,
         enabled: row.enabled,
+        alert: WorkflowAlertView {
+            on_failure: row.alert_on_failure,
+            channels: row.alert_channels.0,
+        },
         created_ms: row.created_ms,
         updated_ms: row.updated_ms,
     })
@@ -179,6 +200,11 @@ fn check_input(input: WorkflowInput, now: i64) -> Result<Checked, Error> {
             ));
         }
     }
+    let alert = input.alert.unwrap_or_default();
+    let channels = alert.channels.unwrap_or_default();
+    if channels.len() > 20 {
+        return Err(Error::invalid("alert.channels", "at most 20 channels"));
+    }
     let graph = Definition {
         nodes: input.nodes,
         edges: input.edges,
@@ -195,6 +221,8 @@ fn check_input(input: WorkflowInput, now: i64) -> Result<Checked, Error> {
             params,
             concurrency: input.concurrency.unwrap_or(Concurrency::Allow),
             timeout_s,
+            alert_on_failure: alert.on_failure.unwrap_or(false),
+            alert_channels: channels.into(),
             enabled: input.enabled.unwrap_or(true),
             updated_ms: now,
         },
@@ -218,6 +246,7 @@ fn check_references(
         ));
     }
     actor.write_group(group_id)?;
+    crate::service::jobs::check_alert_channels(conn, &checked.fields.alert_channels)?;
     if let Some(other) = workflow::find_by_name(conn, group_id, &checked.fields.name)?
         && Some(other.id) != id
     {

@@ -253,17 +253,41 @@ async fn branches_on_failure_and_each_join_mode(mysql: bool) {
             .is_empty()
     );
 
-    // Without a failure edge the same failure fails the run, and what follows is skipped.
+    // Without a failure edge the same failure fails the run, and what follows is skipped; the
+    // workflow's alert goes to its channel.
+    let channel = f
+        .app
+        .post(
+            "/api/v1/alert-channels",
+            &f.app.admin,
+            json!({"name": "hook", "kind": "webhook", "target": "http://127.0.0.1:9/hook"}),
+        )
+        .await;
+    assert_eq!(channel.status, StatusCode::CREATED, "{}", channel.body);
     let wf = f
         .workflow(json!({
             "name": "unhandled",
             "nodes": [{"key": "x", "job_id": fail}, {"key": "y", "job_id": ok}],
             "edges": [{"from": "x", "to": "y"}],
+            "alert": {"on_failure": true, "channels": [channel.body["id"]]},
         }))
         .await;
-    let run = f.finished(f.trigger(wf, json!({})).await).await;
+    let id = f.trigger(wf, json!({})).await;
+    let run = f.finished(id).await;
     assert_eq!(run["status"], "failed", "{run}");
     assert_eq!(statuses(&run), pairs(&[("x", "failed"), ("y", "skipped")]));
+    let events = f
+        .app
+        .get("/api/v1/alert-events?kind=workflow_failed", &f.app.admin)
+        .await
+        .body;
+    let items = events["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{events}");
+    let title = items[0]["title"].as_str().unwrap();
+    assert!(
+        title.contains("unhandled") && title.contains(&format!("workflow run {id}")),
+        "{title}"
+    );
 }
 both_backends!(branches_on_failure_and_each_join_mode);
 
@@ -572,6 +596,12 @@ async fn bad_definitions_and_concurrency(mysql: bool) {
             json!({"name": "sched", "nodes": [{"key": "a", "job_id": ok}], "schedule": {"type": "cron", "expr": "* * * * * *"}}),
             "schedule",
             "none",
+        ),
+        (
+            json!({"name": "alerted", "nodes": [{"key": "a", "job_id": ok}],
+                   "alert": {"on_failure": true, "channels": [4242]}}),
+            "alert.channels",
+            "4242",
         ),
     ];
     for (mut body, field, text) in cases {

@@ -8,6 +8,9 @@ CREATE TABLE workflow (
     params MEDIUMTEXT NOT NULL,
     concurrency VARCHAR(16) NOT NULL DEFAULT 'allow',
     timeout_s BIGINT NOT NULL DEFAULT 0,
+    -- A run that ends failed or timed out raises `workflow_failed` on these channels.
+    alert_on_failure BOOLEAN NOT NULL DEFAULT FALSE,
+    alert_channels VARCHAR(1024) NOT NULL DEFAULT '',
     enabled BOOLEAN NOT NULL DEFAULT TRUE,
     created_ms BIGINT NOT NULL,
     updated_ms BIGINT NOT NULL

@@ -9,6 +9,9 @@ CREATE TABLE workflow (
     params TEXT NOT NULL DEFAULT '',
     concurrency TEXT NOT NULL DEFAULT 'allow',
     timeout_s BIGINT NOT NULL DEFAULT 0,
+    -- A run that ends failed or timed out raises `workflow_failed` on these channels.
+    alert_on_failure BOOLEAN NOT NULL DEFAULT 0,
+    alert_channels TEXT NOT NULL DEFAULT '',
     enabled BOOLEAN NOT NULL DEFAULT 1,
     created_ms BIGINT NOT NULL,
     updated_ms BIGINT NOT NULL

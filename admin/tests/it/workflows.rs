@@ -673,3 +673,41 @@ async fn bad_definitions_and_concurrency(mysql: bool) {
     assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
 }
 both_backends!(bad_definitions_and_concurrency);
+
+/// A node whose job is a sharding broadcast runs once per live agent (each shard its own run
+/// of the node); the node ends with shard 0, and the workflow goes on once.
+async fn a_broadcast_node_runs_a_shard_per_agent(mysql: bool) {
+    let f = fleet(mysql).await;
+    let dir = tempfile::tempdir().unwrap();
+    let second = AgentProc::start(&f.app.base, "wf", &dir.path().join("agent2"));
+    f.app.wait_for_agent(&second.address).await;
+    let shards = f
+        .app
+        .job_from(
+            f.group,
+            json!({"name": "shards", "routing": "sharding_broadcast",
+                   "handler": {"type": "shell", "command": "echo shard $JOBFLEET_SHARD_INDEX of $JOBFLEET_SHARD_TOTAL"}}),
+        )
+        .await;
+    let ok = f.shell("ok", "true").await;
+    let wf = f
+        .workflow(json!({
+            "name": "broadcast",
+            "nodes": [{"key": "all", "job_id": shards}, {"key": "then", "job_id": ok}],
+            "edges": [{"from": "all", "to": "then"}],
+        }))
+        .await;
+    let run = f.finished(f.trigger(wf, json!({})).await).await;
+    assert_eq!(run["status"], "succeeded", "{run}");
+    assert_eq!(
+        node(&run, "all")["run_ids"].as_array().unwrap().len(),
+        2,
+        "{run}"
+    );
+    assert_eq!(
+        node(&run, "then")["run_ids"].as_array().unwrap().len(),
+        1,
+        "{run}"
+    );
+}
+both_backends!(a_broadcast_node_runs_a_shard_per_agent);

@@ -58,4 +58,4 @@ ALTER TABLE job_run ADD COLUMN node_attempt INTEGER;
 ALTER TABLE job_run ADD COLUMN timeout_s BIGINT;
 ALTER TABLE job_run ADD COLUMN env MEDIUMTEXT;
 ALTER TABLE job_run ADD COLUMN outputs MEDIUMTEXT;
-CREATE UNIQUE INDEX uk_job_run_node ON job_run (workflow_node_id, node_attempt, attempt);
+CREATE UNIQUE INDEX uk_job_run_node ON job_run (workflow_node_id, node_attempt, attempt, shard_index);

@@ -67,5 +67,6 @@ ALTER TABLE job_run ADD COLUMN node_attempt INTEGER;
 ALTER TABLE job_run ADD COLUMN timeout_s BIGINT;
 ALTER TABLE job_run ADD COLUMN env TEXT;
 ALTER TABLE job_run ADD COLUMN outputs TEXT;
--- A node attempt has one run per retry attempt: a node never starts twice.
-CREATE UNIQUE INDEX uk_job_run_node ON job_run (workflow_node_id, node_attempt, attempt);
+-- A node attempt has one run per retry attempt (and shard, for a sharding broadcast job): a
+-- node never starts twice.
+CREATE UNIQUE INDEX uk_job_run_node ON job_run (workflow_node_id, node_attempt, attempt, shard_index);

@@ -621,13 +621,114 @@ async fn bad_definitions_and_concurrency(mysql: bool) {
             assert!(r.body.to_string().contains(text), "{body}: {}", r.body);
         }
     }
+    // Bodies that are not a workflow: broken JSON, an unknown field (named), a wrong type, a
+    // bad join or condition name.
+    let r = f
+        .app
+        .raw(
+            "POST",
+            "/api/v1/workflows",
+            &f.app.admin,
+            "application/json",
+            "{\"nodes\": [",
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (StatusCode::BAD_REQUEST, "invalid_json")
+    );
+    for (body, field) in [
+        (
+            json!({"group_id": f.group, "name": "x", "nodes": [], "colour": "red"}),
+            Some("colour"),
+        ),
+        (
+            json!({"group_id": f.group, "name": "x", "nodes": [{"key": "a", "job_id": "one"}]}),
+            None,
+        ),
+        (
+            json!({"group_id": f.group, "name": "x", "nodes": [{"key": "a", "job_id": ok, "extra": 1}]}),
+            Some("extra"),
+        ),
+        (
+            json!({"group_id": f.group, "name": "x", "nodes": [{"key": "a", "job_id": ok}],
+                "edges": [{"from": "a", "to": "a", "on": "sometimes"}]}),
+            None,
+        ),
+    ] {
+        let r = f
+            .app
+            .post("/api/v1/workflows", &f.app.admin, body.clone())
+            .await;
+        assert_eq!(
+            r.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{body}: {}",
+            r.body
+        );
+        if field.is_some() {
+            assert_eq!(r.field(), field, "{body}: {}", r.body);
+        }
+    }
     let listed = f.app.get("/api/v1/workflows", &f.app.admin).await.body;
     assert_eq!(listed["total"], 0, "nothing written: {listed}");
+    let audit = f
+        .app
+        .get("/api/v1/audit?limit=500", &f.app.admin)
+        .await
+        .body;
+    assert!(
+        !audit.to_string().contains("workflow."),
+        "a refused workflow left an audit row: {audit}"
+    );
+    for (method, path) in [
+        ("GET", "/api/v1/workflows/not-a-number"),
+        ("GET", "/api/v1/workflows/424242"),
+        ("GET", "/api/v1/workflow-runs/424242"),
+        ("POST", "/api/v1/workflow-runs/424242/cancel"),
+        ("POST", "/api/v1/workflows/424242/trigger"),
+    ] {
+        let r = f.app.call(method, path, Some(&f.app.admin), None).await;
+        assert_eq!(
+            r.status,
+            StatusCode::NOT_FOUND,
+            "{method} {path}: {}",
+            r.body
+        );
+    }
 
     let forbid = f
         .workflow(json!({"name": "forbid", "concurrency": "forbid",
                           "nodes": [{"key": "a", "job_id": endless}]}))
         .await;
+    // A trigger body that is not one.
+    for body in [
+        "[1, 2]",
+        "{\"params\": 5}",
+        "{\"params\": \"x\", \"later\": true}",
+    ] {
+        let r = f
+            .app
+            .raw(
+                "POST",
+                &format!("/api/v1/workflows/{forbid}/trigger"),
+                &f.app.admin,
+                "application/json",
+                body,
+            )
+            .await;
+        assert!(
+            r.status == StatusCode::BAD_REQUEST || r.status == StatusCode::UNPROCESSABLE_ENTITY,
+            "{body}: {} {}",
+            r.status,
+            r.body
+        );
+    }
+    let runs = f.app.get("/api/v1/workflow-runs", &f.app.admin).await.body;
+    assert_eq!(
+        runs["total"], 0,
+        "a refused trigger started nothing: {runs}"
+    );
     let first = f.trigger(forbid, json!({})).await;
     let r = f
         .app

@@ -39,7 +39,7 @@ impl utoipa::Modify for BearerAuth {
         alerts::delete_channel, alerts::test_channel, alerts::list_events,
         workflows::create, workflows::update, workflows::delete, workflows::get, workflows::list,
         workflows::trigger, workflows::list_runs, workflows::get_run, workflows::operate,
-        workflows::mark,
+        workflows::mark, workflows::export, workflows::import,
     ),
     modifiers(&BearerAuth),
     tags(

@@ -88,6 +88,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/alert-events", web::get().to(alerts::list_events))
         .route("/workflows", web::get().to(workflows::list))
         .route("/workflows", web::post().to(workflows::create))
+        // Before `/workflows/{id}`, whose resource would answer this path's POST with 405.
+        .route("/workflows/import", web::post().to(workflows::import))
+        .route("/workflows/{id}/export", web::get().to(workflows::export))
         .route("/workflows/{id}", web::get().to(workflows::get))
         .route("/workflows/{id}", web::put().to(workflows::update))
         .route("/workflows/{id}", web::delete().to(workflows::delete))

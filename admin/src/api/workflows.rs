@@ -8,8 +8,8 @@ use crate::domain::ids::{WorkflowId, WorkflowRunId};
 use crate::error::{ApiResult, ErrorBody};
 use crate::service::Paged;
 use crate::service::workflows::{
-    self, MarkRequest, Operation, WorkflowInput, WorkflowQuery, WorkflowRunQuery, WorkflowRunView,
-    WorkflowTrigger, WorkflowView,
+    self, ImportRequest, MarkRequest, Operation, WorkflowDocument, WorkflowInput, WorkflowQuery,
+    WorkflowRunQuery, WorkflowRunView, WorkflowTrigger, WorkflowView,
 };
 use crate::state::AppState;
 
@@ -169,4 +169,34 @@ pub async fn mark(
     let status = body.status()?;
     Ok(HttpResponse::Ok()
         .json(workflows::operate(&state, &caller.0, id, Operation::Mark { key, status }).await?))
+}
+
+/// A workflow and its jobs as a portable document (jobs by name), for version control or
+/// another cluster.
+#[utoipa::path(get, path = "/api/v1/workflows/{id}/export", tag = "workflows", security(("bearer" = [])), params(("id" = i64, Path)),
+    responses((status = 200, body = WorkflowDocument), (status = 404, body = ErrorBody)))]
+pub async fn export(
+    state: web::Data<AppState>,
+    caller: ApiCaller,
+    id: web::Path<WorkflowId>,
+) -> ApiResult<HttpResponse> {
+    Ok(HttpResponse::Ok().json(workflows::export(&state, &caller.0, id.into_inner()).await?))
+}
+
+/// Import a document into a group: its jobs and the workflow are matched by name, updated or
+/// created, all or nothing. 201 when the workflow was created, 200 when it was updated.
+#[utoipa::path(post, path = "/api/v1/workflows/import", tag = "workflows", security(("bearer" = [])), request_body = ImportRequest,
+    responses((status = 201, body = WorkflowView), (status = 200, body = WorkflowView), (status = 400, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn import(
+    state: web::Data<AppState>,
+    caller: ApiCaller,
+    body: web::Json<ImportRequest>,
+) -> ApiResult<HttpResponse> {
+    let (workflow, created) = workflows::import(&state, &caller.0, body.into_inner()).await?;
+    Ok(if created {
+        HttpResponse::Created().json(workflow)
+    } else {
+        HttpResponse::Ok().json(workflow)
+    })
 }

@@ -393,43 +393,52 @@ pub async fn create(state: &AppState, actor: &Actor, spec: JobSpec) -> Result<Jo
     let actor = actor.clone();
     state
         .db
-        .transaction(move |conn| {
-            require_group(conn, spec.group_id)?;
-            let write = actor.write_group(spec.group_id)?;
-            if job::find_by_name(conn, spec.group_id, &spec.name)?.is_some() {
-                return Err(Error::conflict(
-                    "name",
-                    format!("a job named `{}` already exists in the group", spec.name),
-                ));
-            }
-            check_children(conn, &actor, None, &[], &spec.children)?;
-            check_alert_channels(conn, &spec.alert.channels)?;
-            let id = job::insert(
-                conn,
-                &write,
-                &job::NewJob {
-                    fields: fields(&spec, 0, now),
-                    created_ms: now,
-                },
-            )?;
-            let version = save_script_version(conn, id, &spec, &actor, now)?;
-            if version > 0 {
-                let mut with_version = fields(&spec, version, now);
-                with_version.updated_ms = now;
-                job::update(conn, &[&write], id, &with_version)?;
-            }
-            let created = view(job::get(conn, id)?);
-            audit::record(
-                conn,
-                &actor,
-                now,
-                Entry::new("job.create", "job", id).after(&created)?,
-            )?;
-            Ok(created)
-        })
+        .transaction(move |conn| create_in(conn, &actor, spec, now))
         .await
         // Plan at once: a new or changed schedule must not wait for the next pass.
         .inspect(|_| state.scheduler.jobs_changed())
+}
+
+/// [`create`] inside the caller's transaction (a workflow import creates jobs with its
+/// workflow, all or nothing). The caller tells the scheduler after the commit.
+pub(crate) fn create_in(
+    conn: &mut AnyConnection,
+    actor: &Actor,
+    spec: JobSpec,
+    now: i64,
+) -> Result<JobView, Error> {
+    require_group(conn, spec.group_id)?;
+    let write = actor.write_group(spec.group_id)?;
+    if job::find_by_name(conn, spec.group_id, &spec.name)?.is_some() {
+        return Err(Error::conflict(
+            "name",
+            format!("a job named `{}` already exists in the group", spec.name),
+        ));
+    }
+    check_children(conn, actor, None, &[], &spec.children)?;
+    check_alert_channels(conn, &spec.alert.channels)?;
+    let id = job::insert(
+        conn,
+        &write,
+        &job::NewJob {
+            fields: fields(&spec, 0, now),
+            created_ms: now,
+        },
+    )?;
+    let version = save_script_version(conn, id, &spec, actor, now)?;
+    if version > 0 {
+        let mut with_version = fields(&spec, version, now);
+        with_version.updated_ms = now;
+        job::update(conn, &[&write], id, &with_version)?;
+    }
+    let created = view(job::get(conn, id)?);
+    audit::record(
+        conn,
+        actor,
+        now,
+        Entry::new("job.create", "job", id).after(&created)?,
+    )?;
+    Ok(created)
 }
 
 /// Replaces a job's settings. Moving it to another group needs write access to both; a child
@@ -444,61 +453,70 @@ pub async fn update(
     let actor = actor.clone();
     state
         .db
-        .transaction(move |conn| {
-            let before_row = visible_job(conn, &actor, id)?;
-            let write_old = actor.write_group(before_row.group_id)?;
-            require_group(conn, spec.group_id)?;
-            let write_new = actor.write_group(spec.group_id)?;
-            if let Some(other) = job::find_by_name(conn, spec.group_id, &spec.name)?
-                && other.id != id
-            {
-                return Err(Error::conflict(
-                    "name",
-                    format!("a job named `{}` already exists in the group", spec.name),
-                ));
-            }
-            let kept = before_row.children.0.clone();
-            check_children(conn, &actor, Some(id), &kept, &spec.children)?;
-            check_alert_channels(conn, &spec.alert.channels)?;
-            let script_changed = match &spec.handler {
-                Handler::Script {
-                    source,
-                    interpreter,
-                    ..
-                } => {
-                    before_row.script_source.as_deref() != Some(source.as_str())
-                        || before_row.interpreter != Some(*interpreter)
-                }
-                _ => false,
-            };
-            let version = if script_changed {
-                save_script_version(conn, id, &spec, &actor, now)?
-            } else if matches!(spec.handler, Handler::Script { .. }) {
-                before_row.script_version
-            } else {
-                0
-            };
-            let before = view(before_row);
-            job::update(
-                conn,
-                &[&write_old, &write_new],
-                id,
-                &fields(&spec, version, now),
-            )?;
-            let after = view(job::get(conn, id)?);
-            audit::record(
-                conn,
-                &actor,
-                now,
-                Entry::new("job.update", "job", id)
-                    .before(&before)?
-                    .after(&after)?,
-            )?;
-            Ok(after)
-        })
+        .transaction(move |conn| update_in(conn, &actor, id, spec, now))
         .await
         // Plan at once: a new or changed schedule must not wait for the next pass.
         .inspect(|_| state.scheduler.jobs_changed())
+}
+
+/// [`update`] inside the caller's transaction.
+pub(crate) fn update_in(
+    conn: &mut AnyConnection,
+    actor: &Actor,
+    id: JobId,
+    spec: JobSpec,
+    now: i64,
+) -> Result<JobView, Error> {
+    let before_row = visible_job(conn, actor, id)?;
+    let write_old = actor.write_group(before_row.group_id)?;
+    require_group(conn, spec.group_id)?;
+    let write_new = actor.write_group(spec.group_id)?;
+    if let Some(other) = job::find_by_name(conn, spec.group_id, &spec.name)?
+        && other.id != id
+    {
+        return Err(Error::conflict(
+            "name",
+            format!("a job named `{}` already exists in the group", spec.name),
+        ));
+    }
+    let kept = before_row.children.0.clone();
+    check_children(conn, actor, Some(id), &kept, &spec.children)?;
+    check_alert_channels(conn, &spec.alert.channels)?;
+    let script_changed = match &spec.handler {
+        Handler::Script {
+            source,
+            interpreter,
+            ..
+        } => {
+            before_row.script_source.as_deref() != Some(source.as_str())
+                || before_row.interpreter != Some(*interpreter)
+        }
+        _ => false,
+    };
+    let version = if script_changed {
+        save_script_version(conn, id, &spec, actor, now)?
+    } else if matches!(spec.handler, Handler::Script { .. }) {
+        before_row.script_version
+    } else {
+        0
+    };
+    let before = view(before_row);
+    job::update(
+        conn,
+        &[&write_old, &write_new],
+        id,
+        &fields(&spec, version, now),
+    )?;
+    let after = view(job::get(conn, id)?);
+    audit::record(
+        conn,
+        actor,
+        now,
+        Entry::new("job.update", "job", id)
+            .before(&before)?
+            .after(&after)?,
+    )?;
+    Ok(after)
 }
 
 pub async fn set_enabled(

@@ -687,3 +687,324 @@ pub async fn operate(
     crate::dispatch::send::kill_on_agents(state, &killed).await;
     get_run(state, actor, id).await
 }
+
+/// The kind and version an exported document carries.
+pub const DOCUMENT_KIND: &str = "jobfleet.workflow";
+pub const DOCUMENT_VERSION: u32 = 1;
+
+/// A workflow and its jobs in portable form: jobs are named, not numbered, so the document can
+/// be kept in version control and imported into another group or another cluster.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WorkflowDocument {
+    /// `jobfleet.workflow`.
+    pub kind: String,
+    /// 1.
+    pub version: u32,
+    pub workflow: WorkflowDocumentBody,
+    /// Each as `POST /api/v1/jobs` takes it, without `group_id`.
+    #[schema(value_type = Vec<Object>)]
+    pub jobs: Vec<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WorkflowDocumentBody {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub params: String,
+    #[serde(default)]
+    pub concurrency: Option<Concurrency>,
+    #[serde(default)]
+    pub timeout_s: i64,
+    #[serde(default = "enabled_by_default")]
+    pub enabled: bool,
+    #[serde(default)]
+    pub alert: Option<WorkflowAlertView>,
+    pub nodes: Vec<DocumentNode>,
+    #[serde(default)]
+    pub edges: Vec<EdgeDef>,
+}
+
+fn enabled_by_default() -> bool {
+    true
+}
+
+/// A node naming its job.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DocumentNode {
+    pub key: String,
+    /// The job's name: one of the document's jobs, or a job already in the target group.
+    pub job: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_s: Option<i64>,
+    #[serde(default)]
+    pub join: crate::domain::workflow::Join,
+}
+
+impl<'de> Deserialize<'de> for WorkflowAlertView {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Alert {
+            #[serde(default)]
+            on_failure: bool,
+            #[serde(default)]
+            channels: Vec<ChannelId>,
+        }
+        let a = Alert::deserialize(d)?;
+        Ok(WorkflowAlertView {
+            on_failure: a.on_failure,
+            channels: a.channels,
+        })
+    }
+}
+
+/// A job as an import takes it back: its view without what the target decides (id, group,
+/// times, script version) or what does not travel (child ids).
+fn job_document(view: crate::service::jobs::JobView) -> Result<serde_json::Value, Error> {
+    let mut value = serde_json::to_value(view)
+        .map_err(|e| Error::Internal(anyhow::anyhow!("encoding a job: {e}")))?;
+    if let Some(fields) = value.as_object_mut() {
+        for key in [
+            "id",
+            "group_id",
+            "next_fire_ms",
+            "created_ms",
+            "updated_ms",
+            "children",
+        ] {
+            fields.remove(key);
+        }
+        if let Some(handler) = fields.get_mut("handler").and_then(|h| h.as_object_mut()) {
+            handler.remove("script_version");
+        }
+    }
+    Ok(value)
+}
+
+/// `GET /api/v1/workflows/{id}/export`.
+pub async fn export(
+    state: &AppState,
+    actor: &Actor,
+    id: WorkflowId,
+) -> Result<WorkflowDocument, Error> {
+    let actor = actor.clone();
+    let (row, jobs) = state
+        .db
+        .run(move |conn| {
+            let row = visible_workflow(conn, &actor, id)?;
+            let definition: Definition = serde_json::from_str(&row.definition).map_err(|e| {
+                Error::Internal(anyhow::anyhow!("workflow {id}: stored definition: {e}"))
+            })?;
+            let ids: Vec<JobId> = definition.nodes.iter().map(|n| JobId(n.job_id)).collect();
+            Ok((row, job::by_ids(conn, &ids)?))
+        })
+        .await?;
+    let names: BTreeMap<JobId, String> = jobs.iter().map(|j| (j.id, j.name.clone())).collect();
+    let view = view(row)?;
+    let nodes = view
+        .nodes
+        .iter()
+        .map(|n| DocumentNode {
+            key: n.key.clone(),
+            // A job deleted since keeps its id as its name: the import then names it missing.
+            job: names
+                .get(&JobId(n.job_id))
+                .cloned()
+                .unwrap_or_else(|| format!("#{}", n.job_id)),
+            params: n.params.clone(),
+            timeout_s: n.timeout_s,
+            join: n.join,
+        })
+        .collect();
+    Ok(WorkflowDocument {
+        kind: DOCUMENT_KIND.to_owned(),
+        version: DOCUMENT_VERSION,
+        workflow: WorkflowDocumentBody {
+            name: view.name,
+            description: view.description,
+            params: view.params,
+            concurrency: Some(view.concurrency),
+            timeout_s: view.timeout_s,
+            enabled: view.enabled,
+            alert: Some(view.alert),
+            nodes,
+            edges: view.edges,
+        },
+        jobs: jobs
+            .into_iter()
+            .map(|j| job_document(crate::service::jobs::view(j)))
+            .collect::<Result<_, _>>()?,
+    })
+}
+
+/// `POST /api/v1/workflows/import`.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ImportRequest {
+    pub group_id: GroupId,
+    pub document: WorkflowDocument,
+}
+
+/// Puts a document's jobs and workflow into a group, matched by name: what exists is updated,
+/// the rest created, all in one transaction, each change audited as an edit would be. Returns
+/// the workflow and whether it was created.
+pub async fn import(
+    state: &AppState,
+    actor: &Actor,
+    request: ImportRequest,
+) -> Result<(WorkflowView, bool), Error> {
+    let ImportRequest { group_id, document } = request;
+    if document.kind != DOCUMENT_KIND {
+        return Err(Error::invalid(
+            "document.kind",
+            format!("must be `{DOCUMENT_KIND}`"),
+        ));
+    }
+    if document.version != DOCUMENT_VERSION {
+        return Err(Error::invalid(
+            "document.version",
+            format!("this admin reads version {DOCUMENT_VERSION}"),
+        ));
+    }
+    let in_document = |field: String| {
+        move |e: Error| match e {
+            Error::Invalid {
+                code,
+                field: inner,
+                message,
+            } => Error::Invalid {
+                code,
+                field: Some(match inner {
+                    Some(inner) => format!("{field}.{inner}"),
+                    None => field.clone(),
+                }),
+                message,
+            },
+            other => other,
+        }
+    };
+    let mut specs = Vec::with_capacity(document.jobs.len());
+    for (i, job) in document.jobs.iter().enumerate() {
+        let field = format!("document.jobs[{i}]");
+        let mut job = job.clone();
+        let Some(fields) = job.as_object_mut() else {
+            return Err(Error::invalid(field, "must be an object"));
+        };
+        fields.insert("group_id".into(), serde_json::json!(group_id));
+        let input: crate::domain::job::JobInput = serde_json::from_value(job)
+            .map_err(|e| Error::invalid(field.clone(), e.to_string()))?;
+        let spec = input.validate().map_err(in_document(field.clone()))?;
+        if specs
+            .iter()
+            .any(|s: &crate::domain::job::JobSpec| s.name == spec.name)
+        {
+            return Err(Error::invalid(
+                format!("{field}.name"),
+                format!("the document names two jobs `{}`", spec.name),
+            ));
+        }
+        specs.push(spec);
+    }
+    let now = state.clock.now_ms();
+    let actor = actor.clone();
+    let outcome = state
+        .db
+        .transaction(move |conn| {
+            let mut ids: BTreeMap<String, JobId> = BTreeMap::new();
+            for spec in specs {
+                let name = spec.name.clone();
+                let view = match job::find_by_name(conn, group_id, &name)? {
+                    Some(existing) => {
+                        crate::service::jobs::update_in(conn, &actor, existing.id, spec, now)?
+                    }
+                    None => crate::service::jobs::create_in(conn, &actor, spec, now)?,
+                };
+                ids.insert(name, view.id);
+            }
+            let body = document.workflow;
+            let mut nodes = Vec::with_capacity(body.nodes.len());
+            for (i, node) in body.nodes.into_iter().enumerate() {
+                let job_id = match ids.get(&node.job) {
+                    Some(id) => *id,
+                    None => {
+                        job::find_by_name(conn, group_id, &node.job)?
+                            .filter(|_| actor.sees_group(group_id))
+                            .ok_or_else(|| {
+                                Error::invalid(
+                                    format!("document.workflow.nodes[{i}].job"),
+                                    format!("no job `{}` in the document or the group", node.job),
+                                )
+                            })?
+                            .id
+                    }
+                };
+                nodes.push(NodeDef {
+                    key: node.key,
+                    job_id: job_id.0,
+                    params: node.params,
+                    timeout_s: node.timeout_s,
+                    join: node.join,
+                });
+            }
+            let input = WorkflowInput {
+                group_id,
+                name: body.name,
+                description: Some(body.description),
+                params: Some(body.params),
+                nodes,
+                edges: body.edges,
+                concurrency: body.concurrency,
+                timeout_s: Some(body.timeout_s),
+                enabled: Some(body.enabled),
+                alert: body.alert.map(|a| WorkflowAlertInput {
+                    on_failure: Some(a.on_failure),
+                    channels: Some(a.channels),
+                }),
+                schedule: None,
+            };
+            let checked =
+                check_input(input, now).map_err(in_document("document.workflow".to_owned()))?;
+            let existing = workflow::find_by_name(conn, group_id, &checked.fields.name)?;
+            check_references(conn, &actor, &checked, existing.as_ref().map(|w| w.id))
+                .map_err(in_document("document.workflow".to_owned()))?;
+            match existing {
+                Some(before) => {
+                    let id = before.id;
+                    let before = view(before)?;
+                    workflow::update(conn, id, &checked.fields)?;
+                    let after = view(workflow::get(conn, id)?)?;
+                    audit::record(
+                        conn,
+                        &actor,
+                        now,
+                        Entry::new("workflow.update", "workflow", id)
+                            .before(&before)?
+                            .after(&after)?,
+                    )?;
+                    Ok((after, false))
+                }
+                None => {
+                    let id = workflow::insert(conn, &checked.fields)?;
+                    let created = view(workflow::get(conn, id)?)?;
+                    audit::record(
+                        conn,
+                        &actor,
+                        now,
+                        Entry::new("workflow.create", "workflow", id).after(&created)?,
+                    )?;
+                    Ok((created, true))
+                }
+            }
+        })
+        .await?;
+    // The imported jobs' schedules are planned at once, as an edit's would be.
+    state.scheduler.jobs_changed();
+    Ok(outcome)
+}

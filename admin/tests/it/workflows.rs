@@ -812,3 +812,107 @@ async fn a_broadcast_node_runs_a_shard_per_agent(mysql: bool) {
     );
 }
 both_backends!(a_broadcast_node_runs_a_shard_per_agent);
+
+/// A workflow exported with its jobs imports into another group as jobs and a workflow of that
+/// group; importing again changes nothing new; a bad document is refused whole.
+async fn export_and_import(mysql: bool) {
+    let f = fleet(mysql).await;
+    let emit = f
+        .shell("emit", "echo \"greeting=hi\" >> \"$JOBFLEET_OUTPUT\"")
+        .await;
+    let show = f.shell("show", "echo \"got $JOBFLEET_IN_greeting\"").await;
+    let wf = f
+        .workflow(json!({
+            "name": "portable", "params": "p", "concurrency": "forbid",
+            "nodes": [{"key": "a", "job_id": emit}, {"key": "b", "job_id": show, "timeout_s": 30}],
+            "edges": [{"from": "a", "to": "b", "on": "always"}],
+        }))
+        .await;
+    let doc = f
+        .app
+        .get(&format!("/api/v1/workflows/{wf}/export"), &f.app.admin)
+        .await;
+    assert_eq!(doc.status, StatusCode::OK, "{}", doc.body);
+    let doc = doc.body;
+    assert_eq!(doc["kind"], "jobfleet.workflow");
+    assert_eq!(doc["workflow"]["nodes"][1]["job"], "show", "{doc}");
+    assert_eq!(doc["jobs"].as_array().unwrap().len(), 2, "{doc}");
+
+    let target = f.app.group("elsewhere").await;
+    let import = |doc: Value| {
+        let app = &f.app;
+        async move {
+            app.post(
+                "/api/v1/workflows/import",
+                &app.admin,
+                json!({"group_id": target, "document": doc}),
+            )
+            .await
+        }
+    };
+    let r = import(doc.clone()).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let imported = r.body;
+    assert_eq!(imported["group_id"], target);
+    assert_eq!(imported["concurrency"], "forbid");
+    assert_eq!(imported["edges"][0]["on"], "always");
+    let jobs = f
+        .app
+        .get(&format!("/api/v1/jobs?group_id={target}"), &f.app.admin)
+        .await
+        .body;
+    assert_eq!(jobs["total"], 2, "{jobs}");
+    let show_there = jobs["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["name"] == "show")
+        .unwrap()["id"]
+        .clone();
+    assert_eq!(imported["nodes"][1]["job_id"], show_there);
+    assert_eq!(imported["nodes"][1]["timeout_s"], 30);
+    // Again: the same jobs and workflow, updated in place.
+    let r = import(doc.clone()).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body["id"], imported["id"]);
+    let jobs = f
+        .app
+        .get(&format!("/api/v1/jobs?group_id={target}"), &f.app.admin)
+        .await
+        .body;
+    assert_eq!(jobs["total"], 2, "no job twice: {jobs}");
+
+    // A bad document changes nothing: a node naming an unknown job, a bad job, a wrong kind.
+    let before = f.app.footprint().await;
+    let mut unknown = doc.clone();
+    unknown["workflow"]["name"] = json!("other");
+    unknown["workflow"]["nodes"][0]["job"] = json!("nope");
+    let r = import(unknown).await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.body);
+    assert_eq!(
+        r.field(),
+        Some("document.workflow.nodes[0].job"),
+        "{}",
+        r.body
+    );
+    let mut bad_job = doc.clone();
+    bad_job["workflow"]["name"] = json!("other");
+    bad_job["jobs"][0]["timeout_s"] = json!(-1);
+    let r = import(bad_job).await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.body);
+    assert_eq!(r.field(), Some("document.jobs[0].timeout_s"), "{}", r.body);
+    let mut wrong = doc.clone();
+    wrong["kind"] = json!("something.else");
+    assert_eq!(import(wrong).await.status, StatusCode::UNPROCESSABLE_ENTITY);
+    let mut cyclic = doc;
+    cyclic["workflow"]["name"] = json!("other");
+    cyclic["workflow"]["edges"] = json!([{"from": "a", "to": "b"}, {"from": "b", "to": "a"}]);
+    let r = import(cyclic).await;
+    assert_eq!(r.field(), Some("document.workflow.edges"), "{}", r.body);
+    assert_eq!(
+        f.app.footprint().await,
+        before,
+        "refused imports wrote nothing"
+    );
+}
+both_backends!(export_and_import);

@@ -9,7 +9,7 @@ use crate::domain::id_list::{ChannelIds, JobIds};
 use crate::domain::ids::{GroupId, JobId};
 use crate::domain::policy::{BlockStrategy, Concurrency, HandlerType, Interpreter, Misfire};
 use crate::domain::routing::Routing;
-use crate::domain::schedule::{Schedule, ScheduleType, parse_cron, parse_timezone};
+use crate::domain::schedule::{self, Schedule, ScheduleType};
 use crate::error::Error;
 
 #[derive(Debug, Clone, PartialEq, Queryable, Selectable, serde::Serialize)]
@@ -61,29 +61,19 @@ impl Job {
     /// # Errors
     /// `Internal` when the stored row does not parse (written by something other than this code).
     pub fn schedule(&self) -> Result<(Schedule, chrono_tz::Tz), Error> {
-        let row = self;
-        let corrupt = |what: &str| {
+        schedule::from_stored(
+            self.schedule_type,
+            self.schedule_expr.as_deref(),
+            self.interval_s,
+            self.once_at_ms,
+            &self.timezone,
+        )
+        .map_err(|what| {
             Error::Internal(anyhow::anyhow!(
                 "job {} has an invalid stored {what}",
-                row.id
+                self.id
             ))
-        };
-        let timezone =
-            parse_timezone("schedule.timezone", &row.timezone).map_err(|_| corrupt("time zone"))?;
-        let schedule = match row.schedule_type {
-            ScheduleType::None => Schedule::None,
-            ScheduleType::Cron => Schedule::Cron(Box::new(
-                parse_cron("schedule.expr", row.schedule_expr.as_deref().unwrap_or(""))
-                    .map_err(|_| corrupt("cron"))?,
-            )),
-            ScheduleType::FixedRate => Schedule::FixedRate {
-                interval_s: row.interval_s.ok_or_else(|| corrupt("interval"))?,
-            },
-            ScheduleType::Once => Schedule::Once {
-                at_ms: row.once_at_ms.ok_or_else(|| corrupt("time"))?,
-            },
-        };
-        Ok((schedule, timezone))
+        })
     }
 }
 

@@ -289,6 +289,15 @@ diesel::table! {
         enabled -> Bool,
         created_ms -> BigInt,
         updated_ms -> BigInt,
+        schedule_type -> Text,
+        schedule_expr -> Nullable<Text>,
+        interval_s -> Nullable<BigInt>,
+        once_at_ms -> Nullable<BigInt>,
+        timezone -> Text,
+        misfire -> Text,
+        next_fire_ms -> Nullable<BigInt>,
+        pending_slot_ms -> Nullable<BigInt>,
+        pending_at_ms -> Nullable<BigInt>,
     }
 }
 
@@ -308,6 +317,7 @@ diesel::table! {
         created_ms -> BigInt,
         started_ms -> BigInt,
         finished_ms -> Nullable<BigInt>,
+        fire_slot_ms -> Nullable<BigInt>,
     }
 }
 

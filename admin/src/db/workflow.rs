@@ -1,4 +1,6 @@
-//! `workflow`: a DAG of jobs in a group, stored with its definition as JSON.
+//! `workflow`: a DAG of jobs in a group, stored with its definition as JSON, and its
+//! schedule (the job's columns and meaning) with the scheduler's state: the next slot to plan
+//! and the slot planned but not started yet.
 
 use diesel::prelude::*;
 
@@ -6,7 +8,8 @@ use super::schema::workflow;
 use super::{AnyConnection, Page, last_insert_id};
 use crate::domain::id_list::ChannelIds;
 use crate::domain::ids::{GroupId, WorkflowId};
-use crate::domain::policy::Concurrency;
+use crate::domain::policy::{Concurrency, Misfire};
+use crate::domain::schedule::{self, Schedule, ScheduleType};
 use crate::error::Error;
 
 #[derive(Debug, Clone, PartialEq, Queryable, Selectable)]
@@ -27,11 +30,45 @@ pub struct Workflow {
     pub enabled: bool,
     pub created_ms: i64,
     pub updated_ms: i64,
+    pub schedule_type: ScheduleType,
+    pub schedule_expr: Option<String>,
+    pub interval_s: Option<i64>,
+    pub once_at_ms: Option<i64>,
+    pub timezone: String,
+    pub misfire: Misfire,
+    /// The next slot not planned yet; `None`: never fires again, or disabled.
+    pub next_fire_ms: Option<i64>,
+    /// A slot planned and not started yet, and when to start it.
+    pub pending_slot_ms: Option<i64>,
+    pub pending_at_ms: Option<i64>,
 }
 
-/// The columns a create or an update writes.
+impl Workflow {
+    /// The stored schedule and time zone, as the scheduler plans them.
+    ///
+    /// # Errors
+    /// `Internal` when the stored row does not parse (written by something other than this code).
+    pub fn schedule(&self) -> Result<(Schedule, chrono_tz::Tz), Error> {
+        schedule::from_stored(
+            self.schedule_type,
+            self.schedule_expr.as_deref(),
+            self.interval_s,
+            self.once_at_ms,
+            &self.timezone,
+        )
+        .map_err(|what| {
+            Error::Internal(anyhow::anyhow!(
+                "workflow {} has an invalid stored {what}",
+                self.id
+            ))
+        })
+    }
+}
+
+/// The columns a create or an update writes. An update plans the schedule again from now: the
+/// next fire is recomputed and a slot planned under the old schedule is dropped.
 #[derive(Debug, Clone, Insertable, AsChangeset)]
-#[diesel(table_name = workflow)]
+#[diesel(table_name = workflow, treat_none_as_null = true)]
 pub struct WorkflowFields {
     pub group_id: GroupId,
     pub name: String,
@@ -45,6 +82,15 @@ pub struct WorkflowFields {
     pub alert_channels: ChannelIds,
     pub enabled: bool,
     pub updated_ms: i64,
+    pub schedule_type: ScheduleType,
+    pub schedule_expr: Option<String>,
+    pub interval_s: Option<i64>,
+    pub once_at_ms: Option<i64>,
+    pub timezone: String,
+    pub misfire: Misfire,
+    pub next_fire_ms: Option<i64>,
+    pub pending_slot_ms: Option<i64>,
+    pub pending_at_ms: Option<i64>,
 }
 
 /// # Errors
@@ -128,4 +174,123 @@ pub fn list(
         .offset(page.offset)
         .load(conn)?;
     Ok((rows, total))
+}
+
+/// Enabled workflows whose next slot is at or before `horizon_ms` and that have no planned slot
+/// waiting to start, soonest first.
+pub fn due(conn: &mut AnyConnection, horizon_ms: i64, limit: i64) -> Result<Vec<Workflow>, Error> {
+    Ok(workflow::table
+        .filter(workflow::enabled.eq(true))
+        .filter(workflow::pending_slot_ms.is_null())
+        .filter(workflow::next_fire_ms.le(horizon_ms))
+        .order(workflow::next_fire_ms.asc())
+        .limit(limit)
+        .select(Workflow::as_select())
+        .load(conn)?)
+}
+
+/// A pass planned a workflow: its next slot moves from `expected` to `next`, and `pending`
+/// (slot, start time) is the slot to start, if any. Conditional on the row being as the pass
+/// read it (enabled, same next slot, nothing pending): returns whether this call moved it.
+pub fn plan(
+    conn: &mut AnyConnection,
+    id: WorkflowId,
+    expected: i64,
+    next: Option<i64>,
+    pending: Option<(i64, i64)>,
+) -> Result<bool, Error> {
+    Ok(diesel::update(
+        workflow::table
+            .find(id)
+            .filter(workflow::enabled.eq(true))
+            .filter(workflow::pending_slot_ms.is_null())
+            .filter(workflow::next_fire_ms.eq(expected)),
+    )
+    .set((
+        workflow::next_fire_ms.eq(next),
+        workflow::pending_slot_ms.eq(pending.map(|(slot, _)| slot)),
+        workflow::pending_at_ms.eq(pending.map(|(_, at)| at)),
+    ))
+    .execute(conn)?
+        > 0)
+}
+
+/// Takes the planned slot `slot_ms` for starting (or dropping): clears it if it is still the
+/// pending one of an enabled workflow. Of two admins taking it, one gets `true`.
+pub fn take_pending(conn: &mut AnyConnection, id: WorkflowId, slot_ms: i64) -> Result<bool, Error> {
+    Ok(diesel::update(
+        workflow::table
+            .find(id)
+            .filter(workflow::enabled.eq(true))
+            .filter(workflow::pending_slot_ms.eq(slot_ms)),
+    )
+    .set((
+        workflow::pending_slot_ms.eq(None::<i64>),
+        workflow::pending_at_ms.eq(None::<i64>),
+    ))
+    .execute(conn)?
+        > 0)
+}
+
+/// A planned slot waiting to start: which workflow, its slot, when to start it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PendingFire {
+    pub workflow_id: WorkflowId,
+    pub slot_ms: i64,
+    pub at_ms: i64,
+}
+
+/// Enabled workflows' planned slots that should have started before `before_ms` (their admin
+/// stopped, or is behind), oldest first.
+pub fn stale_pending(
+    conn: &mut AnyConnection,
+    before_ms: i64,
+    limit: i64,
+) -> Result<Vec<PendingFire>, Error> {
+    let rows: Vec<(WorkflowId, Option<i64>, Option<i64>)> = workflow::table
+        .filter(workflow::enabled.eq(true))
+        .filter(workflow::pending_at_ms.lt(before_ms))
+        .order(workflow::pending_at_ms.asc())
+        .limit(limit)
+        .select((
+            workflow::id,
+            workflow::pending_slot_ms,
+            workflow::pending_at_ms,
+        ))
+        .load(conn)?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(workflow_id, slot, at)| {
+            Some(PendingFire {
+                workflow_id,
+                slot_ms: slot?,
+                at_ms: at?,
+            })
+        })
+        .collect())
+}
+
+/// The soonest next slot of an enabled workflow with nothing pending, for the scheduler's sleep.
+pub fn soonest_fire(conn: &mut AnyConnection) -> Result<Option<i64>, Error> {
+    use diesel::dsl::min;
+    Ok(workflow::table
+        .filter(workflow::enabled.eq(true))
+        .filter(workflow::pending_slot_ms.is_null())
+        .select(min(workflow::next_fire_ms))
+        .first(conn)?)
+}
+
+/// Sets the next slot directly (tests and tools: e.g. an outage simulated by a slot long past).
+pub fn set_next_fire(
+    conn: &mut AnyConnection,
+    id: WorkflowId,
+    next: Option<i64>,
+) -> Result<(), Error> {
+    let n = diesel::update(workflow::table.find(id))
+        .set(workflow::next_fire_ms.eq(next))
+        .execute(conn)?;
+    if n == 0 {
+        return Err(Error::NotFound("workflow"));
+    }
+    Ok(())
 }

@@ -27,6 +27,8 @@ pub struct WorkflowRun {
     pub created_ms: i64,
     pub started_ms: i64,
     pub finished_ms: Option<i64>,
+    /// The scheduled slot this run stands for; `None` for a manual or API trigger.
+    pub fire_slot_ms: Option<i64>,
 }
 
 #[derive(Debug, Clone, Insertable)]
@@ -43,8 +45,12 @@ pub struct NewWorkflowRun {
     pub message: String,
     pub created_ms: i64,
     pub started_ms: i64,
+    /// Unique per workflow: a second run for one slot is refused with `Conflict`.
+    pub fire_slot_ms: Option<i64>,
 }
 
+/// # Errors
+/// `Conflict` when the workflow already has a run for this `fire_slot_ms`.
 pub fn insert(conn: &mut AnyConnection, new: &NewWorkflowRun) -> Result<WorkflowRunId, Error> {
     diesel::insert_into(workflow_run::table)
         .values(new)
@@ -188,6 +194,20 @@ pub fn list(
     Ok((rows, total))
 }
 
+/// Whether `workflow_id` has a run for the scheduled slot `slot_ms`.
+pub fn slot_taken(
+    conn: &mut AnyConnection,
+    workflow_id: WorkflowId,
+    slot_ms: i64,
+) -> Result<bool, Error> {
+    let n: i64 = workflow_run::table
+        .filter(workflow_run::workflow_id.eq(workflow_id))
+        .filter(workflow_run::fire_slot_ms.eq(slot_ms))
+        .count()
+        .get_result(conn)?;
+    Ok(n > 0)
+}
+
 /// Runs of `workflow_id` not final yet, oldest first (the concurrency policy).
 pub fn in_flight(
     conn: &mut AnyConnection,
@@ -267,6 +287,7 @@ mod tests {
                 message: String::new(),
                 created_ms: 1,
                 started_ms: 1,
+                fire_slot_ms: None,
             },
         )
         .unwrap();
@@ -310,4 +331,33 @@ mod tests {
             ));
         }
     );
+
+    storage_test!(a_scheduled_slot_has_one_run, |conn| {
+        let new = |workflow: i64, slot: Option<i64>| NewWorkflowRun {
+            workflow_id: WorkflowId(workflow),
+            group_id: GroupId(1),
+            status: WorkflowStatus::Running,
+            definition: "{}".into(),
+            params: String::new(),
+            trigger_kind: TriggerKind::Schedule,
+            open_nodes: 1,
+            deadline_ms: None,
+            message: String::new(),
+            created_ms: 1,
+            started_ms: 1,
+            fire_slot_ms: slot,
+        };
+        insert(conn, &new(1, Some(1_000))).unwrap();
+        assert!(slot_taken(conn, WorkflowId(1), 1_000).unwrap());
+        assert!(!slot_taken(conn, WorkflowId(1), 2_000).unwrap());
+        assert!(matches!(
+            insert(conn, &new(1, Some(1_000))),
+            Err(Error::Conflict { .. })
+        ));
+        // Another slot, another workflow's same slot, and manual triggers (no slot) are free.
+        insert(conn, &new(1, Some(2_000))).unwrap();
+        insert(conn, &new(2, Some(1_000))).unwrap();
+        insert(conn, &new(1, None)).unwrap();
+        insert(conn, &new(1, None)).unwrap();
+    });
 }

@@ -22,17 +22,22 @@ pub const MAX_RETRIES: i32 = 10;
 pub const MAX_BACKOFF_S: i64 = 24 * 3600;
 pub const MAX_CHILDREN: usize = 50;
 
-#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+/// A schedule as submitted, for a job or a workflow (and in a workflow document).
+#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ScheduleInput {
     #[serde(rename = "type")]
     #[schema(value_type = String, example = "cron")]
     pub kind: ScheduleType,
     /// Cron expression (Quartz with seconds, 7-field with year, or 5-field crontab).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expr: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interval_s: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at_ms: Option<i64>,
     /// IANA time zone; default UTC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timezone: Option<String>,
 }
 

@@ -54,6 +54,34 @@ pub fn parse_cron(field: &str, expr: &str) -> Result<CronExpr, Error> {
     CronExpr::parse(expr).map_err(|e| Error::invalid_as(Code::InvalidCron, field, e.to_string()))
 }
 
+/// A schedule as stored in a row's columns (a job's or a workflow's), as the scheduler plans
+/// it. Stored rows were validated when written; `Err` names the part that no longer parses.
+///
+/// # Errors
+/// The name of the column that does not parse (`time zone`, `cron`, `interval`, `time`).
+pub fn from_stored(
+    kind: ScheduleType,
+    expr: Option<&str>,
+    interval_s: Option<i64>,
+    once_at_ms: Option<i64>,
+    timezone: &str,
+) -> Result<(Schedule, Tz), &'static str> {
+    let tz = parse_timezone("schedule.timezone", timezone).map_err(|_| "time zone")?;
+    let schedule = match kind {
+        ScheduleType::None => Schedule::None,
+        ScheduleType::Cron => Schedule::Cron(Box::new(
+            parse_cron("schedule.expr", expr.unwrap_or("")).map_err(|_| "cron")?,
+        )),
+        ScheduleType::FixedRate => Schedule::FixedRate {
+            interval_s: interval_s.ok_or("interval")?,
+        },
+        ScheduleType::Once => Schedule::Once {
+            at_ms: once_at_ms.ok_or("time")?,
+        },
+    };
+    Ok((schedule, tz))
+}
+
 fn truncate(s: &str, max: usize) -> String {
     if s.chars().count() <= max {
         s.to_owned()

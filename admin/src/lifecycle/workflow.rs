@@ -17,7 +17,7 @@ use crate::db::workflow::Workflow;
 use crate::db::workflow_node::{self, NewWorkflowNode, WorkflowNode};
 use crate::db::workflow_run::{self, NewWorkflowRun, WorkflowRun};
 use crate::domain::ids::{RunId, WorkflowRunId};
-use crate::domain::policy::{RunStatus, TriggerKind};
+use crate::domain::policy::{Concurrency, RunStatus, TriggerKind};
 use crate::domain::workflow::{
     Definition, Graph, NodeStatus, Readiness, WorkflowStatus, edge_met, parse_outputs, readiness,
 };
@@ -68,11 +68,56 @@ fn graph_of(run: &WorkflowRun) -> Result<Graph, Error> {
         .map_err(Error::Internal)
 }
 
-/// Creates a run of `workflow` (whose definition validated into `graph`) and starts its entry
-/// nodes. The caller checked the caller's rights and the workflow's concurrency policy.
+/// What a workflow's concurrency policy makes of a new run.
+#[derive(Debug)]
+pub enum Room {
+    /// Start it. Under `replace`, the runs in progress were cancelled in this transaction, and
+    /// these job runs must be killed on their agents after the commit.
+    Free(Vec<JobRun>),
+    /// Under `forbid`, this run is still in progress: the new one must not start.
+    Busy(WorkflowRun),
+}
+
+/// Applies `workflow`'s concurrency policy (across its runs) before a new run, for a trigger
+/// and a scheduled fire alike.
 ///
 /// # Errors
 /// Database errors.
+pub fn make_room(
+    conn: &mut AnyConnection,
+    changes: &mut Changes,
+    workflow: &Workflow,
+) -> Result<Room, Error> {
+    let in_flight = workflow_run::in_flight(conn, workflow.id)?;
+    let mut killed = Vec::new();
+    match workflow.concurrency {
+        Concurrency::Allow => {}
+        Concurrency::Forbid => {
+            if let Some(other) = in_flight.into_iter().next() {
+                return Ok(Room::Busy(other));
+            }
+        }
+        Concurrency::Replace => {
+            for other in in_flight {
+                killed.extend(cancel(
+                    conn,
+                    changes,
+                    other.id,
+                    WorkflowStatus::Cancelled,
+                    "replaced by a new run (concurrency policy replace)",
+                )?);
+            }
+        }
+    }
+    Ok(Room::Free(killed))
+}
+
+/// Creates a run of `workflow` (whose definition validated into `graph`) and starts its entry
+/// nodes. The caller checked the caller's rights and applied `make_room`. A scheduled fire
+/// passes its slot: a second run for the same slot is refused (`Conflict`) by the unique key.
+///
+/// # Errors
+/// Database errors; `Conflict` when `fire_slot_ms` already has its run.
 pub fn start(
     conn: &mut AnyConnection,
     changes: &mut Changes,
@@ -80,6 +125,7 @@ pub fn start(
     graph: &Graph,
     params: String,
     kind: TriggerKind,
+    fire_slot_ms: Option<i64>,
 ) -> Result<WorkflowRunId, Error> {
     let now = changes.now_ms;
     let definition = serde_json::to_string(&graph.definition)
@@ -98,6 +144,7 @@ pub fn start(
             message: String::new(),
             created_ms: now,
             started_ms: now,
+            fire_slot_ms,
         },
     )?;
     let rows: Vec<NewWorkflowNode> = (0..graph.len())

@@ -3,7 +3,7 @@
 
 use std::sync::Mutex;
 
-use crate::domain::ids::RunId;
+use crate::domain::ids::{RunId, WorkflowId};
 use tokio::sync::{Notify, mpsc};
 
 /// A stored pending run and the moment it should be sent.
@@ -11,6 +11,15 @@ use tokio::sync::{Notify, mpsc};
 pub struct Due {
     pub at_ms: i64,
     pub run_id: RunId,
+}
+
+/// A planned slot of a scheduled workflow and the moment to start its run (later than the
+/// slot for a misfire catch-up).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct WorkflowDue {
+    pub at_ms: i64,
+    pub workflow_id: WorkflowId,
+    pub slot_ms: i64,
 }
 
 /// How the rest of the admin talks to the running scheduler.
@@ -22,6 +31,8 @@ pub struct SchedulerHandle {
     pub(super) timer_wake: Notify,
     dues: mpsc::UnboundedSender<Due>,
     inbox: Mutex<Option<mpsc::UnboundedReceiver<Due>>>,
+    workflow_dues: mpsc::UnboundedSender<WorkflowDue>,
+    workflow_inbox: Mutex<Option<mpsc::UnboundedReceiver<WorkflowDue>>>,
     continuity: std::sync::Mutex<Continuity>,
 }
 
@@ -50,12 +61,15 @@ fn holder_name() -> String {
 impl SchedulerHandle {
     pub fn new(holder: String) -> Self {
         let (dues, inbox) = mpsc::unbounded_channel();
+        let (workflow_dues, workflow_inbox) = mpsc::unbounded_channel();
         Self {
             holder,
             plan_now: Notify::new(),
             timer_wake: Notify::new(),
             dues,
             inbox: Mutex::new(Some(inbox)),
+            workflow_dues,
+            workflow_inbox: Mutex::new(Some(workflow_inbox)),
             continuity: std::sync::Mutex::new(Continuity::default()),
         }
     }
@@ -90,11 +104,25 @@ impl SchedulerHandle {
         self.plan_now.notify_one();
     }
 
+    /// A workflow was created, changed or deleted, or a planned slot was started or dropped:
+    /// plan again now (workflows are planned in the same pass as jobs).
+    pub fn workflows_changed(&self) {
+        self.plan_now.notify_one();
+    }
+
     /// Hands stored runs to the timer. Without a running timer (a tool, a test without
     /// workers) they stay pending in the database, where the recovery monitor finds them.
     pub fn enqueue(&self, dues: impl IntoIterator<Item = Due>) {
         for due in dues {
             let _ = self.dues.send(due);
+        }
+    }
+
+    /// Hands planned workflow slots to the workflow timer. Without one running, they stay
+    /// pending on the workflow row, where the monitors of any admin find them.
+    pub fn enqueue_workflows(&self, dues: impl IntoIterator<Item = WorkflowDue>) {
+        for due in dues {
+            let _ = self.workflow_dues.send(due);
         }
     }
 
@@ -106,6 +134,13 @@ impl SchedulerHandle {
 
     pub(super) fn take_inbox(&self) -> Option<mpsc::UnboundedReceiver<Due>> {
         self.inbox
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
+
+    pub(super) fn take_workflow_inbox(&self) -> Option<mpsc::UnboundedReceiver<WorkflowDue>> {
+        self.workflow_inbox
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take()

@@ -9,6 +9,7 @@ pub mod plan;
 pub mod tick;
 pub mod timer;
 mod workers;
+pub mod workflow_fire;
 
-pub use handle::{Due, SchedulerHandle};
+pub use handle::{Due, SchedulerHandle, WorkflowDue};
 pub use workers::spawn_workers;

@@ -52,6 +52,10 @@ pub async fn run(state: web::Data<AppState>, mut worker: Worker) {
         };
         note("recovery", recover(&state).await.map(drop));
         note(
+            "workflow fires",
+            super::workflow_fire::recover(&state).await.map(drop),
+        );
+        note(
             "agent liveness",
             watch_agents(&state, live.as_ref())
                 .await

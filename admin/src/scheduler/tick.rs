@@ -1,6 +1,7 @@
 //! One scheduler pass: under the cluster lock, read the jobs due within the pre-read window,
-//! move each job's next fire time forward and store its fires as pending runs, all in one
-//! transaction. A crash before commit leaves nothing; after commit, the runs exist and the
+//! move each job's next fire time forward and store its fires as pending runs, and plan the
+//! scheduled workflows due in the same window (the slot to start is stored on the workflow
+//! row, see `workflow_fire`), all in one transaction. A crash before commit leaves nothing; after commit, the runs exist and the
 //! recovery monitor of any admin sends them if this one cannot.
 
 use std::collections::HashMap;
@@ -8,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::clock::SharedClock;
-use crate::db::{AnyConnection, job, job_run, scheduler_lock};
+use crate::db::{AnyConnection, job, job_run, scheduler_lock, workflow};
 use crate::domain::ids::JobId;
 use crate::domain::policy::RunStatus;
 use crate::domain::policy::TriggerKind;
@@ -17,8 +18,8 @@ use crate::metrics::Metrics;
 
 use crate::state::AppState;
 
-use super::Due;
 use super::plan::{Window, plan};
+use super::{Due, WorkflowDue};
 
 /// How far ahead fires are read and stored.
 pub const PRE_READ_MS: i64 = 5_000;
@@ -32,7 +33,9 @@ const MAX_FIRES_PER_JOB: usize = 1_000;
 #[derive(Debug, Default)]
 pub struct TickOutcome {
     pub dues: Vec<Due>,
-    /// The earliest next fire of any enabled job after this pass.
+    /// Workflow slots planned by this pass, for the workflow timer.
+    pub workflow_dues: Vec<WorkflowDue>,
+    /// The earliest next fire of any enabled job or workflow after this pass.
     pub soonest_ms: Option<i64>,
     /// The batch was full: more jobs may be due right now.
     pub more: bool,
@@ -166,11 +169,68 @@ fn plan_due(
     for (_, kind) in &dues {
         metrics.fires.inc(kind.as_str());
     }
+    let (workflow_dues, more_workflows) = plan_workflows(conn, window, metrics)?;
+    let soonest_ms = [job::soonest_fire(conn)?, workflow::soonest_fire(conn)?]
+        .into_iter()
+        .flatten()
+        .min();
     Ok(Some(TickOutcome {
         dues: dues.into_iter().map(|(due, _)| due).collect(),
-        soonest_ms: job::soonest_fire(conn)?,
-        more,
+        workflow_dues,
+        soonest_ms,
+        more: more || more_workflows,
     }))
+}
+
+/// Plans the scheduled workflows due in the window, one slot each: the slot is stored on the
+/// row as pending (started at its time by the workflow timer, through the same CAS by any
+/// admin) and the next slot moves on. A workflow with a slot pending is not read again until
+/// the slot is started or dropped. The job's `plan` applies the misfire policy.
+fn plan_workflows(
+    conn: &mut AnyConnection,
+    window: Window,
+    metrics: &Arc<Metrics>,
+) -> Result<(Vec<WorkflowDue>, bool), Error> {
+    let rows = workflow::due(conn, window.horizon_ms, BATCH)?;
+    let more = rows.len() as i64 == BATCH;
+    let mut dues = Vec::new();
+    for row in rows {
+        let Some(stored_next) = row.next_fire_ms else {
+            continue;
+        };
+        let (schedule, tz) = match row.schedule() {
+            Ok(parsed) => parsed,
+            Err(e) => {
+                tracing::error!(workflow_id = %row.id, error = %e, "Workflow has an unreadable schedule; it will not fire until it is saved again");
+                workflow::plan(conn, row.id, stored_next, None, None)?;
+                continue;
+            }
+        };
+        let one = Window {
+            max_fires: 1,
+            ..window
+        };
+        let planned = plan(&schedule, tz, row.misfire, stored_next, one);
+        if planned.missed > 0 {
+            tracing::warn!(workflow_id = %row.id, missed = planned.missed, policy = %row.misfire.as_str(), "Misfired workflow slots (no admin could fire them in time)");
+            metrics
+                .misfired_slots
+                .add(row.misfire.as_str(), planned.missed);
+        }
+        let fire = planned.fires.first().map(|f| (f.slot_ms, f.at_ms));
+        if !workflow::plan(conn, row.id, stored_next, planned.next_fire_ms, fire)? {
+            // Edited since it was read: the edit planned it again.
+            continue;
+        }
+        if let Some((slot_ms, at_ms)) = fire {
+            dues.push(WorkflowDue {
+                at_ms,
+                workflow_id: row.id,
+                slot_ms,
+            });
+        }
+    }
+    Ok((dues, more))
 }
 
 fn new_run(p: &Planned, fire: &super::plan::Fire, now: i64) -> job_run::NewJobRun {

@@ -1,4 +1,4 @@
-//! Starts the scheduler's workers; `Workers::shutdown` (or dropping them) stops them.
+//! Starts the scheduler's workers (plan loop, run timer, workflow timer, monitors, alerts); `Workers::shutdown` (or dropping them) stops them.
 
 use std::time::Duration;
 
@@ -10,7 +10,7 @@ const MAX_SLEEP_MS: i64 = 1_000;
 /// A floor so that a job whose next fire could not be moved is not re-read in a spin.
 const MIN_SLEEP_MS: i64 = 10;
 
-/// Spawns the plan loop, the timer, the monitors and the alert delivery worker.
+/// Spawns the plan loop, the timers, the monitors and the alert delivery worker.
 ///
 /// # Errors
 /// When called twice on one state (the timer's inbox is taken).
@@ -19,9 +19,17 @@ pub fn spawn_workers(state: &web::Data<AppState>) -> anyhow::Result<Workers> {
         .scheduler
         .take_inbox()
         .ok_or_else(|| anyhow::anyhow!("the scheduler of this admin is already running"))?;
+    let workflow_inbox = state
+        .scheduler
+        .take_workflow_inbox()
+        .ok_or_else(|| anyhow::anyhow!("the scheduler of this admin is already running"))?;
     let mut workers = Workers::new(state.metrics.workers.clone());
     let s = state.clone();
     workers.spawn("timer", move |w| super::timer::run(s, inbox, w));
+    let s = state.clone();
+    workers.spawn("workflow timer", move |w| {
+        super::workflow_fire::run(s, workflow_inbox, w)
+    });
     let s = state.clone();
     workers.spawn("plan", move |w| plan_loop(s, w));
     let s = state.clone();
@@ -37,6 +45,7 @@ async fn plan_loop(state: web::Data<AppState>, mut worker: Worker) {
             Ok(outcome) => {
                 worker.succeeded();
                 state.scheduler.enqueue(outcome.dues);
+                state.scheduler.enqueue_workflows(outcome.workflow_dues);
                 if outcome.more {
                     Duration::ZERO
                 } else {

@@ -17,13 +17,16 @@ use crate::db::{
 };
 use crate::domain::ids::{ChannelId, GroupId, JobId, RunId, WorkflowId, WorkflowRunId};
 use crate::domain::job::{
-    MAX_DESCRIPTION_CHARS, MAX_NAME_CHARS, MAX_PARAMS_BYTES, MAX_TIMEOUT_S, check_name, check_text,
+    MAX_DESCRIPTION_CHARS, MAX_NAME_CHARS, MAX_PARAMS_BYTES, MAX_TIMEOUT_S, ScheduleInput,
+    check_name, check_text,
 };
-use crate::domain::policy::{Concurrency, TriggerKind};
+use crate::domain::policy::{Concurrency, Misfire, TriggerKind};
+use crate::domain::schedule::ScheduleType;
 use crate::domain::workflow::{Definition, EdgeDef, Graph, NodeDef, NodeStatus, WorkflowStatus};
 use crate::error::Error;
 use crate::lifecycle::{Changes, workflow as engine};
 use crate::service::Paged;
+use crate::service::jobs::ScheduleView;
 use crate::state::AppState;
 
 /// `POST /api/v1/workflows` and `PUT /api/v1/workflows/{id}`.
@@ -52,10 +55,16 @@ pub struct WorkflowInput {
     /// Alerts when a run ends failed or timed out, on these channels.
     #[serde(default)]
     pub alert: Option<WorkflowAlertInput>,
-    /// Only `{"type": "none"}` so far: workflows are triggered through the API or console.
+    /// As a job's: `none` (default: run when triggered), `cron`, `fixed_rate` or `once`, with
+    /// a time zone. A scheduled fire starts a run with trigger kind `schedule` (or `misfire`
+    /// for a catch-up), under the concurrency policy.
     #[serde(default)]
-    #[schema(value_type = Object)]
-    pub schedule: Option<serde_json::Value>,
+    pub schedule: Option<ScheduleInput>,
+    /// As a job's: after an outage, `do_nothing` (default) or `fire_once_now`. Read as text
+    /// and parsed by `check_input`, so that a bad value is refused naming `misfire`.
+    #[serde(default)]
+    #[schema(example = "do_nothing")]
+    pub misfire: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
@@ -84,6 +93,10 @@ pub struct WorkflowView {
     pub timeout_s: i64,
     pub enabled: bool,
     pub alert: WorkflowAlertView,
+    pub schedule: ScheduleView,
+    pub misfire: Misfire,
+    /// The next scheduled slot not planned yet (`None`: unscheduled, disabled or done).
+    pub next_fire_ms: Option<i64>,
     pub created_ms: i64,
     pub updated_ms: i64,
 }
@@ -114,6 +127,9 @@ pub struct WorkflowRunView {
     pub message: String,
     pub started_ms: i64,
     pub finished_ms: Option<i64>,
+    /// The scheduled slot this run stands for; absent for a manual or API trigger.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fire_slot_ms: Option<i64>,
     /// Present when one run is read; omitted in lists.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nodes: Option<Vec<NodeRunView>>,
@@ -141,6 +157,15 @@ fn view(row: Workflow) -> Result<WorkflowView, Error> {
             on_failure: row.alert_on_failure,
             channels: row.alert_channels.0,
         },
+        schedule: ScheduleView {
+            kind: row.schedule_type,
+            expr: row.schedule_expr,
+            interval_s: row.interval_s,
+            at_ms: row.once_at_ms,
+            timezone: row.timezone,
+        },
+        misfire: row.misfire,
+        next_fire_ms: row.next_fire_ms,
         created_ms: row.created_ms,
         updated_ms: row.updated_ms,
     })
@@ -157,11 +182,13 @@ fn run_view(row: WorkflowRun, nodes: Option<Vec<NodeRunView>>) -> WorkflowRunVie
         message: row.message,
         started_ms: row.started_ms,
         finished_ms: row.finished_ms,
+        fire_slot_ms: row.fire_slot_ms,
         nodes,
     }
 }
 
 /// A checked input: the row's fields and the graph.
+#[derive(Debug)]
 struct Checked {
     fields: WorkflowFields,
     graph: Graph,
@@ -190,16 +217,22 @@ fn check_input(input: WorkflowInput, now: i64) -> Result<Checked, Error> {
             format!("must be between 0 and {MAX_TIMEOUT_S} (got {timeout_s})"),
         ));
     }
-    if let Some(schedule) = &input.schedule {
-        let kind = schedule.get("type").and_then(serde_json::Value::as_str);
-        if kind != Some("none") {
-            return Err(Error::invalid(
-                "schedule",
-                "only {\"type\": \"none\"} for now: a workflow runs when triggered \
-                 (POST /api/v1/workflows/{id}/trigger or the console)",
-            ));
-        }
-    }
+    // The job's rules and parser: `schedule.*` fields are named as a job's are.
+    let schedule_input = input.schedule.unwrap_or(ScheduleInput {
+        kind: ScheduleType::None,
+        expr: None,
+        interval_s: None,
+        at_ms: None,
+        timezone: None,
+    });
+    let (schedule, tz) = schedule_input.validate()?;
+    let enabled = input.enabled.unwrap_or(true);
+    let misfire = match input.misfire.as_deref() {
+        None => Misfire::DoNothing,
+        Some(text) => text.parse::<Misfire>().map_err(|_| {
+            Error::invalid("misfire", format!("must be one of {}", Misfire::names()))
+        })?,
+    };
     let alert = input.alert.unwrap_or_default();
     let channels = alert.channels.unwrap_or_default();
     if channels.len() > 20 {
@@ -223,8 +256,24 @@ fn check_input(input: WorkflowInput, now: i64) -> Result<Checked, Error> {
             timeout_s,
             alert_on_failure: alert.on_failure.unwrap_or(false),
             alert_channels: channels.into(),
-            enabled: input.enabled.unwrap_or(true),
+            enabled,
             updated_ms: now,
+            schedule_type: schedule.kind(),
+            schedule_expr: schedule_input
+                .expr
+                .filter(|_| schedule.kind() == ScheduleType::Cron),
+            interval_s: schedule_input.interval_s,
+            once_at_ms: schedule_input.at_ms,
+            timezone: tz.name().to_owned(),
+            misfire,
+            // Planned from now, as a job's is: a fixed rate is anchored at the save.
+            next_fire_ms: if enabled {
+                schedule.next_after(now, now, tz)
+            } else {
+                None
+            },
+            pending_slot_ms: None,
+            pending_at_ms: None,
         },
         graph,
     })
@@ -336,6 +385,8 @@ pub async fn create(
             Ok(created)
         })
         .await
+        // Plan at once: a new or changed schedule must not wait for the next pass.
+        .inspect(|_| state.scheduler.workflows_changed())
 }
 
 pub async fn update(
@@ -367,6 +418,8 @@ pub async fn update(
             Ok(after)
         })
         .await
+        // Plan at once: a new or changed schedule must not wait for the next pass.
+        .inspect(|_| state.scheduler.workflows_changed())
 }
 
 /// Deletes a workflow with no run in progress; its finished runs stay readable.
@@ -397,6 +450,8 @@ pub async fn delete(state: &AppState, actor: &Actor, id: WorkflowId) -> Result<(
             )
         })
         .await
+        // Plan at once: a new or changed schedule must not wait for the next pass.
+        .inspect(|_| state.scheduler.workflows_changed())
 }
 
 pub async fn get(state: &AppState, actor: &Actor, id: WorkflowId) -> Result<WorkflowView, Error> {
@@ -469,40 +524,33 @@ pub async fn trigger(
                     message: format!("workflow {id} is disabled"),
                 });
             }
-            let mut killed = Vec::new();
-            let in_flight = workflow_run::in_flight(conn, id)?;
-            match row.concurrency {
-                Concurrency::Allow => {}
-                Concurrency::Forbid => {
-                    if let Some(other) = in_flight.first() {
-                        return Err(Error::Conflict {
-                            field: None,
-                            message: format!(
-                                "workflow run {} is still {} (concurrency policy forbid)",
-                                other.id, other.status
-                            ),
-                        });
-                    }
+            let killed = match engine::make_room(conn, &mut changes, &row)? {
+                engine::Room::Free(killed) => killed,
+                engine::Room::Busy(other) => {
+                    return Err(Error::Conflict {
+                        field: None,
+                        message: format!(
+                            "workflow run {} is still {} (concurrency policy forbid)",
+                            other.id, other.status
+                        ),
+                    });
                 }
-                Concurrency::Replace => {
-                    for other in in_flight {
-                        killed.extend(engine::cancel(
-                            conn,
-                            &mut changes,
-                            other.id,
-                            WorkflowStatus::Cancelled,
-                            "replaced by a new run (concurrency policy replace)",
-                        )?);
-                    }
-                }
-            }
+            };
             let graph = crate::domain::workflow::Definition::validate(
                 serde_json::from_str(&row.definition).map_err(|e| {
                     Error::Internal(anyhow::anyhow!("workflow {id}: stored definition: {e}"))
                 })?,
             )?;
             let params = request.params.unwrap_or_else(|| row.params.clone());
-            let run_id = engine::start(conn, &mut changes, &row, &graph, params, TriggerKind::Api)?;
+            let run_id = engine::start(
+                conn,
+                &mut changes,
+                &row,
+                &graph,
+                params,
+                TriggerKind::Api,
+                None,
+            )?;
             audit::record(
                 conn,
                 &actor_owned,
@@ -726,6 +774,12 @@ pub struct WorkflowDocumentBody {
     pub nodes: Vec<DocumentNode>,
     #[serde(default)]
     pub edges: Vec<EdgeDef>,
+    /// Absent in documents written before workflows had schedules: `none`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<ScheduleInput>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(example = "do_nothing")]
+    pub misfire: Option<String>,
 }
 
 fn enabled_by_default() -> bool {
@@ -836,6 +890,14 @@ pub async fn export(
             alert: Some(view.alert),
             nodes,
             edges: view.edges,
+            schedule: Some(ScheduleInput {
+                kind: view.schedule.kind,
+                expr: view.schedule.expr,
+                interval_s: view.schedule.interval_s,
+                at_ms: view.schedule.at_ms,
+                timezone: Some(view.schedule.timezone),
+            }),
+            misfire: Some(view.misfire.as_str().to_owned()),
         },
         jobs: jobs
             .into_iter()
@@ -967,7 +1029,8 @@ pub async fn import(
                     on_failure: Some(a.on_failure),
                     channels: Some(a.channels),
                 }),
-                schedule: None,
+                schedule: body.schedule,
+                misfire: body.misfire,
             };
             let checked =
                 check_input(input, now).map_err(in_document("document.workflow".to_owned()))?;
@@ -1004,7 +1067,119 @@ pub async fn import(
             }
         })
         .await?;
-    // The imported jobs' schedules are planned at once, as an edit's would be.
+    // The imported jobs' and workflow's schedules are planned at once, as an edit's would be.
     state.scheduler.jobs_changed();
+    state.scheduler.workflows_changed();
     Ok(outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+    use serde_json::json;
+
+    use super::*;
+
+    fn input(extra: serde_json::Value) -> WorkflowInput {
+        let mut body = json!({
+            "group_id": 1, "name": "nightly",
+            "nodes": [{"key": "a", "job_id": 1}],
+        });
+        if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+            body.extend(extra.clone());
+        }
+        serde_json::from_value(body).unwrap()
+    }
+
+    #[test]
+    fn a_cron_schedule_in_a_time_zone_plans_as_a_jobs_does() {
+        let now = chrono::Utc
+            .with_ymd_and_hms(2026, 1, 1, 0, 30, 0)
+            .unwrap()
+            .timestamp_millis();
+        let schedule = json!({"type": "cron", "expr": "0 0 9 * * ?", "timezone": "Asia/Shanghai"});
+        let checked = check_input(
+            input(json!({"schedule": schedule, "misfire": "fire_once_now"})),
+            now,
+        )
+        .unwrap();
+        let f = &checked.fields;
+        // 00:30Z is 08:30 in Shanghai: the next 09:00 there is 01:00Z.
+        let expected = chrono::Utc
+            .with_ymd_and_hms(2026, 1, 1, 1, 0, 0)
+            .unwrap()
+            .timestamp_millis();
+        assert_eq!(f.next_fire_ms, Some(expected));
+        // The job's parser and computation give the same.
+        let (job_schedule, tz) = serde_json::from_value::<ScheduleInput>(schedule)
+            .unwrap()
+            .validate()
+            .unwrap();
+        assert_eq!(job_schedule.next_after(now, now, tz), Some(expected));
+        assert_eq!(
+            (f.schedule_type, f.timezone.as_str(), f.misfire),
+            (ScheduleType::Cron, "Asia/Shanghai", Misfire::FireOnceNow)
+        );
+        assert_eq!(f.schedule_expr.as_deref(), Some("0 0 9 * * ?"));
+        // What is stored reads back as the same schedule.
+        let (stored, stored_tz) = crate::domain::schedule::from_stored(
+            f.schedule_type,
+            f.schedule_expr.as_deref(),
+            f.interval_s,
+            f.once_at_ms,
+            &f.timezone,
+        )
+        .unwrap();
+        assert_eq!(stored.next_after(now, now, stored_tz), Some(expected));
+    }
+
+    #[test]
+    fn no_schedule_or_disabled_never_fires() {
+        let none = check_input(input(json!({})), 1_000).unwrap();
+        assert_eq!(none.fields.schedule_type, ScheduleType::None);
+        assert_eq!(none.fields.next_fire_ms, None);
+        let disabled = check_input(
+            input(json!({"enabled": false, "schedule": {"type": "fixed_rate", "interval_s": 5}})),
+            1_000,
+        )
+        .unwrap();
+        assert_eq!(disabled.fields.next_fire_ms, None);
+        let rate = check_input(
+            input(json!({"schedule": {"type": "fixed_rate", "interval_s": 5}})),
+            1_000,
+        )
+        .unwrap();
+        assert_eq!(rate.fields.next_fire_ms, Some(6_000));
+    }
+
+    #[test]
+    fn bad_schedules_name_the_field() {
+        let cases = [
+            (
+                json!({"type": "cron", "expr": "0 0 25 * * ?"}),
+                "schedule.expr",
+            ),
+            (json!({"type": "cron"}), "schedule.expr"),
+            (
+                json!({"type": "cron", "expr": "0 0 9 * * ?", "timezone": "Mars/Olympus"}),
+                "schedule.timezone",
+            ),
+            (json!({"type": "fixed_rate"}), "schedule.interval_s"),
+            (
+                json!({"type": "fixed_rate", "interval_s": 0}),
+                "schedule.interval_s",
+            ),
+            (
+                json!({"type": "fixed_rate", "interval_s": 5, "expr": "* * * * * ?"}),
+                "schedule.expr",
+            ),
+            (json!({"type": "once"}), "schedule.at_ms"),
+        ];
+        for (schedule, field) in cases {
+            let err = check_input(input(json!({"schedule": schedule})), 0).unwrap_err();
+            assert_eq!(err.field(), Some(field), "{schedule}: {err}");
+        }
+        let err = check_input(input(json!({"misfire": "sometimes"})), 0).unwrap_err();
+        assert_eq!(err.field(), Some("misfire"));
+    }
 }

@@ -732,3 +732,120 @@ async fn a_workflow_survives_its_admin_killed_mid_run_and_runs_every_node_once()
     );
     drop(agents);
 }
+
+/// Two admin processes schedule one every-second workflow; the first is killed -9 mid-stream.
+/// Each slot has exactly one workflow run in the table (the pending slot is taken by one
+/// admin, and the slot is a unique key), and the survivor fires on by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_admins_start_each_workflow_slot_once() {
+    use jobfleet_admin::db::Page;
+    use jobfleet_admin::db::workflow_run::{self, RunFilter};
+    use jobfleet_admin::domain::ids::WorkflowId;
+
+    let db = crate::support::mysql_db().await;
+    let url = db.url_string();
+    let client = http_client();
+    let mut first = AdminProc::start(&url);
+    first.ready(&client).await;
+    let second = AdminProc::start(&url);
+    second.ready(&client).await;
+    let token = second.login(&client).await;
+    let group = first.group(&client, &token, "wfcluster").await;
+    let dir = tempfile::tempdir().unwrap();
+    let admins = format!("{}/,{}/", first.base, second.base);
+    let agent = AgentProc::start(&admins, "wfcluster", &dir.path().join("a"));
+    second.wait_for_agent(&client, &token, &agent.address).await;
+    let job = call(
+        &client,
+        "POST",
+        format!("{}/api/v1/jobs", first.base),
+        &token,
+        json!({"group_id": group, "name": "step", "schedule": {"type": "none"},
+            "handler": {"type": "shell", "command": "true"}}),
+    )
+    .await["id"]
+        .as_i64()
+        .unwrap();
+    let body = json!({"group_id": group, "name": "every-second",
+        "schedule": {"type": "fixed_rate", "interval_s": 1},
+        "nodes": [{"key": "a", "job_id": job}]});
+    let wf = call(
+        &client,
+        "POST",
+        format!("{}/api/v1/workflows", first.base),
+        &token,
+        body.clone(),
+    )
+    .await["id"]
+        .as_i64()
+        .unwrap();
+    let runs = || {
+        let mut conn = db.conn();
+        workflow_run::list(
+            &mut conn,
+            &RunFilter {
+                workflow_id: Some(WorkflowId(wf)),
+                ..RunFilter::default()
+            },
+            Page {
+                limit: 500,
+                offset: 0,
+            },
+        )
+        .unwrap()
+        .0
+    };
+    let succeeded_after = |after_ms: i64| {
+        runs()
+            .iter()
+            .filter(|r| {
+                r.status.as_str() == "succeeded" && r.fire_slot_ms.is_some_and(|s| s > after_ms)
+            })
+            .count()
+    };
+    let now_ms = || chrono::Utc::now().timestamp_millis();
+    wait_for(Duration::from_secs(60), "both admins to fire", || async {
+        (succeeded_after(0) >= 5).then_some(())
+    })
+    .await;
+    first.kill9();
+    let killed_ms = now_ms();
+    wait_for(
+        Duration::from_secs(60),
+        "the survivor to fire on",
+        || async { (succeeded_after(killed_ms + 6_000) >= 3).then_some(()) },
+    )
+    .await;
+    let mut disabled = body;
+    disabled["enabled"] = json!(false);
+    call(
+        &client,
+        "PUT",
+        format!("{}/api/v1/workflows/{wf}", second.base),
+        &token,
+        disabled,
+    )
+    .await;
+    let all = runs();
+    let mut slots: BTreeMap<i64, usize> = BTreeMap::new();
+    for run in &all {
+        let slot = run
+            .fire_slot_ms
+            .unwrap_or_else(|| panic!("a scheduled run without its slot: {run:?}"));
+        *slots.entry(slot).or_insert(0) += 1;
+    }
+    assert!(
+        slots.values().all(|n| *n == 1),
+        "a slot started twice: {slots:?}"
+    );
+    let keys: Vec<i64> = slots.keys().copied().collect();
+    assert!(
+        keys.windows(2).all(|w| (w[1] - w[0]) % 1000 == 0),
+        "slots keep the fixed-rate phase: {keys:?}"
+    );
+    assert!(
+        keys.first().is_some_and(|s| *s < killed_ms)
+            && keys.last().is_some_and(|s| *s > killed_ms + 6_000),
+        "fired through the kill: {keys:?}"
+    );
+}

@@ -6,7 +6,12 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::support::{AgentProc, TestApp, both_backends, wait_for};
+use jobfleet_admin::domain::ids::WorkflowId;
+use jobfleet_admin::scheduler::WorkflowDue;
+use jobfleet_admin::scheduler::tick;
+use jobfleet_admin::scheduler::workflow_fire::{self, Fired};
+
+use crate::support::{AgentProc, Opts, TestApp, both_backends, wait_for};
 
 const FINISH_WITHIN: Duration = Duration::from_secs(60);
 
@@ -87,6 +92,11 @@ impl Fleet {
             },
         )
         .await
+    }
+
+    /// The workflow's runs, newest first (list form: no nodes).
+    async fn runs_of(&self, workflow: i64) -> Vec<Value> {
+        workflow_runs(&self.app, workflow).await
     }
 
     async fn operate(&self, id: i64, operation: &str) -> crate::support::Response {
@@ -593,9 +603,9 @@ async fn bad_definitions_and_concurrency(mysql: bool) {
             "",
         ),
         (
-            json!({"name": "sched", "nodes": [{"key": "a", "job_id": ok}], "schedule": {"type": "cron", "expr": "* * * * * *"}}),
-            "schedule",
-            "none",
+            json!({"name": "sched", "nodes": [{"key": "a", "job_id": ok}], "schedule": {"type": "cron", "expr": "* * *"}}),
+            "schedule.expr",
+            "",
         ),
         (
             json!({"name": "alerted", "nodes": [{"key": "a", "job_id": ok}],
@@ -824,6 +834,8 @@ async fn export_and_import(mysql: bool) {
     let wf = f
         .workflow(json!({
             "name": "portable", "params": "p", "concurrency": "forbid",
+            "schedule": {"type": "cron", "expr": "0 0 3 * * ?", "timezone": "Europe/Berlin"},
+            "misfire": "fire_once_now",
             "nodes": [{"key": "a", "job_id": emit}, {"key": "b", "job_id": show, "timeout_s": 30}],
             "edges": [{"from": "a", "to": "b", "on": "always"}],
         }))
@@ -837,6 +849,11 @@ async fn export_and_import(mysql: bool) {
     assert_eq!(doc["kind"], "jobfleet.workflow");
     assert_eq!(doc["workflow"]["nodes"][1]["job"], "show", "{doc}");
     assert_eq!(doc["jobs"].as_array().unwrap().len(), 2, "{doc}");
+    assert_eq!(
+        doc["workflow"]["schedule"],
+        json!({"type": "cron", "expr": "0 0 3 * * ?", "timezone": "Europe/Berlin"})
+    );
+    assert_eq!(doc["workflow"]["misfire"], "fire_once_now");
 
     let target = f.app.group("elsewhere").await;
     let import = |doc: Value| {
@@ -871,6 +888,9 @@ async fn export_and_import(mysql: bool) {
         .clone();
     assert_eq!(imported["nodes"][1]["job_id"], show_there);
     assert_eq!(imported["nodes"][1]["timeout_s"], 30);
+    assert_eq!(imported["schedule"], doc["workflow"]["schedule"]);
+    assert_eq!(imported["misfire"], "fire_once_now");
+    assert!(imported["next_fire_ms"].as_i64().is_some(), "{imported}");
     // Again: the same jobs and workflow, updated in place.
     let r = import(doc.clone()).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
@@ -882,8 +902,31 @@ async fn export_and_import(mysql: bool) {
         .body;
     assert_eq!(jobs["total"], 2, "no job twice: {jobs}");
 
-    // A bad document changes nothing: a node naming an unknown job, a bad job, a wrong kind.
+    // A document written before workflows had schedules imports as unscheduled.
+    let mut old = doc.clone();
+    old["workflow"]["name"] = json!("older");
+    let fields = old["workflow"].as_object_mut().unwrap();
+    fields.remove("schedule");
+    fields.remove("misfire");
+    let r = import(old).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    assert_eq!(r.body["schedule"]["type"], "none", "{}", r.body);
+    assert!(r.body["next_fire_ms"].is_null(), "{}", r.body);
+
+    // A bad document changes nothing: a node naming an unknown job, a bad job, a wrong kind,
+    // a bad schedule.
     let before = f.app.footprint().await;
+    let mut bad_schedule = doc.clone();
+    bad_schedule["workflow"]["name"] = json!("other");
+    bad_schedule["workflow"]["schedule"]["timezone"] = json!("Mars/Olympus");
+    let r = import(bad_schedule).await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.body);
+    assert_eq!(
+        r.field(),
+        Some("document.workflow.schedule.timezone"),
+        "{}",
+        r.body
+    );
     let mut unknown = doc.clone();
     unknown["workflow"]["name"] = json!("other");
     unknown["workflow"]["nodes"][0]["job"] = json!("nope");
@@ -916,3 +959,444 @@ async fn export_and_import(mysql: bool) {
     );
 }
 both_backends!(export_and_import);
+
+async fn workflow_runs(app: &TestApp, workflow: i64) -> Vec<Value> {
+    let r = app
+        .get(
+            &format!("/api/v1/workflow-runs?workflow_id={workflow}&limit=500"),
+            &app.admin,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    r.body["items"].as_array().unwrap().clone()
+}
+
+/// Waits until two plan passes have ended and `settle_ms` has gone by since `since_ms`: what a
+/// pass begun before a change could still plan has had its time to start.
+async fn settled(app: &TestApp, since_ms: i64, settle_ms: i64) {
+    let plan_passes = || app.state.metrics.workers.snapshot()["plan"].passes;
+    let passes = plan_passes();
+    wait_for(
+        FINISH_WITHIN,
+        "two plan passes and the settle time",
+        || async {
+            (plan_passes() >= passes + 2 && app.now_ms() > since_ms + settle_ms).then_some(())
+        },
+    )
+    .await;
+}
+
+/// A workflow scheduled at a fixed rate of one second: the scheduler starts a run per slot, each
+/// runs both nodes on the real agent; disabling the workflow stops new runs.
+async fn a_fixed_rate_workflow_fires_until_disabled(mysql: bool) {
+    let f = fleet(mysql).await;
+    let ok = f.shell("ok", "true").await;
+    let mut body = json!({
+        "name": "every-second",
+        "nodes": [{"key": "a", "job_id": ok}, {"key": "b", "job_id": ok}],
+        "edges": [{"from": "a", "to": "b"}],
+        "schedule": {"type": "fixed_rate", "interval_s": 1},
+    });
+    let wf = f.workflow(body.clone()).await;
+    let view = f
+        .app
+        .get(&format!("/api/v1/workflows/{wf}"), &f.app.admin)
+        .await
+        .body;
+    assert_eq!(
+        view["schedule"],
+        json!({"type": "fixed_rate", "interval_s": 1, "timezone": "UTC"})
+    );
+    assert_eq!(view["misfire"], "do_nothing");
+    assert!(view["next_fire_ms"].as_i64().is_some(), "{view}");
+
+    let done = wait_for(FINISH_WITHIN, "three scheduled runs to succeed", || async {
+        let done: Vec<Value> = f
+            .runs_of(wf)
+            .await
+            .into_iter()
+            .filter(|r| r["status"] == "succeeded")
+            .collect();
+        (done.len() >= 3).then_some(done)
+    })
+    .await;
+    let mut slots = Vec::new();
+    for summary in &done {
+        assert_eq!(summary["trigger_kind"], "schedule", "{summary}");
+        let slot = summary["fire_slot_ms"].as_i64().unwrap();
+        assert!(summary["started_ms"].as_i64().unwrap() >= slot, "{summary}");
+        let run = f.run(summary["id"].as_i64().unwrap()).await;
+        assert_eq!(
+            statuses(&run),
+            pairs(&[("a", "succeeded"), ("b", "succeeded")]),
+            "{run}"
+        );
+        slots.push(slot);
+    }
+    slots.sort_unstable();
+    slots.dedup();
+    assert_eq!(slots.len(), done.len(), "one run per slot: {done:?}");
+    assert!(
+        slots.windows(2).all(|w| (w[1] - w[0]) % 1000 == 0),
+        "slots keep the fixed-rate phase: {slots:?}"
+    );
+
+    body["group_id"] = json!(f.group);
+    body["enabled"] = json!(false);
+    let r = f
+        .app
+        .call(
+            "PUT",
+            &format!("/api/v1/workflows/{wf}"),
+            Some(&f.app.admin),
+            Some(body),
+        )
+        .await;
+    assert!(r.status.is_success(), "{}", r.body);
+    assert!(r.body["next_fire_ms"].is_null(), "{}", r.body);
+    let disabled_at = f.app.now_ms();
+    settled(&f.app, disabled_at, 2_000).await;
+    let runs = f.runs_of(wf).await;
+    assert!(
+        runs.iter()
+            .all(|r| r["fire_slot_ms"].as_i64().unwrap() <= disabled_at),
+        "no slot after the disable started: {runs:?}"
+    );
+}
+both_backends!(a_fixed_rate_workflow_fires_until_disabled);
+
+/// A `once` workflow starts one run, at its time, and never again.
+async fn a_once_workflow_fires_once_at_its_time(mysql: bool) {
+    let f = fleet(mysql).await;
+    let ok = f.shell("ok", "true").await;
+    let at = f.app.now_ms() + 1_500;
+    let wf = f
+        .workflow(json!({
+            "name": "once",
+            "nodes": [{"key": "a", "job_id": ok}],
+            "schedule": {"type": "once", "at_ms": at},
+        }))
+        .await;
+    let run = wait_for(FINISH_WITHIN, "the once run to succeed", || async {
+        f.runs_of(wf)
+            .await
+            .into_iter()
+            .find(|r| r["status"] == "succeeded")
+    })
+    .await;
+    assert_eq!(run["trigger_kind"], "schedule", "{run}");
+    assert_eq!(run["fire_slot_ms"].as_i64(), Some(at), "{run}");
+    assert!(run["started_ms"].as_i64().unwrap() >= at, "{run}");
+    let view = f
+        .app
+        .get(&format!("/api/v1/workflows/{wf}"), &f.app.admin)
+        .await
+        .body;
+    assert!(view["next_fire_ms"].is_null(), "{view}");
+    settled(&f.app, f.app.now_ms(), 1_000).await;
+    assert_eq!(f.runs_of(wf).await.len(), 1);
+}
+both_backends!(a_once_workflow_fires_once_at_its_time);
+
+/// With a manual clock and passes run by hand: a slot is planned in the pre-read window and
+/// starts once; a slot whose admin stopped before starting it is started by the monitors; the
+/// `forbid` policy skips a slot while a run is in progress; after an outage `do_nothing` drops
+/// the missed slots and `fire_once_now` starts one catch-up (trigger kind `misfire`).
+async fn misfire_recovery_and_forbid_with_a_manual_clock(mysql: bool) {
+    let app = TestApp::start_opts(crate::support::test_db(mysql).await, &[], Opts::default()).await;
+    let g = app.group("wf-manual").await;
+    // No agent: node runs stay pending, so a started workflow run stays in progress.
+    let step = app
+        .job_from(
+            g,
+            json!({"name": "step", "handler": {"type": "shell", "command": "true"}}),
+        )
+        .await;
+    let t0 = app.now_ms();
+    let create = |name: &str, misfire: &str, concurrency: &str| {
+        let body = json!({
+            "group_id": g, "name": name, "misfire": misfire, "concurrency": concurrency,
+            "nodes": [{"key": "a", "job_id": step}],
+            "schedule": {"type": "fixed_rate", "interval_s": 10},
+        });
+        let app = &app;
+        async move {
+            let r = app.post("/api/v1/workflows", &app.admin, body).await;
+            assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+            r.body["id"].as_i64().unwrap()
+        }
+    };
+    let skip = create("skip", "do_nothing", "allow").await;
+    let catch_up = create("catch-up", "fire_once_now", "allow").await;
+    let forbid = create("forbid", "do_nothing", "forbid").await;
+    let due_of = |dues: &[WorkflowDue], wf: i64| -> WorkflowDue {
+        *dues
+            .iter()
+            .find(|d| d.workflow_id == WorkflowId(wf))
+            .unwrap_or_else(|| panic!("no due for workflow {wf}: {dues:?}"))
+    };
+
+    // Nothing is due yet: the first slot is 10 s after creation, beyond the 5 s pre-read.
+    assert!(
+        tick::tick(&app.state)
+            .await
+            .unwrap()
+            .workflow_dues
+            .is_empty()
+    );
+    app.clock.advance(6_000);
+    let planned = tick::tick(&app.state).await.unwrap().workflow_dues;
+    assert_eq!(planned.len(), 3, "{planned:?}");
+    assert!(
+        planned
+            .iter()
+            .all(|d| d.slot_ms == t0 + 10_000 && d.at_ms == d.slot_ms)
+    );
+    // A second pass plans nothing twice.
+    assert!(
+        tick::tick(&app.state)
+            .await
+            .unwrap()
+            .workflow_dues
+            .is_empty()
+    );
+
+    // At its time the slot starts, once.
+    app.clock.advance(4_000);
+    let first = due_of(&planned, forbid);
+    assert!(matches!(
+        workflow_fire::fire(&app.state, first).await.unwrap(),
+        Fired::Started(_)
+    ));
+    assert_eq!(
+        workflow_fire::fire(&app.state, first).await.unwrap(),
+        Fired::Gone
+    );
+    // The other two were planned by an admin that "stopped" before starting them: the
+    // monitors start them once they are late by the orphan delay (within the threshold).
+    app.clock.advance(3_500);
+    assert_eq!(workflow_fire::recover(&app.state).await.unwrap(), 2);
+    for wf in [skip, catch_up, forbid] {
+        let runs = workflow_runs(&app, wf).await;
+        assert_eq!(runs.len(), 1, "{runs:?}");
+        assert_eq!(runs[0]["fire_slot_ms"].as_i64(), Some(t0 + 10_000));
+        assert_eq!(runs[0]["trigger_kind"], "schedule");
+    }
+
+    // The next slot of `forbid` while its first run is in progress is skipped.
+    app.clock.advance(2_500);
+    let second = tick::tick(&app.state).await.unwrap().workflow_dues;
+    assert_eq!(second.len(), 3, "{second:?}");
+    app.clock.advance(4_000);
+    assert!(matches!(
+        workflow_fire::fire(&app.state, due_of(&second, forbid))
+            .await
+            .unwrap(),
+        Fired::Skipped(_)
+    ));
+    assert_eq!(workflow_runs(&app, forbid).await.len(), 1);
+
+    // The admin is down for half an hour with slots of `skip` and `catch-up` planned.
+    app.clock.advance(1_800_000);
+    let missed_before = app.state.metrics.misfired_slots.get("do_nothing");
+    assert_eq!(workflow_fire::recover(&app.state).await.unwrap(), 0);
+    let after = tick::tick(&app.state).await.unwrap().workflow_dues;
+    let now = app.now_ms();
+    let catch = due_of(&after, catch_up);
+    assert_eq!(catch.at_ms, now, "the catch-up starts now: {after:?}");
+    assert!(matches!(
+        workflow_fire::fire(&app.state, catch).await.unwrap(),
+        Fired::Started(_)
+    ));
+    for d in after
+        .iter()
+        .filter(|d| d.workflow_id != WorkflowId(catch_up))
+    {
+        assert_eq!(
+            d.at_ms, d.slot_ms,
+            "do_nothing plans no catch-up: {after:?}"
+        );
+        assert!(d.slot_ms >= now - 5_000, "{after:?}");
+    }
+    let catch_runs = workflow_runs(&app, catch_up).await;
+    let misfires: Vec<&Value> = catch_runs
+        .iter()
+        .filter(|r| r["trigger_kind"] == "misfire")
+        .collect();
+    assert_eq!(misfires.len(), 1, "one catch-up: {catch_runs:?}");
+    assert_eq!(misfires[0]["started_ms"].as_i64(), Some(now));
+    assert_eq!(
+        workflow_runs(&app, skip).await.len(),
+        1,
+        "do_nothing fired nothing"
+    );
+    assert!(
+        app.state.metrics.misfired_slots.get("do_nothing") >= missed_before + 170,
+        "missed slots are counted"
+    );
+    // The catch-up's next slot follows the fixed-rate phase.
+    let view = app
+        .get(&format!("/api/v1/workflows/{catch_up}"), &app.admin)
+        .await
+        .body;
+    let next = view["next_fire_ms"].as_i64().unwrap();
+    assert_eq!((next - t0) % 10_000, 0, "{view}");
+    assert!(next >= now - 5_000, "{view}");
+}
+both_backends!(misfire_recovery_and_forbid_with_a_manual_clock);
+
+/// A cron schedule with a time zone: `next_fire_ms` is the job computation's answer.
+async fn a_cron_workflow_plans_in_its_time_zone(mysql: bool) {
+    let app = TestApp::start_opts(crate::support::test_db(mysql).await, &[], Opts::default()).await;
+    let g = app.group("wf-cron").await;
+    let step = app
+        .job_from(
+            g,
+            json!({"name": "step", "handler": {"type": "shell", "command": "true"}}),
+        )
+        .await;
+    let schedule = json!({"type": "cron", "expr": "0 30 9 * * ?", "timezone": "America/New_York"});
+    let now = app.now_ms();
+    let r = app
+        .post(
+            "/api/v1/workflows",
+            &app.admin,
+            json!({"group_id": g, "name": "nine-thirty", "schedule": schedule,
+                "nodes": [{"key": "a", "job_id": step}]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let (expected, tz) =
+        serde_json::from_value::<jobfleet_admin::domain::job::ScheduleInput>(schedule.clone())
+            .unwrap()
+            .validate()
+            .unwrap();
+    assert_eq!(
+        r.body["next_fire_ms"].as_i64(),
+        expected.next_after(now, now, tz),
+        "{}",
+        r.body
+    );
+    assert_eq!(r.body["schedule"], schedule);
+}
+both_backends!(a_cron_workflow_plans_in_its_time_zone);
+
+/// Bad schedules are refused naming the field, on create and update, and write nothing.
+async fn bad_schedules_are_refused_naming_the_field(mysql: bool) {
+    let app = TestApp::start_opts(crate::support::test_db(mysql).await, &[], Opts::default()).await;
+    let g = app.group("wf-bad").await;
+    let step = app
+        .job_from(
+            g,
+            json!({"name": "step", "handler": {"type": "shell", "command": "true"}}),
+        )
+        .await;
+    let body = |schedule: Value, misfire: Value| {
+        let mut b = json!({"group_id": g, "name": "wf", "schedule": schedule,
+            "nodes": [{"key": "a", "job_id": step}]});
+        if !misfire.is_null() {
+            b["misfire"] = misfire;
+        }
+        b
+    };
+    let cases = [
+        (
+            json!({"type": "cron", "expr": "0 0 12 31 2 ?"}),
+            Value::Null,
+            "schedule.expr",
+        ),
+        (
+            json!({"type": "cron", "expr": "every tuesday"}),
+            Value::Null,
+            "schedule.expr",
+        ),
+        (json!({"type": "cron"}), Value::Null, "schedule.expr"),
+        (
+            json!({"type": "cron", "expr": "0 0 9 * * ?", "timezone": "Mars/Olympus"}),
+            Value::Null,
+            "schedule.timezone",
+        ),
+        (
+            json!({"type": "fixed_rate", "interval_s": 0}),
+            Value::Null,
+            "schedule.interval_s",
+        ),
+        (
+            json!({"type": "fixed_rate"}),
+            Value::Null,
+            "schedule.interval_s",
+        ),
+        (json!({"type": "once"}), Value::Null, "schedule.at_ms"),
+        (
+            json!({"type": "once", "at_ms": 1, "interval_s": 5}),
+            Value::Null,
+            "schedule.interval_s",
+        ),
+        (
+            json!({"type": "none", "colour": "red"}),
+            Value::Null,
+            "colour",
+        ),
+        (json!({"type": "none"}), json!("sometimes"), "misfire"),
+    ];
+    let before = app.footprint().await;
+    for (schedule, misfire, field) in &cases {
+        let r = app
+            .post(
+                "/api/v1/workflows",
+                &app.admin,
+                body(schedule.clone(), misfire.clone()),
+            )
+            .await;
+        assert_eq!(
+            r.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{schedule}: {}",
+            r.body
+        );
+        assert_eq!(r.field(), Some(*field), "{schedule}: {}", r.body);
+    }
+    assert_eq!(
+        app.footprint().await,
+        before,
+        "refused creates wrote nothing"
+    );
+    let r = app.get("/api/v1/workflows", &app.admin).await;
+    assert_eq!(r.body["total"], 0, "{}", r.body);
+
+    // An update with a bad schedule leaves the workflow as it was.
+    let good = body(json!({"type": "fixed_rate", "interval_s": 60}), Value::Null);
+    let r = app.post("/api/v1/workflows", &app.admin, good).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let wf = r.body["id"].as_i64().unwrap();
+    let stored = r.body;
+    let before = app.footprint().await;
+    for (schedule, misfire, field) in &cases {
+        let r = app
+            .call(
+                "PUT",
+                &format!("/api/v1/workflows/{wf}"),
+                Some(&app.admin),
+                Some(body(schedule.clone(), misfire.clone())),
+            )
+            .await;
+        assert_eq!(
+            r.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{schedule}: {}",
+            r.body
+        );
+        assert_eq!(r.field(), Some(*field), "{schedule}: {}", r.body);
+    }
+    assert_eq!(
+        app.footprint().await,
+        before,
+        "refused updates wrote nothing"
+    );
+    let now = app
+        .get(&format!("/api/v1/workflows/{wf}"), &app.admin)
+        .await
+        .body;
+    assert_eq!(now, stored);
+}
+both_backends!(bad_schedules_are_refused_naming_the_field);

@@ -1,0 +1,12 @@
+DROP INDEX uk_workflow_run_slot ON workflow_run;
+ALTER TABLE workflow_run DROP COLUMN fire_slot_ms;
+DROP INDEX ix_workflow_due ON workflow;
+ALTER TABLE workflow DROP COLUMN pending_at_ms;
+ALTER TABLE workflow DROP COLUMN pending_slot_ms;
+ALTER TABLE workflow DROP COLUMN next_fire_ms;
+ALTER TABLE workflow DROP COLUMN misfire;
+ALTER TABLE workflow DROP COLUMN timezone;
+ALTER TABLE workflow DROP COLUMN once_at_ms;
+ALTER TABLE workflow DROP COLUMN interval_s;
+ALTER TABLE workflow DROP COLUMN schedule_expr;
+ALTER TABLE workflow DROP COLUMN schedule_type;

@@ -90,6 +90,68 @@ pub fn tr(lang: Lang, key: &'static str) -> &'static str {
 
 /// Key, English, Simplified Chinese.
 static TABLE: &[(&str, &str, &str)] = &[
+    ("nav.workflows", "Workflows", "工作流"),
+    ("workflows.new", "New workflow", "新建工作流"),
+    ("workflows.nodes", "Nodes", "节点"),
+    ("workflows.node", "Node", "节点"),
+    ("workflows.updated", "Updated", "更新时间"),
+    (
+        "workflows.timeout_s",
+        "Workflow timeout (s, 0 = none)",
+        "工作流超时（秒，0 表示不限）",
+    ),
+    (
+        "workflows.definition",
+        "Definition (YAML or JSON)",
+        "定义（YAML 或 JSON）",
+    ),
+    (
+        "workflows.definition_help",
+        "nodes (key, job_id, params, timeout_s, join), edges (from, to, on: success | failure | always), params, alert; group, name and policies are set above. Checked as you type.",
+        "nodes（key、job_id、params、timeout_s、join）、edges（from、to、on：success | failure | always）、params、alert；分组、名称和策略在上方设置。输入时即时校验。",
+    ),
+    ("workflows.valid", "The definition is valid.", "定义有效。"),
+    ("workflows.preview", "Graph preview", "流程图预览"),
+    (
+        "workflows.jobs_to_use",
+        "Jobs you can use (job_id)",
+        "可用的任务（job_id）",
+    ),
+    ("workflows.export", "Export", "导出"),
+    (
+        "workflows.run_now",
+        "Run the workflow now",
+        "立即运行工作流",
+    ),
+    ("workflows.graph", "Graph", "流程图"),
+    ("workflows.on_success", "on success", "成功时"),
+    ("workflows.on_failure", "on failure", "失败时"),
+    ("workflows.on_always", "always", "总是"),
+    ("workflows.run", "Workflow run", "工作流运行"),
+    ("workflows.pause", "Pause", "暂停"),
+    ("workflows.resume", "Resume", "恢复"),
+    ("workflows.rerun", "Re-run from failure", "从失败处重跑"),
+    ("workflows.mark", "Mark node", "标记节点"),
+    (
+        "workflows.click_node",
+        "click a node to open its run and log",
+        "点击节点查看其运行与日志",
+    ),
+    ("workflows.outputs", "Outputs", "输出"),
+    (
+        "confirm.delete_workflow",
+        "Delete this workflow? Its finished runs stay readable.",
+        "确定删除该工作流？已结束的运行记录仍可查看。",
+    ),
+    (
+        "confirm.cancel_workflow_run",
+        "Cancel this workflow run? Running nodes are killed.",
+        "确定取消该工作流运行？正在运行的节点将被终止。",
+    ),
+    ("status.paused", "paused", "已暂停"),
+    ("status.cancelled", "cancelled", "已取消"),
+    ("status.waiting", "waiting", "等待中"),
+    ("status.ready", "ready", "就绪"),
     (
         "job.diff_to",
         "Changes from this version to",

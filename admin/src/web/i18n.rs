@@ -118,6 +118,17 @@ static TABLE: &[(&str, &str, &str)] = &[
         "可用的任务（job_id）",
     ),
     ("workflows.export", "Export", "导出"),
+    ("workflows.import", "Import", "导入"),
+    (
+        "workflows.document",
+        "Document (YAML or JSON)",
+        "文档（YAML 或 JSON）",
+    ),
+    (
+        "workflows.import_help",
+        "A document exported from a workflow's page or the API. Its jobs and the workflow are matched by name in the group: updated if they exist, created otherwise, all or nothing.",
+        "从工作流页面或 API 导出的文档。其中的任务和工作流按名称在分组内匹配：已存在则更新，否则新建，要么全部成功要么全部不变。",
+    ),
     (
         "workflows.run_now",
         "Run the workflow now",

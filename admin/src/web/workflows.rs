@@ -695,6 +695,82 @@ async fn export(
         .body(document::write(&doc, format)?))
 }
 
+#[derive(Template, WebTemplate)]
+#[template(path = "workflow_import.html")]
+pub struct WorkflowImportPage {
+    pub c: Chrome,
+    pub f: FormState,
+    pub groups: Vec<Opt>,
+}
+
+async fn import_page(
+    state: &AppState,
+    user: &ConsoleUser,
+    f: FormState,
+) -> PageResult<WorkflowImportPage> {
+    let groups = service::groups::all(state, &user.actor).await?;
+    Ok(WorkflowImportPage {
+        groups: groups
+            .iter()
+            .filter(|g| user.actor.write_group(g.id).is_ok())
+            .map(|g| Opt::new(g.id.to_string(), group_name(&groups, g.id)))
+            .collect(),
+        f,
+        c: user.page("workflows"),
+    })
+}
+
+async fn import_form(
+    state: web::Data<AppState>,
+    user: ConsoleUser,
+) -> PageResult<WorkflowImportPage> {
+    import_page(&state, &user, FormState::default()).await
+}
+
+/// A document exported from here or another cluster (YAML or JSON), into a group.
+async fn import(state: web::Data<AppState>, form: CsrfForm) -> PageResult {
+    let request = (|| -> Result<service::workflows::ImportRequest, Error> {
+        let group_id: GroupId = form
+            .fields
+            .number("group_id", "group_id")?
+            .ok_or_else(|| Error::invalid("group_id", "choose a group"))?;
+        let document = document::parse(form.fields.raw("document"), Some("document"))?;
+        Ok(service::workflows::ImportRequest { group_id, document })
+    })();
+    let result = match request {
+        Ok(request) => service::workflows::import(&state, &form.user.actor, request).await,
+        Err(e) => Err(e),
+    };
+    save_or_show_again(
+        result,
+        async |(workflow, _created): (WorkflowView, bool)| {
+            Ok(see_other_with(
+                &format!("/console/workflows/{}", workflow.id),
+                form.user.chrome.t("flash.saved"),
+            ))
+        },
+        async |err| {
+            // Errors inside the document (`document.jobs[0].name`) show under its text.
+            let err = match err {
+                Error::Invalid {
+                    code,
+                    field: Some(field),
+                    message,
+                } if field.starts_with("document.") => Error::Invalid {
+                    code,
+                    field: Some("document".into()),
+                    message: format!("{field}: {message}"),
+                },
+                other => other,
+            };
+            let f = refilled(&form.fields, &[], &err, &["group_id", "document"]);
+            let page = import_page(&state, &form.user, f).await?;
+            render(err.code().status(), &page)
+        },
+    )
+    .await
+}
+
 /// The link of a node: its newest job run.
 fn node_href(node: &NodeRunView) -> String {
     node.run_ids
@@ -863,6 +939,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/workflows", web::post().to(create))
         .route("/workflows/new", web::get().to(new))
         .route("/workflows/check", web::post().to(check))
+        .route("/workflows/import", web::get().to(import_form))
+        .route("/workflows/import", web::post().to(import))
         .route("/workflows/{id}", web::get().to(show))
         .route("/workflows/{id}", web::post().to(update))
         .route("/workflows/{id}/edit", web::get().to(edit))

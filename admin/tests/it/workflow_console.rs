@@ -246,6 +246,53 @@ async fn the_editor_checks_saves_and_draws(mysql: bool) {
         export.body
     );
     assert!(export.body.contains("job: load rows"), "{}", export.body);
+    // ...and comes back through the import form (matched by name: an update, no new workflow).
+    let form = v.get("/console/workflows/import").await;
+    assert_eq!(form.status, StatusCode::OK);
+    let back = v
+        .post(
+            "/console/workflows/import",
+            &[
+                ("csrf", &csrf),
+                ("group_id", &g),
+                ("document", &export.body),
+            ],
+        )
+        .await;
+    assert_eq!(back.status, StatusCode::SEE_OTHER, "{}", back.body);
+    assert_eq!(back.location, format!("/console/workflows/{id}"));
+    let broken = export.body.replace("job: load rows", "job: no such job");
+    let before = app.footprint().await;
+    let refused = v
+        .post(
+            "/console/workflows/import",
+            &[("csrf", &csrf), ("group_id", &g), ("document", &broken)],
+        )
+        .await;
+    assert_eq!(
+        refused.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        refused.body
+    );
+    assert!(
+        refused.body.contains("data-field-error=\"document\""),
+        "{}",
+        refused.body
+    );
+    assert!(
+        refused.body.contains("no job `no such job`"),
+        "{}",
+        refused.body
+    );
+    let garbage = v
+        .post(
+            "/console/workflows/import",
+            &[("csrf", &csrf), ("group_id", &g), ("document", "kind: [")],
+        )
+        .await;
+    assert_eq!(garbage.status, StatusCode::BAD_REQUEST, "{}", garbage.body);
+    assert_eq!(app.footprint().await, before, "nothing written");
 
     // A run: its page draws the graph with statuses; its state answers for the live colouring.
     let trigger = v

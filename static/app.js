@@ -78,6 +78,83 @@ function setupLogTail(pre) {
   poll();
 }
 
+// The workflow editor: what saving would answer, and the graph, as you type (nothing is saved).
+function setupWorkflowCheck(form) {
+  const text = form.querySelector('[name="definition"]');
+  const state = document.getElementById("definition-state");
+  const preview = document.getElementById("dag-preview");
+  if (!text || !state || !preview) return;
+  let timer = null;
+  let seq = 0;
+  const refresh = () => {
+    const mine = ++seq;
+    fetch("/console/workflows/check", {
+      method: "POST",
+      credentials: "same-origin",
+      body: new URLSearchParams(new FormData(form)),
+    })
+      .then((r) => r.json())
+      .then((body) => {
+        if (mine !== seq) return;
+        form.querySelectorAll("[data-live-error]").forEach((el) => el.remove());
+        const errors = body.errors || {};
+        const fields = Object.keys(errors);
+        state.textContent = fields.length === 0 ? state.getAttribute("data-ok") : "";
+        state.className = fields.length === 0 ? "ok" : "muted";
+        fields.forEach((field) => {
+          const control = form.querySelector(`[name="${field}"]`) || text;
+          const span = document.createElement("span");
+          span.className = "field-error";
+          span.setAttribute("data-live-error", field);
+          span.textContent = control === text && field !== "definition" ? `${field}: ${errors[field]}` : errors[field];
+          control.insertAdjacentElement("afterend", span);
+        });
+        if (body.graph) preview.innerHTML = body.graph;
+      })
+      .catch(() => {});
+  };
+  const schedule = () => { clearTimeout(timer); timer = setTimeout(refresh, 300); };
+  form.addEventListener("input", schedule);
+  form.addEventListener("change", schedule);
+}
+
+// A workflow run's graph colours in as its nodes run; a click on a node opens its newest run.
+function setupWorkflowRun(box) {
+  const runId = box.getAttribute("data-run");
+  const badge = document.getElementById("wfrun-status");
+  let failures = 0;
+  const poll = () => {
+    fetch(`/console/workflow-runs/${runId}/state`, { credentials: "same-origin" })
+      .then((r) => r.json())
+      .then((body) => {
+        failures = 0;
+        (body.nodes || []).forEach((n) => {
+          const node = box.querySelector(`.dag-node[data-key="${CSS.escape(n.key)}"]`);
+          if (node) {
+            node.setAttribute("class", `dag-node status-${n.status}`);
+            node.setAttribute("data-status", n.status);
+            if (n.href) node.setAttribute("href", n.href);
+          }
+          const cell = document.querySelector(`[data-node-status="${CSS.escape(n.key)}"]`);
+          if (cell) {
+            cell.className = `badge status-${n.status}`;
+            cell.textContent = n.label;
+          }
+        });
+        if (badge && body.status) {
+          badge.textContent = body.status_label || body.status;
+          badge.setAttribute("data-status", body.status);
+          badge.className = `badge status-${body.status}`;
+        }
+        if (!body.done) setTimeout(poll, 1000);
+        // A page drawn while the run was in flight reloads once for the final table and buttons.
+        else if (box.getAttribute("data-final") !== "true") window.location.reload();
+      })
+      .catch(() => { if (++failures < 30) setTimeout(poll, 2000); });
+  };
+  if (box.getAttribute("data-final") !== "true") poll();
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   ["job-form", "channel-form"].forEach((id) => {
     const form = document.getElementById(id);
@@ -88,4 +165,8 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   const log = document.getElementById("run-log");
   if (log) setupLogTail(log);
+  const workflowForm = document.getElementById("workflow-form");
+  if (workflowForm) setupWorkflowCheck(workflowForm);
+  const workflowRun = document.getElementById("wfrun-graph");
+  if (workflowRun) setupWorkflowRun(workflowRun);
 });

@@ -1,11 +1,14 @@
 //! Workflows and their runs.
 
-use actix_web::{HttpResponse, web};
+use actix_web::http::header;
+use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 
 use crate::auth::extract::ApiCaller;
+use crate::domain::document::{self, Format};
 use crate::domain::ids::{WorkflowId, WorkflowRunId};
-use crate::error::{ApiResult, ErrorBody};
+use crate::error::{ApiResult, Code, Error, ErrorBody};
+use crate::http::request::body_error;
 use crate::service::Paged;
 use crate::service::workflows::{
     self, ImportRequest, MarkRequest, Operation, WorkflowDocument, WorkflowInput, WorkflowQuery,
@@ -171,29 +174,65 @@ pub async fn mark(
         .json(workflows::operate(&state, &caller.0, id, Operation::Mark { key, status }).await?))
 }
 
+/// `?format=yaml|json` on an export; without it the `Accept` header decides (JSON by default).
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct ExportQuery {
+    pub format: Option<String>,
+}
+
 /// A workflow and its jobs as a portable document (jobs by name), for version control or
-/// another cluster.
-#[utoipa::path(get, path = "/api/v1/workflows/{id}/export", tag = "workflows", security(("bearer" = [])), params(("id" = i64, Path)),
-    responses((status = 200, body = WorkflowDocument), (status = 404, body = ErrorBody)))]
+/// another cluster: JSON, or YAML with `?format=yaml` or `Accept: application/yaml`.
+#[utoipa::path(get, path = "/api/v1/workflows/{id}/export", tag = "workflows", security(("bearer" = [])),
+    params(("id" = i64, Path), ExportQuery),
+    responses((status = 200, content((WorkflowDocument = "application/json"), (WorkflowDocument = "application/yaml"))),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn export(
+    req: HttpRequest,
     state: web::Data<AppState>,
     caller: ApiCaller,
     id: web::Path<WorkflowId>,
+    query: web::Query<ExportQuery>,
 ) -> ApiResult<HttpResponse> {
-    Ok(HttpResponse::Ok().json(workflows::export(&state, &caller.0, id.into_inner()).await?))
+    let format = match &query.format {
+        Some(name) => Format::from_name(name)?,
+        None => Format::of_media_type(
+            req.headers()
+                .get(header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or(""),
+        ),
+    };
+    let document = workflows::export(&state, &caller.0, id.into_inner()).await?;
+    Ok(HttpResponse::Ok()
+        .content_type(format.media_type())
+        .body(document::write(&document, format)?))
 }
 
 /// Import a document into a group: its jobs and the workflow are matched by name, updated or
-/// created, all or nothing. 201 when the workflow was created, 200 when it was updated.
-#[utoipa::path(post, path = "/api/v1/workflows/import", tag = "workflows", security(("bearer" = [])), request_body = ImportRequest,
+/// created, all or nothing. The body is JSON, or YAML with `Content-Type: application/yaml`
+/// (the same shape: `group_id` and `document`). 201 when the workflow was created, 200 when
+/// it was updated.
+#[utoipa::path(post, path = "/api/v1/workflows/import", tag = "workflows", security(("bearer" = [])),
+    request_body(content((ImportRequest = "application/json"), (ImportRequest = "application/yaml"))),
     responses((status = 201, body = WorkflowView), (status = 200, body = WorkflowView), (status = 400, body = ErrorBody),
-        (status = 403, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+        (status = 403, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn import(
+    req: HttpRequest,
     state: web::Data<AppState>,
     caller: ApiCaller,
-    body: web::Json<ImportRequest>,
+    body: web::Bytes,
 ) -> ApiResult<HttpResponse> {
-    let (workflow, created) = workflows::import(&state, &caller.0, body.into_inner()).await?;
+    let request: ImportRequest = match Format::of_media_type(req.content_type()) {
+        Format::Yaml => {
+            let text = std::str::from_utf8(&body)
+                .map_err(|_| Error::invalid_as(Code::InvalidJson, "body", "YAML must be UTF-8"))?;
+            document::parse(text, None)?
+        }
+        Format::Json => serde_json::from_slice(&body).map_err(body_error)?,
+    };
+    let (workflow, created) = workflows::import(&state, &caller.0, request).await?;
     Ok(if created {
         HttpResponse::Created().json(workflow)
     } else {

@@ -5,6 +5,7 @@
 pub mod agent;
 pub mod alert;
 pub mod cron;
+pub mod document;
 pub mod id_list;
 pub mod ids;
 pub mod job;

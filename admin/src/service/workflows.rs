@@ -1073,6 +1073,67 @@ pub async fn import(
     Ok(outcome)
 }
 
+/// Checks a definition as `create` (no `id`) or `update` would, writing nothing: the console
+/// editor's check as you type.
+///
+/// # Errors
+/// What `create`/`update` would answer before writing.
+pub async fn check(
+    state: &AppState,
+    actor: &Actor,
+    input: WorkflowInput,
+    id: Option<WorkflowId>,
+) -> Result<(), Error> {
+    let checked = check_input(input, state.clock.now_ms())?;
+    let actor = actor.clone();
+    state
+        .db
+        .run(move |conn| {
+            if let Some(id) = id {
+                let before = visible_workflow(conn, &actor, id)?;
+                actor.write_group(before.group_id)?;
+            }
+            check_references(conn, &actor, &checked, id)
+        })
+        .await
+}
+
+/// The names of the jobs among `ids` that the caller may see, for drawing nodes. A job of a
+/// group the caller cannot see is left out, as if it did not exist.
+pub async fn job_names(
+    state: &AppState,
+    actor: &Actor,
+    ids: Vec<JobId>,
+) -> Result<BTreeMap<JobId, String>, Error> {
+    let actor = actor.clone();
+    state
+        .db
+        .run(move |conn| {
+            Ok(job::by_ids(conn, &ids)?
+                .into_iter()
+                .filter(|j| actor.sees_group(j.group_id))
+                .map(|j| (j.id, j.name))
+                .collect())
+        })
+        .await
+}
+
+/// The graph a run started with (a run keeps its definition; the workflow may have changed).
+///
+/// # Errors
+/// `NotFound` for a run the caller cannot see.
+pub async fn run_graph(state: &AppState, actor: &Actor, id: WorkflowRunId) -> Result<Graph, Error> {
+    let actor = actor.clone();
+    let run = state
+        .db
+        .run(move |conn| visible_run(conn, &actor, id))
+        .await?;
+    let definition: Definition = serde_json::from_str(&run.definition).map_err(|e| {
+        Error::Internal(anyhow::anyhow!("workflow run {id}: stored definition: {e}"))
+    })?;
+    definition.validate()
+}
+
 #[cfg(test)]
 mod tests {
     use chrono::TimeZone;

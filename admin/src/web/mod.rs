@@ -4,6 +4,7 @@
 //! POST carries the session's CSRF token; errors render as HTML pages (or as the same form
 //! again, with the field messages and what the user typed).
 
+pub mod dag;
 pub mod forms;
 pub mod i18n;
 pub mod views;
@@ -17,6 +18,7 @@ mod jobs;
 mod login;
 mod runs;
 mod users;
+mod workflows;
 
 use actix_web::cookie::{Cookie, SameSite};
 use actix_web::dev::{Service, ServiceResponse};
@@ -236,6 +238,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .configure(account::configure)
                 .configure(jobs::configure)
                 .configure(runs::configure)
+                .configure(workflows::configure)
                 .configure(groups::configure)
                 .configure(users::configure)
                 .configure(audit::configure)

@@ -484,3 +484,135 @@ async fn a_failing_job_produces_an_alert_event() {
     assert!(!receiver.hits("/hook").is_empty(), "the webhook was called");
     browser.quit().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_draws_a_workflow_runs_it_and_opens_a_nodes_log() {
+    let s = setup().await;
+    let first = s
+        .app
+        .job_from(
+            s.group,
+            json!({"name": "wf first", "handler": {"type": "shell", "command": "echo first-node-log"}}),
+        )
+        .await;
+    let second = s
+        .app
+        .job_from(
+            s.group,
+            json!({"name": "wf second", "handler": {"type": "shell", "command": "sleep 1; echo second-node-log"}}),
+        )
+        .await;
+    let driver = Driver::start().await;
+    let browser = driver.browser("en-US").await;
+    let base = &s.app.base;
+    login(&browser, base, "admin", ADMIN_PASSWORD).await;
+
+    browser
+        .goto(format!("{base}/console/workflows"))
+        .await
+        .unwrap();
+    browser
+        .find(By::Id("new-workflow"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let form = browser.find(By::Id("workflow-form")).await.unwrap();
+    form.find(By::Id("f-name"))
+        .await
+        .unwrap()
+        .send_keys("browser flow")
+        .await
+        .unwrap();
+    let text = form.find(By::Id("f-definition")).await.unwrap();
+    text.clear().await.unwrap();
+    // A cycle first: the check names it as you type.
+    text.send_keys(format!(
+        "nodes:\n- key: first\n  job_id: {first}\n- key: second\n  job_id: {second}\nedges:\n- from: first\n  to: second\n- from: second\n  to: first\n"
+    ))
+    .await
+    .unwrap();
+    until(
+        &browser,
+        "the cycle to be named",
+        "[...document.querySelectorAll('[data-live-error]')].some(e => e.textContent.includes('cycle'))",
+        Duration::from_secs(10),
+    )
+    .await;
+    text.clear().await.unwrap();
+    text.send_keys(format!(
+        "nodes:\n- key: first\n  job_id: {first}\n- key: second\n  job_id: {second}\nedges:\n- from: first\n  to: second\n"
+    ))
+    .await
+    .unwrap();
+    until(
+        &browser,
+        "the definition to check out and its graph to be drawn",
+        "document.getElementById('definition-state').classList.contains('ok') \
+         && document.querySelectorAll('#dag-preview svg .dag-node').length === 2 \
+         && document.querySelectorAll('[data-live-error]').length === 0",
+        Duration::from_secs(10),
+    )
+    .await;
+    form.find(By::Id("workflow-save"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let title = browser
+        .query(By::Id("workflow-name"))
+        .first()
+        .await
+        .unwrap();
+    assert!(title.text().await.unwrap().contains("browser flow"));
+
+    browser
+        .find(By::Id("workflow-trigger"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    browser.query(By::Id("wfrun-graph")).first().await.unwrap();
+    // The page was drawn while the run was in flight: the graph colours in without a click.
+    until(
+        &browser,
+        "both nodes to succeed",
+        "document.querySelectorAll('#wfrun-graph .dag-node[data-status=succeeded]').length === 2 \
+         && document.getElementById('wfrun-status').getAttribute('data-status') === 'succeeded'",
+        Duration::from_secs(60),
+    )
+    .await;
+    let fill = browser
+        .execute(
+            "return getComputedStyle(document.querySelector('#wfrun-graph .dag-node[data-key=second] rect')).fill;",
+            Vec::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        fill.json(),
+        &json!("rgb(230, 244, 234)"),
+        "succeeded nodes are green"
+    );
+
+    browser
+        .query(By::Css("#wfrun-graph a.dag-node[data-key='second']"))
+        .first()
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until(
+        &browser,
+        "the node's log",
+        "document.getElementById('run-log') \
+         && document.getElementById('run-log').textContent.includes('second-node-log')",
+        Duration::from_secs(30),
+    )
+    .await;
+    browser.quit().await.unwrap();
+}

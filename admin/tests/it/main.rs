@@ -23,4 +23,5 @@ mod netns;
 mod scheduler;
 mod security;
 mod tls;
+mod workflow_console;
 mod workflows;

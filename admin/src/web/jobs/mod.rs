@@ -28,7 +28,7 @@ fn group_label(g: &GroupView) -> String {
     format!("{} ({})", g.title, g.app_name)
 }
 
-fn group_name(groups: &[GroupView], id: GroupId) -> String {
+pub(super) fn group_name(groups: &[GroupView], id: GroupId) -> String {
     groups
         .iter()
         .find(|g| g.id == id)

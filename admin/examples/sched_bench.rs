@@ -162,7 +162,11 @@ impl Bench {
             .env("JOBFLEET_ADMIN_PASSWORD", "bench-password-1")
             .env("JOBFLEET_DB_POOL_SIZE", "16")
             .env("JOBFLEET_LOG", "warn")
-            .stdout(Stdio::null())
+            // `SCHED_BENCH_ADMIN_LOG=file`: the admin's log goes there.
+            .stdout(std::env::var("SCHED_BENCH_ADMIN_LOG").map_or_else(
+                |_| Stdio::null(),
+                |path| std::fs::File::create(path).unwrap().into(),
+            ))
             .spawn()
             .expect("build the binaries first: cargo build --release --workspace --bins");
         let base = format!("http://127.0.0.1:{port}");

@@ -8,6 +8,8 @@
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- rss [--jobs 100000]
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- spawn
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- modes [--mysql] [--jobs N]
+//! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- workflows [--mysql] \
+//!     [--chains 100] [--length 10] [--sleep-ms 0] [--fan 1000] [--steps-only | --fan-only]
 //! ```
 //! `lateness`: N (1,000) fixed-rate jobs of 1 s spread over the second (N fires/s) on 4 agents
 //! for 20 s; agent process start − scheduled time, p50/p99. `burst`: N one-shot jobs due at the
@@ -16,6 +18,15 @@
 //! `spawn`: the machine's ceiling, `sh -c true` processes per second with nothing else running.
 //! `modes`: `lateness` at 100 and 500 fires/s with the agents in `push` mode and in `connect`
 //! mode (issue 14), each over a fresh admin and database, as one table (`--jobs N`: at N only).
+//! `workflows` (issue 16), over real agents whose jobs write their own start time (`date +%s%N`
+//! into a file named after `$JOBFLEET_RUN_ID`): first a floor, 100 single-job triggers one after
+//! the other (process start − run created); then `--chains` chain workflows of `--length` nodes,
+//! each node its own job, triggered at once: step latency = a node's process start − the end of
+//! its upstream node as the admin stored it (the node's `finished_ms`, the callback transaction's
+//! clock), p50/p99, split into its parts; `--sleep-ms N` makes each job sleep 0 to N − 1 ms after
+//! its stamp so that the chains drift apart instead of stepping together. Then, on a fresh admin,
+//! one workflow of `--fan` nodes (an entry, `--fan` − 2 parallel nodes, a join): wall time, the
+//! admin's peak RSS (`VmHWM`) and CPU. `SCHED_BENCH_DUMP=file` keeps the fan-out's SQLite database.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -151,7 +162,11 @@ impl Bench {
             .env("JOBFLEET_ADMIN_PASSWORD", "bench-password-1")
             .env("JOBFLEET_DB_POOL_SIZE", "16")
             .env("JOBFLEET_LOG", "warn")
-            .stdout(Stdio::null())
+            // `SCHED_BENCH_ADMIN_LOG=file`: the admin's log goes there.
+            .stdout(std::env::var("SCHED_BENCH_ADMIN_LOG").map_or_else(
+                |_| Stdio::null(),
+                |path| std::fs::File::create(path).unwrap().into(),
+            ))
             .spawn()
             .expect("build the binaries first: cargo build --release --workspace --bins");
         let base = format!("http://127.0.0.1:{port}");
@@ -235,6 +250,12 @@ impl Bench {
 
     /// Inserts `n` disabled jobs of group `bench` with a schedule given as SQL column values.
     fn jobs(&self, n: usize, schedule: &str) {
+        self.jobs_running(n, schedule, "true");
+    }
+
+    /// Inserts `n` disabled jobs of group `bench` (ids 1 to `n`) with a schedule given as SQL
+    /// column values, each running the shell `command` (a SQL string literal's contents).
+    fn jobs_running(&self, n: usize, schedule: &str, command: &str) {
         let now = now_ms();
         let mut conn = self.conn();
         conn.batch_execute(&format!(
@@ -246,7 +267,7 @@ impl Bench {
                 .iter()
                 .map(|i| {
                     format!(
-                        "(1, 'job-{i}', '', 'none', {schedule}, 'UTC', 'shell', 'true', '', 'round_robin', 0, 0, 0, 10, 'do_nothing', 'allow', 'serial', 0, 0, 0, {now}, {now})"
+                        "(1, 'job-{i}', '', 'none', {schedule}, 'UTC', 'shell', '{command}', '', 'round_robin', 0, 0, 0, 10, 'do_nothing', 'allow', 'serial', 0, 0, 0, {now}, {now})"
                     )
                 })
                 .collect();
@@ -547,9 +568,575 @@ fn main() {
         Some("rss") => rss(mysql, jobs.unwrap_or(100_000)),
         Some("spawn") => spawn_ceiling(),
         Some("modes") => modes(mysql, jobs),
+        Some("workflows") => {
+            let number = |flag: &str, default: usize| {
+                args.iter()
+                    .position(|a| a == flag)
+                    .and_then(|i| args.get(i + 1))
+                    .map_or(default, |n| n.parse().expect("a number"))
+            };
+            let (chains, length, sleep_ms, fan) = (
+                number("--chains", 100),
+                number("--length", 10),
+                number("--sleep-ms", 0),
+                number("--fan", 1000),
+            );
+            if args.iter().any(|a| a == "--fan-only") {
+                fan_out(mysql, fan);
+            } else if args.iter().any(|a| a == "--steps-only") {
+                steps(mysql, chains, length, sleep_ms);
+            } else {
+                workflows(mysql, chains, length, sleep_ms, fan);
+            }
+        }
         _ => {
-            eprintln!("usage: sched_bench lateness|burst|rss|spawn|modes [--mysql] [--jobs N]");
+            eprintln!(
+                "usage: sched_bench lateness|burst|rss|spawn|modes|workflows [--mysql] [--jobs N] \
+                 [--chains N --length N --sleep-ms N --fan N --steps-only --fan-only]"
+            );
             std::process::exit(2);
         }
     }
+}
+
+/// Calls the admin's open API with `curl` (a bearer `token`, a JSON `body`); returns the
+/// status and the JSON answer.
+fn api(base: &str, token: &str, method: &str, path: &str, body: &str) -> (u16, serde_json::Value) {
+    use std::io::Write;
+    let mut child = Command::new("curl")
+        .args(["-s", "-X", method, "-H", "Content-Type: application/json"])
+        .args(["-H", &format!("Authorization: Bearer {token}")])
+        .args(["--data-binary", "@-", "-w", "\n%{http_code}"])
+        .arg(format!("{base}{path}"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("curl");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (json, code) = text.trim_end().rsplit_once('\n').unwrap_or(("", &text));
+    (
+        code.trim().parse().unwrap_or(0),
+        serde_json::from_str(json).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+/// The bootstrap admin's API token.
+fn login(base: &str) -> String {
+    let (code, body) = api(
+        base,
+        "",
+        "POST",
+        "/api/v1/auth/token",
+        r#"{"username": "admin", "password": "bench-password-1"}"#,
+    );
+    assert_eq!(code, 200, "login: {body}");
+    body["token"].as_str().unwrap().to_owned()
+}
+
+/// Creates a workflow of group 1 from its nodes and edges (as JSON arrays); returns its id.
+fn create_workflow(base: &str, token: &str, name: &str, nodes: &str, edges: &str) -> i64 {
+    let body =
+        format!(r#"{{"group_id": 1, "name": "{name}", "nodes": {nodes}, "edges": {edges}}}"#);
+    let (code, answer) = api(base, token, "POST", "/api/v1/workflows", &body);
+    assert_eq!(code, 201, "create workflow {name}: {answer}");
+    answer["id"].as_i64().unwrap()
+}
+
+/// A field of the admin's `/proc/<pid>/status` in kB (`VmHWM:`, `VmRSS:`).
+fn status_kb(proc: &Proc, field: &str) -> i64 {
+    std::fs::read_to_string(format!("/proc/{}/status", proc.0.id()))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1).map(|n| n.parse().unwrap_or(-1)))
+        .unwrap_or(-1)
+}
+
+/// The admin's own CPU time so far, ms.
+fn admin_cpu_ms(admin: &Proc) -> i64 {
+    cpu_ms(admin).0
+}
+
+/// What a stamping job writes: the wall clock at its start, in ns, in a file named after its
+/// run (`$JOBFLEET_RUN_ID`), in `dir`.
+/// With `sleep_ms` > 0 the job then sleeps 0 to `sleep_ms` − 1 ms, spread by its run id, so
+/// that chains started together drift apart.
+fn stamp_command(dir: &std::path::Path, sleep_ms: usize) -> String {
+    let stamp = format!("date +%s%N > {}/$JOBFLEET_RUN_ID", dir.display());
+    if sleep_ms == 0 {
+        return stamp;
+    }
+    format!(
+        "{stamp}; sleep $(printf 0.%03d $((JOBFLEET_RUN_ID * 7919 % {})))",
+        sleep_ms.min(1000)
+    )
+}
+
+/// The stamps the jobs wrote: run id → process start, in µs since the epoch.
+fn read_stamps(dir: &std::path::Path) -> std::collections::HashMap<i64, i64> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let run: i64 = e.file_name().to_str()?.parse().ok()?;
+            let ns: i64 = std::fs::read_to_string(e.path())
+                .ok()?
+                .trim()
+                .parse()
+                .ok()?;
+            Some((run, ns / 1000))
+        })
+        .collect()
+}
+
+/// One node of a workflow run and its job run, as the tables hold them.
+#[derive(QueryableByName, Debug)]
+struct NodeRun {
+    #[diesel(sql_type = BigInt)]
+    wf_run: i64,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    node_key: String,
+    /// When the admin stored the node's end (the callback's transaction), ms.
+    #[diesel(sql_type = diesel::sql_types::Nullable<BigInt>)]
+    node_finished: Option<i64>,
+    #[diesel(sql_type = BigInt)]
+    run_id: i64,
+    /// When the admin created the job run (the upstream end's transaction, or the trigger), ms.
+    #[diesel(sql_type = BigInt)]
+    created: i64,
+    /// When the admin took the run for dispatch, ms.
+    #[diesel(sql_type = diesel::sql_types::Nullable<BigInt>)]
+    triggered: Option<i64>,
+    /// When the agent started the process (its own clock, the same machine), ms.
+    #[diesel(sql_type = diesel::sql_types::Nullable<BigInt>)]
+    started: Option<i64>,
+    /// When the process ended, by the agent, ms.
+    #[diesel(sql_type = diesel::sql_types::Nullable<BigInt>)]
+    finished: Option<i64>,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    status: String,
+}
+
+fn node_runs(bench: &Bench) -> Vec<NodeRun> {
+    diesel::sql_query(
+        "SELECT n.workflow_run_id AS wf_run, n.node_key, n.finished_ms AS node_finished, r.id AS run_id, \
+         r.created_ms AS created, r.triggered_ms AS triggered, r.started_ms AS started, r.finished_ms AS finished, r.status \
+         FROM workflow_node n JOIN job_run r ON r.workflow_node_id = n.id",
+    )
+    .load::<NodeRun>(&mut bench.conn())
+    .unwrap()
+}
+
+/// Waits until no workflow run is running; returns when the last one ended (admin clock, ms).
+fn wait_workflows(bench: &Bench, within: Duration) -> i64 {
+    let deadline = Instant::now() + within;
+    loop {
+        let open = bench
+            .scalar("SELECT COUNT(*) AS n FROM workflow_run WHERE status IN ('running', 'paused')");
+        if open == 0 {
+            return bench.scalar("SELECT COALESCE(MAX(finished_ms), 0) AS n FROM workflow_run");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{open} workflow run(s) still running"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// p50/p99/max of a list of µs, as ms with one decimal.
+fn summary(name: &str, mut us: Vec<i64>) -> String {
+    us.sort_unstable();
+    let ms = |v: i64| v as f64 / 1000.0;
+    format!(
+        "{name}: n {}, p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        us.len(),
+        ms(percentile(&us, 0.5)),
+        ms(percentile(&us, 0.99)),
+        ms(us.last().copied().unwrap_or(-1))
+    )
+}
+
+/// Issue 16. Part 1, step latency: `chains` chain workflows of `length` nodes (each node its
+/// own job, which stamps its start) triggered at once; for every node with an upstream node,
+/// its process start − the upstream node's end as stored by the admin. The floor, measured
+/// first on the same admin and agents: a single job triggered through the API, its process
+/// start − its run's creation. Part 2: one workflow of `fan` nodes (an entry, `fan` − 2
+/// parallel nodes, a join) on a fresh admin: wall time and the admin's peak RSS.
+fn workflows(mysql: bool, chains: usize, length: usize, sleep_ms: usize, fan: usize) {
+    steps(mysql, chains, length, sleep_ms);
+    fan_out(mysql, fan);
+}
+
+fn steps(mysql: bool, chains: usize, length: usize, sleep_ms: usize) {
+    let bench = Bench::new(mysql);
+    let stamps = bench._dir.path().join("stamps");
+    std::fs::create_dir(&stamps).unwrap();
+    // Jobs 1 to chains × length: the nodes; the last one: the floor's single job.
+    let jobs = chains * length + 1;
+    bench.jobs_running(jobs, "NULL, NULL, NULL", &stamp_command(&stamps, sleep_ms));
+    // The floor's job never sleeps: its runs follow each other on one agent.
+    bench
+        .conn()
+        .batch_execute(&format!(
+            "UPDATE job SET command = '{}' WHERE id = {jobs}",
+            stamp_command(&stamps, 0)
+        ))
+        .unwrap();
+    let (admin, base) = bench.admin();
+    let agents = bench.agents(&base, 4, None);
+    let token = login(&base);
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+
+    // The floor: the same path (a pending run stored, handed to the timer, sent, spawned)
+    // without a workflow, one run at a time.
+    let single = jobs;
+    for _ in 0..100 {
+        let (code, answer) = api(
+            &base,
+            &token,
+            "POST",
+            &format!("/api/v1/jobs/{single}/trigger"),
+            "{}",
+        );
+        assert_eq!(code, 201, "trigger: {answer}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+
+    let ids: Vec<i64> = (0..chains)
+        .map(|c| {
+            let keys: Vec<String> = (0..length).map(|k| format!("n{k}")).collect();
+            let nodes: Vec<String> = keys
+                .iter()
+                .enumerate()
+                .map(|(k, key)| format!(r#"{{"key": "{key}", "job_id": {}}}"#, c * length + k + 1))
+                .collect();
+            let edges: Vec<String> = keys
+                .windows(2)
+                .map(|w| format!(r#"{{"from": "{}", "to": "{}"}}"#, w[0], w[1]))
+                .collect();
+            create_workflow(
+                &base,
+                &token,
+                &format!("chain-{c}"),
+                &format!("[{}]", nodes.join(",")),
+                &format!("[{}]", edges.join(",")),
+            )
+        })
+        .collect();
+    let cpu_before = admin_cpu_ms(&admin);
+    let triggered = now_ms();
+    // All at once: one thread (one curl) per workflow.
+    let threads: Vec<_> = ids
+        .iter()
+        .map(|&id| {
+            let (base, token) = (base.clone(), token.clone());
+            std::thread::spawn(move || {
+                let (code, answer) = api(
+                    &base,
+                    &token,
+                    "POST",
+                    &format!("/api/v1/workflows/{id}/trigger"),
+                    "{}",
+                );
+                assert_eq!(code, 201, "trigger workflow {id}: {answer}");
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let last_end = wait_workflows(&bench, Duration::from_secs(300));
+    let cpu = admin_cpu_ms(&admin) - cpu_before;
+    let load_end = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    std::thread::sleep(Duration::from_millis(200));
+    let stamp = read_stamps(&stamps);
+
+    // The floor's runs.
+    #[derive(QueryableByName)]
+    struct Single {
+        #[diesel(sql_type = BigInt)]
+        id: i64,
+        #[diesel(sql_type = BigInt)]
+        created_ms: i64,
+        #[diesel(sql_type = diesel::sql_types::Nullable<BigInt>)]
+        started_ms: Option<i64>,
+    }
+    let singles: Vec<Single> = diesel::sql_query(format!(
+        "SELECT id, created_ms, started_ms FROM job_run WHERE job_id = {single}"
+    ))
+    .load(&mut bench.conn())
+    .unwrap();
+    let floor: Vec<i64> = singles
+        .iter()
+        .filter_map(|r| stamp.get(&r.id).map(|s| s - r.created_ms * 1000))
+        .collect();
+    let floor_agent: Vec<i64> = singles
+        .iter()
+        .filter_map(|r| r.started_ms.map(|s| (s - r.created_ms) * 1000))
+        .collect();
+
+    let rows = node_runs(&bench);
+    let by_node: std::collections::HashMap<(i64, usize), &NodeRun> = rows
+        .iter()
+        .map(|r| ((r.wf_run, r.node_key[1..].parse().unwrap()), r))
+        .collect();
+    let (mut step, mut step_agent, mut callback, mut end_to_end, mut entry) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut to_sent, mut sent_to_spawn) = (Vec::new(), Vec::new());
+    let mut missing = 0;
+    for r in &rows {
+        let k: usize = r.node_key[1..].parse().unwrap();
+        let Some(&start) = stamp.get(&r.run_id) else {
+            missing += 1;
+            continue;
+        };
+        if k == 0 {
+            entry.push(start - r.created * 1000);
+            continue;
+        }
+        let up = by_node[&(r.wf_run, k - 1)];
+        let stored = up.node_finished.unwrap();
+        step.push(start - stored * 1000);
+        if let Some(s) = r.started {
+            step_agent.push((s - stored) * 1000);
+        }
+        if let (Some(t), Some(s)) = (r.triggered, r.started) {
+            to_sent.push((t - stored) * 1000);
+            sent_to_spawn.push((s - t) * 1000);
+        }
+        if let Some(f) = up.finished {
+            callback.push((stored - f) * 1000);
+            end_to_end.push(start - f * 1000);
+        }
+    }
+    let not_succeeded = rows.iter().filter(|r| r.status != "succeeded").count();
+    let wf_ok = bench.scalar("SELECT COUNT(*) AS n FROM workflow_run WHERE status = 'succeeded'");
+    println!(
+        "workflow steps on {}: {chains} chains of {length} nodes triggered at once, jobs sleeping 0 to {sleep_ms} ms after their stamp; {wf_ok}/{chains} workflow runs succeeded, {} node runs ({not_succeeded} not succeeded, {missing} without a stamp); all ended {} ms after the trigger; admin CPU {:.1} s",
+        backend(mysql),
+        rows.len(),
+        last_end - triggered,
+        cpu as f64 / 1000.0
+    );
+    println!(
+        "load average at start {}, at end {}",
+        load.trim(),
+        load_end.trim()
+    );
+    println!(
+        "{}",
+        summary(
+            "step: downstream process start − upstream end stored by the admin",
+            step.clone()
+        )
+    );
+    println!(
+        "{}",
+        summary(
+            "  the same, by the agent's spawn time (ms clock)",
+            step_agent
+        )
+    );
+    println!(
+        "{}",
+        summary("    of which end stored → run taken for dispatch", to_sent)
+    );
+    println!(
+        "{}",
+        summary("    and taken for dispatch → agent spawn", sent_to_spawn)
+    );
+    println!(
+        "{}",
+        summary(
+            "  upstream process end (agent) → end stored by the admin (the callback)",
+            callback
+        )
+    );
+    println!(
+        "{}",
+        summary(
+            "  upstream process end → downstream process start",
+            end_to_end
+        )
+    );
+    println!(
+        "{}",
+        summary(
+            "entry nodes: process start − workflow trigger stored",
+            entry
+        )
+    );
+    println!(
+        "{}",
+        summary(
+            "floor: single job, process start − run created by the trigger",
+            floor.clone()
+        )
+    );
+    println!(
+        "{}",
+        summary(
+            "  the same, by the agent's spawn time (ms clock)",
+            floor_agent
+        )
+    );
+    let (mut step, mut floor) = (step, floor);
+    step.sort_unstable();
+    floor.sort_unstable();
+    println!(
+        "ratio step/floor: p50 {:.1}, p99 {:.1}",
+        percentile(&step, 0.5) as f64 / percentile(&floor, 0.5).max(1) as f64,
+        percentile(&step, 0.99) as f64 / percentile(&floor, 0.99).max(1) as f64
+    );
+    println!("{}", cpu_report(&admin, &agents));
+}
+
+fn fan_out(mysql: bool, fan: usize) {
+    assert!(fan >= 3, "--fan takes at least 3 nodes");
+    let bench = Bench::new(mysql);
+    let stamps = bench._dir.path().join("stamps");
+    std::fs::create_dir(&stamps).unwrap();
+    bench.jobs_running(fan, "NULL, NULL, NULL", &stamp_command(&stamps, 0));
+    let (admin, base) = bench.admin();
+    let agents = bench.agents(&base, 4, None);
+    let token = login(&base);
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let key = |i: usize| match i {
+        0 => "entry".to_owned(),
+        i if i == fan - 1 => "join".to_owned(),
+        i => format!("p{i}"),
+    };
+    let nodes: Vec<String> = (0..fan)
+        .map(|i| format!(r#"{{"key": "{}", "job_id": {}}}"#, key(i), i + 1))
+        .collect();
+    let mut edges = Vec::new();
+    for i in 1..fan - 1 {
+        edges.push(format!(r#"{{"from": "entry", "to": "{}"}}"#, key(i)));
+        edges.push(format!(r#"{{"from": "{}", "to": "join"}}"#, key(i)));
+    }
+    let id = create_workflow(
+        &base,
+        &token,
+        "fan",
+        &format!("[{}]", nodes.join(",")),
+        &format!("[{}]", edges.join(",")),
+    );
+    let hwm_before = status_kb(&admin, "VmHWM:");
+    let cpu_before = admin_cpu_ms(&admin);
+    let sent = Instant::now();
+    let (code, answer) = api(
+        &base,
+        &token,
+        "POST",
+        &format!("/api/v1/workflows/{id}/trigger"),
+        "{}",
+    );
+    assert_eq!(code, 201, "trigger: {answer}");
+    wait_workflows(&bench, Duration::from_secs(600));
+    let wall = sent.elapsed();
+    let cpu = admin_cpu_ms(&admin) - cpu_before;
+    let hwm = status_kb(&admin, "VmHWM:");
+    let rss = status_kb(&admin, "VmRSS:");
+    let load_end = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    std::thread::sleep(Duration::from_millis(200));
+    let stamp = read_stamps(&stamps);
+    let rows = node_runs(&bench);
+    let status = bench.scalar("SELECT COUNT(*) AS n FROM workflow_run WHERE status = 'succeeded'");
+    let run_ms = bench.scalar("SELECT finished_ms - created_ms AS n FROM workflow_run");
+    #[derive(QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        status: String,
+        #[diesel(sql_type = BigInt)]
+        n: i64,
+    }
+    let by_status: Vec<String> = diesel::sql_query(
+        "SELECT status, COUNT(*) AS n FROM workflow_node GROUP BY status ORDER BY status",
+    )
+    .load::<Count>(&mut bench.conn())
+    .unwrap()
+    .into_iter()
+    .map(|c| format!("{} {}", c.n, c.status))
+    .collect();
+    let runs_by_status: Vec<String> = diesel::sql_query(
+        "SELECT status, COUNT(*) AS n FROM job_run GROUP BY status ORDER BY status",
+    )
+    .load::<Count>(&mut bench.conn())
+    .unwrap()
+    .into_iter()
+    .map(|c| format!("{} {}", c.n, c.status))
+    .collect();
+    println!(
+        "  nodes: {}; job runs: {}",
+        by_status.join(", "),
+        runs_by_status.join(", ")
+    );
+    if let Ok(dump) = std::env::var("SCHED_BENCH_DUMP") {
+        std::fs::copy(bench_db_path(&bench), dump).ok();
+    }
+    let node = |k: &str| {
+        rows.iter()
+            .find(|r| r.node_key == k)
+            .expect("the node has a run")
+    };
+    let (entry, join) = (node("entry"), node("join"));
+    let middle: Vec<&NodeRun> = rows
+        .iter()
+        .filter(|r| r.node_key.starts_with('p'))
+        .collect();
+    let entry_end = entry.node_finished.unwrap();
+    let last_start = middle
+        .iter()
+        .filter_map(|r| stamp.get(&r.run_id))
+        .max()
+        .copied()
+        .unwrap_or(0);
+    let last_stored = middle
+        .iter()
+        .filter_map(|r| r.node_finished)
+        .max()
+        .unwrap_or(0);
+    let join_start = stamp.get(&join.run_id).copied().unwrap_or(0);
+    println!(
+        "fan-out/fan-in of {fan} nodes on {}: {} (1 = succeeded), {} node runs ({} not succeeded); wall time from the trigger request {} ms, run created → ended {run_ms} ms",
+        backend(mysql),
+        status,
+        rows.len(),
+        rows.iter().filter(|r| r.status != "succeeded").count(),
+        wall.as_millis()
+    );
+    println!(
+        "  entry end stored → last of {} parallel processes started {:.1} ms; last parallel end stored → join process start {:.1} ms",
+        middle.len(),
+        (last_start - entry_end * 1000) as f64 / 1000.0,
+        (join_start - last_stored * 1000) as f64 / 1000.0
+    );
+    println!(
+        "  join run created +{} ms, sent +{} ms, agent spawn +{} ms after the last parallel end stored",
+        join.created - last_stored,
+        bench.scalar(&format!(
+            "SELECT COALESCE(triggered_ms, 0) AS n FROM job_run WHERE id = {}",
+            join.run_id
+        )) - last_stored,
+        join.started.unwrap_or(0) - last_stored
+    );
+    println!(
+        "  admin: VmHWM {hwm_before} kB before the trigger, {hwm} kB after (VmRSS {rss} kB); CPU {:.1} s during the run",
+        cpu as f64 / 1000.0
+    );
+    println!(
+        "load average at start {}, at end {}",
+        load.trim(),
+        load_end.trim()
+    );
+    println!("{}", cpu_report(&admin, &agents));
 }

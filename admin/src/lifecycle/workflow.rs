@@ -159,7 +159,16 @@ pub fn start(
         })
         .collect();
     workflow_node::insert_all(conn, &rows)?;
-    let mut ctx = Ctx::load(conn, id)?;
+    // Plain reads: these rows are this transaction's own and no one else sees them before the
+    // commit. A locking read here (as `Ctx::load` does) would take MySQL's next-key locks on the
+    // node index past the newest run, where every concurrent start inserts its nodes: a burst of
+    // triggers then queued behind each other until the lock wait timeout (tested:
+    // `workflows::many_workflows_triggered_at_once_all_run`).
+    let mut ctx = Ctx {
+        run: workflow_run::get(conn, id)?,
+        graph: graph.clone(),
+        nodes: workflow_node::of_run(conn, id)?,
+    };
     let entries = (0..graph.len())
         .filter(|&i| graph.upstream_count(i) == 0)
         .map(Step::Start)

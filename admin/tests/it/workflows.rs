@@ -1400,3 +1400,42 @@ async fn bad_schedules_are_refused_naming_the_field(mysql: bool) {
     assert_eq!(now, stored);
 }
 both_backends!(bad_schedules_are_refused_naming_the_field);
+
+/// Many workflows triggered at the same moment (as a cron minute or a burst of API calls does)
+/// all start and all finish: the trigger transactions must not deadlock each other on MariaDB,
+/// nor hold pool connections while they wait.
+async fn many_workflows_triggered_at_once_all_run(mysql: bool) {
+    let f = fleet(mysql).await;
+    let job = f.shell("burst step", "true").await;
+    let mut workflows = Vec::new();
+    for i in 0..100 {
+        workflows.push(
+            f.workflow(json!({"name": format!("burst {i}"),
+                "nodes": [{"key": "a", "job_id": job}, {"key": "b", "job_id": job}, {"key": "c", "job_id": job}],
+                "edges": [{"from": "a", "to": "b"}, {"from": "b", "to": "c"}]}))
+                .await,
+        );
+    }
+    let paths: Vec<String> = workflows
+        .iter()
+        .map(|w| format!("/api/v1/workflows/{w}/trigger"))
+        .collect();
+    let triggers = paths
+        .iter()
+        .map(|path| f.app.post(path, &f.app.admin, json!({})));
+    let answers = futures_util::future::join_all(triggers).await;
+    let mut runs = Vec::new();
+    for r in answers {
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+        runs.push(r.body["id"].as_i64().unwrap());
+    }
+    for id in runs {
+        let run = f.finished(id).await;
+        assert_eq!(run["status"], json!("succeeded"), "{run}");
+        assert_eq!(
+            statuses(&run),
+            pairs(&[("a", "succeeded"), ("b", "succeeded"), ("c", "succeeded")])
+        );
+    }
+}
+both_backends!(many_workflows_triggered_at_once_all_run);

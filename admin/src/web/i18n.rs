@@ -107,8 +107,8 @@ static TABLE: &[(&str, &str, &str)] = &[
     ),
     (
         "workflows.definition_help",
-        "nodes (key, job_id, params, timeout_s, join), edges (from, to, on: success | failure | always), params, alert; group, name and policies are set above. Checked as you type.",
-        "nodes（key、job_id、params、timeout_s、join）、edges（from、to、on：success | failure | always）、params、alert；分组、名称和策略在上方设置。输入时即时校验。",
+        "nodes (key, job_id, params, timeout_s, join), edges (from, to, on: success | failure | always), params, schedule (type: none | cron | fixed_rate | once, expr, interval_s, at_ms, timezone), misfire, alert; group, name and policies are set above. Checked as you type.",
+        "nodes（key、job_id、params、timeout_s、join）、edges（from、to、on：success | failure | always）、params、schedule（type：none | cron | fixed_rate | once，expr、interval_s、at_ms、timezone）、misfire、alert；分组、名称和策略在上方设置。输入时即时校验。",
     ),
     ("workflows.valid", "The definition is valid.", "定义有效。"),
     ("workflows.preview", "Graph preview", "流程图预览"),

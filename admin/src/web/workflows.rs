@@ -14,7 +14,7 @@ use super::dag::{self, Dag, NodeFace};
 use super::forms::{
     ConsoleUser, CsrfForm, Fields, heading_and_action, listed, refilled, save_or_show_again,
 };
-use super::jobs::group_name;
+use super::jobs::{group_name, schedule_text};
 use super::views::{Chrome, FormState, Opt, Pager, duration, when};
 use super::{PageError, PageResult, render, see_other_with};
 use crate::domain::document::{self, Format};
@@ -48,6 +48,7 @@ pub struct WorkflowRow {
     pub group: String,
     pub nodes: usize,
     pub concurrency: String,
+    pub schedule: String,
     pub enabled: bool,
     pub updated: String,
 }
@@ -101,6 +102,9 @@ pub struct WorkflowPage {
     pub c: Chrome,
     pub workflow: WorkflowView,
     pub group: String,
+    pub schedule: String,
+    /// "—" for a disabled or unscheduled workflow.
+    pub next_fire: String,
     pub alert: String,
     pub can_edit: bool,
     pub dag: Option<Dag>,
@@ -253,6 +257,7 @@ async fn list(
                 group: group_name(&groups, w.group_id),
                 nodes: w.nodes.len(),
                 concurrency: w.concurrency.to_string(),
+                schedule: schedule_text(&w.schedule),
                 enabled: w.enabled,
                 updated: when(Some(w.updated_ms)),
             })
@@ -628,6 +633,12 @@ async fn show(
     };
     Ok(WorkflowPage {
         group: group_name(&groups, workflow.group_id),
+        schedule: schedule_text(&workflow.schedule),
+        next_fire: if workflow.enabled {
+            when(workflow.next_fire_ms)
+        } else {
+            "—".into()
+        },
         alert,
         can_edit: user.actor.write_group(workflow.group_id).is_ok(),
         dag,

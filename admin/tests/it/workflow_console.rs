@@ -209,7 +209,9 @@ async fn the_editor_checks_saves_and_draws(mysql: bool) {
         "{}",
         edit.body
     );
-    let three = format!("{good}  - from: load\n    to: report\nparams: --full\n").replace(
+    let three = format!(
+        "{good}  - from: load\n    to: report\nparams: --full\nschedule:\n  type: fixed_rate\n  interval_s: 3600\n"
+    ).replace(
         "edges:",
         &format!("  - key: report\n    job_id: {extract}\nedges:"),
     );
@@ -234,6 +236,15 @@ async fn the_editor_checks_saves_and_draws(mysql: bool) {
         .await;
     assert_eq!(api.body["nodes"].as_array().unwrap().len(), 3);
     assert_eq!(api.body["params"], json!("--full"));
+    assert_eq!(api.body["schedule"]["type"], json!("fixed_rate"));
+    assert!(api.body["next_fire_ms"].as_i64().is_some(), "{}", api.body);
+    let shown = v.get(&format!("/console/workflows/{id}")).await;
+    assert!(shown.body.contains("every 3600 s"), "{}", shown.body);
+    let edit = v.get(&format!("/console/workflows/{id}/edit")).await;
+    assert!(
+        edit.body.contains("interval_s: 3600"),
+        "the text keeps the schedule"
+    );
 
     // The export is a file.
     let export = v

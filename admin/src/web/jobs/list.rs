@@ -99,7 +99,7 @@ pub(super) async fn list(
                 id: j.id,
                 name: j.name.clone(),
                 group: group_name(&groups, j.group_id),
-                schedule: schedule_text(j),
+                schedule: schedule_text(&j.schedule),
                 handler: j.handler.kind.to_string(),
                 next_fire: next_fire(j),
                 enabled: j.enabled,

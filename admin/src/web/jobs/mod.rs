@@ -12,10 +12,10 @@ use actix_web::web;
 use super::views::when;
 use crate::domain::ids::GroupId;
 use crate::service::groups::GroupView;
-use crate::service::jobs::JobView;
+use crate::service::jobs::{JobView, ScheduleView};
 
-fn schedule_text(job: &JobView) -> String {
-    let s = &job.schedule;
+/// A schedule for people (jobs' and workflows').
+pub(super) fn schedule_text(s: &ScheduleView) -> String {
     match s.kind.as_str() {
         "cron" => format!("cron {} ({})", s.expr.as_deref().unwrap_or(""), s.timezone),
         "fixed_rate" => format!("every {} s", s.interval_s.unwrap_or(0)),

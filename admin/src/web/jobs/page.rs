@@ -83,7 +83,7 @@ pub(super) async fn show(
     .collect();
     Ok(JobPage {
         group: group_name(&groups, job.group_id),
-        schedule: schedule_text(&job),
+        schedule: schedule_text(&job.schedule),
         next_fire: next_fire(&job),
         children: job
             .children

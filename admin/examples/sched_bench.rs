@@ -673,9 +673,10 @@ fn stamp_command(dir: &std::path::Path, sleep_ms: usize) -> String {
     if sleep_ms == 0 {
         return stamp;
     }
+    // A shell builtin's arithmetic spreads the sleeps over 0 to `sleep_ms` by run id.
     format!(
-        "{stamp}; sleep $(printf 0.%03d $((JOBFLEET_RUN_ID * 7919 % {})))",
-        sleep_ms.min(1000)
+        "{stamp}; s=$((JOBFLEET_RUN_ID * 7919 % {})); sleep $((s / 1000)).$(printf %03d $((s % 1000)))",
+        sleep_ms.clamp(1, 60_000)
     )
 }
 

@@ -118,6 +118,7 @@ pub async fn prepare(
         router: Arc::default(),
         metrics: Arc::default(),
         alerts,
+        workflow_graphs: Arc::default(),
     }))
 }
 

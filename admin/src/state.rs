@@ -13,6 +13,7 @@ use crate::config::Config;
 use crate::db::Db;
 use crate::dispatch::client::AgentClient;
 use crate::dispatch::routing::Router;
+use crate::domain::graph_cache::GraphCache;
 use crate::metrics::Metrics;
 use crate::scheduler::handle::SchedulerHandle;
 
@@ -36,4 +37,6 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Alert delivery: the worker's wake-up, the webhook client, the SMTP mailer.
     pub alerts: Alerts,
+    /// The graphs of workflow runs in progress, so a step does not parse its run's definition.
+    pub workflow_graphs: Arc<GraphCache>,
 }

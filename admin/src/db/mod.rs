@@ -27,6 +27,7 @@ pub mod workflow_node;
 pub mod workflow_run;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use diesel::connection::SimpleConnection;
@@ -244,6 +245,13 @@ pub type Pool = r2d2::Pool<ConnectionManager>;
 pub struct Db {
     pool: Pool,
     url: DbUrl,
+    /// SQLite only: this process's write transactions take turns here rather than on the
+    /// database's lock. A writer that finds SQLite's lock taken waits in its busy handler, which
+    /// sleeps 1, 2, 5, 10, 15, 20, 25 … ms between tries: under a stream of small transactions
+    /// (callbacks, dispatch, workflow steps) those sleeps, not the work, made most of a run's
+    /// latency (BENCHMARKS.md, "Workflows"). A mutex hands the turn over at once. Other
+    /// processes on the same file still meet busy_timeout.
+    writer: Option<Arc<std::sync::Mutex<()>>>,
 }
 
 impl std::fmt::Debug for Db {
@@ -278,7 +286,8 @@ impl Db {
             .connection_timeout(connection_timeout)
             .test_on_check_out(true)
             .build_unchecked(ConnectionManager::new(url.clone()));
-        Ok(Self { pool, url })
+        let writer = matches!(url, DbUrl::Sqlite(_)).then(Arc::default);
+        Ok(Self { pool, url, writer })
     }
 
     pub fn url(&self) -> &DbUrl {
@@ -314,7 +323,23 @@ impl Db {
         F: FnOnce(&mut AnyConnection) -> Result<T, Error> + Send + 'static,
         T: Send + 'static,
     {
-        self.run(move |conn| in_transaction(conn, f)).await
+        let Some(writer) = self.writer.clone() else {
+            return self.run(move |conn| in_transaction(conn, f)).await;
+        };
+        let pool = self.pool.clone();
+        tokio::task::spawn_blocking(move || {
+            // The turn before the connection: a writer waiting for its turn holds no connection
+            // that the current writer or a reader might need.
+            let _turn = writer
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut conn = pool
+                .get()
+                .map_err(|e| Error::Unavailable(format!("no database connection: {e}")))?;
+            in_transaction(&mut conn, f)
+        })
+        .await
+        .map_err(|e| Error::Internal(anyhow::anyhow!("database task failed: {e}")))?
     }
 
     /// Readiness: a round trip to the database.

@@ -78,6 +78,47 @@ pub fn of_run_now(
     })
 }
 
+/// The nodes of a run with these keys, as they are now (locking on MySQL, as `of_run_now`):
+/// a step reads only the rows it touches.
+pub fn by_keys_now(
+    conn: &mut AnyConnection,
+    run: WorkflowRunId,
+    keys: &[&str],
+) -> Result<Vec<WorkflowNode>, Error> {
+    let keys: Vec<String> = keys.iter().map(|k| (*k).to_owned()).collect();
+    macro_rules! nodes {
+        () => {
+            workflow_node::table
+                .filter(workflow_node::workflow_run_id.eq(run))
+                .filter(workflow_node::node_key.eq_any(keys))
+                .select(WorkflowNode::as_select())
+        };
+    }
+    Ok(match conn {
+        #[cfg(feature = "mysql")]
+        AnyConnection::Mysql(c) => nodes!().for_update().load(c)?,
+        AnyConnection::Sqlite(c) => nodes!().load(c)?,
+    })
+}
+
+/// The keys of a run's failed nodes, as they are now (locking on MySQL, as `of_run_now`).
+pub fn failed_keys_now(conn: &mut AnyConnection, run: WorkflowRunId) -> Result<Vec<String>, Error> {
+    macro_rules! keys {
+        () => {
+            workflow_node::table
+                .filter(workflow_node::workflow_run_id.eq(run))
+                .filter(workflow_node::status.eq(NodeStatus::Failed))
+                .select(workflow_node::node_key)
+                .order(workflow_node::id.asc())
+        };
+    }
+    Ok(match conn {
+        #[cfg(feature = "mysql")]
+        AnyConnection::Mysql(c) => keys!().for_update().load(c)?,
+        AnyConnection::Sqlite(c) => keys!().load(c)?,
+    })
+}
+
 pub fn find(conn: &mut AnyConnection, id: i64) -> Result<Option<WorkflowNode>, Error> {
     Ok(workflow_node::table
         .find(id)

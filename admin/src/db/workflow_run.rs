@@ -94,6 +94,102 @@ pub fn lock(conn: &mut AnyConnection, id: WorkflowRunId) -> Result<WorkflowRun, 
     row.ok_or(Error::NotFound("workflow run"))
 }
 
+/// `lock` without the definition, which can be large and never changes once the run has
+/// started: the engine keeps each run's graph (`domain::graph_cache`) and reads it with
+/// [`definition_of`] only when it has none. The returned row's `definition` is empty.
+///
+/// # Errors
+/// `NotFound` when no workflow run has this id.
+pub fn lock_head(conn: &mut AnyConnection, id: WorkflowRunId) -> Result<WorkflowRun, Error> {
+    macro_rules! row {
+        () => {
+            workflow_run::table.find(id).select((
+                workflow_run::id,
+                workflow_run::workflow_id,
+                workflow_run::group_id,
+                workflow_run::status,
+                workflow_run::params,
+                workflow_run::trigger_kind,
+                workflow_run::open_nodes,
+                workflow_run::unhandled_failures,
+                workflow_run::deadline_ms,
+                workflow_run::message,
+                workflow_run::created_ms,
+                workflow_run::started_ms,
+                workflow_run::finished_ms,
+                workflow_run::fire_slot_ms,
+            ))
+        };
+    }
+    type Head = (
+        WorkflowRunId,
+        WorkflowId,
+        GroupId,
+        WorkflowStatus,
+        String,
+        TriggerKind,
+        i32,
+        i32,
+        Option<i64>,
+        String,
+        i64,
+        i64,
+        Option<i64>,
+        Option<i64>,
+    );
+    let row: Option<Head> = match conn {
+        #[cfg(feature = "mysql")]
+        AnyConnection::Mysql(c) => row!().for_update().first(c).optional()?,
+        AnyConnection::Sqlite(c) => row!().first(c).optional()?,
+    };
+    let (
+        id,
+        workflow_id,
+        group_id,
+        status,
+        params,
+        trigger_kind,
+        open_nodes,
+        unhandled_failures,
+        deadline_ms,
+        message,
+        created_ms,
+        started_ms,
+        finished_ms,
+        fire_slot_ms,
+    ) = row.ok_or(Error::NotFound("workflow run"))?;
+    Ok(WorkflowRun {
+        id,
+        workflow_id,
+        group_id,
+        status,
+        definition: String::new(),
+        params,
+        trigger_kind,
+        open_nodes,
+        unhandled_failures,
+        deadline_ms,
+        message,
+        created_ms,
+        started_ms,
+        finished_ms,
+        fire_slot_ms,
+    })
+}
+
+/// The definition a run started with (it never changes, so a plain read is current).
+///
+/// # Errors
+/// `NotFound` when no workflow run has this id.
+pub fn definition_of(conn: &mut AnyConnection, id: WorkflowRunId) -> Result<String, Error> {
+    workflow_run::table
+        .find(id)
+        .select(workflow_run::definition)
+        .first(conn)
+        .optional()?
+        .ok_or(Error::NotFound("workflow run"))
+}
+
 /// One node became final: `open_nodes` down by one (and `unhandled_failures` up when its
 /// failure had no edge to handle it). Returns the nodes still open. The UPDATE works on the
 /// newest row and waits for other writers, so two admins ending the last two nodes at once
@@ -110,7 +206,11 @@ pub fn node_closed(
                 .eq(workflow_run::unhandled_failures + i32::from(unhandled_failure)),
         ))
         .execute(conn)?;
-    Ok(get(conn, id)?.open_nodes)
+    // The count alone: the row's definition can be large and is read once per run, not per node.
+    Ok(workflow_run::table
+        .find(id)
+        .select(workflow_run::open_nodes)
+        .first(conn)?)
 }
 
 /// Nodes re-opened by a re-run: counters set again from the nodes as they are now.

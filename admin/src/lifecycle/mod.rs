@@ -19,9 +19,12 @@
 mod followup;
 pub mod workflow;
 
+use std::sync::Arc;
+
 use crate::alert::outbox::Outbox;
 use crate::db::AnyConnection;
 use crate::db::job_run::{self, NewJobRun, RunResult, TriggerAnswer};
+use crate::domain::graph_cache::GraphCache;
 use crate::domain::ids::RunId;
 use crate::domain::policy::RunStatus;
 use crate::error::Error;
@@ -38,6 +41,7 @@ pub struct Changes {
     alerts: Outbox,
     dues: Vec<Due>,
     ended: Vec<RunStatus>,
+    graphs: Arc<GraphCache>,
 }
 
 impl Changes {
@@ -52,6 +56,7 @@ impl Changes {
             alerts: state.alerts.outbox(),
             dues: Vec::new(),
             ended: Vec::new(),
+            graphs: state.workflow_graphs.clone(),
         }
     }
 

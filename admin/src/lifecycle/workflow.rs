@@ -3,12 +3,14 @@
 //! the run's end is stored, by whichever admin stores it). Operations (pause, resume, cancel,
 //! re-run from failure, mark) also live here, each in the caller's transaction.
 //!
-//! Every entry point first locks the workflow run's row and reads the nodes with locking reads:
-//! two admins ending two upstream nodes of one join at once take turns, and the second sees the
-//! first's counts. A node starts only through the conditional `waiting → running` update, and
+//! Every entry point first locks the workflow run's row, then reads the node rows it touches
+//! with locking reads: two admins ending two upstream nodes of one join at once take turns, and
+//! the second sees the first's counts. The run's graph is parsed once per admin and kept
+//! (`domain::graph_cache`): its definition is frozen when the run starts. A node starts only through the conditional `waiting → running` update, and
 //! its job run has a unique `(node, node attempt, attempt)`, so no node starts twice.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use crate::db::AnyConnection;
 use crate::db::job;
@@ -26,11 +28,16 @@ use crate::scheduler::handle::Due;
 
 use super::Changes;
 
-/// A workflow run being changed in this transaction: its row (locked), graph and node rows.
+/// A workflow run being changed in this transaction: its row (locked, without the
+/// definition), its graph (kept between steps), and the node rows read so far. A step reads
+/// only the rows it touches (the ended node, its downstream nodes, a starting node's upstream
+/// outputs), so a node's end costs the same in a 2,000-node run as in a 3-node one; the run
+/// row's lock is what serialises the steps of one run, not the node reads.
 struct Ctx {
     run: WorkflowRun,
-    graph: Graph,
-    nodes: Vec<WorkflowNode>,
+    graph: Arc<Graph>,
+    /// By graph index.
+    nodes: HashMap<usize, WorkflowNode>,
 }
 
 enum Step {
@@ -39,31 +46,113 @@ enum Step {
 }
 
 impl Ctx {
-    fn load(conn: &mut AnyConnection, id: WorkflowRunId) -> Result<Self, Error> {
-        let run = workflow_run::lock(conn, id)?;
-        let graph = graph_of(&run)?;
-        let nodes = workflow_node::of_run_now(conn, id)?;
-        if nodes.len() != graph.len() {
-            return Err(Error::Internal(anyhow::anyhow!(
-                "workflow run {id} has {} node rows for {} nodes",
-                nodes.len(),
-                graph.len()
-            )));
-        }
-        Ok(Self { run, graph, nodes })
+    fn load(conn: &mut AnyConnection, changes: &Changes, id: WorkflowRunId) -> Result<Self, Error> {
+        let run = workflow_run::lock_head(conn, id)?;
+        let stamp = (run.workflow_id, run.created_ms);
+        let graph = match changes.graphs.get(id, stamp) {
+            Some(graph) => graph,
+            None => {
+                let graph = Arc::new(graph_of(id, &workflow_run::definition_of(conn, id)?)?);
+                changes.graphs.insert(id, stamp, graph.clone());
+                graph
+            }
+        };
+        Ok(Self {
+            run,
+            graph,
+            nodes: HashMap::new(),
+        })
     }
 
-    fn position(&self, node_id: i64) -> Option<usize> {
-        self.nodes.iter().position(|n| n.id == node_id)
+    /// With every node row (the operations that look at all of them: resume, cancel, re-run).
+    fn load_all(
+        conn: &mut AnyConnection,
+        changes: &Changes,
+        id: WorkflowRunId,
+    ) -> Result<Self, Error> {
+        let mut ctx = Self::load(conn, changes, id)?;
+        let rows = workflow_node::of_run_now(conn, id)?;
+        if rows.len() != ctx.graph.len() {
+            return Err(Error::Internal(anyhow::anyhow!(
+                "workflow run {id} has {} node rows for {} nodes",
+                rows.len(),
+                ctx.graph.len()
+            )));
+        }
+        for row in rows {
+            ctx.keep(row)?;
+        }
+        Ok(ctx)
+    }
+
+    fn keep(&mut self, row: WorkflowNode) -> Result<usize, Error> {
+        let i = self.graph.position(&row.node_key).ok_or_else(|| {
+            Error::Internal(anyhow::anyhow!(
+                "workflow run {} has a node row `{}` its definition lacks",
+                self.run.id,
+                row.node_key
+            ))
+        })?;
+        self.nodes.insert(i, row);
+        Ok(i)
+    }
+
+    /// Reads the rows of `wanted` not read yet, in one query.
+    fn read(&mut self, conn: &mut AnyConnection, wanted: &[usize]) -> Result<(), Error> {
+        let keys: Vec<&str> = wanted
+            .iter()
+            .filter(|i| !self.nodes.contains_key(i))
+            .map(|&i| self.graph.node(i).key.as_str())
+            .collect();
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let rows = workflow_node::by_keys_now(conn, self.run.id, &keys)?;
+        for row in rows {
+            self.keep(row)?;
+        }
+        match wanted.iter().find(|i| !self.nodes.contains_key(i)) {
+            Some(&i) => Err(Error::Internal(anyhow::anyhow!(
+                "workflow run {} has no row for node `{}`",
+                self.run.id,
+                self.graph.node(i).key
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    fn node(&mut self, conn: &mut AnyConnection, i: usize) -> Result<&mut WorkflowNode, Error> {
+        self.read(conn, &[i])?;
+        self.nodes
+            .get_mut(&i)
+            .ok_or_else(|| Error::Internal(anyhow::anyhow!("node {i} not read")))
+    }
+
+    /// A row `load_all` read.
+    fn loaded(&self, i: usize) -> Result<&WorkflowNode, Error> {
+        self.nodes
+            .get(&i)
+            .ok_or_else(|| Error::Internal(anyhow::anyhow!("node {i} not read")))
+    }
+
+    /// A row read earlier that a nested change (ending a node's run) may have moved on.
+    fn forget(&mut self, i: usize) {
+        self.nodes.remove(&i);
+    }
+
+    /// Every node row, for the operations that read them all; they were all read by
+    /// `load_all`.
+    fn all(&self) -> impl Iterator<Item = (usize, &WorkflowNode)> {
+        (0..self.graph.len()).filter_map(|i| self.nodes.get(&i).map(|n| (i, n)))
     }
 }
 
-fn graph_of(run: &WorkflowRun) -> Result<Graph, Error> {
-    serde_json::from_str::<Definition>(&run.definition)
-        .map_err(|e| anyhow::anyhow!("workflow run {}: stored definition: {e}", run.id))
+fn graph_of(id: WorkflowRunId, definition: &str) -> Result<Graph, Error> {
+    serde_json::from_str::<Definition>(definition)
+        .map_err(|e| anyhow::anyhow!("workflow run {id}: stored definition: {e}"))
         .and_then(|d| {
             d.validate()
-                .map_err(|e| anyhow::anyhow!("workflow run {}: stored definition: {e}", run.id))
+                .map_err(|e| anyhow::anyhow!("workflow run {id}: stored definition: {e}"))
         })
         .map_err(Error::Internal)
 }
@@ -166,9 +255,17 @@ pub fn start(
     // `workflows::many_workflows_triggered_at_once_all_run`).
     let mut ctx = Ctx {
         run: workflow_run::get(conn, id)?,
-        graph: graph.clone(),
-        nodes: workflow_node::of_run(conn, id)?,
+        graph: Arc::new(graph.clone()),
+        nodes: HashMap::new(),
     };
+    for row in workflow_node::of_run(conn, id)? {
+        ctx.keep(row)?;
+    }
+    changes.graphs.insert(
+        id,
+        (ctx.run.workflow_id, ctx.run.created_ms),
+        ctx.graph.clone(),
+    );
     let entries = (0..graph.len())
         .filter(|&i| graph.upstream_count(i) == 0)
         .map(Step::Start)
@@ -197,12 +294,12 @@ pub(super) fn job_run_final(
     let Some(node) = workflow_node::find(conn, node_id)? else {
         return Ok(());
     };
-    let mut ctx = Ctx::load(conn, node.workflow_run_id)?;
-    let Some(i) = ctx.position(node_id) else {
+    let mut ctx = Ctx::load(conn, changes, node.workflow_run_id)?;
+    let Some(i) = ctx.graph.position(&node.node_key) else {
         return Ok(());
     };
-    if Some(ctx.nodes[i].attempt) != run.node_attempt || ctx.nodes[i].status != NodeStatus::Running
-    {
+    let current = ctx.node(conn, i)?;
+    if Some(current.attempt) != run.node_attempt || current.status != NodeStatus::Running {
         return Ok(());
     }
     if let Some(text) = &run.outputs {
@@ -210,7 +307,7 @@ pub(super) fn job_run_final(
         let json = serde_json::to_string(&outputs)
             .map_err(|e| Error::Internal(anyhow::anyhow!("encoding outputs: {e}")))?;
         workflow_node::set_outputs(conn, node_id, &json)?;
-        ctx.nodes[i].outputs = json;
+        ctx.node(conn, i)?.outputs = json;
     }
     let (status, message) = match run.status {
         RunStatus::Succeeded => (NodeStatus::Succeeded, String::new()),
@@ -273,12 +370,12 @@ fn advance(
                 }
             }
             Step::Finish(i, status, message) => {
-                let node_id = ctx.nodes[i].id;
+                let node_id = ctx.node(conn, i)?.id;
                 let from = [NodeStatus::Waiting, NodeStatus::Ready, NodeStatus::Running];
                 if !workflow_node::transition(conn, node_id, &from, status, &message, now)? {
                     continue;
                 }
-                ctx.nodes[i].status = status;
+                ctx.node(conn, i)?.status = status;
                 let unhandled = status == NodeStatus::Failed && !ctx.graph.handles_failure(i);
                 let open = workflow_run::node_closed(conn, ctx.run.id, unhandled)?;
                 let downstream: Vec<_> = ctx.graph.downstream(i).collect();
@@ -300,7 +397,7 @@ fn advance(
                         node.upstream_resolved,
                         node.upstream_met,
                     );
-                    ctx.nodes[d] = node;
+                    ctx.nodes.insert(d, node);
                     if !waiting || ctx.run.status.is_final() {
                         continue;
                     }
@@ -332,7 +429,7 @@ fn start_node(
     i: usize,
 ) -> Result<Option<String>, Error> {
     let now = changes.now_ms;
-    let node_id = ctx.nodes[i].id;
+    let node_id = ctx.node(conn, i)?.id;
     if ctx.run.status == WorkflowStatus::Paused {
         // Started on resume.
         if workflow_node::transition(
@@ -343,7 +440,7 @@ fn start_node(
             "ready; the workflow run is paused",
             now,
         )? {
-            ctx.nodes[i].status = NodeStatus::Ready;
+            ctx.node(conn, i)?.status = NodeStatus::Ready;
         }
         return Ok(None);
     }
@@ -360,7 +457,7 @@ fn start_node(
     )? {
         return Ok(None);
     }
-    ctx.nodes[i].status = NodeStatus::Running;
+    ctx.node(conn, i)?.status = NodeStatus::Running;
     let def = ctx.graph.node(i).clone();
     let Some(owner) = job::find(conn, crate::domain::ids::JobId(def.job_id))? else {
         return Ok(Some(format!("job {} no longer exists", def.job_id)));
@@ -371,8 +468,8 @@ fn start_node(
             def.job_id
         )));
     }
-    let env = node_env(ctx, i);
-    let attempt = ctx.nodes[i].attempt;
+    let env = node_env(conn, ctx, i)?;
+    let attempt = ctx.node(conn, i)?.attempt;
     let run_id = job_run::insert(
         conn,
         &NewJobRun {
@@ -404,7 +501,11 @@ fn start_node(
 /// What a node's process gets besides the job's own environment: the workflow run, the node,
 /// the workflow's params, and each upstream node's outputs as `JOBFLEET_IN_<KEY>` (upstream
 /// nodes in definition order; a later one wins a shared key).
-fn node_env(ctx: &Ctx, i: usize) -> BTreeMap<String, String> {
+fn node_env(
+    conn: &mut AnyConnection,
+    ctx: &mut Ctx,
+    i: usize,
+) -> Result<BTreeMap<String, String>, Error> {
     let mut env = BTreeMap::new();
     env.insert(
         "JOBFLEET_WORKFLOW_RUN_ID".to_owned(),
@@ -420,8 +521,13 @@ fn node_env(ctx: &Ctx, i: usize) -> BTreeMap<String, String> {
     );
     let mut upstream: Vec<usize> = ctx.graph.upstream(i).map(|(u, _)| u).collect();
     upstream.sort_unstable();
+    ctx.read(conn, &upstream)?;
     for u in upstream {
-        let Ok(outputs) = serde_json::from_str::<BTreeMap<String, String>>(&ctx.nodes[u].outputs)
+        let Some(Ok(outputs)) = ctx
+            .nodes
+            .get(&u)
+            .filter(|n| !n.outputs.is_empty())
+            .map(|n| serde_json::from_str::<BTreeMap<String, String>>(&n.outputs))
         else {
             continue;
         };
@@ -429,7 +535,7 @@ fn node_env(ctx: &Ctx, i: usize) -> BTreeMap<String, String> {
             env.insert(format!("JOBFLEET_IN_{key}"), value);
         }
     }
-    env
+    Ok(env)
 }
 
 /// Every node closed: the run ends succeeded, or failed when a failure had no edge to handle
@@ -460,6 +566,9 @@ fn complete(conn: &mut AnyConnection, changes: &mut Changes, ctx: &mut Ctx) -> R
         Some(changes.now_ms),
     )?;
     ctx.run = workflow_run::get(conn, run.id)?;
+    if ended {
+        changes.graphs.forget(run.id);
+    }
     if ended && status == WorkflowStatus::Failed {
         alert(conn, changes, ctx)?;
     }
@@ -472,12 +581,7 @@ fn alert(conn: &mut AnyConnection, changes: &mut Changes, ctx: &Ctx) -> Result<(
     let Some(owner) = crate::db::workflow::find(conn, ctx.run.workflow_id)? else {
         return Ok(());
     };
-    let failed: Vec<String> = ctx
-        .nodes
-        .iter()
-        .filter(|n| n.status == NodeStatus::Failed)
-        .map(|n| n.node_key.clone())
-        .collect();
+    let failed = workflow_node::failed_keys_now(conn, ctx.run.id)?;
     changes
         .alerts
         .workflow_final(conn, &ctx.run, &owner, &failed, changes.now_ms)?;
@@ -518,7 +622,7 @@ pub fn resume(
     changes: &mut Changes,
     id: WorkflowRunId,
 ) -> Result<(), Error> {
-    let mut ctx = Ctx::load(conn, id)?;
+    let mut ctx = Ctx::load_all(conn, changes, id)?;
     if !workflow_run::transition(
         conn,
         id,
@@ -536,9 +640,10 @@ pub fn resume(
         ));
     }
     ctx.run.status = WorkflowStatus::Running;
-    let ready = (0..ctx.nodes.len())
-        .filter(|&i| ctx.nodes[i].status == NodeStatus::Ready)
-        .map(Step::Start)
+    let ready = ctx
+        .all()
+        .filter(|(_, n)| n.status == NodeStatus::Ready)
+        .map(|(i, _)| Step::Start(i))
         .collect();
     advance(conn, changes, &mut ctx, ready)
 }
@@ -560,7 +665,7 @@ pub fn cancel(
         status,
         WorkflowStatus::Cancelled | WorkflowStatus::TimedOut
     ));
-    let mut ctx = Ctx::load(conn, id)?;
+    let mut ctx = Ctx::load_all(conn, changes, id)?;
     if !workflow_run::transition(
         conn,
         id,
@@ -580,18 +685,18 @@ pub fn cancel(
     }
     let mut steps = Vec::new();
     let mut running = Vec::new();
-    for (i, node) in ctx.nodes.iter().enumerate() {
+    for (i, node) in ctx.all() {
         match node.status {
             NodeStatus::Waiting | NodeStatus::Ready => {
                 steps.push(Step::Finish(i, NodeStatus::Cancelled, message.to_owned()));
             }
-            NodeStatus::Running => running.push(node.clone()),
+            NodeStatus::Running => running.push((i, node.clone())),
             _ => {}
         }
     }
     advance(conn, changes, &mut ctx, steps)?;
     let mut killed = Vec::new();
-    for node in running {
+    for (i, node) in running {
         for run in job_run::of_node_in_flight(conn, node.id, node.attempt)? {
             // Ending the run ends its node (cancelled) through `job_run_final`.
             if changes.ended_by_admin(conn, run.id, RunStatus::Killed, message)? {
@@ -599,11 +704,11 @@ pub fn cancel(
             }
         }
         // A node whose run had ended but not yet closed it (never: same transaction) or has no
-        // run in flight (its job was deleted between) is closed here.
-        let mut ctx = Ctx::load(conn, id)?;
-        if let Some(i) = ctx.position(node.id)
-            && ctx.nodes[i].status == NodeStatus::Running
-        {
+        // run in flight (its job was deleted between) is closed here. Its row is read again:
+        // ending its run moved it on.
+        ctx.forget(i);
+        if ctx.node(conn, i)?.status == NodeStatus::Running {
+            ctx.run = workflow_run::get(conn, id)?;
             advance(
                 conn,
                 changes,
@@ -612,6 +717,7 @@ pub fn cancel(
             )?;
         }
     }
+    changes.graphs.forget(id);
     Ok(killed)
 }
 
@@ -627,7 +733,7 @@ pub fn rerun(
     id: WorkflowRunId,
     timeout_s: i64,
 ) -> Result<usize, Error> {
-    let ctx = Ctx::load(conn, id)?;
+    let ctx = Ctx::load_all(conn, changes, id)?;
     if !matches!(
         ctx.run.status,
         WorkflowStatus::Failed | WorkflowStatus::Cancelled | WorkflowStatus::TimedOut
@@ -651,16 +757,18 @@ fn reopen_from(
     mut ctx: Ctx,
     timeout_s: i64,
 ) -> Result<usize, Error> {
-    let roots: Vec<usize> = (0..ctx.nodes.len())
-        .filter(|&i| {
+    let roots: Vec<usize> = ctx
+        .all()
+        .filter(|(_, n)| {
             matches!(
-                ctx.nodes[i].status,
+                n.status,
                 NodeStatus::Failed | NodeStatus::Skipped | NodeStatus::Cancelled
             )
         })
+        .map(|(i, _)| i)
         .collect();
     let reset = ctx.graph.descendants(&roots);
-    let mut reopened = vec![false; ctx.nodes.len()];
+    let mut reopened = vec![false; ctx.graph.len()];
     for &i in &reset {
         reopened[i] = true;
     }
@@ -669,10 +777,11 @@ fn reopen_from(
         for (u, on) in ctx.graph.upstream(i) {
             if !reopened[u] {
                 resolved += 1;
-                met += i32::from(edge_met(on, ctx.nodes[u].status));
+                met += i32::from(edge_met(on, ctx.loaded(u)?.status));
             }
         }
-        workflow_node::reopen(conn, ctx.nodes[i].id, resolved, met)?;
+        let node_id = ctx.node(conn, i)?.id;
+        workflow_node::reopen(conn, node_id, resolved, met)?;
     }
     let now = changes.now_ms;
     workflow_run::reopen(
@@ -683,14 +792,14 @@ fn reopen_from(
         (timeout_s > 0).then(|| now + timeout_s * 1000),
     )?;
     let count = reset.len();
-    ctx = Ctx::load(conn, ctx.run.id)?;
+    ctx = Ctx::load_all(conn, changes, ctx.run.id)?;
     if count == 0 {
         complete(conn, changes, &mut ctx)?;
         return Ok(0);
     }
     let mut steps = Vec::new();
     for i in reset {
-        let node = &ctx.nodes[i];
+        let node = ctx.loaded(i)?;
         match readiness(
             ctx.graph.node(i).join,
             node.upstream_total,
@@ -729,12 +838,12 @@ pub fn mark(
         status,
         NodeStatus::Succeeded | NodeStatus::Skipped
     ));
-    let mut ctx = Ctx::load(conn, id)?;
+    let mut ctx = Ctx::load_all(conn, changes, id)?;
     let i = ctx
         .graph
         .position(key)
         .ok_or(Error::NotFound("workflow node"))?;
-    let current = ctx.nodes[i].status;
+    let current = ctx.node(conn, i)?.status;
     let message = format!("marked {status} by {by}");
     match current {
         NodeStatus::Waiting | NodeStatus::Ready if !ctx.run.status.is_final() => advance(
@@ -746,8 +855,10 @@ pub fn mark(
         NodeStatus::Failed | NodeStatus::Skipped | NodeStatus::Cancelled
             if ctx.run.status.is_final() && status == NodeStatus::Succeeded =>
         {
-            workflow_node::mark_final(conn, ctx.nodes[i].id, status, &message, changes.now_ms)?;
-            ctx.nodes[i].status = status;
+            let node = ctx.node(conn, i)?;
+            node.status = status;
+            let node_id = node.id;
+            workflow_node::mark_final(conn, node_id, status, &message, changes.now_ms)?;
             reopen_from(conn, changes, ctx, timeout_s).map(|_| ())
         }
         _ => Err(Error::conflict(

@@ -29,6 +29,7 @@ pub struct SchedulerHandle {
     pub holder: String,
     pub(super) plan_now: Notify,
     pub(super) timer_wake: Notify,
+    pub(super) workflow_timer_wake: Notify,
     dues: mpsc::UnboundedSender<Due>,
     inbox: Mutex<Option<mpsc::UnboundedReceiver<Due>>>,
     workflow_dues: mpsc::UnboundedSender<WorkflowDue>,
@@ -66,6 +67,7 @@ impl SchedulerHandle {
             holder,
             plan_now: Notify::new(),
             timer_wake: Notify::new(),
+            workflow_timer_wake: Notify::new(),
             dues,
             inbox: Mutex::new(Some(inbox)),
             workflow_dues,
@@ -130,6 +132,7 @@ impl SchedulerHandle {
     pub fn nudge(&self) {
         self.plan_now.notify_one();
         self.timer_wake.notify_one();
+        self.workflow_timer_wake.notify_one();
     }
 
     pub(super) fn take_inbox(&self) -> Option<mpsc::UnboundedReceiver<Due>> {

@@ -2,6 +2,7 @@
 //! runs, a timer that sends each at its millisecond, and monitors that recover what a crash or a
 //! dead agent left behind. See ARCHITECTURE.md for the flow and its invariants.
 
+mod dues;
 pub mod handle;
 pub mod in_doubt;
 pub mod monitors;

@@ -1,11 +1,7 @@
-//! The in-memory timer: holds stored pending runs until their millisecond and sends each
-//! through dispatch. Sleeps until the earliest due time (at most a second, so a clock jump or
-//! a manual clock is noticed) and wakes at once for an earlier one.
+//! The in-memory timer: holds stored pending runs until their millisecond (`dues`) and sends
+//! them through dispatch in batches.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use actix_web::web;
 use tokio::sync::{Semaphore, mpsc};
@@ -14,6 +10,7 @@ use crate::state::AppState;
 use crate::worker::Worker;
 
 use super::Due;
+use super::dues::Dues;
 
 /// Runs sent as one batch at most: one transaction takes them all.
 const MAX_BATCH: usize = 256;
@@ -22,16 +19,15 @@ const MAX_BATCH: usize = 256;
 const MAX_PARALLEL_BATCHES: usize = 4;
 /// Hand-overs in flight at once: enough to keep every agent busy.
 const MAX_HANDOVERS: usize = 1_024;
-const MAX_SLEEP_MS: i64 = 1_000;
 
 /// Runs until shutdown; then stops taking runs and waits for the answers of the hand-overs in
 /// flight to be stored (runs left in the heap stay pending for the recovery monitor).
 pub async fn run(
     state: web::Data<AppState>,
-    mut inbox: mpsc::UnboundedReceiver<Due>,
+    inbox: mpsc::UnboundedReceiver<Due>,
     mut worker: Worker,
 ) {
-    let mut heap: BinaryHeap<Reverse<Due>> = BinaryHeap::new();
+    let mut dues = Dues::new(inbox);
     let permits = Arc::new(Semaphore::new(MAX_PARALLEL_BATCHES));
     let handovers = Arc::new(Semaphore::new(MAX_HANDOVERS));
     let (answers, recorder_inbox) = mpsc::unbounded_channel();
@@ -41,20 +37,16 @@ pub async fn run(
     ));
     while !worker.stopping() {
         let now = state.clock.now_ms();
-        while heap.peek().is_some_and(|Reverse(due)| due.at_ms <= now) {
+        while dues.any_due(now) {
             let Ok(permit) = permits.clone().acquire_owned().await else {
                 break;
             };
             // Everything due by the time a permit is free goes in, up to a batch.
-            let now = state.clock.now_ms();
-            let mut batch = Vec::new();
-            while batch.len() < MAX_BATCH
-                && let Some(Reverse(due)) = heap.peek().copied()
-                && due.at_ms <= now
-            {
-                heap.pop();
-                batch.push(due.run_id);
-            }
+            let batch: Vec<_> = dues
+                .take_due(state.clock.now_ms(), MAX_BATCH)
+                .into_iter()
+                .map(|due| due.run_id)
+                .collect();
             let (state, answers, handovers) = (state.clone(), answers.clone(), handovers.clone());
             tokio::spawn(async move {
                 let runs = batch.len();
@@ -67,23 +59,11 @@ pub async fn run(
                 drop(permit);
             });
         }
-        let sleep_ms = heap.peek().map_or(MAX_SLEEP_MS, |Reverse(d)| {
-            (d.at_ms - now).clamp(0, MAX_SLEEP_MS)
-        });
-        tokio::select! {
-            received = inbox.recv() => match received {
-                Some(due) => {
-                    heap.push(Reverse(due));
-                    // Take everything already queued before looking at the clock again.
-                    while let Ok(more) = inbox.try_recv() {
-                        heap.push(Reverse(more));
-                    }
-                }
-                None => break,
-            },
-            () = tokio::time::sleep(Duration::from_millis(sleep_ms.unsigned_abs())) => {}
-            () = state.scheduler.timer_wake.notified() => {}
-            () = worker.stopped() => {}
+        if !dues
+            .wait(now, &state.scheduler.timer_wake, &mut worker)
+            .await
+        {
+            break;
         }
     }
     // The recorder ends once every hand-over in flight has sent its answer and all is stored.

@@ -10,10 +10,6 @@
 //! admin stopped before starting it stays pending on the row; any admin's monitor starts it
 //! (`recover`), or drops it by the misfire policy when it is too late.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
-use std::time::Duration;
-
 use actix_web::web;
 use tokio::sync::mpsc;
 
@@ -27,9 +23,9 @@ use crate::state::AppState;
 use crate::worker::Worker;
 
 use super::WorkflowDue;
+use super::dues::Dues;
 use super::monitors::ORPHAN_AFTER_MS;
 
-const MAX_SLEEP_MS: i64 = 1_000;
 /// Pending slots looked at per monitor pass.
 const RECOVER_AT_ONCE: i64 = 100;
 
@@ -169,20 +165,16 @@ pub async fn recover(state: &AppState) -> Result<usize, Error> {
     Ok(started)
 }
 
-/// The workflow timer: holds planned slots until their millisecond and starts each. Sleeps
-/// until the earliest (at most a second, so a clock jump or a manual clock is noticed).
+/// The workflow timer: holds planned slots until their millisecond (`dues`) and starts each.
 pub async fn run(
     state: web::Data<AppState>,
-    mut inbox: mpsc::UnboundedReceiver<WorkflowDue>,
+    inbox: mpsc::UnboundedReceiver<WorkflowDue>,
     mut worker: Worker,
 ) {
-    let mut heap: BinaryHeap<Reverse<WorkflowDue>> = BinaryHeap::new();
+    let mut dues = Dues::new(inbox);
     while !worker.stopping() {
         let now = state.clock.now_ms();
-        while let Some(Reverse(due)) = heap.peek().copied()
-            && due.at_ms <= now
-        {
-            heap.pop();
+        for due in dues.take_due(now, usize::MAX) {
             let state = state.clone();
             tokio::spawn(async move {
                 if let Err(e) = fire(&state, due).await {
@@ -191,22 +183,11 @@ pub async fn run(
                 }
             });
         }
-        let sleep_ms = heap.peek().map_or(MAX_SLEEP_MS, |Reverse(d)| {
-            (d.at_ms - now).clamp(0, MAX_SLEEP_MS)
-        });
-        tokio::select! {
-            received = inbox.recv() => match received {
-                Some(due) => {
-                    heap.push(Reverse(due));
-                    while let Ok(more) = inbox.try_recv() {
-                        heap.push(Reverse(more));
-                    }
-                }
-                None => break,
-            },
-            () = tokio::time::sleep(Duration::from_millis(sleep_ms.unsigned_abs())) => {}
-            () = state.scheduler.timer_wake.notified() => {}
-            () = worker.stopped() => {}
+        if !dues
+            .wait(now, &state.scheduler.workflow_timer_wake, &mut worker)
+            .await
+        {
+            break;
         }
     }
 }

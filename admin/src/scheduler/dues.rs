@@ -1,0 +1,125 @@
+//! What both timers (runs, workflow slots) share: a heap of items due at a millisecond, fed by
+//! a channel, and the wait until the earliest is due — at most a second, so a clock jump or a
+//! manual clock is noticed — or until something new arrives.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::time::Duration;
+
+use tokio::sync::{Notify, mpsc};
+
+use crate::worker::Worker;
+
+use super::{Due, WorkflowDue};
+
+const MAX_SLEEP_MS: i64 = 1_000;
+
+/// An item with the millisecond it is due at; ordered by it first.
+pub trait DueAt: Ord + Copy {
+    fn due_at_ms(&self) -> i64;
+}
+
+impl DueAt for Due {
+    fn due_at_ms(&self) -> i64 {
+        self.at_ms
+    }
+}
+
+impl DueAt for WorkflowDue {
+    fn due_at_ms(&self) -> i64 {
+        self.at_ms
+    }
+}
+
+pub struct Dues<T: DueAt> {
+    heap: BinaryHeap<Reverse<T>>,
+    inbox: mpsc::UnboundedReceiver<T>,
+}
+
+impl<T: DueAt> Dues<T> {
+    pub fn new(inbox: mpsc::UnboundedReceiver<T>) -> Self {
+        Self {
+            heap: BinaryHeap::new(),
+            inbox,
+        }
+    }
+
+    pub fn any_due(&self, now_ms: i64) -> bool {
+        self.heap
+            .peek()
+            .is_some_and(|Reverse(d)| d.due_at_ms() <= now_ms)
+    }
+
+    /// Takes up to `max` items due by `now_ms`, earliest first.
+    pub fn take_due(&mut self, now_ms: i64, max: usize) -> Vec<T> {
+        let mut taken = Vec::new();
+        while taken.len() < max && self.any_due(now_ms) {
+            if let Some(Reverse(due)) = self.heap.pop() {
+                taken.push(due);
+            }
+        }
+        taken
+    }
+
+    /// Waits until the earliest item is due, something new arrives, `wake` is notified or the
+    /// worker is stopping. Returns `false` once the inbox is closed (nothing can arrive).
+    pub async fn wait(&mut self, now_ms: i64, wake: &Notify, worker: &mut Worker) -> bool {
+        let sleep_ms = self.heap.peek().map_or(MAX_SLEEP_MS, |Reverse(d)| {
+            (d.due_at_ms() - now_ms).clamp(0, MAX_SLEEP_MS)
+        });
+        tokio::select! {
+            received = self.inbox.recv() => match received {
+                Some(due) => {
+                    self.heap.push(Reverse(due));
+                    // Take everything already queued before looking at the clock again.
+                    while let Ok(more) = self.inbox.try_recv() {
+                        self.heap.push(Reverse(more));
+                    }
+                }
+                None => return false,
+            },
+            () = tokio::time::sleep(Duration::from_millis(sleep_ms.unsigned_abs())) => {}
+            () = wake.notified() => {}
+            () = worker.stopped() => {}
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::ids::RunId;
+
+    fn due(at_ms: i64, run: i64) -> Due {
+        Due {
+            at_ms,
+            run_id: RunId(run),
+        }
+    }
+
+    #[tokio::test]
+    async fn items_come_out_by_due_time_and_only_once_due() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        for d in [due(30, 1), due(10, 2), due(20, 3)] {
+            tx.send(d).unwrap();
+        }
+        let (report, outcome) = tokio::sync::oneshot::channel();
+        let mut workers = crate::worker::Workers::new(std::sync::Arc::default());
+        workers.spawn("dues", move |mut worker| async move {
+            let mut dues = Dues::new(rx);
+            let woke = dues.wait(0, &Notify::new(), &mut worker).await;
+            let early = dues.any_due(9);
+            let first = dues.take_due(25, 10);
+            let second = dues.take_due(100, 10);
+            drop(tx);
+            let closed = !dues.wait(100, &Notify::new(), &mut worker).await;
+            let _ = report.send((woke, early, first, second, closed));
+        });
+        let (woke, early, first, second, closed) = outcome.await.unwrap();
+        assert!(woke && !early && closed);
+        assert_eq!(first, vec![due(10, 2), due(20, 3)]);
+        assert_eq!(second, vec![due(30, 1)]);
+        workers.shutdown(Duration::from_secs(1)).await;
+    }
+}

@@ -249,9 +249,11 @@ pub struct Db {
     /// database's lock. A writer that finds SQLite's lock taken waits in its busy handler, which
     /// sleeps 1, 2, 5, 10, 15, 20, 25 … ms between tries: under a stream of small transactions
     /// (callbacks, dispatch, workflow steps) those sleeps, not the work, made most of a run's
-    /// latency (BENCHMARKS.md, "Workflows"). A mutex hands the turn over at once. Other
-    /// processes on the same file still meet busy_timeout.
-    writer: Option<Arc<std::sync::Mutex<()>>>,
+    /// latency (BENCHMARKS.md, "Workflows"). A semaphore of one hands the turn over at once,
+    /// first come first served, and waiting for it is bounded like waiting for a connection.
+    /// Other processes on the same file still meet busy_timeout.
+    writer: Option<Arc<tokio::sync::Semaphore>>,
+    connection_timeout: Duration,
 }
 
 impl std::fmt::Debug for Db {
@@ -286,8 +288,14 @@ impl Db {
             .connection_timeout(connection_timeout)
             .test_on_check_out(true)
             .build_unchecked(ConnectionManager::new(url.clone()));
-        let writer = matches!(url, DbUrl::Sqlite(_)).then(Arc::default);
-        Ok(Self { pool, url, writer })
+        let writer =
+            matches!(url, DbUrl::Sqlite(_)).then(|| Arc::new(tokio::sync::Semaphore::new(1)));
+        Ok(Self {
+            pool,
+            url,
+            writer,
+            connection_timeout,
+        })
     }
 
     pub fn url(&self) -> &DbUrl {
@@ -326,13 +334,20 @@ impl Db {
         let Some(writer) = self.writer.clone() else {
             return self.run(move |conn| in_transaction(conn, f)).await;
         };
+        // The turn before the connection, and on the async side: a writer waiting for its turn
+        // holds neither a connection the current writer or a reader needs nor a blocking thread.
+        let turn = tokio::time::timeout(self.connection_timeout, writer.acquire_owned())
+            .await
+            .map_err(|_| {
+                Error::Unavailable(format!(
+                    "the database is busy: no write turn within {} s",
+                    self.connection_timeout.as_secs()
+                ))
+            })?
+            .map_err(|e| Error::Internal(anyhow::anyhow!("write turn: {e}")))?;
         let pool = self.pool.clone();
         tokio::task::spawn_blocking(move || {
-            // The turn before the connection: a writer waiting for its turn holds no connection
-            // that the current writer or a reader might need.
-            let _turn = writer
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let _turn = turn;
             let mut conn = pool
                 .get()
                 .map_err(|e| Error::Unavailable(format!("no database connection: {e}")))?;

@@ -177,17 +177,25 @@ pub fn lock_head(conn: &mut AnyConnection, id: WorkflowRunId) -> Result<Workflow
     })
 }
 
-/// The definition a run started with (it never changes, so a plain read is current).
+/// The definition a run started with. It never changes, but a locking read on MySQL all the
+/// same: a plain one reads the transaction's snapshot, which may predate the run.
 ///
 /// # Errors
 /// `NotFound` when no workflow run has this id.
 pub fn definition_of(conn: &mut AnyConnection, id: WorkflowRunId) -> Result<String, Error> {
-    workflow_run::table
-        .find(id)
-        .select(workflow_run::definition)
-        .first(conn)
-        .optional()?
-        .ok_or(Error::NotFound("workflow run"))
+    macro_rules! definition {
+        () => {
+            workflow_run::table
+                .find(id)
+                .select(workflow_run::definition)
+        };
+    }
+    let definition: Option<String> = match conn {
+        #[cfg(feature = "mysql")]
+        AnyConnection::Mysql(c) => definition!().for_update().first(c).optional()?,
+        AnyConnection::Sqlite(c) => definition!().first(c).optional()?,
+    };
+    definition.ok_or(Error::NotFound("workflow run"))
 }
 
 /// One node became final: `open_nodes` down by one (and `unhandled_failures` up when its

@@ -53,7 +53,11 @@ impl Ctx {
             Some(graph) => graph,
             None => {
                 let graph = Arc::new(graph_of(id, &workflow_run::definition_of(conn, id)?)?);
-                changes.graphs.insert(id, stamp, graph.clone());
+                // An ended run's graph serves a late result or a refused operation once; only
+                // a run in progress will need it again.
+                if !run.status.is_final() {
+                    changes.graphs.insert(id, stamp, graph.clone());
+                }
                 graph
             }
         };
@@ -258,14 +262,11 @@ pub fn start(
         graph: Arc::new(graph.clone()),
         nodes: HashMap::new(),
     };
+    // Not cached here: this transaction may still roll back, and SQLite would then give the
+    // id out again. The run's first step caches the graph it reads back, committed.
     for row in workflow_node::of_run(conn, id)? {
         ctx.keep(row)?;
     }
-    changes.graphs.insert(
-        id,
-        (ctx.run.workflow_id, ctx.run.created_ms),
-        ctx.graph.clone(),
-    );
     let entries = (0..graph.len())
         .filter(|&i| graph.upstream_count(i) == 0)
         .map(Step::Start)

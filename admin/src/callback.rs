@@ -7,8 +7,8 @@ use jobfleet_agent::protocol::{HandleCallbackParam, RunOutcome};
 
 use std::collections::HashMap;
 
-use crate::db::job_run::{self, RunResult};
-use crate::domain::ids::{GroupId, RunId};
+use crate::db::job_run::{self, JobRun, RunResult};
+use crate::domain::ids::RunId;
 use crate::domain::policy::RunStatus;
 use crate::error::Error;
 use crate::lifecycle::Changes;
@@ -88,20 +88,28 @@ pub async fn accept(
             let mut stored = 0;
             let reporter = agents::reporter(conn, key.as_deref())?;
             let ids: Vec<RunId> = batch.iter().map(|cb| RunId(cb.log_id)).collect();
-            let destinations: HashMap<RunId, (GroupId, Option<String>)> =
-                job_run::destinations(conn, &ids)?
-                    .into_iter()
-                    .map(|(id, group, agent)| (id, (group, agent)))
-                    .collect();
+            let runs: HashMap<RunId, JobRun> = job_run::reported(conn, &ids)?
+                .into_iter()
+                .map(|run| (run.id, run))
+                .collect();
             for cb in &batch {
                 let run_id = RunId(cb.log_id);
                 // An unknown run is acknowledged and ignored, as before.
-                let Some((group_id, sent_to)) = destinations.get(&run_id) else {
+                let Some(run) = runs.get(&run_id) else {
                     continue;
                 };
-                match agents::may_report(conn, &reporter, *group_id, sent_to.as_deref())? {
+                let mut run = std::borrow::Cow::Borrowed(run);
+                match agents::may_report(
+                    conn,
+                    &reporter,
+                    run.group_id,
+                    run.agent_address.as_deref(),
+                )? {
                     Ok(None) => {}
-                    Ok(Some(agent)) => job_run::set_agent_if_unknown(conn, run_id, &agent)?,
+                    Ok(Some(agent)) => {
+                        job_run::set_agent_if_unknown(conn, run_id, &agent)?;
+                        run.to_mut().agent_address = Some(agent);
+                    }
                     Err(why) => {
                         // Acknowledged, so a confused agent does not resend it forever; the
                         // result changes nothing.
@@ -124,7 +132,7 @@ pub async fn accept(
                 if result.finished_ms.is_none_or(|t| t <= 0) {
                     result.finished_ms = Some(now);
                 }
-                if changes.finished(conn, run_id, &result)? {
+                if changes.finished(conn, &run, &result)? {
                     stored += 1;
                 }
             }

@@ -1,7 +1,9 @@
 //! `job_run`: one row per trigger of a job (per shard, per attempt). The unique key on
 //! `(job_id, fire_slot_ms, shard_index)` is what makes a double fire impossible.
 
+use diesel::dsl::case_when;
 use diesel::prelude::*;
+use diesel::sql_types::Text;
 
 use super::schema::job_run;
 use super::{AnyConnection, Page, last_insert_id};
@@ -223,21 +225,20 @@ pub fn record_trigger(
     if answer.accepted {
         // A fast job's result can arrive before the agent's answer to the trigger is stored:
         // the agent and message are recorded either way, the final status is kept.
+        // One statement: the agent and message always, `running` only from `pending`.
         diesel::update(job_run::table.find(id))
             .set((
                 job_run::agent_address.eq(answer.agent),
                 job_run::trigger_msg.eq(answer.message),
                 job_run::agent_instance.eq(answer.instance),
                 job_run::agent_seq.eq(answer.seq),
+                job_run::status.eq(case_when(
+                    job_run::status.eq(RunStatus::Pending),
+                    RunStatus::Running.into_sql::<Text>(),
+                )
+                .otherwise(job_run::status)),
             ))
             .execute(conn)?;
-        diesel::update(
-            job_run::table
-                .find(id)
-                .filter(job_run::status.eq(RunStatus::Pending)),
-        )
-        .set(job_run::status.eq(RunStatus::Running))
-        .execute(conn)?;
         return Ok(false);
     }
     Ok(diesel::update(
@@ -266,20 +267,17 @@ pub struct TriggerAnswer<'a> {
     pub seq: Option<i64>,
 }
 
-/// Where runs went, for checking who may report their results: `(id, group_id, agent_address)`
-/// of those of `ids` that exist.
-pub fn destinations(
-    conn: &mut AnyConnection,
-    ids: &[RunId],
-) -> Result<Vec<(RunId, GroupId, Option<String>)>, Error> {
+/// The runs of `ids` that exist, as they are: the callback checks who may report each result
+/// and hands the row, with the result applied, to the run's follow-ups, one read per batch.
+pub fn reported(conn: &mut AnyConnection, ids: &[RunId]) -> Result<Vec<JobRun>, Error> {
     let mut out = Vec::with_capacity(ids.len());
     // Bounded IN lists: MariaDB and SQLite both take 500 placeholders comfortably.
     for chunk in ids.chunks(500) {
         out.extend(
             job_run::table
                 .filter(job_run::id.eq_any(chunk))
-                .select((job_run::id, job_run::group_id, job_run::agent_address))
-                .load::<(RunId, GroupId, Option<String>)>(conn)?,
+                .select(JobRun::as_select())
+                .load(conn)?,
         );
     }
     Ok(out)
@@ -581,6 +579,35 @@ pub struct RunResult {
     pub oom_killed: Option<bool>,
     pub limits_mode: Option<String>,
     pub outputs: Option<String>,
+}
+
+impl RunResult {
+    /// `run` as [`record_result`] leaves it: the fields the result has, replaced.
+    pub fn applied_to(&self, run: &JobRun) -> JobRun {
+        let mut run = run.clone();
+        run.status = self.status;
+        macro_rules! some {
+            ($($field:ident),*) => {
+                $(if self.$field.is_some() {
+                    run.$field.clone_from(&self.$field);
+                })*
+            };
+        }
+        some!(
+            started_ms,
+            finished_ms,
+            handle_code,
+            handle_msg,
+            exit_code,
+            term_signal,
+            cpu_ms,
+            max_rss_kb,
+            oom_killed,
+            limits_mode,
+            outputs
+        );
+        run
+    }
 }
 
 /// Stores a result unless the run already has a final one: a repeated or late report changes

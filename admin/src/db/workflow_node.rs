@@ -85,19 +85,30 @@ pub fn by_keys_now(
     run: WorkflowRunId,
     keys: &[&str],
 ) -> Result<Vec<WorkflowNode>, Error> {
-    let keys: Vec<String> = keys.iter().map(|k| (*k).to_owned()).collect();
     macro_rules! nodes {
-        () => {
+        ($key:expr) => {
             workflow_node::table
                 .filter(workflow_node::workflow_run_id.eq(run))
-                .filter(workflow_node::node_key.eq_any(keys))
+                .filter($key)
                 .select(WorkflowNode::as_select())
         };
     }
+    // One key, the common case (a chain's next node), as `=`: a statement diesel keeps
+    // prepared, where an `IN` list is prepared afresh each time.
+    if let [key] = keys {
+        let key = workflow_node::node_key.eq(*key);
+        return Ok(match conn {
+            #[cfg(feature = "mysql")]
+            AnyConnection::Mysql(c) => nodes!(key).for_update().load(c)?,
+            AnyConnection::Sqlite(c) => nodes!(key).load(c)?,
+        });
+    }
+    let keys =
+        workflow_node::node_key.eq_any(keys.iter().map(|k| (*k).to_owned()).collect::<Vec<_>>());
     Ok(match conn {
         #[cfg(feature = "mysql")]
-        AnyConnection::Mysql(c) => nodes!().for_update().load(c)?,
-        AnyConnection::Sqlite(c) => nodes!().load(c)?,
+        AnyConnection::Mysql(c) => nodes!(keys).for_update().load(c)?,
+        AnyConnection::Sqlite(c) => nodes!(keys).load(c)?,
     })
 }
 

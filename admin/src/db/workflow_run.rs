@@ -199,26 +199,25 @@ pub fn definition_of(conn: &mut AnyConnection, id: WorkflowRunId) -> Result<Stri
 }
 
 /// One node became final: `open_nodes` down by one (and `unhandled_failures` up when its
-/// failure had no edge to handle it). Returns the nodes still open. The UPDATE works on the
-/// newest row and waits for other writers, so two admins ending the last two nodes at once
-/// count right, and exactly one of them sees 0.
+/// failure had no edge to handle it), in the database and in `run`. Returns the nodes still
+/// open. `run` must have been read by [`lock_head`] in this transaction: the lock makes it the
+/// newest row until the commit, so the count is known without reading it back, and of two
+/// admins ending the last two nodes at once exactly one sees 0.
 pub fn node_closed(
     conn: &mut AnyConnection,
-    id: WorkflowRunId,
+    run: &mut WorkflowRun,
     unhandled_failure: bool,
 ) -> Result<i32, Error> {
-    diesel::update(workflow_run::table.find(id))
+    diesel::update(workflow_run::table.find(run.id))
         .set((
             workflow_run::open_nodes.eq(workflow_run::open_nodes - 1),
             workflow_run::unhandled_failures
                 .eq(workflow_run::unhandled_failures + i32::from(unhandled_failure)),
         ))
         .execute(conn)?;
-    // The count alone: the row's definition can be large and is read once per run, not per node.
-    Ok(workflow_run::table
-        .find(id)
-        .select(workflow_run::open_nodes)
-        .first(conn)?)
+    run.open_nodes -= 1;
+    run.unhandled_failures += i32::from(unhandled_failure);
+    Ok(run.open_nodes)
 }
 
 /// Nodes re-opened by a re-run: counters set again from the nodes as they are now.

@@ -6,7 +6,6 @@
 
 use crate::alert::outbox::Outbox;
 use crate::db::{AnyConnection, job, job_run};
-use crate::domain::ids::RunId;
 use crate::domain::policy::{RunStatus, TriggerKind, retry_delay_s};
 use crate::error::Error;
 
@@ -28,18 +27,17 @@ pub struct FollowUps {
     pub settled: Option<job_run::JobRun>,
 }
 
-/// Creates the follow-up runs of `run_id`, which has just become final, and its alerts (written
+/// Creates the follow-up runs of `run`, which has just become final, and its alerts (written
 /// to `alerts`; call `Outbox::committed` after the commit).
 ///
 /// # Errors
 /// Database errors (the caller's transaction rolls back with the final status).
 pub fn after_final(
     conn: &mut AnyConnection,
-    run_id: RunId,
+    run: job_run::JobRun,
     now_ms: i64,
     alerts: &Outbox,
 ) -> Result<FollowUps, Error> {
-    let run = job_run::get(conn, run_id)?;
     let Some(owner) = job::find(conn, run.job_id)? else {
         return Ok(FollowUps {
             dues: Vec::new(),
@@ -77,7 +75,10 @@ pub fn after_final(
         retried = true;
     } else if retryable(run.status) {
         // Only the last attempt pages: a failure that will be retried is not news yet.
-        alerts.run_final(conn, &run, &owner, now_ms)?;
+        // Read again: the agent and trigger message the alert names may have been stored
+        // after the row the caller holds was read.
+        let latest = job_run::get(conn, run.id)?;
+        alerts.run_final(conn, &latest, &owner, now_ms)?;
     }
     // A sharded fire succeeds shard by shard; its children follow shard 0 only, once per fire.
     // In a workflow the graph says what follows, not the job's children.

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use crate::alert::outbox::Outbox;
 use crate::db::AnyConnection;
-use crate::db::job_run::{self, NewJobRun, RunResult, TriggerAnswer};
+use crate::db::job_run::{self, JobRun, NewJobRun, RunResult, TriggerAnswer};
 use crate::domain::graph_cache::GraphCache;
 use crate::domain::ids::RunId;
 use crate::domain::policy::RunStatus;
@@ -92,7 +92,7 @@ impl Changes {
     ) -> Result<bool, Error> {
         let failed = job_run::record_trigger(conn, run_id, answer, self.now_ms)?;
         if failed {
-            self.after_final(conn, run_id, RunStatus::Failed)?;
+            self.after_final(conn, run_id)?;
         }
         Ok(failed)
     }
@@ -104,13 +104,14 @@ impl Changes {
     pub fn finished(
         &mut self,
         conn: &mut AnyConnection,
-        run_id: RunId,
+        run: &JobRun,
         result: &RunResult,
     ) -> Result<bool, Error> {
-        if !job_run::record_result(conn, run_id, result)? {
+        if !job_run::record_result(conn, run.id, result)? {
             return Ok(false);
         }
-        self.after_final(conn, run_id, result.status)?;
+        // Stored over a pending or running row, whose other fields the result leaves alone.
+        self.after_final_of(conn, result.applied_to(run))?;
         Ok(true)
     }
 
@@ -133,7 +134,7 @@ impl Changes {
         if !job_run::finish(conn, run_id, status.as_str(), message, self.now_ms)? {
             return Ok(false);
         }
-        self.after_final(conn, run_id, status)?;
+        self.after_final(conn, run_id)?;
         Ok(true)
     }
 
@@ -178,14 +179,15 @@ impl Changes {
         Ok(requeued)
     }
 
-    fn after_final(
-        &mut self,
-        conn: &mut AnyConnection,
-        run_id: RunId,
-        status: RunStatus,
-    ) -> Result<(), Error> {
-        self.ended.push(status);
-        let follow_ups = followup::after_final(conn, run_id, self.now_ms, &self.alerts)?;
+    fn after_final(&mut self, conn: &mut AnyConnection, run_id: RunId) -> Result<(), Error> {
+        let run = job_run::get(conn, run_id)?;
+        self.after_final_of(conn, run)
+    }
+
+    /// `run`, as it is now that it is final: its follow-ups.
+    fn after_final_of(&mut self, conn: &mut AnyConnection, run: JobRun) -> Result<(), Error> {
+        self.ended.push(run.status);
+        let follow_ups = followup::after_final(conn, run, self.now_ms, &self.alerts)?;
         self.dues.extend(follow_ups.dues);
         if let Some(run) = follow_ups.settled
             && run.workflow_node_id.is_some()

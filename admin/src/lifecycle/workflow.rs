@@ -378,7 +378,7 @@ fn advance(
                 }
                 ctx.node(conn, i)?.status = status;
                 let unhandled = status == NodeStatus::Failed && !ctx.graph.handles_failure(i);
-                let open = workflow_run::node_closed(conn, ctx.run.id, unhandled)?;
+                let open = workflow_run::node_closed(conn, &mut ctx.run, unhandled)?;
                 let downstream: Vec<_> = ctx.graph.downstream(i).collect();
                 for (d, on) in downstream {
                     let key = ctx.graph.node(d).key.clone();

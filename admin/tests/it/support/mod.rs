@@ -511,12 +511,27 @@ pub async fn with_agent(
     (app, dir, agent, group)
 }
 
+/// A port free now, for a server a test starts later. Taken below the kernel's ephemeral range
+/// (32768 and up here): a port the kernel handed out as free is also what it hands the next
+/// outgoing connection, which took it from a test that binds it seconds later. Ports are tried
+/// in turn from a random start, so tests of this process never get the same one.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU16, Ordering};
+    const FIRST: u16 = 20_000;
+    const SPAN: u16 = 12_000;
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let _ = NEXT.compare_exchange(
+        0,
+        1 + (std::process::id() % u32::from(SPAN)) as u16,
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
+    loop {
+        let port = FIRST + NEXT.fetch_add(1, Ordering::Relaxed) % SPAN;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// A `kB` figure of `/proc/<pid>/status`, e.g. `VmRSS:`.

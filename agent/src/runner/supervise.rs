@@ -56,7 +56,9 @@ impl Runner {
             Ok(p) => p,
             Err(e) => {
                 launch.script.remove();
-                launch.outputs.take(0);
+                if let Some(outputs) = &launch.outputs {
+                    outputs.take(0);
+                }
                 if let Some(c) = cgroup {
                     c.remove();
                 }
@@ -82,7 +84,9 @@ impl Runner {
                 let msg = format!("cannot start `{}`: {e}", prepared.interpreter);
                 log.note(&msg);
                 launch.script.remove();
-                launch.outputs.take(0);
+                if let Some(outputs) = &launch.outputs {
+                    outputs.take(0);
+                }
                 if let Some(c) = cgroup {
                     c.remove();
                 }
@@ -134,7 +138,10 @@ impl Runner {
             c.remove();
         }
         launch.script.remove();
-        let output = launch.outputs.take(crate::protocol::MAX_OUTPUT_BYTES);
+        let output = launch
+            .outputs
+            .as_ref()
+            .and_then(|o| o.take(crate::protocol::MAX_OUTPUT_BYTES));
         let exit = match exit {
             Ok(Ok(exit)) => exit,
             Ok(Err(e)) => return Err(not_run(format!("cannot wait for the process: {e}"))),

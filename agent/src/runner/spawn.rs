@@ -78,17 +78,13 @@ pub fn spawn(spec: &Spec<'_>, isolation: Isolation) -> std::io::Result<std::proc
         rlimits,
         user,
     } = isolation;
-    // The kernel carries the peak RSS of the memory a process execs away from into its own
-    // peak. After posix_spawn (a vfork) that memory is the agent's, so a run would report the
-    // agent's peak unless the agent's peak is first reset to its current size (what a fork's
-    // copy would hold): then posix_spawn, which copies no page tables and leaves the agent's
-    // pages writable. A fork cost the agent 1.5-5 ms of CPU per run (copying its page tables,
-    // then a fault on each page it wrote afterwards). A run that needs the hook below, or a
-    // host where the peak cannot be reset, forks.
-    let needs_hook = !cgroup_procs.is_empty() || !rlimits.is_empty() || user.is_some();
-    if !needs_hook && peak_rss_reset() {
-        return command.spawn();
-    }
+    // Always a pre_exec hook, so std forks rather than posix_spawn (a vfork): the kernel
+    // carries the peak RSS of the memory a process execs away from into its own peak, and
+    // after a vfork that memory is the whole agent's, so every small job reported the agent's
+    // peak. A fork's copy holds only the agent's anonymous pages that are mapped at the time.
+    // (Resetting the agent's peak first, `/proc/self/clear_refs`, and then posix_spawn was
+    // tried: a `true` then reported the agent's whole current RSS, 13 MB, twice what a fork
+    // reports; `security::agent_host` holds the line.)
     // SAFETY: the closure runs in the child between fork and exec. It only calls async-signal-safe
     // libc functions (getpid, write, setrlimit, setgroups, setgid, setuid) on data prepared before
     // the fork, and allocates nothing.
@@ -123,22 +119,6 @@ pub fn spawn(spec: &Spec<'_>, isolation: Isolation) -> std::io::Result<std::proc
         });
     }
     command.spawn()
-}
-
-/// Resets this process's peak RSS to its current RSS (`/proc/self/clear_refs`, value 5), so a
-/// child spawned next inherits no more than what the agent holds now. Whether it could.
-fn peak_rss_reset() -> bool {
-    use std::os::unix::fs::FileExt;
-    static CLEAR_REFS: std::sync::OnceLock<Option<File>> = std::sync::OnceLock::new();
-    CLEAR_REFS
-        .get_or_init(|| {
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open("/proc/self/clear_refs")
-                .ok()
-        })
-        .as_ref()
-        .is_some_and(|file| file.write_at(b"5", 0).is_ok())
 }
 
 /// How a process ended, with the kernel's account of its resource use.
@@ -214,42 +194,6 @@ pub fn raw_fd(file: &File) -> i32 {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use super::*;
-
-    // A run without limits is posix_spawned from the agent's address space; its peak RSS must
-    // still be its own, not the peak the agent once reached.
-    #[test]
-    fn a_runs_peak_rss_is_not_the_agents_past_peak() {
-        let mut big = vec![0u8; 512 * 1024 * 1024];
-        for page in big.chunks_mut(4096) {
-            page[0] = 1;
-        }
-        std::hint::black_box(&big);
-        drop(big);
-        let output = tempfile::tempfile().unwrap();
-        let dir = std::env::temp_dir();
-        let spec = Spec {
-            program: Path::new("/bin/true"),
-            args: &[],
-            env: &BTreeMap::new(),
-            cwd: &dir,
-            output: &output,
-        };
-        let isolation = Isolation {
-            cgroup_procs: Vec::new(),
-            rlimits: Vec::new(),
-            user: None,
-        };
-        let child = spawn(&spec, isolation).unwrap();
-        let exit = wait(child.id() as i32, || ()).unwrap();
-        assert_eq!(exit.code, Some(0));
-        assert!(
-            exit.max_rss_kb < 256 * 1024,
-            "a run reported the test process's past peak: {} kB",
-            exit.max_rss_kb
-        );
-    }
-
     #[test]
     fn itoa_writes_decimal() {
         let mut buf = [0u8; 12];

@@ -626,6 +626,38 @@ mod tests {
         assert_ne!(third, second);
     }
 
+    // SQLite writers take turns in the process; one that cannot get its turn within the
+    // connection timeout is told the database is busy (503), and the turn is not lost.
+    #[tokio::test]
+    async fn a_writer_without_a_turn_in_time_is_told_the_database_is_busy() {
+        let test_db = crate::testing::TestDb::sqlite();
+        let db = Db::new(test_db.url().clone(), 4, Duration::from_secs(1)).unwrap();
+        let (held_tx, held_rx) = tokio::sync::oneshot::channel();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let holder = {
+            let db = db.clone();
+            tokio::spawn(async move {
+                db.transaction(move |_| {
+                    let _ = held_tx.send(());
+                    let _ = release_rx.recv();
+                    Ok(())
+                })
+                .await
+            })
+        };
+        held_rx.await.unwrap();
+        match db.transaction(|_| Ok(())).await {
+            Err(Error::Unavailable(message)) => assert!(
+                message.contains("the database is busy: no write turn within 1 s"),
+                "{message}"
+            ),
+            other => panic!("expected the busy answer, got {other:?}"),
+        }
+        release_tx.send(()).unwrap();
+        holder.await.unwrap().unwrap();
+        db.transaction(|_| Ok(())).await.unwrap();
+    }
+
     // Each backend's migrations must produce every column `schema.rs` declares, with types the
     // row structs can load: selecting every column of every table proves it on both.
     storage_test!(schema_matches_migrations, |conn| {

@@ -31,6 +31,48 @@ pub struct WorkflowRun {
     pub fire_slot_ms: Option<i64>,
 }
 
+/// A run's row without its definition, which can be large (see [`lock_head`]).
+#[derive(Queryable, Selectable)]
+#[diesel(table_name = workflow_run)]
+struct WorkflowRunHead {
+    id: WorkflowRunId,
+    workflow_id: WorkflowId,
+    group_id: GroupId,
+    status: WorkflowStatus,
+    params: String,
+    trigger_kind: TriggerKind,
+    open_nodes: i32,
+    unhandled_failures: i32,
+    deadline_ms: Option<i64>,
+    message: String,
+    created_ms: i64,
+    started_ms: i64,
+    finished_ms: Option<i64>,
+    fire_slot_ms: Option<i64>,
+}
+
+impl From<WorkflowRunHead> for WorkflowRun {
+    fn from(head: WorkflowRunHead) -> Self {
+        Self {
+            id: head.id,
+            workflow_id: head.workflow_id,
+            group_id: head.group_id,
+            status: head.status,
+            definition: String::new(),
+            params: head.params,
+            trigger_kind: head.trigger_kind,
+            open_nodes: head.open_nodes,
+            unhandled_failures: head.unhandled_failures,
+            deadline_ms: head.deadline_ms,
+            message: head.message,
+            created_ms: head.created_ms,
+            started_ms: head.started_ms,
+            finished_ms: head.finished_ms,
+            fire_slot_ms: head.fire_slot_ms,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Insertable)]
 #[diesel(table_name = workflow_run)]
 pub struct NewWorkflowRun {
@@ -103,78 +145,17 @@ pub fn lock(conn: &mut AnyConnection, id: WorkflowRunId) -> Result<WorkflowRun, 
 pub fn lock_head(conn: &mut AnyConnection, id: WorkflowRunId) -> Result<WorkflowRun, Error> {
     macro_rules! row {
         () => {
-            workflow_run::table.find(id).select((
-                workflow_run::id,
-                workflow_run::workflow_id,
-                workflow_run::group_id,
-                workflow_run::status,
-                workflow_run::params,
-                workflow_run::trigger_kind,
-                workflow_run::open_nodes,
-                workflow_run::unhandled_failures,
-                workflow_run::deadline_ms,
-                workflow_run::message,
-                workflow_run::created_ms,
-                workflow_run::started_ms,
-                workflow_run::finished_ms,
-                workflow_run::fire_slot_ms,
-            ))
+            workflow_run::table
+                .find(id)
+                .select(WorkflowRunHead::as_select())
         };
     }
-    type Head = (
-        WorkflowRunId,
-        WorkflowId,
-        GroupId,
-        WorkflowStatus,
-        String,
-        TriggerKind,
-        i32,
-        i32,
-        Option<i64>,
-        String,
-        i64,
-        i64,
-        Option<i64>,
-        Option<i64>,
-    );
-    let row: Option<Head> = match conn {
+    let row: Option<WorkflowRunHead> = match conn {
         #[cfg(feature = "mysql")]
         AnyConnection::Mysql(c) => row!().for_update().first(c).optional()?,
         AnyConnection::Sqlite(c) => row!().first(c).optional()?,
     };
-    let (
-        id,
-        workflow_id,
-        group_id,
-        status,
-        params,
-        trigger_kind,
-        open_nodes,
-        unhandled_failures,
-        deadline_ms,
-        message,
-        created_ms,
-        started_ms,
-        finished_ms,
-        fire_slot_ms,
-    ) = row.ok_or(Error::NotFound("workflow run"))?;
-    Ok(WorkflowRun {
-        id,
-        workflow_id,
-        group_id,
-        status,
-        definition: String::new(),
-        params,
-        trigger_kind,
-        open_nodes,
-        unhandled_failures,
-        deadline_ms,
-        message,
-        created_ms,
-        started_ms,
-        finished_ms,
-        fire_slot_ms,
-    })
+    Ok(row.ok_or(Error::NotFound("workflow run"))?.into())
 }
 
 /// The definition a run started with. It never changes, but a locking read on MySQL all the

@@ -67,6 +67,24 @@ pub(super) struct Launch {
     pub outputs: Option<OutputFile>,
 }
 
+/// Where the run's `$JOBFLEET_OUTPUT` points, and the file to read afterwards. Only a
+/// workflow's node has somewhere to pass outputs to; any other run gets `/dev/null`, so a job
+/// that writes outputs still succeeds when triggered on its own. A file made and removed for
+/// every run cost more than the rest of the agent's work at 1,000 runs/s: ext4 scans past each
+/// recently deleted inode when it allocates the next one.
+fn output_channel(
+    trigger: &TriggerParam,
+    dir: &std::path::Path,
+    owner: Option<(u32, u32)>,
+) -> Result<(String, Option<OutputFile>), String> {
+    if !is_workflow_node(trigger) {
+        return Ok(("/dev/null".to_owned(), None));
+    }
+    let file = OutputFile::create(dir, trigger.log_id, owner)
+        .map_err(|e| format!("cannot create the run's output file: {e}"))?;
+    Ok((file.path.to_string_lossy().into_owned(), Some(file)))
+}
+
 /// Whether the trigger starts a workflow's node: the admin names the workflow run in the
 /// run's environment.
 fn is_workflow_node(trigger: &TriggerParam) -> bool {
@@ -187,20 +205,8 @@ pub(super) fn launch(
         trigger.broadcast_total.to_string(),
     ]);
     let mut env = env(trigger, params);
-    // Only a workflow's node has somewhere to pass outputs to. A file made and removed for
-    // every run cost more than the rest of the agent's work at 1,000 runs/s: ext4 scans past
-    // each recently deleted inode when it allocates the next one.
-    let outputs = if is_workflow_node(trigger) {
-        let file = OutputFile::create(&config.scripts_dir, trigger.log_id, config.run_as)
-            .map_err(|e| format!("cannot create the run's output file: {e}"))?;
-        env.insert(
-            "JOBFLEET_OUTPUT".into(),
-            file.path.to_string_lossy().into_owned(),
-        );
-        Some(file)
-    } else {
-        None
-    };
+    let (channel, outputs) = output_channel(trigger, &config.scripts_dir, config.run_as)?;
+    env.insert("JOBFLEET_OUTPUT".into(), channel);
     Ok(Launch {
         program,
         args,
@@ -255,6 +261,36 @@ fn env(trigger: &TriggerParam, params: String) -> BTreeMap<String, String> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    // A job that writes outputs runs the same on its own and as a node; only a node's
+    // outputs have a file (and are sent).
+    #[test]
+    fn only_a_workflow_node_gets_an_output_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut trigger: TriggerParam =
+            serde_json::from_value(serde_json::json!({"jobId": 1, "logId": 11})).unwrap();
+        let (channel, file) = output_channel(&trigger, dir.path(), None).unwrap();
+        assert_eq!(channel, "/dev/null");
+        assert!(file.is_none());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        let status = std::process::Command::new("sh")
+            .args(["-c", "set -eu; echo greeting=hi >> \"$JOBFLEET_OUTPUT\""])
+            .env("JOBFLEET_OUTPUT", &channel)
+            .status()
+            .unwrap();
+        assert!(
+            status.success(),
+            "writing outputs outside a workflow fails: {status}"
+        );
+
+        trigger.env = Some(BTreeMap::from([(
+            "JOBFLEET_WORKFLOW_RUN_ID".to_owned(),
+            "3".to_owned(),
+        )]));
+        let (channel, file) = output_channel(&trigger, dir.path(), None).unwrap();
+        std::fs::write(&channel, "greeting=hi\n").unwrap();
+        assert_eq!(file.unwrap().take(100).as_deref(), Some("greeting=hi\n"));
+    }
 
     #[test]
     fn outputs_are_read_in_whole_lines_once() {

@@ -13,7 +13,7 @@ use crate::callback;
 use crate::config::Config;
 use crate::error::Error;
 use crate::handlers::Handlers;
-use crate::journal::{Journal, Leftovers};
+use crate::journal::{Interrupted, Journal, Leftovers};
 use crate::link::{LinkConfig, Uplink};
 use crate::logs::Logs;
 use crate::protocol::{HandleCallbackParam, RunOutcome};
@@ -96,12 +96,15 @@ const JOURNAL_CAPACITY: usize = 100_000;
 
 /// Reports what the previous agent process left unfinished, before anything is sent: a run it
 /// accepted into its queue and never started goes back to the admins to be sent again
-/// (`not_started`, no retry used: it cannot have run); a run it started is reported `lost` (it may
-/// have run partly; its job's retry policy decides). Spooled first, so the first heartbeat
-/// lists them as held and the admin waits for these results instead of judging on its own.
+/// (`not_started`, no retry used: it cannot have run), and so does a run marked started whose
+/// process never started (its log has no start mark; trusted only in the same boot of the host,
+/// as the mark is not fsynced); any other started run is reported `lost` (it may have run
+/// partly; its job's retry policy decides). Spooled first, so the first heartbeat lists them
+/// as held and the admin waits for these results instead of judging on its own.
 fn settle_leftovers(
     spool: &Spool,
     journal: &Journal,
+    logs: &Logs,
     leftovers: &Leftovers,
 ) -> std::io::Result<()> {
     let already: std::collections::HashSet<i64> = spool.held().into_iter().collect();
@@ -122,6 +125,14 @@ fn settle_leftovers(
         attempt: None,
         output: None,
     };
+    let (unspawned, interrupted): (Vec<&Interrupted>, Vec<&Interrupted>) = leftovers
+        .interrupted
+        .iter()
+        .filter(|run| !already.contains(&run.run_id))
+        .partition(|run| {
+            leftovers.same_boot
+                && !crate::runner::process_started(logs, run.run_id, run.accepted_ms)
+        });
     let mut results = Vec::new();
     for &run_id in &leftovers.never_started {
         results.push(result(
@@ -130,13 +141,16 @@ fn settle_leftovers(
             "the agent restarted before this queued run started; it is sent again",
         ));
     }
-    for &run_id in leftovers
-        .interrupted
-        .iter()
-        .filter(|id| !already.contains(id))
-    {
+    for run in &unspawned {
         results.push(result(
-            run_id,
+            run.run_id,
+            RunOutcome::NotStarted,
+            "the agent stopped (killed or crashed) before this run's process started; it is sent again",
+        ));
+    }
+    for run in &interrupted {
+        results.push(result(
+            run.run_id,
             RunOutcome::Lost,
             "the agent stopped (killed or crashed) while this run was in progress; it may have run partly",
         ));
@@ -145,12 +159,17 @@ fn settle_leftovers(
         return Ok(());
     }
     tracing::warn!(
-        never_started = leftovers.never_started.len(),
-        interrupted = leftovers.interrupted.len(),
+        never_started = leftovers.never_started.len() + unspawned.len(),
+        interrupted = interrupted.len(),
         "Reporting the runs a previous agent process left"
     );
     spool.put_all(&results)?;
-    for &run_id in &leftovers.never_started {
+    for run_id in leftovers
+        .never_started
+        .iter()
+        .copied()
+        .chain(unspawned.iter().map(|run| run.run_id))
+    {
         journal.released(run_id);
     }
     Ok(())
@@ -257,7 +276,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
     let spool = Spool::open(config.spool_dir.clone()).map_err(Error::io("opening the spool"))?;
     let (journal, leftovers) = Journal::open(&config.data_dir, JOURNAL_CAPACITY)
         .map_err(Error::io("opening the accept journal"))?;
-    settle_leftovers(&spool, &journal, &leftovers).map_err(Error::io(
+    settle_leftovers(&spool, &journal, &logs, &leftovers).map_err(Error::io(
         "spooling the results of runs a previous agent process left",
     ))?;
     let runner = Runner::new(

@@ -2,7 +2,8 @@
 //! an admin (a run in doubt sent again, under the same run id) never runs twice, and so that an
 //! agent restarted after a crash knows what it had.
 //!
-//! One line per fact, appended: `A id ms` accepted and started at once, `Q id ms` accepted into
+//! One line per fact, appended: `B boot-id` the host boot the file was written in (first line),
+//! `A id ms` accepted and started at once, `Q id ms` accepted into
 //! the queue, `S id` a queued run starts, `F id` its result is in the spool, `R id` released (it
 //! never started and was handed back to the admins, so it may be accepted again). `A` and `S`
 //! are on disk (fsync, shared by the runs of a burst) before the run's process is spawned: a run
@@ -46,8 +47,17 @@ struct Known {
 pub struct Leftovers {
     /// Accepted into the queue and never started: safe to hand back for sending elsewhere.
     pub never_started: Vec<i64>,
-    /// Started and never finished: the process died with the agent; it may have run partly.
-    pub interrupted: Vec<i64>,
+    /// Marked started and never finished: its process may have started before the agent died.
+    pub interrupted: Vec<Interrupted>,
+    /// The previous process ran since the host's last boot, so what it left in files without
+    /// an fsync (a run's start mark) is still there; after a reboot it may not be.
+    pub same_boot: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Interrupted {
+    pub run_id: i64,
+    pub accepted_ms: i64,
 }
 
 struct Inner {
@@ -73,6 +83,8 @@ impl Landed {
 #[derive(Clone)]
 pub struct Journal {
     path: PathBuf,
+    /// This host boot's id, written at the top of every rewrite.
+    boot: Option<String>,
     capacity: usize,
     inner: Arc<Mutex<Inner>>,
     queue: mpsc::UnboundedSender<Pending>,
@@ -88,27 +100,39 @@ impl Journal {
         let path = dir.join(FILE);
         let mut runs: HashMap<i64, Known> = HashMap::new();
         let mut next_order = 0;
+        let mut written_in = None;
         match std::fs::File::open(&path) {
             Ok(file) => {
                 for line in std::io::BufReader::new(file).lines() {
                     // A torn last line (a crash mid-write) is skipped, as is anything unreadable.
                     let Ok(line) = line else { break };
-                    apply(&mut runs, &mut next_order, &line);
+                    if let Some(boot) = line.strip_prefix("B ") {
+                        written_in = Some(boot.to_owned());
+                    } else {
+                        apply(&mut runs, &mut next_order, &line);
+                    }
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
-        let mut leftovers = Leftovers::default();
+        let boot = boot_id();
+        let mut leftovers = Leftovers {
+            same_boot: boot.is_some() && written_in == boot,
+            ..Leftovers::default()
+        };
         for (&id, known) in &runs {
             match known.fate {
                 Fate::Queued => leftovers.never_started.push(id),
-                Fate::Started => leftovers.interrupted.push(id),
+                Fate::Started => leftovers.interrupted.push(Interrupted {
+                    run_id: id,
+                    accepted_ms: known.accepted_ms,
+                }),
                 Fate::Finished => {}
             }
         }
         leftovers.never_started.sort_unstable();
-        leftovers.interrupted.sort_unstable();
+        leftovers.interrupted.sort_unstable_by_key(|i| i.run_id);
         // The previous process's unfinished runs are settled by the caller now (handed back
         // or reported), so they are remembered as finished; never-started ones are forgotten.
         runs.retain(|_, k| k.fate != Fate::Queued);
@@ -116,10 +140,11 @@ impl Journal {
             known.fate = Fate::Finished;
         }
         forget_oldest(&mut runs, capacity);
-        let lines = rewrite(&path, &runs)?;
+        let lines = rewrite(&path, boot.as_deref(), &runs)?;
         let (queue, inbox) = mpsc::unbounded_channel();
         let journal = Self {
             path,
+            boot,
             capacity,
             inner: Arc::new(Mutex::new(Inner {
                 runs,
@@ -246,12 +271,23 @@ fn forget_oldest(runs: &mut HashMap<i64, Known>, capacity: usize) {
     runs.retain(|_, k| k.order >= cutoff || k.fate != Fate::Finished);
 }
 
+/// The kernel's id of this boot of the host.
+fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|id| id.trim().to_owned())
+        .filter(|id| !id.is_empty())
+}
+
 /// Writes the remembered runs to a new file and puts it in place; returns its line count.
-fn rewrite(path: &Path, runs: &HashMap<i64, Known>) -> std::io::Result<usize> {
+fn rewrite(path: &Path, boot: Option<&str>, runs: &HashMap<i64, Known>) -> std::io::Result<usize> {
     let temp = path.with_extension("journal.tmp");
     let mut ordered: Vec<(&i64, &Known)> = runs.iter().collect();
     ordered.sort_by_key(|(_, k)| k.order);
     let mut out = std::io::BufWriter::new(std::fs::File::create(&temp)?);
+    if let Some(boot) = boot {
+        writeln!(out, "B {boot}")?;
+    }
     for (id, known) in &ordered {
         let tag = match known.fate {
             Fate::Queued => 'Q',
@@ -337,7 +373,7 @@ fn compact_now(journal: &Journal) {
     forget_oldest(&mut inner.runs, capacity);
     // Rewritten under the lock: no line is appended (the writer is this task) and no run
     // changes meanwhile.
-    match rewrite(&journal.path, &inner.runs) {
+    match rewrite(&journal.path, journal.boot.as_deref(), &inner.runs) {
         Ok(lines) => inner.lines = lines,
         Err(e) => tracing::warn!(error = %e, "Cannot compact the accept journal"),
     }
@@ -347,6 +383,20 @@ fn compact_now(journal: &Journal) {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_journal_from_another_boot_or_without_one_is_not_of_this_boot() {
+        let dir = tempfile::tempdir().unwrap();
+        for head in ["B 00000000-0000-0000-0000-000000000000\n", ""] {
+            std::fs::write(dir.path().join(FILE), format!("{head}A 7 70\n")).unwrap();
+            let (_, leftovers) = Journal::open(dir.path(), 100).unwrap();
+            assert!(!leftovers.same_boot, "{head:?}");
+            assert_eq!(leftovers.interrupted.len(), 1);
+        }
+        // The rewrite at open names this boot, so the next start trusts it.
+        let (_, leftovers) = Journal::open(dir.path(), 100).unwrap();
+        assert!(leftovers.same_boot);
+    }
 
     #[tokio::test]
     async fn a_restart_knows_what_was_accepted_and_what_never_started() {
@@ -373,7 +423,14 @@ mod tests {
             leftovers,
             Leftovers {
                 never_started: vec![2],
-                interrupted: vec![1, 3, 6],
+                interrupted: [(1, 10), (3, 12), (6, 15)]
+                    .map(|(run_id, accepted_ms)| Interrupted {
+                        run_id,
+                        accepted_ms
+                    })
+                    .to_vec(),
+                // Written in this boot of this host (the file's first line says so).
+                same_boot: true,
             }
         );
         // Remembered across the restart: a repeat of 1, 3, 4 or 6 is known; 2 and 5 were

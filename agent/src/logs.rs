@@ -98,7 +98,7 @@ impl Logs {
     }
 
     /// Finds a run's file when the caller's date is missing or wrong (looks at recent folders).
-    fn locate(&self, run_id: i64, trigger_ms: i64) -> Option<PathBuf> {
+    pub(crate) fn locate(&self, run_id: i64, trigger_ms: i64) -> Option<PathBuf> {
         let direct = self.path(run_id, trigger_ms);
         if direct.exists() {
             return Some(direct);

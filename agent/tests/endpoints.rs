@@ -391,8 +391,8 @@ async fn script_jobs_run_with_a_relative_data_folder() {
 /// Issue 20: a trigger carries its run id as an idempotency key. A repeat while the run goes
 /// is answered as accepted and runs nothing; after a kill -9 and a restart the agent still
 /// knows the run (its accept journal), reports it `lost` (it was interrupted) and refuses to
-/// run it again, while a run that was only queued is handed back `not_started` and may come
-/// again.
+/// run it again, while a run that was only queued, or whose start was journalled but whose
+/// process never started, is handed back `not_started` and may come again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_repeated_run_id_runs_once_even_across_a_restart() {
     let env = [("JOBFLEET_AGENT_MAX_CONCURRENT", "1")];
@@ -443,26 +443,61 @@ async fn a_repeated_run_id_runs_once_even_across_a_restart() {
     // kill -9 and start again with the same folder and port.
     let _ = agent.child.kill();
     let _ = agent.child.wait();
+    // The running run's process marked its log as it started.
+    let data = agent.dir.path().join("data");
+    let day = std::fs::read_dir(data.join("logs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|d| d.join("100.log").exists())
+        .expect("the running run's log");
+    let mode = |path: &std::path::Path| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
+    };
+    assert_eq!(mode(&day.join("100.log")), 0o1600);
+    // What a kill between a start landing in the journal and the process leaves: run 300's
+    // log was never made, run 400's was made and no process marked it.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    let mut journal = std::fs::OpenOptions::new()
+        .append(true)
+        .open(data.join("accepted.journal"))
+        .unwrap();
+    std::io::Write::write_all(
+        &mut journal,
+        format!("A 300 {now}\nA 400 {now}\n").as_bytes(),
+    )
+    .unwrap();
+    std::fs::write(day.join("400.log"), "").unwrap();
     let port: u16 = agent.base.rsplit(':').next().unwrap().parse().unwrap();
     let dir = std::mem::replace(&mut agent.dir, tempfile::tempdir().unwrap());
     let agent = start_in(dir, port, &env).await;
-    let statuses = wait_for_results(&agent, 2).await;
+    let statuses = wait_for_results(&agent, 4).await;
     assert_eq!(
         statuses.get(&100).map(String::as_str),
         Some("lost"),
         "{statuses:?}"
     );
-    assert_eq!(
-        statuses.get(&200).map(String::as_str),
-        Some("not_started"),
-        "{statuses:?}"
-    );
+    for never_ran in [200, 300, 400] {
+        assert_eq!(
+            statuses.get(&never_ran).map(String::as_str),
+            Some("not_started"),
+            "{never_ran}: {statuses:?}"
+        );
+    }
     let held = post(&agent, "held", Some(TOKEN), "").await.unwrap();
     assert_eq!(
         held["content"]["heldRuns"],
-        json!([100, 200]),
+        json!([100, 200, 300, 400]),
         "results wait in the spool: {held}"
     );
+    // A run handed back because its process never started may come again, and runs.
+    let again = post(&agent, "run", Some(TOKEN), &run(3, 300, ""))
+        .await
+        .unwrap();
+    assert_eq!(again["msg"], "started", "{again}");
     // The interrupted run is known: sent again, it does not run again.
     let repeat = post(&agent, "run", Some(TOKEN), &run(1, 100, ""))
         .await
@@ -477,12 +512,12 @@ async fn a_repeated_run_id_runs_once_even_across_a_restart() {
         .unwrap();
     assert_eq!(resent["msg"], "started", "{resent}");
     let deadline = Instant::now() + Duration::from_secs(10);
-    while ran(200) == 0 {
-        assert!(Instant::now() < deadline, "the resent run did not run");
+    while ran(200) == 0 || ran(300) == 0 {
+        assert!(Instant::now() < deadline, "the resent runs did not run");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!((ran(100), ran(200)), (1, 1));
+    assert_eq!((ran(100), ran(200), ran(300)), (1, 1, 1));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

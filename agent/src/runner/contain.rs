@@ -119,12 +119,12 @@ impl Containment {
     pub fn spawn(
         &self,
         run_id: i64,
-        spawn: impl FnOnce() -> std::io::Result<std::process::Child>,
-    ) -> std::io::Result<std::process::Child> {
+        spawn: impl FnOnce() -> std::io::Result<i32>,
+    ) -> std::io::Result<i32> {
         let mut leaders = self.lock();
-        let child = spawn()?;
-        leaders.insert(child.id() as i32, run_id);
-        Ok(child)
+        let pid = spawn()?;
+        leaders.insert(pid, run_id);
+        Ok(pid)
     }
 
     /// Forgets a leader that has exited and is about to be reaped. The returned guard holds
@@ -157,8 +157,9 @@ impl Containment {
                     victims.extend(tree(pid));
                 }
                 let going: HashSet<i64> = leaders.values().copied().collect();
+                let spawner = super::spawner::pid();
                 for child in children("self") {
-                    if leaders.contains_key(&child) {
+                    if leaders.contains_key(&child) || Some(child) == spawner {
                         continue;
                     }
                     let ours = match tag(child) {

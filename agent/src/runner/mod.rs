@@ -9,6 +9,7 @@ pub mod output;
 mod prepare;
 pub mod script;
 pub mod spawn;
+pub mod spawner;
 mod supervise;
 
 use std::collections::{HashMap, VecDeque};
@@ -209,6 +210,12 @@ fn validate(trigger: TriggerParam, received: Instant) -> Result<Prepared, String
         block,
         limits,
     })
+}
+
+/// Whether a run a previous agent process marked as started got as far as its own process,
+/// judged from its log's start mark; only sound in the boot that process ran in.
+pub fn process_started(logs: &Logs, run_id: i64, accepted_ms: i64) -> bool {
+    prepare::process_started(logs.locate(run_id, accepted_ms).as_deref())
 }
 
 impl Runner {

@@ -14,18 +14,40 @@ pub(super) struct RunLog {
     file: File,
 }
 
+/// The mode the run's process gives its log file before it execs: the start mark. The sticky
+/// bit means nothing on a regular file to Linux, and a log is made without it, so after a
+/// restart in the same boot a log without it shows that the run's process never started.
+pub const STARTED_MODE: u32 = 0o1600;
+
 impl RunLog {
     pub fn open(path: PathBuf) -> std::io::Result<Self> {
+        use std::os::unix::fs::OpenOptionsExt;
         path.parent().map(std::fs::create_dir_all).transpose()?;
         // Read too: a note looks at the last byte to start on a line of its own.
         let file = std::fs::OpenOptions::new()
             .create(true)
             .read(true)
             .append(true)
+            .mode(0o600)
             .open(&path)?;
         Ok(Self { path, file })
     }
 
+    /// The file the run's process marks as it starts (`STARTED_MODE`).
+    pub fn start_mark(&self) -> &File {
+        &self.file
+    }
+}
+
+/// Whether the run whose log is at `path` got as far as its process: false when the log is
+/// missing (it is made before the spawn) or was never marked.
+pub fn process_started(path: Option<&std::path::Path>) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    path.and_then(|p| std::fs::metadata(p).ok())
+        .is_some_and(|m| m.permissions().mode() & 0o7777 == STARTED_MODE)
+}
+
+impl RunLog {
     /// Appends an agent's notice, on a line of its own even after output without a final
     /// newline. Best effort: a notice is not worth failing the run for.
     pub fn note(&self, text: &str) {

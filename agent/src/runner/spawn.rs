@@ -1,21 +1,19 @@
 //! Starting a run's process: its own process group, output into the run's output pipe, the job's
-//! context in the environment and arguments, and — between fork and exec — joining the run's
-//! cgroup, applying rlimits and dropping to the run-as user.
-#![allow(
-    unsafe_code,
-    reason = "pre_exec and wait4 need libc between fork and exec and to reap with rusage"
-)]
+//! context in the environment and arguments, and — before exec — joining the run's cgroup,
+//! applying rlimits and dropping to the run-as user; then waiting for it with its rusage.
+#![allow(unsafe_code, reason = "waitid and wait4 need libc to reap with rusage")]
 
 use std::collections::BTreeMap;
+use std::ffi::CString;
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
+use super::spawner;
 use crate::protocol::Limits;
 
-/// What the child needs between fork and exec, computed beforehand: nothing may allocate there.
+/// What the child needs before exec, computed beforehand: nothing may allocate there.
 pub struct Isolation {
     /// Raw fds of cgroup.procs files to write our pid into.
     pub cgroup_procs: Vec<i32>,
@@ -38,20 +36,6 @@ impl Isolation {
     }
 }
 
-/// Writes `n` in decimal into `buf` without allocating; returns the used tail.
-fn itoa(mut n: u32, buf: &mut [u8; 12]) -> &[u8] {
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    &buf[i..]
-}
-
 pub struct Spec<'a> {
     pub program: &'a Path,
     pub args: &'a [String],
@@ -59,66 +43,42 @@ pub struct Spec<'a> {
     pub cwd: &'a Path,
     /// The write end of the run's output pipe (stdout and stderr).
     pub output: &'a File,
+    /// The file the process marks as it starts (`prepare::STARTED_MODE`).
+    pub start_mark: &'a File,
 }
 
-/// Spawns the process as the leader of a new process group.
-pub fn spawn(spec: &Spec<'_>, isolation: Isolation) -> std::io::Result<std::process::Child> {
-    let mut command = Command::new(spec.program);
-    command
-        .args(spec.args)
-        .env_clear()
-        .envs(spec.env)
-        .current_dir(spec.cwd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(spec.output.try_clone()?))
-        .stderr(Stdio::from(spec.output.try_clone()?))
-        .process_group(0);
-    let Isolation {
-        cgroup_procs,
-        rlimits,
-        user,
-    } = isolation;
-    // Always a pre_exec hook, so std forks rather than posix_spawn (a vfork): the kernel
-    // carries the peak RSS of the memory a process execs away from into its own peak, and
-    // after a vfork that memory is the whole agent's, so every small job reported the agent's
-    // peak. A fork's copy holds only the agent's anonymous pages that are mapped at the time.
-    // (Resetting the agent's peak first, `/proc/self/clear_refs`, and then posix_spawn was
-    // tried: a `true` then reported the agent's whole current RSS, 13 MB, twice what a fork
-    // reports; `security::agent_host` holds the line.)
-    // SAFETY: the closure runs in the child between fork and exec. It only calls async-signal-safe
-    // libc functions (getpid, write, setrlimit, setgroups, setgid, setuid) on data prepared before
-    // the fork, and allocates nothing.
-    unsafe {
-        command.pre_exec(move || {
-            let mut buf = [0u8; 12];
-            let pid = itoa(libc::getpid() as u32, &mut buf);
-            for fd in &cgroup_procs {
-                if libc::write(*fd, pid.as_ptr().cast(), pid.len()) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            for (resource, limit) in &rlimits {
-                let value = libc::rlimit {
-                    rlim_cur: *limit,
-                    rlim_max: *limit,
-                };
-                if libc::setrlimit(*resource, &value) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            if let Some((uid, gid)) = user {
-                let groups = [gid];
-                if libc::setgroups(1, groups.as_ptr()) != 0
-                    || libc::setgid(gid) != 0
-                    || libc::setuid(uid) != 0
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
-    command.spawn()
+/// Spawns the process as the leader of a new process group, through the spawner (see
+/// `spawner` for why not a fork of the agent), and returns its pid: a child of this process.
+pub fn spawn(spec: &Spec<'_>, isolation: &Isolation) -> std::io::Result<i32> {
+    let nul = |what: &str| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("the {what} contains a NUL byte"),
+        )
+    };
+    let program = CString::new(spec.program.as_os_str().as_bytes()).map_err(|_| nul("program"))?;
+    let cwd = CString::new(spec.cwd.as_os_str().as_bytes()).map_err(|_| nul("folder"))?;
+    let argv = std::iter::once(Ok(program.clone()))
+        .chain(spec.args.iter().map(|a| CString::new(a.as_str())))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| nul("arguments"))?;
+    let env = spec
+        .env
+        .iter()
+        .map(|(k, v)| CString::new(format!("{k}={v}")))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| nul("environment"))?;
+    spawner::spawn(&spawner::Request {
+        program: &program,
+        argv: &argv,
+        env: &env,
+        cwd: &cwd,
+        output: spec.output.as_raw_fd(),
+        start_mark: spec.start_mark.as_raw_fd(),
+        cgroup_procs: &isolation.cgroup_procs,
+        rlimits: &isolation.rlimits,
+        user: isolation.user,
+    })
 }
 
 /// How a process ended, with the kernel's account of its resource use.
@@ -189,16 +149,4 @@ pub fn wait<G>(pid: i32, before_reap: impl FnOnce() -> G) -> std::io::Result<Exi
 /// Raw fd of an open file, for `Isolation::cgroup_procs`.
 pub fn raw_fd(file: &File) -> i32 {
     file.as_raw_fd()
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    #[test]
-    fn itoa_writes_decimal() {
-        let mut buf = [0u8; 12];
-        assert_eq!(super::itoa(0, &mut buf), b"0");
-        let mut buf = [0u8; 12];
-        assert_eq!(super::itoa(4_194_304, &mut buf), b"4194304");
-    }
 }

@@ -71,15 +71,16 @@ impl Runner {
             env: &launch.env,
             cwd: &self.config.scripts_dir,
             output: &output_write,
+            start_mark: log.start_mark(),
         };
         let spawned = self
             .containment
-            .spawn(run_id, || spawn::spawn(&spec, isolation));
+            .spawn(run_id, || spawn::spawn(&spec, &isolation));
         // Only the job holds the write end now: the copier sees the end of the output when
         // the job's last process closes it.
         drop(output_write);
-        let child = match spawned {
-            Ok(c) => c,
+        let pid = match spawned {
+            Ok(pid) => pid,
             Err(e) => {
                 let msg = format!("cannot start `{}`: {e}", prepared.interpreter);
                 log.note(&msg);
@@ -93,7 +94,6 @@ impl Runner {
                 return Err(not_run(msg));
             }
         };
-        let pid = child.id() as i32;
         let start_latency_us =
             u64::try_from(prepared.received.elapsed().as_micros()).unwrap_or(u64::MAX);
         tracing::info!(run_id, job_id = trigger.job_id, pid, "Run started");

@@ -1,0 +1,603 @@
+//! The spawner: a small helper process, forked from the agent before it grows, that starts
+//! every run's process on the agent's behalf.
+//!
+//! Why a helper: a fork of the agent copies the page tables of a many-threaded process and then
+//! takes copy-on-write faults in it, 1.5–5 ms of agent CPU per run, more than a small job costs
+//! itself. A vfork (`posix_spawn`) from the agent copies nothing, but the kernel carries the peak
+//! RSS of the memory a process execs away from into the process's own peak, so every run would
+//! report the agent's peak as its `max_rss_kb`. The spawner's memory is small, and it starts each
+//! run with `clone(CLONE_VM | CLONE_VFORK | CLONE_PARENT)`: nothing is copied, the reported peak
+//! is the run's own (the spawner's few hundred kB at most), and the run is the agent's child, not
+//! the spawner's, so the agent waits for it with rusage, gets its SIGCHLD, and sweeps it exactly
+//! as if it had forked it.
+//!
+//! The agent talks to the spawner over a socket pair, one request at a time: a request carries
+//! the program, arguments, environment, folder, rlimits and run-as user, with the run's output
+//! and cgroup files as descriptors (`SCM_RIGHTS`); the answer is the pid, or the error that kept
+//! the process from starting (its pid too when it got as far as a process, which the agent then
+//! reaps). The spawner ends when the agent's end of the pair closes. Should it die, the next
+//! spawn forks a new one (from the grown agent then: still correct, less small).
+#![allow(
+    unsafe_code,
+    reason = "fork, clone and the child's work before exec need libc, on data prepared beforehand"
+)]
+
+use std::ffi::{CStr, CString};
+use std::io::{IoSlice, IoSliceMut, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
+
+/// Largest request (arguments and environment): beyond what `execve` itself accepts.
+const MAX_REQUEST: usize = 16 * 1024 * 1024;
+/// Most cgroup files a request passes (a run joins one cgroup).
+const MAX_CGROUP_FILES: usize = 4;
+/// The child's stack while it prepares the exec; it runs only a few libc calls.
+const CHILD_STACK: usize = 256 * 1024;
+
+/// What the child needs to become the run.
+pub struct Request<'a> {
+    pub program: &'a CStr,
+    /// `argv`, the program's name first.
+    pub argv: &'a [CString],
+    /// `KEY=value` entries.
+    pub env: &'a [CString],
+    pub cwd: &'a CStr,
+    /// stdout and stderr.
+    pub output: RawFd,
+    /// The file to give `start_mode` before anything else.
+    pub start_mark: RawFd,
+    /// `cgroup.procs` files to write the child's pid into.
+    pub cgroup_procs: &'a [RawFd],
+    /// (resource, limit) pairs for setrlimit.
+    pub rlimits: &'a [(libc::__rlimit_resource_t, u64)],
+    /// uid/gid to switch to.
+    pub user: Option<(u32, u32)>,
+}
+
+struct Connection {
+    stream: UnixStream,
+    pid: i32,
+}
+
+static SPAWNER: Mutex<Option<Connection>> = Mutex::new(None);
+
+fn lock() -> MutexGuard<'static, Option<Connection>> {
+    SPAWNER
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Starts the spawner now, while this process is small; `main` calls it before any thread
+/// starts. Without it, the first spawn starts one.
+///
+/// # Errors
+/// When the socket pair or the fork fails.
+pub fn start() -> std::io::Result<()> {
+    let mut spawner = lock();
+    if spawner.is_none() {
+        *spawner = Some(fork_spawner()?);
+    }
+    Ok(())
+}
+
+/// The spawner's pid: the agent's child that is no run and must survive a sweep.
+pub fn pid() -> Option<i32> {
+    lock().as_ref().map(|c| c.pid)
+}
+
+/// Starts a process as `request` says and returns its pid; the process is this process's child.
+///
+/// # Errors
+/// Why the process could not be started: the spawner's account of the failed step (exec,
+/// setuid, …), or the spawner being unreachable twice in a row.
+pub fn spawn(request: &Request<'_>) -> std::io::Result<i32> {
+    let message = encode(request)?;
+    let mut fds = vec![request.output, request.start_mark];
+    fds.extend_from_slice(request.cgroup_procs);
+    let mut spawner = lock();
+    for attempt in 0..2 {
+        if spawner.is_none() {
+            *spawner = Some(fork_spawner()?);
+        }
+        let Some(connection) = spawner.as_mut() else {
+            continue;
+        };
+        match exchange(&mut connection.stream, &message, &fds) {
+            Ok((pid, 0)) => return Ok(pid),
+            Ok((pid, errno)) => {
+                if pid > 0 {
+                    // It got as far as a process, which exited; it is ours to reap.
+                    let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+                }
+                return Err(std::io::Error::from_raw_os_error(errno));
+            }
+            Err(e) => {
+                let gone = spawner.take().map(|c| c.pid);
+                if let Some(pid) = gone {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                    let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+                }
+                if attempt == 1 {
+                    return Err(std::io::Error::new(
+                        e.kind(),
+                        format!("the spawner is unreachable: {e}"),
+                    ));
+                }
+                tracing::warn!(error = %e, "The spawner is gone; starting another");
+            }
+        }
+    }
+    Err(std::io::Error::other("the spawner is unreachable"))
+}
+
+fn put_u32(out: &mut Vec<u8>, n: usize) -> std::io::Result<()> {
+    let n = u32::try_from(n)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "too large to run"))?;
+    out.extend_from_slice(&n.to_le_bytes());
+    Ok(())
+}
+
+fn put_str(out: &mut Vec<u8>, s: &CStr) {
+    out.extend_from_slice(s.to_bytes_with_nul());
+}
+
+/// The request as bytes, behind its length; the descriptors travel beside it.
+fn encode(request: &Request<'_>) -> std::io::Result<Vec<u8>> {
+    if request.cgroup_procs.len() > MAX_CGROUP_FILES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "too many cgroup files for one run",
+        ));
+    }
+    let mut body = Vec::with_capacity(4096);
+    put_str(&mut body, request.program);
+    put_str(&mut body, request.cwd);
+    put_u32(&mut body, request.argv.len())?;
+    for arg in request.argv {
+        put_str(&mut body, arg);
+    }
+    put_u32(&mut body, request.env.len())?;
+    for entry in request.env {
+        put_str(&mut body, entry);
+    }
+    put_u32(&mut body, request.rlimits.len())?;
+    for (resource, limit) in request.rlimits {
+        body.extend_from_slice(&(*resource).to_le_bytes());
+        body.extend_from_slice(&limit.to_le_bytes());
+    }
+    match request.user {
+        Some((uid, gid)) => {
+            body.push(1);
+            body.extend_from_slice(&uid.to_le_bytes());
+            body.extend_from_slice(&gid.to_le_bytes());
+        }
+        None => body.push(0),
+    }
+    if body.len() > MAX_REQUEST {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!(
+                "the arguments and environment are {} bytes, more than {MAX_REQUEST}",
+                body.len()
+            ),
+        ));
+    }
+    let mut message = Vec::with_capacity(body.len() + 4);
+    put_u32(&mut message, body.len())?;
+    message.extend_from_slice(&body);
+    Ok(message)
+}
+
+/// Sends one request and reads its answer: (pid, errno).
+fn exchange(stream: &mut UnixStream, message: &[u8], fds: &[RawFd]) -> std::io::Result<(i32, i32)> {
+    let rights = [ControlMessage::ScmRights(fds)];
+    let sent = loop {
+        match sendmsg::<()>(
+            stream.as_raw_fd(),
+            &[IoSlice::new(message)],
+            &rights,
+            MsgFlags::MSG_NOSIGNAL,
+            None,
+        ) {
+            Ok(n) => break n,
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    };
+    stream.write_all(&message[sent..])?;
+    let mut answer = [0u8; 8];
+    stream.read_exact(&mut answer)?;
+    let [a, b, c, d, e, f, g, h] = answer;
+    Ok((
+        i32::from_le_bytes([a, b, c, d]),
+        i32::from_le_bytes([e, f, g, h]),
+    ))
+}
+
+fn fork_spawner() -> std::io::Result<Connection> {
+    let (ours, theirs) = UnixStream::pair()?;
+    // SAFETY: the child touches only its own copy of memory: it closes what it inherited, then
+    // serves requests and exits; it never returns into the caller's code. Started from `main`
+    // the process has one thread; started later, glibc's fork keeps malloc usable in the child,
+    // and the child takes no other lock.
+    match unsafe { nix::unistd::fork() }? {
+        nix::unistd::ForkResult::Child => {
+            drop(ours);
+            serve(theirs)
+        }
+        nix::unistd::ForkResult::Parent { child } => Ok(Connection {
+            stream: ours,
+            pid: child.as_raw(),
+        }),
+    }
+}
+
+/// The spawner's life: answers requests until the agent's end closes.
+fn serve(stream: UnixStream) -> ! {
+    close_inherited(stream.as_raw_fd());
+    let code = match serve_requests(stream) {
+        Ok(()) => 0,
+        Err(_) => 1,
+    };
+    // SAFETY: _exit ends the process without running the agent's exit handlers or destructors,
+    // which belong to the agent, not to this copy of it.
+    unsafe { libc::_exit(code) }
+}
+
+/// Closes every descriptor but stdio and the socket: a copy of the agent's connections held
+/// here would keep them open after the agent closes them.
+fn close_inherited(keep: RawFd) {
+    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let fds: Vec<RawFd> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    for fd in fds {
+        if fd > 2 && fd != keep {
+            // SAFETY: closing a descriptor this process owns; nothing here uses it.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
+fn serve_requests(mut stream: UnixStream) -> std::io::Result<()> {
+    let devnull = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")?;
+    let mut stack = vec![0u8; CHILD_STACK];
+    loop {
+        let Some((body, fds)) = receive(&mut stream)? else {
+            return Ok(());
+        };
+        let (pid, errno) = match Decoded::parse(&body, &fds) {
+            Some(decoded) => launch(&decoded, devnull.as_raw_fd(), &mut stack),
+            None => (-1, libc::EINVAL),
+        };
+        drop(fds);
+        let mut answer = [0u8; 8];
+        answer[..4].copy_from_slice(&pid.to_le_bytes());
+        answer[4..].copy_from_slice(&errno.to_le_bytes());
+        stream.write_all(&answer)?;
+    }
+}
+
+/// One request's bytes and descriptors; `None` at the end of the stream.
+fn receive(stream: &mut UnixStream) -> std::io::Result<Option<(Vec<u8>, Vec<OwnedFd>)>> {
+    let mut head = [0u8; 4];
+    let mut cmsg = nix::cmsg_space!([RawFd; 2 + MAX_CGROUP_FILES]);
+    let (got, fds) = loop {
+        let mut iov = [IoSliceMut::new(&mut head)];
+        match recvmsg::<()>(
+            stream.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
+            Ok(msg) => {
+                let mut fds = Vec::new();
+                for c in msg.cmsgs()? {
+                    if let ControlMessageOwned::ScmRights(raw) = c {
+                        // SAFETY: the kernel just installed these descriptors for us.
+                        fds.extend(
+                            raw.into_iter()
+                                .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                        );
+                    }
+                }
+                break (msg.bytes, fds);
+            }
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    };
+    if got == 0 {
+        return Ok(None);
+    }
+    stream.read_exact(&mut head[got..])?;
+    let len = u32::from_le_bytes(head) as usize;
+    if len > MAX_REQUEST {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "request too large",
+        ));
+    }
+    let mut body = vec![0u8; len];
+    stream.read_exact(&mut body)?;
+    Ok(Some((body, fds)))
+}
+
+/// A request decoded in the spawner, with the pointer arrays `execve` takes.
+struct Decoded<'a> {
+    program: &'a CStr,
+    cwd: &'a CStr,
+    argv: Vec<*const libc::c_char>,
+    envp: Vec<*const libc::c_char>,
+    rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
+    user: Option<(u32, u32)>,
+    output: RawFd,
+    start_mark: RawFd,
+    cgroup_procs: Vec<RawFd>,
+}
+
+struct Reader<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn str(&mut self) -> Option<&'a CStr> {
+        let s = CStr::from_bytes_until_nul(self.rest).ok()?;
+        self.rest = &self.rest[s.to_bytes_with_nul().len()..];
+        Some(s)
+    }
+
+    fn bytes<const N: usize>(&mut self) -> Option<[u8; N]> {
+        let (head, rest) = self.rest.split_first_chunk::<N>()?;
+        self.rest = rest;
+        Some(*head)
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        self.bytes().map(u32::from_le_bytes)
+    }
+
+    fn strs(&mut self) -> Option<Vec<*const libc::c_char>> {
+        let n = self.u32()? as usize;
+        let mut out = Vec::with_capacity(n.min(self.rest.len()) + 1);
+        for _ in 0..n {
+            out.push(self.str()?.as_ptr());
+        }
+        out.push(std::ptr::null());
+        Some(out)
+    }
+}
+
+impl<'a> Decoded<'a> {
+    fn parse(body: &'a [u8], fds: &[OwnedFd]) -> Option<Self> {
+        let mut r = Reader { rest: body };
+        let program = r.str()?;
+        let cwd = r.str()?;
+        let argv = r.strs()?;
+        let envp = r.strs()?;
+        let n = r.u32()? as usize;
+        let mut rlimits = Vec::with_capacity(n.min(16));
+        for _ in 0..n {
+            rlimits.push((r.u32()?, u64::from_le_bytes(r.bytes()?)));
+        }
+        let user = match r.bytes::<1>()? {
+            [0] => None,
+            _ => Some((r.u32()?, r.u32()?)),
+        };
+        let [output, start_mark, cgroup_procs @ ..] = fds else {
+            return None;
+        };
+        Some(Self {
+            program,
+            cwd,
+            argv,
+            envp,
+            rlimits,
+            user,
+            output: output.as_raw_fd(),
+            start_mark: start_mark.as_raw_fd(),
+            cgroup_procs: cgroup_procs.iter().map(AsRawFd::as_raw_fd).collect(),
+        })
+    }
+}
+
+/// What the child reads, and where it leaves the error of a failed step.
+struct ChildArgs<'a> {
+    request: &'a Decoded<'a>,
+    devnull: RawFd,
+    errno: AtomicI32,
+}
+
+/// Starts the request's process: (pid, 0), or (pid or -1, errno) when it did not get to exec.
+fn launch(request: &Decoded<'_>, devnull: RawFd, stack: &mut [u8]) -> (i32, i32) {
+    let args = ChildArgs {
+        request,
+        devnull,
+        errno: AtomicI32::new(0),
+    };
+    let top = stack.as_mut_ptr_range().end;
+    // The stack grows down from a 16-byte aligned top.
+    let top = top.wrapping_sub(top as usize % 16);
+    // SAFETY: the child shares our memory (CLONE_VM) while we are suspended until it execs or
+    // exits (CLONE_VFORK), so `args` and the stack outlive its use of them; it runs only
+    // async-signal-safe libc calls on data decoded beforehand. CLONE_PARENT makes it the agent's
+    // child; SIGCHLD goes to the agent when it ends, as for a forked child.
+    let pid = unsafe {
+        libc::clone(
+            child_main,
+            top.cast(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PARENT | libc::SIGCHLD,
+            std::ptr::from_ref(&args).cast_mut().cast(),
+        )
+    };
+    if pid < 0 {
+        return (
+            -1,
+            std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO),
+        );
+    }
+    (pid, args.errno.load(Ordering::SeqCst))
+}
+
+extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the ChildArgs `launch` passed, alive while the spawner is suspended.
+    let args = unsafe { &*arg.cast::<ChildArgs<'_>>() };
+    // SAFETY: we are the child, about to exec; become_run only calls libc on prepared data.
+    let errno = unsafe { become_run(args) };
+    args.errno.store(errno, Ordering::SeqCst);
+    // SAFETY: ends the child without touching the memory it shares with the spawner.
+    unsafe { libc::_exit(127) }
+}
+
+/// Writes `n` in decimal into `buf` without allocating; returns the used tail.
+fn itoa(mut n: u32, buf: &mut [u8; 12]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    &buf[i..]
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+/// The child's steps up to exec, in the order a fork-based spawn took them; returns the errno
+/// of the step that failed (exec only returns on failure).
+///
+/// # Safety
+/// Only in the child of `launch`: it changes this process's signal state, descriptors,
+/// folder, limits and user. It allocates nothing.
+unsafe fn become_run(args: &ChildArgs<'_>) -> i32 {
+    let request = args.request;
+    // SAFETY: plain libc calls on locals and on the request's prepared data.
+    unsafe {
+        // First, so that a run marked in the journal as started and whose mark is missing
+        // certainly never ran anything (see `prepare::STARTED_MODE`).
+        if libc::fchmod(request.start_mark, super::prepare::STARTED_MODE) != 0 {
+            return errno();
+        }
+        // A run starts with no signal blocked and SIGPIPE at its default: the agent ignores it,
+        // and an ignored signal stays ignored across exec.
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        if libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut()) != 0
+            || libc::signal(libc::SIGPIPE, libc::SIG_DFL) == libc::SIG_ERR
+            || libc::setpgid(0, 0) != 0
+            || libc::dup2(args.devnull, 0) < 0
+            || libc::dup2(request.output, 1) < 0
+            || libc::dup2(request.output, 2) < 0
+            || libc::chdir(request.cwd.as_ptr()) != 0
+        {
+            return errno();
+        }
+        let mut buf = [0u8; 12];
+        let pid = itoa(libc::getpid() as u32, &mut buf);
+        for fd in &request.cgroup_procs {
+            if libc::write(*fd, pid.as_ptr().cast(), pid.len()) < 0 {
+                return errno();
+            }
+        }
+        for (resource, limit) in &request.rlimits {
+            let value = libc::rlimit {
+                rlim_cur: *limit,
+                rlim_max: *limit,
+            };
+            if libc::setrlimit(*resource, &value) != 0 {
+                return errno();
+            }
+        }
+        if let Some((uid, gid)) = request.user {
+            let groups = [gid];
+            if libc::setgroups(1, groups.as_ptr()) != 0
+                || libc::setgid(gid) != 0
+                || libc::setuid(uid) != 0
+            {
+                return errno();
+            }
+        }
+        libc::execve(
+            request.program.as_ptr(),
+            request.argv.as_ptr(),
+            request.envp.as_ptr(),
+        );
+        errno()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn itoa_writes_decimal() {
+        let mut buf = [0u8; 12];
+        assert_eq!(itoa(0, &mut buf), b"0");
+        let mut buf = [0u8; 12];
+        assert_eq!(itoa(4_194_304, &mut buf), b"4194304");
+    }
+
+    #[test]
+    fn a_request_decodes_to_what_was_encoded() {
+        let argv = [c"sh".to_owned(), c"-c".to_owned(), c"echo hi".to_owned()];
+        let env = [c"A=1".to_owned()];
+        let request = Request {
+            program: c"/bin/sh",
+            argv: &argv,
+            env: &env,
+            cwd: c"/tmp",
+            output: 1,
+            start_mark: 2,
+            cgroup_procs: &[],
+            rlimits: &[(libc::RLIMIT_NPROC, 7)],
+            user: Some((1000, 1001)),
+        };
+        let message = encode(&request).unwrap();
+        let body = &message[4..];
+        assert_eq!(
+            u32::from_le_bytes(message[..4].try_into().unwrap()) as usize,
+            body.len()
+        );
+        let fds: Vec<OwnedFd> = (0..2)
+            .map(|_| std::fs::File::open("/dev/null").unwrap().into())
+            .collect();
+        let decoded = Decoded::parse(body, &fds).unwrap();
+        assert_eq!(decoded.program, c"/bin/sh");
+        assert_eq!(decoded.cwd, c"/tmp");
+        assert_eq!(decoded.argv.len(), 4);
+        assert!(decoded.argv[3].is_null());
+        // SAFETY: the pointers point into `body`, alive here.
+        assert_eq!(unsafe { CStr::from_ptr(decoded.argv[2]) }, c"echo hi");
+        assert_eq!(decoded.envp.len(), 2);
+        assert_eq!(decoded.rlimits, vec![(libc::RLIMIT_NPROC, 7)]);
+        assert_eq!(decoded.user, Some((1000, 1001)));
+        // A truncated body is refused, not read past.
+        for cut in 0..body.len() {
+            assert!(Decoded::parse(&body[..cut], &fds).is_none(), "cut at {cut}");
+        }
+        assert!(Decoded::parse(body, &fds[..1]).is_none(), "no start mark");
+    }
+}

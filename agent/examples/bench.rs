@@ -1,4 +1,5 @@
-//! Agent benchmark: idle RSS, RSS with 50 runs in flight, and trigger → process-start latency.
+//! Agent benchmark: idle RSS (agent and spawner), RSS with 50 runs in flight, trigger →
+//! process-start latency, agent CPU per run and the peak RSS a `true` run reports.
 //!
 //! Run: `cargo build --release -p jobfleet-agent && cargo run --release -p jobfleet-agent --example bench`
 //! It starts the release agent binary on loopback (no admin needed: results stay spooled),
@@ -23,6 +24,51 @@ fn rss_kb(pid: u32) -> u64 {
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap()
+}
+
+/// utime + stime of `pid` in ms (the kernel counts in clock ticks, 10 ms here).
+fn cpu_ms(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    // Linux reports times to user space in USER_HZ, 100 a second.
+    ticks * 10.0
+}
+
+/// The agent's spawner: its child that runs the agent's own binary.
+fn spawner_pid(agent: u32) -> Option<u32> {
+    std::fs::read_dir(format!("/proc/{agent}/task"))
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.unwrap().path().join("children")).ok())
+        .flat_map(|c| {
+            c.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .find(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim() == "jobfleet-agent")
+        })
+}
+
+/// Results in the spool (the admin is unreachable, so they all stay).
+fn spooled(dir: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_dir(dir.join("spool"))
+        .unwrap()
+        .filter_map(|e| std::fs::read(e.unwrap().path()).ok())
+        .filter_map(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        // A spool file holds one result or, since group commit, an array of them.
+        .flat_map(|v| match v {
+            serde_json::Value::Array(items) => items,
+            one => vec![one],
+        })
+        .collect()
 }
 
 fn now_ns() -> i128 {
@@ -93,6 +139,9 @@ async fn main() {
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     let idle = rss_kb(child.id());
+    // None with an agent built before the spawner, for comparison.
+    let spawner = spawner_pid(child.id());
+    let spawner_idle = spawner.map_or(0, rss_kb);
 
     let mut next_id = 1;
     let mut trigger = |job: i64, source: &str, limited: bool| {
@@ -152,18 +201,9 @@ async fn main() {
     limited_ms.sort_by(f64::total_cmp);
 
     // The agent's own measure: receive → process running, from the results it spooled.
-    let spooled: Vec<serde_json::Value> = std::fs::read_dir(dir.path().join("spool"))
-        .unwrap()
-        .filter_map(|e| std::fs::read(e.unwrap().path()).ok())
-        .filter_map(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-        // A spool file holds one result or, since group commit, an array of them.
-        .flat_map(|v| match v {
-            serde_json::Value::Array(items) => items,
-            one => vec![one],
-        })
-        .collect();
+    let results = spooled(dir.path());
     let series = |unlimited: bool| {
-        let mut v: Vec<f64> = spooled
+        let mut v: Vec<f64> = results
             .iter()
             .filter(|r| (r["limitsMode"] == "none") == unlimited)
             .filter_map(|r| r["startLatencyUs"].as_f64())
@@ -177,12 +217,57 @@ async fn main() {
         internal_ms.len() >= 290 && internal_limited_ms.len() >= 290,
         "results were spooled"
     );
-    let limited_mode = spooled
+    let limited_mode = results
         .iter()
         .find(|r| r["limitsMode"] != "none")
         .and_then(|r| r["limitsMode"].as_str())
         .unwrap_or_default()
         .to_owned();
+
+    // CPU per run: 1,000 `true` runs, 100 at a time, and the agent's and its spawner's CPU time
+    // (without the runs' own, which the kernel counts to the agent's children) around them.
+    const BURSTS: i64 = 10;
+    const PER_BURST: i64 = 100;
+    let agent_cpu = || cpu_ms(child.id()) + spawner.map_or(0.0, cpu_ms);
+    let cpu_before = agent_cpu();
+    for burst in 0..BURSTS {
+        let sends = (0..PER_BURST).map(|i| {
+            let body = trigger(30_000 + burst * PER_BURST + i, "true", false);
+            let (client, base) = (&client, &base);
+            async move {
+                let answer: serde_json::Value = client
+                    .post(format!("{base}/run"))
+                    .json(&body)
+                    .send()
+                    .await
+                    .unwrap()
+                    .json()
+                    .await
+                    .unwrap();
+                assert_eq!(answer["code"], 200, "{answer}");
+            }
+        });
+        futures_util::future::join_all(sends).await;
+    }
+    let want = results.len() + (BURSTS * PER_BURST) as usize;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let after_bursts = loop {
+        let now = spooled(dir.path());
+        if now.len() >= want {
+            break now;
+        }
+        assert!(Instant::now() < deadline, "{} of {want} results", now.len());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let cpu_per_run = (agent_cpu() - cpu_before) / (BURSTS * PER_BURST) as f64;
+    let before: std::collections::HashSet<i64> =
+        results.iter().filter_map(|r| r["logId"].as_i64()).collect();
+    let mut true_rss: Vec<f64> = after_bursts
+        .iter()
+        .filter(|r| r["logId"].as_i64().is_some_and(|id| !before.contains(&id)))
+        .filter_map(|r| r["usage"]["maxRssKb"].as_f64())
+        .collect();
+    true_rss.sort_by(f64::total_cmp);
 
     // 50 runs in flight.
     for i in 0..50 {
@@ -208,9 +293,22 @@ async fn main() {
         idle as f64 / 1024.0
     );
     println!(
+        "spawner idle RSS:               {:.1} MB",
+        spawner_idle as f64 / 1024.0
+    );
+    println!(
         "agent RSS with 50 runs running: {:.1} MB",
         busy as f64 / 1024.0
     );
+    println!("agent + spawner CPU per run, 1,000 `true` runs 100 at a time: {cpu_per_run:.3} ms");
+    if !true_rss.is_empty() {
+        println!(
+            "max_rss_kb a `true` run reports (n={}): median {} kB, max {} kB",
+            true_rss.len(),
+            percentile(&true_rss, 0.5),
+            true_rss[true_rss.len() - 1]
+        );
+    }
     let line = |what: &str, v: &[f64]| {
         println!(
             "{what} (n={}): median {:.2} ms, p99 {:.2} ms, max {:.2} ms",

@@ -53,7 +53,7 @@ fn spawner_pid(agent: u32) -> Option<u32> {
         })
         .find(|pid| {
             std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .is_ok_and(|c| c.trim() == "jobfleet-agent")
+                .is_ok_and(|c| c.trim() == "jobfleet-spawn")
         })
 }
 

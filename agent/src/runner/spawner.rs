@@ -239,9 +239,14 @@ fn fork_spawner() -> std::io::Result<Connection> {
     }
 }
 
+/// The spawner's name in `ps` and `/proc/<pid>/comm` (at most 15 bytes).
+pub const NAME: &CStr = c"jobfleet-spawn";
+
 /// The spawner's life: answers requests until the agent's end closes.
 fn serve(stream: UnixStream) -> ! {
     close_inherited(stream.as_raw_fd());
+    // Named, so an operator tells it from the agent; a nameless failure changes nothing.
+    let _ = nix::sys::prctl::set_name(NAME);
     let code = match serve_requests(stream) {
         Ok(()) => 0,
         Err(_) => 1,

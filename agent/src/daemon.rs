@@ -272,7 +272,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
         .map_err(Error::io("reading or creating the agent key"))?;
     let instance_id =
         crate::identity::new_instance_id().map_err(Error::io("making the instance id"))?;
-    let logs = Logs::new(config.log_dir.clone());
+    let logs = Logs::open(config.log_dir.clone()).map_err(Error::io("opening the log folder"))?;
     let spool = Spool::open(config.spool_dir.clone()).map_err(Error::io("opening the spool"))?;
     let (journal, leftovers) = Journal::open(&config.data_dir, JOURNAL_CAPACITY)
         .map_err(Error::io("opening the accept journal"))?;

@@ -76,6 +76,8 @@ fn partial_char_tail(buf: &[u8]) -> usize {
 #[derive(Debug, Clone)]
 pub struct Logs {
     dir: PathBuf,
+    /// Whether the folder's file system keeps a run's start mark (`prepare::STARTED_MODE`).
+    start_marks: bool,
 }
 
 fn day_folder(ms: i64) -> String {
@@ -87,7 +89,35 @@ fn day_folder(ms: i64) -> String {
 
 impl Logs {
     pub fn new(dir: PathBuf) -> Self {
-        Self { dir }
+        Self {
+            dir,
+            start_marks: true,
+        }
+    }
+
+    /// The agent's logs in `dir`, which is made if missing, having checked that its file system
+    /// keeps a run's start mark. Some do not (vfat, some network file systems refuse or drop the
+    /// sticky bit): there runs start unmarked, and a run a killed agent left is always `lost`.
+    ///
+    /// # Errors
+    /// When the folder cannot be made or written.
+    pub fn open(dir: PathBuf) -> std::io::Result<Self> {
+        std::fs::create_dir_all(&dir)?;
+        let start_marks = crate::runner::start_marks_hold(&dir)?;
+        if !start_marks {
+            tracing::warn!(
+                dir = %dir.display(),
+                "The log folder's file system does not keep the sticky bit a run's process \
+                 sets as it starts; a run a killed agent leaves will be reported lost, never \
+                 handed back as not started"
+            );
+        }
+        Ok(Self { dir, start_marks })
+    }
+
+    /// Whether runs mark their logs as they start (see `Logs::open`).
+    pub fn start_marks(&self) -> bool {
+        self.start_marks
     }
 
     /// The file for a run triggered at `trigger_ms`. Run ids are numbers, so no path can escape.
@@ -195,6 +225,34 @@ impl Logs {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn opening_makes_the_folder_and_finds_that_it_keeps_start_marks() {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = dir.path().join("a/b");
+        let logs = Logs::open(folder.clone()).unwrap();
+        assert!(logs.start_marks(), "ext4 and tmpfs keep the sticky bit");
+        assert_eq!(
+            std::fs::read_dir(&folder).unwrap().count(),
+            0,
+            "the probe is removed"
+        );
+    }
+
+    #[test]
+    fn without_start_marks_an_unmarked_run_may_have_started() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut logs = Logs::new(dir.path().to_owned());
+        assert!(
+            !crate::runner::process_started(&logs, 5, 0),
+            "no log, no start"
+        );
+        logs.start_marks = false;
+        assert!(
+            crate::runner::process_started(&logs, 5, 0),
+            "a file system that drops the mark cannot tell, so the run counts as started"
+        );
+    }
 
     #[test]
     fn pages_by_line_and_reports_the_end() {

@@ -213,10 +213,13 @@ fn validate(trigger: TriggerParam, received: Instant) -> Result<Prepared, String
 }
 
 /// Whether a run a previous agent process marked as started got as far as its own process,
-/// judged from its log's start mark; only sound in the boot that process ran in.
+/// judged from its log's start mark; only sound in the boot that process ran in. Without start
+/// marks every such run may have started.
 pub fn process_started(logs: &Logs, run_id: i64, accepted_ms: i64) -> bool {
-    prepare::process_started(logs.locate(run_id, accepted_ms).as_deref())
+    !logs.start_marks() || prepare::process_started(logs.locate(run_id, accepted_ms).as_deref())
 }
+
+pub use prepare::start_marks_hold;
 
 impl Runner {
     /// Starts the spool writer too, so it needs a tokio runtime.

@@ -39,6 +39,25 @@ impl RunLog {
     }
 }
 
+/// Whether files in `dir` keep the start mark: the probe sets it on a new file as a run's process
+/// would and reads it back.
+pub fn start_marks_hold(dir: &std::path::Path) -> std::io::Result<bool> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let probe = dir.join(".start-mark-probe");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o600)
+        .open(&probe)?;
+    let kept = file
+        .set_permissions(std::fs::Permissions::from_mode(STARTED_MODE))
+        .and_then(|()| file.metadata())
+        .is_ok_and(|m| m.permissions().mode() & 0o7777 == STARTED_MODE);
+    std::fs::remove_file(&probe)?;
+    Ok(kept)
+}
+
 /// Whether the run whose log is at `path` got as far as its process: false when the log is
 /// missing (it is made before the spawn) or was never marked.
 pub fn process_started(path: Option<&std::path::Path>) -> bool {

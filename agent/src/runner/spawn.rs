@@ -43,8 +43,8 @@ pub struct Spec<'a> {
     pub cwd: &'a Path,
     /// The write end of the run's output pipe (stdout and stderr).
     pub output: &'a File,
-    /// The file the process marks as it starts (`prepare::STARTED_MODE`).
-    pub start_mark: &'a File,
+    /// The file the process marks as it starts (`prepare::STARTED_MODE`), where marks hold.
+    pub start_mark: Option<&'a File>,
 }
 
 /// Spawns the process as the leader of a new process group, through the spawner (see
@@ -74,7 +74,7 @@ pub fn spawn(spec: &Spec<'_>, isolation: &Isolation) -> std::io::Result<i32> {
         env: &env,
         cwd: &cwd,
         output: spec.output.as_raw_fd(),
-        start_mark: spec.start_mark.as_raw_fd(),
+        start_mark: spec.start_mark.map(AsRawFd::as_raw_fd),
         cgroup_procs: &isolation.cgroup_procs,
         rlimits: &isolation.rlimits,
         user: isolation.user,

@@ -15,8 +15,9 @@
 //! the program, arguments, environment, folder, rlimits and run-as user, with the run's output
 //! and cgroup files as descriptors (`SCM_RIGHTS`); the answer is the pid, or the error that kept
 //! the process from starting (its pid too when it got as far as a process, which the agent then
-//! reaps). The spawner ends when the agent's end of the pair closes. Should it die, the next
-//! spawn forks a new one (from the grown agent then: still correct, less small).
+//! reaps). The spawner ends when the agent's end of the pair closes. Should it die between
+//! runs, the next spawn forks a new one (from the grown agent then: still correct, less small);
+//! should it die holding a request, that run fails rather than risk being started twice.
 #![allow(
     unsafe_code,
     reason = "fork, clone and the child's work before exec need libc, on data prepared beforehand"
@@ -48,8 +49,8 @@ pub struct Request<'a> {
     pub cwd: &'a CStr,
     /// stdout and stderr.
     pub output: RawFd,
-    /// The file to give `start_mode` before anything else.
-    pub start_mark: RawFd,
+    /// The file to give `prepare::STARTED_MODE` before anything else, where marks hold.
+    pub start_mark: Option<RawFd>,
     /// `cgroup.procs` files to write the child's pid into.
     pub cgroup_procs: &'a [RawFd],
     /// (resource, limit) pairs for setrlimit.
@@ -96,17 +97,31 @@ pub fn pid() -> Option<i32> {
 /// setuid, …), or the spawner being unreachable twice in a row.
 pub fn spawn(request: &Request<'_>) -> std::io::Result<i32> {
     let message = encode(request)?;
-    let mut fds = vec![request.output, request.start_mark];
+    let mut fds = vec![request.output];
+    fds.extend(request.start_mark);
     fds.extend_from_slice(request.cgroup_procs);
-    let mut spawner = lock();
+    spawn_via(&mut lock(), fork_spawner, &message, &fds)
+}
+
+/// `spawn` on the spawner in `spawner`, forking one with `fork` where there is none.
+fn spawn_via(
+    spawner: &mut Option<Connection>,
+    mut fork: impl FnMut() -> std::io::Result<Connection>,
+    message: &[u8],
+    fds: &[RawFd],
+) -> std::io::Result<i32> {
     for attempt in 0..2 {
         if spawner.is_none() {
-            *spawner = Some(fork_spawner()?);
+            *spawner = Some(fork()?);
         }
         let Some(connection) = spawner.as_mut() else {
             continue;
         };
-        match exchange(&mut connection.stream, &message, &fds) {
+        let outcome = exchange(&mut connection.stream, message, fds);
+        if outcome.is_err() {
+            forget_spawner(spawner);
+        }
+        match outcome {
             Ok((pid, 0)) => return Ok(pid),
             Ok((pid, errno)) => {
                 if pid > 0 {
@@ -115,15 +130,19 @@ pub fn spawn(request: &Request<'_>) -> std::io::Result<i32> {
                 }
                 return Err(std::io::Error::from_raw_os_error(errno));
             }
-            Err(e) => {
-                let gone = spawner.take().map(|c| c.pid);
-                if let Some(pid) = gone {
-                    let _ = nix::sys::signal::kill(
-                        nix::unistd::Pid::from_raw(pid),
-                        nix::sys::signal::Signal::SIGKILL,
-                    );
-                    let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
-                }
+            // The spawner has the whole request and may have started the process before it
+            // died: asking another one would start the run twice. The run fails instead; a
+            // process that did start is an unknown child the next sweep ends.
+            Err(Exchange::Unanswered(e)) => {
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "the spawner died before answering, so the run may not have started: {e}"
+                    ),
+                ));
+            }
+            // Nothing whole reached it: the request is safe to send to a new one.
+            Err(Exchange::Unsent(e)) => {
                 if attempt == 1 {
                     return Err(std::io::Error::new(
                         e.kind(),
@@ -180,6 +199,7 @@ fn encode(request: &Request<'_>) -> std::io::Result<Vec<u8>> {
         }
         None => body.push(0),
     }
+    body.push(u8::from(request.start_mark.is_some()));
     if body.len() > MAX_REQUEST {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
@@ -195,8 +215,29 @@ fn encode(request: &Request<'_>) -> std::io::Result<Vec<u8>> {
     Ok(message)
 }
 
+/// How an exchange with the spawner failed, which decides whether the request may be sent again.
+enum Exchange {
+    /// The request did not reach the spawner whole, so it cannot have acted on it.
+    Unsent(std::io::Error),
+    /// The request was sent but no answer came back: the process may have started.
+    Unanswered(std::io::Error),
+}
+
+/// Ends a spawner that failed an exchange, so the next spawn forks a new one.
+fn forget_spawner(spawner: &mut Option<Connection>) {
+    if let Some(gone) = spawner.take() {
+        let pid = nix::unistd::Pid::from_raw(gone.pid);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+        let _ = nix::sys::wait::waitpid(pid, None);
+    }
+}
+
 /// Sends one request and reads its answer: (pid, errno).
-fn exchange(stream: &mut UnixStream, message: &[u8], fds: &[RawFd]) -> std::io::Result<(i32, i32)> {
+fn exchange(
+    stream: &mut UnixStream,
+    message: &[u8],
+    fds: &[RawFd],
+) -> Result<(i32, i32), Exchange> {
     let rights = [ControlMessage::ScmRights(fds)];
     let sent = loop {
         match sendmsg::<()>(
@@ -208,12 +249,16 @@ fn exchange(stream: &mut UnixStream, message: &[u8], fds: &[RawFd]) -> std::io::
         ) {
             Ok(n) => break n,
             Err(nix::errno::Errno::EINTR) => {}
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(Exchange::Unsent(e.into())),
         }
     };
-    stream.write_all(&message[sent..])?;
+    stream
+        .write_all(&message[sent..])
+        .map_err(Exchange::Unsent)?;
     let mut answer = [0u8; 8];
-    stream.read_exact(&mut answer)?;
+    stream
+        .read_exact(&mut answer)
+        .map_err(Exchange::Unanswered)?;
     let [a, b, c, d, e, f, g, h] = answer;
     Ok((
         i32::from_le_bytes([a, b, c, d]),
@@ -350,7 +395,7 @@ struct Decoded<'a> {
     rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
     user: Option<(u32, u32)>,
     output: RawFd,
-    start_mark: RawFd,
+    start_mark: Option<RawFd>,
     cgroup_procs: Vec<RawFd>,
 }
 
@@ -402,8 +447,17 @@ impl<'a> Decoded<'a> {
             [0] => None,
             _ => Some((r.u32()?, r.u32()?)),
         };
-        let [output, start_mark, cgroup_procs @ ..] = fds else {
+        let marked = r.bytes::<1>()? != [0];
+        let [output, rest @ ..] = fds else {
             return None;
+        };
+        let (start_mark, cgroup_procs) = if marked {
+            let [mark, cgroup_procs @ ..] = rest else {
+                return None;
+            };
+            (Some(mark.as_raw_fd()), cgroup_procs)
+        } else {
+            (None, rest)
         };
         Some(Self {
             program,
@@ -413,7 +467,7 @@ impl<'a> Decoded<'a> {
             rlimits,
             user,
             output: output.as_raw_fd(),
-            start_mark: start_mark.as_raw_fd(),
+            start_mark,
             cgroup_procs: cgroup_procs.iter().map(AsRawFd::as_raw_fd).collect(),
         })
     }
@@ -501,7 +555,9 @@ unsafe fn become_run(args: &ChildArgs<'_>) -> i32 {
     unsafe {
         // First, so that a run marked in the journal as started and whose mark is missing
         // certainly never ran anything (see `prepare::STARTED_MODE`).
-        if libc::fchmod(request.start_mark, super::prepare::STARTED_MODE) != 0 {
+        if let Some(mark) = request.start_mark
+            && libc::fchmod(mark, super::prepare::STARTED_MODE) != 0
+        {
             return errno();
         }
         // A run starts with no signal blocked and SIGPIPE at its default: the agent ignores it,
@@ -575,7 +631,7 @@ mod tests {
             env: &env,
             cwd: c"/tmp",
             output: 1,
-            start_mark: 2,
+            start_mark: Some(2),
             cgroup_procs: &[],
             rlimits: &[(libc::RLIMIT_NPROC, 7)],
             user: Some((1000, 1001)),
@@ -604,5 +660,120 @@ mod tests {
             assert!(Decoded::parse(&body[..cut], &fds).is_none(), "cut at {cut}");
         }
         assert!(Decoded::parse(body, &fds[..1]).is_none(), "no start mark");
+
+        // Where the log folder keeps no marks, none is sent and the descriptors after the
+        // output are the cgroup files.
+        let unmarked = encode(&Request {
+            start_mark: None,
+            cgroup_procs: &[3],
+            ..request
+        })
+        .unwrap();
+        let decoded = Decoded::parse(&unmarked[4..], &fds).unwrap();
+        assert_eq!(decoded.start_mark, None);
+        assert_eq!(decoded.cgroup_procs, vec![fds[1].as_raw_fd()]);
+    }
+
+    #[allow(
+        clippy::zombie_processes,
+        reason = "`forget_spawner` kills and reaps it by its pid, as it does a spawner"
+    )]
+    fn stand_in_pid() -> i32 {
+        let child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        i32::try_from(child.id()).unwrap()
+    }
+
+    /// A stand-in spawner: a real process to kill (the connection's pid) and a thread on the
+    /// other end of the pair that reads one request, then answers or hangs up as told.
+    fn fake_spawner(answer: Option<(i32, i32)>) -> Connection {
+        let (ours, mut theirs) = UnixStream::pair().unwrap();
+        let stand_in = stand_in_pid();
+        std::thread::spawn(move || {
+            let mut length = [0u8; 4];
+            theirs.read_exact(&mut length).unwrap();
+            let mut body = vec![0u8; u32::from_le_bytes(length) as usize];
+            theirs.read_exact(&mut body).unwrap();
+            if let Some((pid, errno)) = answer {
+                let mut bytes = pid.to_le_bytes().to_vec();
+                bytes.extend_from_slice(&errno.to_le_bytes());
+                theirs.write_all(&bytes).unwrap();
+            }
+        });
+        Connection {
+            stream: ours,
+            pid: stand_in,
+        }
+    }
+
+    fn request_bytes() -> Vec<u8> {
+        let argv = [c"true".to_owned()];
+        encode(&Request {
+            program: c"/bin/true",
+            argv: &argv,
+            env: &[],
+            cwd: c"/",
+            output: 1,
+            start_mark: Some(2),
+            cgroup_procs: &[],
+            rlimits: &[],
+            user: None,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn a_spawner_that_died_with_the_request_is_not_asked_again() {
+        let message = request_bytes();
+        let mut forks = 0;
+        let mut slot = None;
+        let outcome = spawn_via(
+            &mut slot,
+            || {
+                forks += 1;
+                Ok(fake_spawner(None))
+            },
+            &message,
+            &[0, 1],
+        );
+        let error = outcome.unwrap_err();
+        assert!(
+            error.to_string().contains("died before answering"),
+            "{error}"
+        );
+        assert_eq!(forks, 1, "a second spawner could start the run twice");
+        assert!(slot.is_none(), "the dead spawner is forgotten");
+    }
+
+    #[test]
+    fn a_request_that_never_reached_a_spawner_goes_to_a_new_one() {
+        let message = request_bytes();
+        let mut forks = 0;
+        let mut slot = None;
+        let outcome = spawn_via(
+            &mut slot,
+            || {
+                forks += 1;
+                // The first one is gone before the request: the pair's far end is closed.
+                Ok(if forks == 1 {
+                    let (ours, theirs) = UnixStream::pair().unwrap();
+                    drop(theirs);
+                    let stand_in = stand_in_pid();
+                    Connection {
+                        stream: ours,
+                        pid: stand_in,
+                    }
+                } else {
+                    fake_spawner(Some((4242, 0)))
+                })
+            },
+            &message,
+            &[0, 1],
+        );
+        assert_eq!(outcome.unwrap(), 4242);
+        assert_eq!(forks, 2);
+        forget_spawner(&mut slot);
     }
 }

@@ -71,7 +71,7 @@ impl Runner {
             env: &launch.env,
             cwd: &self.config.scripts_dir,
             output: &output_write,
-            start_mark: log.start_mark(),
+            start_mark: self.logs.start_marks().then(|| log.start_mark()),
         };
         let spawned = self
             .containment

@@ -229,7 +229,7 @@ fn on_text(state: &Arc<AppState>, peer: &Peer, link: &Arc<Link>, text: &str) {
 /// with the connection's key (a heartbeat must be for the connection's own address), or
 /// `take` (pull), served for the connection's agent. The reply's content, if any.
 async fn up_call(
-    state: &AppState,
+    state: &Arc<AppState>,
     address: &str,
     key: &str,
     call: &Call,

@@ -6,8 +6,11 @@
 use jobfleet_agent::protocol::{HandleCallbackParam, RunOutcome};
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
 
 use crate::db::job_run::{self, JobRun, RunResult};
+use crate::dispatch::send::{self, Prepared};
 use crate::domain::ids::RunId;
 use crate::domain::policy::RunStatus;
 use crate::error::Error;
@@ -66,20 +69,56 @@ fn result_of(cb: &HandleCallbackParam) -> RunResult {
 }
 
 /// Stores a batch in one transaction; the agent deletes its copies only after we answer 200.
+/// The runs the results start at once (a workflow's next nodes, child jobs, an immediate retry,
+/// a run handed back unstarted) are taken for sending in that same transaction and handed over
+/// right after the commit: a separate claim would cost another transaction (a commit, an fsync
+/// on MariaDB) and the timer's hop on the path between dependent runs. A taken run whose
+/// hand-over is cut short (the admin killed) is one in doubt, which the recovery settles as any.
 ///
 /// # Errors
 /// Database errors (the agent keeps the batch and retries).
 pub async fn accept(
-    state: &AppState,
+    state: &Arc<AppState>,
     batch: Vec<HandleCallbackParam>,
     key: Option<&str>,
 ) -> Result<usize, Error> {
     if batch.len() > 1000 {
         return Err(Error::invalid("callback", "at most 1000 results per batch"));
     }
+    let batch = Arc::new(batch);
     let key = key.map(str::to_owned);
+    let handovers = state.scheduler.handovers();
+    let started = Instant::now();
+    match store(state, batch.clone(), key.clone(), handovers.is_some()).await {
+        Ok((stored, prepared)) => {
+            if let Some(handovers) = handovers {
+                send::start_handovers(state, prepared, &handovers, started).await;
+            }
+            Ok(stored)
+        }
+        // Taking the new runs must never keep a result from being stored: without them, they go
+        // to the timer as before.
+        Err(e) if handovers.is_some() => {
+            tracing::warn!(error = %e, "Storing results and taking the runs they start failed; storing the results alone");
+            store(state, batch, key, false)
+                .await
+                .map(|(stored, _)| stored)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// One transaction: the batch's results stored, and with `take_new` the runs they start that
+/// are due now taken for sending. Returns how many results were stored and the taken runs.
+async fn store(
+    state: &AppState,
+    batch: Arc<Vec<HandleCallbackParam>>,
+    key: Option<String>,
+    take_new: bool,
+) -> Result<(usize, Vec<Prepared>), Error> {
     let changes = Changes::new(state);
-    let (stored, refused, changes) = state
+    let router = state.router.clone();
+    let (stored, refused, prepared, changes) = state
         .db
         .transaction(move |conn| {
             let mut changes = changes;
@@ -92,7 +131,7 @@ pub async fn accept(
                 .into_iter()
                 .map(|run| (run.id, run))
                 .collect();
-            for cb in &batch {
+            for cb in batch.iter() {
                 let run_id = RunId(cb.log_id);
                 // An unknown run is acknowledged and ignored, as before.
                 let Some(run) = runs.get(&run_id) else {
@@ -136,12 +175,18 @@ pub async fn accept(
                     stored += 1;
                 }
             }
-            Ok((stored, refused, changes))
+            let prepared = if take_new {
+                let due = changes.take_due_now();
+                send::prepare_all(conn, &mut changes, &router, &due)?
+            } else {
+                Vec::new()
+            };
+            Ok((stored, refused, prepared, changes))
         })
         .await?;
     if !refused.is_empty() {
         tracing::warn!(runs = ?refused, "Results from an agent the runs were not sent to were ignored");
     }
     changes.committed(state);
-    Ok(stored)
+    Ok((stored, prepared))
 }

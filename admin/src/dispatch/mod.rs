@@ -1,6 +1,7 @@
 //! Dispatch: turning a run row into a trigger, choosing agents by the job's routing strategy,
 //! and sending it.
 
+pub mod answer;
 pub mod client;
 pub mod link;
 pub mod pull;

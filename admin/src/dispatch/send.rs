@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use jobfleet_agent::protocol::{HostMetrics, RunAccepted};
+use jobfleet_agent::protocol::HostMetrics;
 
 use crate::db::job::Job;
 use crate::db::job_run::{self, JobRun};
@@ -24,20 +24,21 @@ use crate::error::Error;
 use crate::lifecycle::{self, Changes};
 use crate::state::AppState;
 use actix_web::web;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 
+pub use super::answer::{Answer, Handovers};
 use super::client::CallError;
 use super::routing::{Candidate, load_of};
 
 /// One trigger to hand over: the run and the agents to try, in order.
 #[derive(Debug)]
-pub(super) struct Send {
+pub struct Send {
     pub(super) run: JobRun,
     pub(super) addresses: Vec<String>,
 }
 
 #[derive(Debug)]
-pub(super) enum Prepared {
+pub enum Prepared {
     /// Another admin or task took the run, or it is gone.
     Taken,
     /// Ended without sending (concurrency policy, disabled job), with why.
@@ -269,18 +270,6 @@ fn shard(
     Ok(sends)
 }
 
-/// What handing a trigger over came to.
-#[derive(Debug, Clone)]
-pub struct Answer {
-    pub(super) run_id: RunId,
-    pub(super) agent: Option<String>,
-    pub(super) accepted: bool,
-    pub(super) message: String,
-    pub(super) outcome: &'static str,
-    /// Which agent process took the run (jobfleet agents say so; XXL-Job executors do not).
-    pub(super) taken_by: Option<RunAccepted>,
-}
-
 async fn hand_over(state: &AppState, job: &Job, routing: Routing, send: Send) -> Answer {
     let trigger = super::trigger_param(job, &send.run);
     let lateness = state.clock.now_ms() - send.run.scheduled_ms;
@@ -399,9 +388,26 @@ pub async fn dispatch(state: &AppState, run_id: RunId, only: Option<String>) -> 
     Ok(())
 }
 
+/// Takes the runs `run_ids` in the caller's transaction: each claimed (one admin wins) and
+/// prepared for its hand-over, or ended without one.
+///
+/// # Errors
+/// Database errors (the caller's transaction rolls back, and no run is taken).
+pub fn prepare_all(
+    conn: &mut AnyConnection,
+    changes: &mut Changes,
+    router: &super::routing::Router,
+    run_ids: &[RunId],
+) -> Result<Vec<Prepared>, Error> {
+    let mut lookups = Lookups::default();
+    run_ids
+        .iter()
+        .map(|&id| prepare(conn, changes, &mut lookups, router, id, None))
+        .collect()
+}
+
 /// Sends the runs `run_ids` (due now): one transaction takes them all, then each hand-over
-/// goes out as its own task (a slow agent holds up no other run), holding one of
-/// `handovers`, and sends its answer to `recorder`. Returns once the runs are taken and their
+/// goes out as its own task (`start_handovers`). Returns once the runs are taken and their
 /// hand-overs started.
 ///
 /// # Errors
@@ -410,8 +416,7 @@ pub async fn dispatch(state: &AppState, run_id: RunId, only: Option<String>) -> 
 pub async fn dispatch_batch(
     state: &web::Data<AppState>,
     run_ids: Vec<RunId>,
-    recorder: &mpsc::UnboundedSender<Answer>,
-    handovers: &Arc<Semaphore>,
+    handovers: &Handovers,
 ) -> Result<(), Error> {
     let started = Instant::now();
     let router = state.router.clone();
@@ -421,11 +426,7 @@ pub async fn dispatch_batch(
         .db
         .transaction(move |conn| {
             let mut changes = changes;
-            let mut lookups = Lookups::default();
-            let prepared = ids
-                .iter()
-                .map(|&id| prepare(conn, &mut changes, &mut lookups, &router, id, None))
-                .collect::<Result<Vec<_>, _>>()?;
+            let prepared = prepare_all(conn, &mut changes, &router, &ids)?;
             Ok((prepared, changes))
         })
         .await;
@@ -446,11 +447,24 @@ pub async fn dispatch_batch(
         }
         Err(e) => return Err(e),
     };
+    start_handovers(state, prepared, handovers, started).await;
+    Ok(())
+}
+
+/// Hands each prepared run over as its own task (a slow agent holds up no other run), holding
+/// one of the hand-over slots, and sends its answer to the recorder. Returns once every task
+/// has started; `started` is when the runs were taken, for the dispatch latency metric.
+pub async fn start_handovers(
+    state: &Arc<AppState>,
+    prepared: Vec<Prepared>,
+    handovers: &Handovers,
+    started: Instant,
+) {
     for one in prepared {
-        let Ok(permit) = handovers.clone().acquire_owned().await else {
-            return Ok(());
+        let Ok(permit) = handovers.slots.clone().acquire_owned().await else {
+            return;
         };
-        let (state, recorder) = (state.clone(), recorder.clone());
+        let (state, recorder) = (state.clone(), handovers.answers.clone());
         tokio::spawn(async move {
             for answer in send_prepared(&state, one).await {
                 count(&state, &answer);
@@ -462,7 +476,6 @@ pub async fn dispatch_batch(
             drop(permit);
         });
     }
-    Ok(())
 }
 
 async fn send_prepared(state: &AppState, prepared: Prepared) -> Vec<Answer> {

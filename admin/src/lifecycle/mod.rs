@@ -64,6 +64,15 @@ impl Changes {
         self.now_ms
     }
 
+    /// Takes out of the follow-ups the new runs due by this transaction's time, for a caller
+    /// that sends them itself; the others still go to the timer at the commit.
+    pub fn take_due_now(&mut self) -> Vec<RunId> {
+        let now = self.now_ms;
+        let (due, later): (Vec<Due>, Vec<Due>) = self.dues.drain(..).partition(|d| d.at_ms <= now);
+        self.dues = later;
+        due.into_iter().map(|d| d.run_id).collect()
+    }
+
     /// The runs that ended in this transaction, by status.
     pub fn ended(&self) -> &[RunStatus] {
         &self.ended

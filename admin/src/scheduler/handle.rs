@@ -3,6 +3,7 @@
 
 use std::sync::Mutex;
 
+use crate::dispatch::answer::Handovers;
 use crate::domain::ids::{RunId, WorkflowId};
 use tokio::sync::{Notify, mpsc};
 
@@ -35,6 +36,9 @@ pub struct SchedulerHandle {
     workflow_dues: mpsc::UnboundedSender<WorkflowDue>,
     workflow_inbox: Mutex<Option<mpsc::UnboundedReceiver<WorkflowDue>>>,
     continuity: std::sync::Mutex<Continuity>,
+    /// The running timer's hand-overs, for runs sent outside the timer; none while it is not
+    /// running.
+    handovers: Mutex<Option<Handovers>>,
 }
 
 /// Whether this admin's passes have run without a break, so a late slot can be told apart:
@@ -73,6 +77,7 @@ impl SchedulerHandle {
             workflow_dues,
             workflow_inbox: Mutex::new(Some(workflow_inbox)),
             continuity: std::sync::Mutex::new(Continuity::default()),
+            handovers: Mutex::new(None),
         }
     }
 
@@ -110,6 +115,23 @@ impl SchedulerHandle {
     /// plan again now (workflows are planned in the same pass as jobs).
     pub fn workflows_changed(&self) {
         self.plan_now.notify_one();
+    }
+
+    /// The running timer's hand-overs: whoever sends a run itself (taken in its own
+    /// transaction) uses them, so the answer is recorded as the timer's are. None while no
+    /// timer runs: then runs are left to it (`enqueue`) or to the recovery monitor.
+    pub fn handovers(&self) -> Option<Handovers> {
+        self.handovers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(super) fn set_handovers(&self, handovers: Option<Handovers>) {
+        *self
+            .handovers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = handovers;
     }
 
     /// Hands stored runs to the timer. Without a running timer (a tool, a test without

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use actix_web::web;
 use tokio::sync::{Semaphore, mpsc};
 
+use crate::dispatch::answer::Handovers;
 use crate::state::AppState;
 use crate::worker::Worker;
 
@@ -29,12 +30,16 @@ pub async fn run(
 ) {
     let mut dues = Dues::new(inbox);
     let permits = Arc::new(Semaphore::new(MAX_PARALLEL_BATCHES));
-    let handovers = Arc::new(Semaphore::new(MAX_HANDOVERS));
     let (answers, recorder_inbox) = mpsc::unbounded_channel();
+    let handovers = Handovers {
+        answers,
+        slots: Arc::new(Semaphore::new(MAX_HANDOVERS)),
+    };
     let recorder = tokio::spawn(crate::dispatch::send::record_forever(
         state.clone(),
         recorder_inbox,
     ));
+    state.scheduler.set_handovers(Some(handovers.clone()));
     while !worker.stopping() {
         let now = state.clock.now_ms();
         while dues.any_due(now) {
@@ -47,11 +52,11 @@ pub async fn run(
                 .into_iter()
                 .map(|due| due.run_id)
                 .collect();
-            let (state, answers, handovers) = (state.clone(), answers.clone(), handovers.clone());
+            let (state, handovers) = (state.clone(), handovers.clone());
             tokio::spawn(async move {
                 let runs = batch.len();
                 if let Err(e) =
-                    crate::dispatch::send::dispatch_batch(&state, batch, &answers, &handovers).await
+                    crate::dispatch::send::dispatch_batch(&state, batch, &handovers).await
                 {
                     // The runs stay pending; the recovery monitor sends them later.
                     tracing::warn!(runs, error = %e, "Dispatch failed; the runs will be recovered");
@@ -67,6 +72,7 @@ pub async fn run(
         }
     }
     // The recorder ends once every hand-over in flight has sent its answer and all is stored.
-    drop(answers);
+    state.scheduler.set_handovers(None);
+    drop(handovers);
     let _ = recorder.await;
 }

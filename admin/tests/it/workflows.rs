@@ -200,6 +200,19 @@ async fn a_diamond_passes_outputs_and_joins(mysql: bool) {
     // The node's job runs are ordinary runs, linked back to the workflow.
     let job_run = f.app.run(b_run).await;
     assert_eq!(job_run["trigger_kind"], "workflow", "{job_run}");
+    // The runs a result starts are taken for sending in the transaction that stores it, dated
+    // once (a node's run is scheduled for the moment it is made), not by the timer after it.
+    for key in ["b", "c", "d"] {
+        let started = f
+            .app
+            .run(node(&run, key)["run_ids"][0].as_i64().unwrap())
+            .await;
+        assert!(started["scheduled_ms"].is_i64(), "{started}");
+        assert_eq!(
+            started["triggered_ms"], started["scheduled_ms"],
+            "{key}: {started}"
+        );
+    }
 }
 both_backends!(a_diamond_passes_outputs_and_joins);
 

@@ -41,22 +41,6 @@ fn cpu_ms(pid: u32) -> f64 {
     ticks * 10.0
 }
 
-/// The agent's spawner: its child that runs the agent's own binary.
-fn spawner_pid(agent: u32) -> Option<u32> {
-    std::fs::read_dir(format!("/proc/{agent}/task"))
-        .unwrap()
-        .filter_map(|t| std::fs::read_to_string(t.unwrap().path().join("children")).ok())
-        .flat_map(|c| {
-            c.split_whitespace()
-                .filter_map(|p| p.parse().ok())
-                .collect::<Vec<u32>>()
-        })
-        .find(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .is_ok_and(|c| c.trim() == "jobfleet-spawn")
-        })
-}
-
 /// Results in the spool (the admin is unreachable, so they all stay).
 fn spooled(dir: &std::path::Path) -> Vec<serde_json::Value> {
     std::fs::read_dir(dir.join("spool"))
@@ -140,7 +124,8 @@ async fn main() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let idle = rss_kb(child.id());
     // None with an agent built before the spawner, for comparison.
-    let spawner = spawner_pid(child.id());
+    let spawner = jobfleet_agent::runner::spawner::of_agent(child.id())
+        .and_then(|pid| u32::try_from(pid).ok());
     let spawner_idle = spawner.map_or(0, rss_kb);
 
     let mut next_id = 1;

@@ -692,34 +692,19 @@ fn refuses_root_unless_allowed() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--allow-root"));
 }
 
-/// The agent's spawner: its child named `jobfleet-spawn`.
-fn spawner_of(agent: u32) -> Option<i32> {
-    std::fs::read_dir(format!("/proc/{agent}/task"))
-        .unwrap()
-        .filter_map(|t| std::fs::read_to_string(t.unwrap().path().join("children")).ok())
-        .flat_map(|c| {
-            c.split_whitespace()
-                .filter_map(|p| p.parse().ok())
-                .collect::<Vec<i32>>()
-        })
-        .find(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .is_ok_and(|c| c.trim() == "jobfleet-spawn")
-        })
-}
-
 /// Runs start through the spawner: the sweep after a run spares it, and one that died is
 /// replaced at the next run, which runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_spawner_outlives_runs_and_one_that_died_is_replaced() {
     let agent = start().await;
-    let spawner = spawner_of(agent.child.id()).expect("a spawner beside the agent");
+    let spawner = jobfleet_agent::runner::spawner::of_agent(agent.child.id())
+        .expect("a spawner beside the agent");
     let run = |id: i64| trigger(json!({"jobId": id, "logId": id, "glueSource": "true"}));
     let first = post(&agent, "run", Some(TOKEN), &run(51)).await.unwrap();
     assert_eq!(first["code"], 200, "{first}");
     wait_for_results(&agent, 1).await;
     assert_eq!(
-        spawner_of(agent.child.id()),
+        jobfleet_agent::runner::spawner::of_agent(agent.child.id()),
         Some(spawner),
         "the sweep after the run spared the spawner"
     );
@@ -736,6 +721,7 @@ async fn the_spawner_outlives_runs_and_one_that_died_is_replaced() {
         vec!["succeeded", "succeeded"],
         "{statuses:?}"
     );
-    let replaced = spawner_of(agent.child.id()).expect("a new spawner");
+    let replaced =
+        jobfleet_agent::runner::spawner::of_agent(agent.child.id()).expect("a new spawner");
     assert_ne!(replaced, spawner);
 }

@@ -287,6 +287,23 @@ fn fork_spawner() -> std::io::Result<Connection> {
 /// The spawner's name in `ps` and `/proc/<pid>/comm` (at most 15 bytes).
 pub const NAME: &CStr = c"jobfleet-spawn";
 
+/// The spawner among the children of agent process `agent` (found by its name), for tools and
+/// tests that look at an agent from outside.
+pub fn of_agent(agent: u32) -> Option<i32> {
+    let name = NAME.to_str().ok()?;
+    std::fs::read_dir(format!("/proc/{agent}/task"))
+        .ok()?
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("children")).ok())
+        .flat_map(|c| {
+            c.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .find(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == name)
+        })
+}
+
 /// The spawner's life: answers requests until the agent's end closes.
 fn serve(stream: UnixStream) -> ! {
     close_inherited(stream.as_raw_fd());

@@ -131,7 +131,7 @@ impl AdminClient {
 
 /// An error with its causes: reqwest's own text ("error sending request") hides the reason a
 /// TLS handshake failed (an unknown CA, a refused client certificate).
-fn with_causes(error: &dyn std::error::Error) -> String {
+pub(crate) fn with_causes(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut cause = error.source();
     while let Some(e) = cause {

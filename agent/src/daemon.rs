@@ -292,6 +292,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
                 max_bytes: config.log_max_bytes,
                 min_free_bytes: config.log_min_free_bytes,
             },
+            http: crate::runner::http::client().map_err(Error::Refused)?,
         },
         logs.clone(),
         spool.clone(),

@@ -75,18 +75,8 @@ fn roots(settings: &TlsSettings) -> Result<RootCertStore, Error> {
         }
         return Ok(roots);
     }
-    let native = rustls_native_certs::load_native_certs();
-    for error in &native.errors {
-        tracing::warn!(error = %error, "Skipping part of the system trust store");
-    }
-    let (added, ignored) = roots.add_parsable_certificates(native.certs);
-    if ignored > 0 {
-        tracing::warn!(
-            ignored,
-            "Skipping unusable certificates of the system trust store"
-        );
-    }
-    if added == 0 {
+    let roots = system_roots();
+    if roots.is_empty() {
         // Plain http:// admins need none; an https:// admin will be refused, saying why.
         tracing::warn!(
             "The system trust store holds no CA certificate: https:// admins cannot be verified \
@@ -94,6 +84,37 @@ fn roots(settings: &TlsSettings) -> Result<RootCertStore, Error> {
         );
     }
     Ok(roots)
+}
+
+/// The host's trust store, what `update-ca-certificates` manages.
+fn system_roots() -> RootCertStore {
+    let mut roots = RootCertStore::empty();
+    let native = rustls_native_certs::load_native_certs();
+    for error in &native.errors {
+        tracing::warn!(error = %error, "Skipping part of the system trust store");
+    }
+    let (_, ignored) = roots.add_parsable_certificates(native.certs);
+    if ignored > 0 {
+        tracing::warn!(
+            ignored,
+            "Skipping unusable certificates of the system trust store"
+        );
+    }
+    roots
+}
+
+/// The TLS client configuration for http jobs: the host's trust store, as `curl` in a shell
+/// job would verify with, never the admins' own CA or the agent's client certificate.
+///
+/// # Errors
+/// The ring provider refuses the default protocol versions (it does not).
+pub fn jobs_client_config() -> Result<ClientConfig, Error> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    Ok(ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::Refused(format!("TLS: {e}")))?
+        .with_root_certificates(system_roots())
+        .with_no_client_auth())
 }
 
 /// Builds the TLS client configuration for talking to the admins, with the ring provider.

@@ -730,3 +730,72 @@ async fn the_spawner_outlives_runs_and_one_that_died_is_replaced() {
         jobfleet_agent::runner::spawner::of_agent(agent.child.id()).expect("a new spawner");
     assert_ne!(replaced, spawner);
 }
+
+/// An http run's request is sent once: a bad request is refused at the trigger, and a run
+/// whose request was out when the agent was killed is reported lost after the restart, never
+/// sent again (its log was marked started before the request left).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_run_cut_by_a_crash_is_lost_not_sent_again() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    // Takes requests and never answers.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let connections = Arc::new(AtomicUsize::new(0));
+    let counted = connections.clone();
+    tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            open.push(stream);
+        }
+    });
+    let mut agent = start().await;
+    let http = |log: i64, source: String| {
+        trigger(json!({"jobId": 5, "logId": log, "glueType": "GLUE_HTTP", "glueSource": source}))
+    };
+    let refused = post(
+        &agent,
+        "run",
+        Some(TOKEN),
+        &http(899, "{\"url\": \"gopher://h/\"}".into()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(refused["code"], 500, "{refused}");
+    assert_eq!(
+        refused["msg"],
+        "GLUE_HTTP request: `url` must start with http:// or https://"
+    );
+
+    let hang = json!({"url": format!("http://{address}/hang")}).to_string();
+    let started = post(&agent, "run", Some(TOKEN), &http(900, hang.clone()))
+        .await
+        .unwrap();
+    assert_eq!(started["msg"], "started", "{started}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while connections.load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "the request did not arrive");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _ = agent.child.kill();
+    let _ = agent.child.wait();
+    let port: u16 = agent.base.rsplit(':').next().unwrap().parse().unwrap();
+    let dir = std::mem::replace(&mut agent.dir, tempfile::tempdir().unwrap());
+    let agent = start_in(dir, port, &[]).await;
+    let statuses = wait_for_results(&agent, 1).await;
+    assert_eq!(
+        statuses.get(&900).map(String::as_str),
+        Some("lost"),
+        "{statuses:?}"
+    );
+    let again = post(&agent, "run", Some(TOKEN), &http(900, hang))
+        .await
+        .unwrap();
+    assert!(
+        again["msg"].as_str().unwrap().contains("already accepted"),
+        "{again}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(connections.load(Ordering::SeqCst), 1, "sent once");
+}

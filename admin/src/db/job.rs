@@ -53,9 +53,28 @@ pub struct Job {
     pub next_fire_ms: Option<i64>,
     pub created_ms: i64,
     pub updated_ms: i64,
+    /// An http job's request, as JSON (`jobfleet_agent::protocol::HttpRequest`).
+    pub http_request: Option<String>,
 }
 
 impl Job {
+    /// A stored http job's request.
+    ///
+    /// # Errors
+    /// `Internal` when the job has none or it does not parse (written by something other than
+    /// this code).
+    pub fn request(&self) -> Result<jobfleet_agent::protocol::HttpRequest, Error> {
+        self.http_request
+            .as_deref()
+            .and_then(|json| serde_json::from_str(json).ok())
+            .ok_or_else(|| {
+                Error::Internal(anyhow::anyhow!(
+                    "http job {} has no valid stored request",
+                    self.id
+                ))
+            })
+    }
+
     /// A stored job's schedule and time zone, as the scheduler plans them.
     ///
     /// # Errors
@@ -115,6 +134,7 @@ pub struct JobFields {
     pub alert_on_no_agent: bool,
     pub next_fire_ms: Option<i64>,
     pub updated_ms: i64,
+    pub http_request: Option<String>,
 }
 
 #[derive(Debug, Insertable)]
@@ -463,6 +483,7 @@ pub(crate) mod tests {
             alert_on_no_agent: false,
             next_fire_ms: None,
             updated_ms: 1,
+            http_request: None,
         }
     }
 

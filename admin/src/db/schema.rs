@@ -78,6 +78,7 @@ diesel::table! {
         next_fire_ms -> Nullable<BigInt>,
         created_ms -> BigInt,
         updated_ms -> BigInt,
+        http_request -> Nullable<Text>,
     }
 }
 

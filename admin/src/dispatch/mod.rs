@@ -38,6 +38,7 @@ fn glue(handler_type: HandlerType, interpreter: Option<Interpreter>) -> (GlueTyp
             )
         }
         HandlerType::Bean => (GlueType::Bean, None),
+        HandlerType::Http => (GlueType::Http, None),
     }
 }
 
@@ -48,6 +49,8 @@ pub fn trigger_param(job: &Job, run: &JobRun) -> TriggerParam {
         HandlerType::Shell => (job.command.clone(), None),
         HandlerType::Script => (job.script_source.clone(), None),
         HandlerType::Bean => (None, job.bean_name.clone()),
+        // Stored as the agent reads it (normalized when the job was saved).
+        HandlerType::Http => (job.http_request.clone(), None),
     };
     let limits = Limits {
         cpu: job.limit_cpu,

@@ -11,6 +11,7 @@ use super::routing::Routing;
 use super::schedule::{MAX_INTERVAL_S, Schedule, ScheduleType, parse_cron, parse_timezone};
 use crate::domain::ids::GroupId;
 use crate::error::Error;
+use jobfleet_agent::protocol::HttpRequest;
 
 pub const MAX_NAME_CHARS: usize = 200;
 pub const MAX_DESCRIPTION_CHARS: usize = 2000;
@@ -57,6 +58,12 @@ pub struct HandlerInput {
     pub name: Option<String>,
     /// `script`: a note stored with the new script version.
     pub note: Option<String>,
+    /// `http`: the request the agent sends: `method` (GET, POST, PUT, PATCH, DELETE, HEAD,
+    /// OPTIONS; default GET), `url` (http:// or https://, no credentials in it), `headers` (an
+    /// object of name to value), `body` (text, up to 1 MiB) and `statuses` (the answers that
+    /// count as success, codes and ranges; default `200-299`).
+    #[schema(value_type = Option<Object>, example = json!({"method": "POST", "url": "https://example.com/hook", "headers": {"Content-Type": "application/json"}, "body": "{}", "statuses": "200-299"}))]
+    pub http: Option<HttpRequest>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
@@ -126,6 +133,9 @@ pub enum Handler {
     },
     Bean {
         name: String,
+    },
+    Http {
+        request: HttpRequest,
     },
 }
 
@@ -294,6 +304,7 @@ impl HandlerInput {
                     ("source", self.source.is_some()),
                     ("interpreter", self.interpreter.is_some()),
                     ("name", self.name.is_some()),
+                    ("http", self.http.is_some()),
                 ] {
                     if set {
                         return Err(stray(field));
@@ -314,6 +325,7 @@ impl HandlerInput {
                 for (field, set) in [
                     ("command", self.command.is_some()),
                     ("name", self.name.is_some()),
+                    ("http", self.http.is_some()),
                 ] {
                     if set {
                         return Err(stray(field));
@@ -343,6 +355,7 @@ impl HandlerInput {
                     ("command", self.command.is_some()),
                     ("source", self.source.is_some()),
                     ("interpreter", self.interpreter.is_some()),
+                    ("http", self.http.is_some()),
                 ] {
                     if set {
                         return Err(stray(field));
@@ -355,6 +368,27 @@ impl HandlerInput {
                 Ok(Handler::Bean {
                     name: check_name("handler.name", name, 200)?,
                 })
+            }
+            HandlerType::Http => {
+                for (field, set) in [
+                    ("command", self.command.is_some()),
+                    ("source", self.source.is_some()),
+                    ("interpreter", self.interpreter.is_some()),
+                    ("name", self.name.is_some()),
+                    ("note", self.note.is_some()),
+                ] {
+                    if set {
+                        return Err(stray(field));
+                    }
+                }
+                let request = self
+                    .http
+                    .clone()
+                    .ok_or_else(|| Error::invalid("handler.http", "is required for http"))?;
+                let (request, _) = request
+                    .normalized()
+                    .map_err(|e| Error::invalid(format!("handler.http.{}", e.field), e.message))?;
+                Ok(Handler::Http { request })
             }
         }
     }

@@ -30,10 +30,12 @@ string_enum! {
 }
 
 string_enum! {
+    /// `http`: a request the agent sends itself, without a process.
     pub enum HandlerType {
         Shell => "shell",
         Script => "script",
         Bean => "bean",
+        Http => "http",
     }
 }
 

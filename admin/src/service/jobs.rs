@@ -17,6 +17,7 @@ use crate::domain::schedule::{Schedule, ScheduleType, parse_cron, parse_timezone
 use crate::error::{Code, Error};
 use crate::service::Paged;
 use crate::state::AppState;
+use jobfleet_agent::protocol::HttpRequest;
 
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ScheduleView {
@@ -43,6 +44,10 @@ pub struct HandlerView {
     pub interpreter: Option<Interpreter>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// `http`: the request the agent sends (method, url, headers, body, statuses).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub http: Option<HttpRequest>,
     /// The current script version (0 for non-script jobs).
     pub script_version: i32,
 }
@@ -87,6 +92,7 @@ pub struct JobView {
 }
 
 pub fn view(row: job::Job) -> JobView {
+    let http = row.request().ok();
     JobView {
         id: row.id,
         group_id: row.group_id,
@@ -103,6 +109,7 @@ pub fn view(row: job::Job) -> JobView {
             source: row.script_source,
             interpreter: row.interpreter,
             name: row.bean_name,
+            http,
             script_version: row.script_version,
         },
         name: row.name,
@@ -153,6 +160,12 @@ fn fields(spec: &JobSpec, script_version: i32, now: UnixMillis) -> job::JobField
             ..
         } => (None, Some(source.clone()), Some(*interpreter), None),
         Handler::Bean { name } => (None, None, None, Some(name.clone())),
+        Handler::Http { .. } => (None, None, None, None),
+    };
+    // Strings and a map of strings: encoding cannot fail.
+    let http_request = match &spec.handler {
+        Handler::Http { request } => serde_json::to_string(request).ok(),
+        _ => None,
     };
     let AlertSettings {
         on_failure,
@@ -174,6 +187,7 @@ fn fields(spec: &JobSpec, script_version: i32, now: UnixMillis) -> job::JobField
             Handler::Shell { .. } => HandlerType::Shell,
             Handler::Script { .. } => HandlerType::Script,
             Handler::Bean { .. } => HandlerType::Bean,
+            Handler::Http { .. } => HandlerType::Http,
         },
         command,
         script_source,
@@ -204,6 +218,7 @@ fn fields(spec: &JobSpec, script_version: i32, now: UnixMillis) -> job::JobField
             None
         },
         updated_ms: now,
+        http_request,
     }
 }
 
@@ -570,6 +585,9 @@ fn spec_of(row: &job::Job) -> Result<JobSpec, Error> {
         },
         HandlerType::Bean => Handler::Bean {
             name: row.bean_name.clone().unwrap_or_default(),
+        },
+        HandlerType::Http => Handler::Http {
+            request: row.request()?,
         },
     };
     Ok(JobSpec {

@@ -324,6 +324,146 @@ async fn an_operator_creates_a_cron_job_triggers_it_and_watches_its_log() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_makes_an_http_job_and_reads_its_answer() {
+    let s = setup().await;
+    let receiver = Receiver::start().await;
+    let driver = Driver::start().await;
+    let browser = driver.browser("en-US").await;
+    let base = &s.app.base;
+    login(&browser, base, "admin", ADMIN_PASSWORD).await;
+
+    browser
+        .goto(format!("{base}/console/jobs/new"))
+        .await
+        .unwrap();
+    let form = browser.find(By::Id("job-form")).await.unwrap();
+    form.find(By::Id("f-name"))
+        .await
+        .unwrap()
+        .send_keys("ping the hook")
+        .await
+        .unwrap();
+    form.find(By::Css("#f-handler-type option[value='http']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    // Only the request's fields show for an http job.
+    until(
+        &browser,
+        "the request's fields",
+        "!document.getElementById('f-http-url').closest('label').hidden \
+         && document.getElementById('f-command').closest('label').hidden",
+        Duration::from_secs(5),
+    )
+    .await;
+    form.find(By::Css("#f-http-method option[value='POST']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    form.find(By::Id("f-http-url"))
+        .await
+        .unwrap()
+        .send_keys(receiver.url("/created"))
+        .await
+        .unwrap();
+    form.find(By::Id("f-http-headers"))
+        .await
+        .unwrap()
+        .send_keys("X-From: the browser")
+        .await
+        .unwrap();
+    form.find(By::Id("f-http-body"))
+        .await
+        .unwrap()
+        .send_keys("hello hook")
+        .await
+        .unwrap();
+    let statuses = form.find(By::Id("f-http-statuses")).await.unwrap();
+    statuses.clear().await.unwrap();
+    statuses.send_keys("2xx").await.unwrap();
+    form.find(By::Id("job-save"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+
+    // A wrong status list is shown beside its field, with everything else kept.
+    let error = browser
+        .query(By::Css("[data-field-error='handler.http.statuses']"))
+        .first()
+        .await
+        .unwrap();
+    assert!(error.text().await.unwrap().contains("not a status code"));
+    assert_eq!(
+        browser
+            .find(By::Id("f-http-headers"))
+            .await
+            .unwrap()
+            .value()
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("X-From: the browser")
+    );
+    let statuses = browser.find(By::Id("f-http-statuses")).await.unwrap();
+    statuses.clear().await.unwrap();
+    statuses.send_keys("200-299").await.unwrap();
+    browser
+        .find(By::Id("job-save"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+
+    let request = browser
+        .query(By::Id("job-http"))
+        .first()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        request.contains(&format!("POST {}", receiver.url("/created")))
+            && request.contains("X-From: the browser"),
+        "{request}"
+    );
+    browser
+        .find(By::Id("job-trigger"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    browser.query(By::Id("run-status")).first().await.unwrap();
+    until(
+        &browser,
+        "the run to succeed",
+        "document.getElementById('run-status').getAttribute('data-status') === 'succeeded'",
+        Duration::from_secs(30),
+    )
+    .await;
+    until(
+        &browser,
+        "the answer in the log",
+        "document.getElementById('run-log').textContent.includes('HTTP 201 Created')",
+        Duration::from_secs(30),
+    )
+    .await;
+    let hits = receiver.hits("/created");
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].body, b"hello hook");
+    assert_eq!(hits[0].headers["x-from"], "the browser");
+    browser.quit().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_viewer_sees_no_edit_actions_and_a_forged_post_is_refused() {
     let s = setup().await;
     let job_id = s.app.job(&s.app.admin, s.group, "read-only job").await;

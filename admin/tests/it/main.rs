@@ -19,6 +19,7 @@ mod api_jobs;
 mod cli;
 mod cluster;
 mod console;
+mod http_jobs;
 mod netns;
 mod scheduler;
 mod security;

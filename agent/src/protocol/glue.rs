@@ -21,6 +21,9 @@ wire_enum! {
         /// not know with "glueType[GLUE_PERL] is not valid.", so a Perl script is refused
         /// there instead of being run by bash as `GLUE_SHELL` would have it.
         Perl => "GLUE_PERL",
+        /// jobfleet's own: an HTTP request the agent sends itself, no process; `glueSource`
+        /// is the request as JSON (`HttpRequest`). A stock executor refuses the unknown name.
+        Http => "GLUE_HTTP",
     }
 }
 
@@ -36,7 +39,7 @@ impl GlueType {
             GlueType::Php => Some("php"),
             GlueType::Powershell => Some("pwsh"),
             GlueType::Perl => Some("perl"),
-            GlueType::Bean | GlueType::Groovy | GlueType::Other(_) => None,
+            GlueType::Bean | GlueType::Groovy | GlueType::Http | GlueType::Other(_) => None,
         }
     }
 

@@ -3,13 +3,14 @@
 //! This is XXL-Job 2.4's executor protocol: camelCase JSON, a `{code, msg, content}` envelope
 //! answered with HTTP 200 even on failure, and the `XXL-JOB-ACCESS-TOKEN` header. jobfleet's
 //! additions are optional fields, skipped when absent, so XXL-Job peers ignore them and we accept
-//! messages without them. Depends on serde only.
+//! messages without them. Depends on serde (and url, to check an http job's address) only.
 
 mod block;
 mod envelope;
 #[cfg(test)]
 mod fixtures;
 mod glue;
+mod http_request;
 mod link;
 mod messages;
 mod outcome;
@@ -18,6 +19,7 @@ mod wire_enum;
 pub use block::BlockStrategy;
 pub use envelope::{CODE_FAIL, CODE_OK, Envelope};
 pub use glue::GlueType;
+pub use http_request::{BadRequest, DEFAULT_HTTP_STATUSES, HTTP_METHODS, HttpRequest, Statuses};
 pub use link::{
     AGENT_ADDRESS_HEADER, AGENT_GROUP_HEADER, BadFrame, CONNECT_PATH, CONNECT_SCHEME, Call, Frame,
     MAX_FRAME_BYTES, MAX_TAKE, RawFrame, TakeParam, TakeResult,

@@ -2,6 +2,7 @@
 //! strategies, and the supervision of each run as its own task that awaits the child's exit.
 
 pub mod contain;
+pub mod http;
 pub mod kill;
 pub mod limits;
 mod outcome;
@@ -21,7 +22,9 @@ use tokio::sync::{Notify, oneshot};
 
 use crate::journal::{Fate, Journal, Landed};
 use crate::logs::Logs;
-use crate::protocol::{BlockStrategy, HandleCallbackParam, Limits, RunOutcome, TriggerParam};
+use crate::protocol::{
+    BlockStrategy, GlueType, HandleCallbackParam, Limits, RunOutcome, TriggerParam,
+};
 use crate::spool::{Spool, SpoolWriter};
 use prepare::RunLog;
 
@@ -51,9 +54,16 @@ struct Prepared {
     /// When the trigger reached us, for the start-latency figure.
     received: Instant,
     trigger: TriggerParam,
-    interpreter: &'static str,
+    work: Work,
     block: Block,
     limits: Limits,
+}
+
+/// What a run does: start a process with an interpreter, or send a request itself.
+#[derive(Debug)]
+enum Work {
+    Process(&'static str),
+    Http(Box<http::HttpJob>),
 }
 
 struct Current {
@@ -105,6 +115,8 @@ pub struct RunnerConfig {
     pub jobs_user: String,
     pub limits_mode: limits::Mode,
     pub output: output::OutputLimits,
+    /// Sends http jobs' requests (`http::client`).
+    pub http: reqwest::Client,
 }
 
 /// An accepted trigger: the answer, its accept number, and for a new run the journal line
@@ -202,11 +214,15 @@ fn validate(trigger: TriggerParam, received: Instant) -> Result<Prepared, String
         return Err("glueSource and executorParams must not contain NUL".into());
     }
     let block = block_of(trigger.executor_block_strategy.as_ref())?;
-    let interpreter = script::interpreter_for(&trigger)?;
+    let work = if trigger.glue_type == Some(GlueType::Http) {
+        Work::Http(Box::new(http::HttpJob::from_trigger(&trigger)?))
+    } else {
+        Work::Process(script::interpreter_for(&trigger)?)
+    };
     Ok(Prepared {
         received,
         trigger,
-        interpreter,
+        work,
         block,
         limits,
     })
@@ -605,7 +621,15 @@ impl Runner {
                 );
             }
         };
-        let launch = match prepare::launch(&prepared, &self.config, &log) {
+        let interpreter = match &prepared.work {
+            Work::Process(interpreter) => interpreter,
+            Work::Http(job) => {
+                return self
+                    .send_http(&prepared, job, &log, started_ms, stop_rx)
+                    .await;
+            }
+        };
+        let launch = match prepare::launch(&prepared, interpreter, &self.config, &log) {
             Ok(launch) => launch,
             Err(msg) => return outcome::failed(trigger, started_ms, msg, self.limits_mode()),
         };

@@ -94,6 +94,22 @@ pub(super) fn failed(
     }
 }
 
+/// The result of an http job's run: no process, so no exit code or usage.
+pub(super) fn http(
+    trigger: &TriggerParam,
+    started_ms: i64,
+    status: RunOutcome,
+    msg: String,
+    start_latency_us: u64,
+) -> HandleCallbackParam {
+    HandleCallbackParam {
+        handle_code: status.handle_code(),
+        status: Some(status),
+        start_latency_us: Some(start_latency_us),
+        ..failed(trigger, started_ms, msg, "none")
+    }
+}
+
 /// The result of an accepted run that never started, with `outcome` saying why.
 pub(super) fn never_started(
     trigger: &TriggerParam,

@@ -37,6 +37,24 @@ impl RunLog {
     pub fn start_mark(&self) -> &File {
         &self.file
     }
+
+    /// Marks the run started from the agent itself, for a run that has no process of its own.
+    pub fn mark_started(&self) -> std::io::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        self.file
+            .set_permissions(std::fs::Permissions::from_mode(STARTED_MODE))
+    }
+
+    /// Appends what the run produced (an http job's answer), ending it with a newline. Best
+    /// effort, as notes are.
+    pub fn append(&self, bytes: &[u8]) {
+        use std::io::Write;
+        let mut file = &self.file;
+        let _ = file.write_all(bytes);
+        if bytes.last() != Some(&b'\n') {
+            let _ = file.write_all(b"\n");
+        }
+    }
 }
 
 /// Whether files in `dir` keep the start mark: the probe sets it on a new file as a run's process
@@ -203,11 +221,11 @@ impl OutputFile {
 /// The message for the run's result; a missing interpreter is noted in the log too.
 pub(super) fn launch(
     prepared: &Prepared,
+    interpreter: &'static str,
     config: &RunnerConfig,
     log: &RunLog,
 ) -> Result<Launch, String> {
     let trigger = &prepared.trigger;
-    let interpreter = prepared.interpreter;
     let Some(program) = script::which(interpreter) else {
         let msg = format!("interpreter `{interpreter}` is not installed on this agent");
         log.note(&msg);

@@ -82,7 +82,7 @@ impl Runner {
         let pid = match spawned {
             Ok(pid) => pid,
             Err(e) => {
-                let msg = format!("cannot start `{}`: {e}", prepared.interpreter);
+                let msg = format!("cannot start `{}`: {e}", launch.program.display());
                 log.note(&msg);
                 launch.script.remove();
                 if let Some(outputs) = &launch.outputs {

@@ -2,6 +2,8 @@
 //! description: each input's default on a new job, its value for an existing job, how it is
 //! read into the API's `JobInput`, and whether its errors show beside it.
 
+use std::collections::BTreeMap;
+
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
 use askama::Template;
@@ -23,6 +25,7 @@ use crate::web::forms::{
 };
 use crate::web::views::{Chrome, FormState, Opt};
 use crate::web::{PageResult, render, see_other_with};
+use jobfleet_agent::protocol::{DEFAULT_HTTP_STATUSES, HTTP_METHODS, HttpRequest as JobRequest};
 
 #[derive(Template)]
 #[template(path = "job_form.html")]
@@ -36,6 +39,7 @@ pub struct JobFormPage {
     pub schedule_types: Vec<Opt>,
     pub handler_types: Vec<Opt>,
     pub interpreters: Vec<Opt>,
+    pub http_methods: &'static [&'static str],
     pub routings: Vec<Opt>,
     pub concurrencies: Vec<Opt>,
     pub blocks: Vec<Opt>,
@@ -252,6 +256,79 @@ const FIELDS: &[Field] = &[
             i.handler.note = (i.handler.kind == HandlerType::Script)
                 .then(|| f.get("handler.note").map(str::to_owned))
                 .flatten();
+            Ok(())
+        },
+    },
+    Field {
+        name: "handler.http.method",
+        error: Some("handler.http.method"),
+        default: "GET",
+        show: |j| one_or_empty(j.handler.http.as_ref().map(|h| &h.method)),
+        read: |f, i| {
+            // Read first of the request's fields: it makes the request the others fill in.
+            i.handler.http = (i.handler.kind == HandlerType::Http).then(|| JobRequest {
+                method: f.text("handler.http.method"),
+                url: String::new(),
+                headers: BTreeMap::new(),
+                body: None,
+                statuses: String::new(),
+            });
+            Ok(())
+        },
+    },
+    Field {
+        name: "handler.http.url",
+        error: Some("handler.http.url"),
+        default: "",
+        show: |j| one_or_empty(j.handler.http.as_ref().map(|h| &h.url)),
+        read: |f, i| {
+            if let Some(http) = &mut i.handler.http {
+                http.url = f.text("handler.http.url");
+            }
+            Ok(())
+        },
+    },
+    Field {
+        name: "handler.http.headers",
+        error: Some("handler.http.headers"),
+        default: "",
+        show: |j| {
+            one_or_empty(j.handler.http.as_ref().map(|h| {
+                h.headers
+                    .iter()
+                    .map(|(name, value)| format!("{name}: {value}\n"))
+                    .collect::<String>()
+            }))
+        },
+        read: |f, i| {
+            if let Some(http) = &mut i.handler.http {
+                http.headers = header_lines(f.raw("handler.http.headers"))?;
+            }
+            Ok(())
+        },
+    },
+    Field {
+        name: "handler.http.body",
+        error: Some("handler.http.body"),
+        default: "",
+        show: |j| one_or_empty(j.handler.http.as_ref().and_then(|h| h.body.as_ref())),
+        read: |f, i| {
+            if let Some(http) = &mut i.handler.http {
+                let body = f.raw("handler.http.body").replace("\r\n", "\n");
+                http.body = (!body.is_empty()).then_some(body);
+            }
+            Ok(())
+        },
+    },
+    Field {
+        name: "handler.http.statuses",
+        error: Some("handler.http.statuses"),
+        default: DEFAULT_HTTP_STATUSES,
+        show: |j| one_or_empty(j.handler.http.as_ref().map(|h| &h.statuses)),
+        read: |f, i| {
+            if let Some(http) = &mut i.handler.http {
+                http.statuses = f.text("handler.http.statuses");
+            }
             Ok(())
         },
     },
@@ -494,6 +571,7 @@ fn input_of(f: &Fields) -> Result<JobInput, Error> {
             interpreter: None,
             name: None,
             note: None,
+            http: None,
         },
         params: None,
         routing: None,
@@ -511,6 +589,24 @@ fn input_of(f: &Fields) -> Result<JobInput, Error> {
         (field.read)(f, &mut input)?;
     }
     Ok(input)
+}
+
+/// The headers text area: one `Name: value` per line, blank lines skipped.
+fn header_lines(text: &str) -> Result<BTreeMap<String, String>, Error> {
+    let mut headers = BTreeMap::new();
+    for (number, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let (name, value) = line.split_once(':').ok_or_else(|| {
+            Error::invalid(
+                "handler.http.headers",
+                format!("line {}: write a header as `Name: value`", number + 1),
+            )
+        })?;
+        headers.insert(name.trim().to_owned(), value.trim().to_owned());
+    }
+    Ok(headers)
 }
 
 /// A `datetime-local` value in the job's time zone, as UTC milliseconds.
@@ -609,6 +705,7 @@ async fn form_page(
         schedule_types: enum_opts(ScheduleType::ALL),
         handler_types: enum_opts(HandlerType::ALL),
         interpreters: enum_opts(Interpreter::ALL),
+        http_methods: HTTP_METHODS,
         routings: enum_opts(Routing::ALL),
         concurrencies: enum_opts(Concurrency::ALL),
         blocks: enum_opts(BlockStrategy::ALL),
@@ -799,6 +896,7 @@ mod tests {
                 source: Some("echo hi\n".into()),
                 interpreter: Some(Interpreter::Python3),
                 name: None,
+                http: None,
                 script_version: 2,
             },
             params: "p".into(),
@@ -849,6 +947,44 @@ mod tests {
         );
         let spec = input.validate().unwrap();
         assert_eq!((spec.retry_count, spec.name.as_str()), (2, "nightly"));
+
+        // An http job's request: its headers travel as `Name: value` lines.
+        let request = JobRequest {
+            method: "PUT".into(),
+            url: "https://example.com/items/1".into(),
+            headers: BTreeMap::from([
+                ("Authorization".to_owned(), "Bearer t:1".to_owned()),
+                ("X-Trace".to_owned(), "on".to_owned()),
+            ]),
+            body: Some("{\"a\": 1}\n".into()),
+            statuses: "200-204,409".into(),
+        };
+        let http_job = JobView {
+            handler: HandlerView {
+                kind: HandlerType::Http,
+                command: None,
+                source: None,
+                interpreter: None,
+                name: None,
+                http: Some(request.clone()),
+                script_version: 0,
+            },
+            ..job
+        };
+        let input = input_of(&sent(&http_job)).unwrap();
+        assert_eq!(input.handler.http, Some(request.clone()));
+        let spec = input.validate().unwrap();
+        assert_eq!(spec.handler, crate::domain::job::Handler::Http { request });
+    }
+
+    #[test]
+    fn header_lines_need_a_colon() {
+        let headers = header_lines("A: 1\r\n\n  B :two: parts \n").unwrap();
+        assert_eq!(headers["A"], "1");
+        assert_eq!(headers["B"], "two: parts");
+        let err = header_lines("A: 1\nno colon here").unwrap_err();
+        assert_eq!(err.field(), Some("handler.http.headers"));
+        assert!(err.public_message().contains("line 2"), "{err}");
     }
 
     #[test]

@@ -1,4 +1,6 @@
 //! A webhook receiver on loopback: records every request; `/flaky` answers 500 once, then 200.
+//! For http jobs: `/created` answers 201, `/unavailable` 503, `/slow` after a minute, `/big`
+//! with 200 kB.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -57,6 +59,22 @@ impl Receiver {
                             headers,
                             body: body.to_vec(),
                         });
+                        match req.path() {
+                            "/created" => {
+                                return actix_web::HttpResponse::Created().body("created");
+                            }
+                            "/unavailable" => {
+                                return actix_web::HttpResponse::ServiceUnavailable()
+                                    .body("down for maintenance");
+                            }
+                            "/slow" => {
+                                tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+                            }
+                            "/big" => {
+                                return actix_web::HttpResponse::Ok().body("x".repeat(200_000));
+                            }
+                            _ => {}
+                        }
                         if req.path() == "/flaky" {
                             let mut left = shared.flaky_failures.lock().unwrap();
                             if *left > 0 {

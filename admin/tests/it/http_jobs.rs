@@ -1,0 +1,256 @@
+//! http jobs end to end: the admin stores the request, a real agent sends it to a receiver on
+//! loopback and judges the answer; timeouts, kills, cut bodies, refused connections and bad
+//! requests at the API.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::support::receiver::Receiver;
+use crate::support::{AgentProc, TestApp, both_backends, free_port, test_db};
+
+const RUN_WITHIN: Duration = Duration::from_secs(30);
+
+async fn http_job(app: &TestApp, group: i64, name: &str, extra: Value, http: Value) -> i64 {
+    let mut body = json!({"name": name, "handler": {"type": "http", "http": http}});
+    for (key, value) in extra.as_object().unwrap() {
+        body[key] = value.clone();
+    }
+    app.job_from(group, body).await
+}
+
+/// Triggers `job` and waits for its run; the finished run and its log.
+async fn run(app: &TestApp, job: i64) -> (Value, String) {
+    let run = app.trigger(job, json!({})).await;
+    let id = run["id"].as_i64().unwrap();
+    let done = app.finished_run(id, RUN_WITHIN).await;
+    (done, app.full_log(id).await)
+}
+
+async fn http_jobs_send_their_request_and_judge_the_answer(mysql: bool) {
+    let app = TestApp::start(test_db(mysql).await).await;
+    let g = app.group("http-jobs").await;
+    let dir = tempfile::tempdir().unwrap();
+    let agent = AgentProc::start(&app.base, "http-jobs", &dir.path().join("agent"));
+    app.wait_for_agent(&agent.address).await;
+    let receiver = Receiver::start().await;
+
+    let hook = http_job(
+        &app,
+        g,
+        "hook",
+        json!({}),
+        json!({"method": "post", "url": receiver.url("/created"),
+               "headers": {"X-Token": "abc", "Content-Type": "application/json"},
+               "body": "{\"a\":1}"}),
+    )
+    .await;
+    let view = app
+        .get(&format!("/api/v1/jobs/{hook}"), &app.admin)
+        .await
+        .body;
+    assert_eq!(
+        (
+            view["handler"]["http"]["method"].as_str(),
+            view["handler"]["http"]["statuses"].as_str()
+        ),
+        (Some("POST"), Some("200-299")),
+        "stored normalized, with the default statuses: {view}"
+    );
+    let (done, log) = run(&app, hook).await;
+    assert_eq!(
+        (done["status"].as_str(), done["handle_msg"].as_str()),
+        (Some("succeeded"), Some("HTTP 201 Created")),
+        "{done}"
+    );
+    assert!(
+        log.contains(&format!("POST {}", receiver.url("/created")))
+            && log.contains("HTTP 201 Created in")
+            && log.contains("\ncreated\n"),
+        "the log has the request, the status and the body: {log}"
+    );
+    let hits = receiver.hits("/created");
+    assert_eq!(hits.len(), 1, "sent once");
+    assert_eq!(hits[0].headers["x-token"], "abc");
+    assert_eq!(hits[0].json(), json!({"a": 1}));
+
+    // A status outside the success list fails the run, and saying why; listing it succeeds.
+    let down = http_job(
+        &app,
+        g,
+        "down",
+        json!({}),
+        json!({"url": receiver.url("/unavailable")}),
+    )
+    .await;
+    let (done, log) = run(&app, down).await;
+    assert_eq!(done["status"], "failed", "{done}");
+    assert_eq!(
+        done["handle_msg"],
+        "failed: HTTP 503 Service Unavailable, expected 200-299"
+    );
+    assert!(log.contains("down for maintenance"), "{log}");
+    let tolerated = http_job(
+        &app,
+        g,
+        "tolerated",
+        json!({}),
+        json!({"url": receiver.url("/unavailable"), "statuses": "200-299, 503"}),
+    )
+    .await;
+    assert_eq!(run(&app, tolerated).await.0["status"], "succeeded");
+
+    // A long answer is cut in the log, not read whole.
+    let big = http_job(
+        &app,
+        g,
+        "big",
+        json!({}),
+        json!({"url": receiver.url("/big")}),
+    )
+    .await;
+    let (done, log) = run(&app, big).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert!(
+        log.contains("the body was cut after 65536 bytes (134464 more not read)"),
+        "{log}"
+    );
+    assert!(
+        log.len() < 70_000,
+        "the excerpt is bounded: {} bytes",
+        log.len()
+    );
+
+    // Nothing listening: a failed run that says what happened.
+    let refused = http_job(
+        &app,
+        g,
+        "refused",
+        json!({}),
+        json!({"url": format!("http://127.0.0.1:{}/", free_port())}),
+    )
+    .await;
+    let (done, _) = run(&app, refused).await;
+    assert_eq!(done["status"], "failed", "{done}");
+    let msg = done["handle_msg"].as_str().unwrap();
+    assert!(
+        msg.starts_with("the request failed") && msg.contains("onnection refused"),
+        "{msg}"
+    );
+
+    // The job's timeout ends a request whose answer does not come.
+    let slow = http_job(
+        &app,
+        g,
+        "slow",
+        json!({"timeout_s": 1}),
+        json!({"url": receiver.url("/slow")}),
+    )
+    .await;
+    let (done, log) = run(&app, slow).await;
+    assert_eq!(done["status"], "timed_out", "{done}");
+    assert!(log.contains("timed out after 1s"), "{log}");
+
+    // And a kill ends one without a timeout.
+    let endless = http_job(
+        &app,
+        g,
+        "endless",
+        json!({}),
+        json!({"url": receiver.url("/slow")}),
+    )
+    .await;
+    let id = app.trigger(endless, json!({})).await["id"]
+        .as_i64()
+        .unwrap();
+    crate::support::wait_for(Duration::from_secs(10), "the request to arrive", || async {
+        (receiver.hits("/slow").len() == 2).then_some(())
+    })
+    .await;
+    let killed = app.kill_run(id).await;
+    assert_eq!(killed.status, StatusCode::ACCEPTED, "{}", killed.body);
+    let done = app.finished_run(id, RUN_WITHIN).await;
+    assert_eq!(done["status"], "killed", "{done}");
+}
+both_backends!(http_jobs_send_their_request_and_judge_the_answer);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_http_requests_are_refused_naming_the_field() {
+    let app = TestApp::sqlite().await;
+    let g = app.group("http-bad").await;
+    let job = |handler: Value| json!({"group_id": g, "name": "bad", "schedule": {"type": "none"}, "handler": handler});
+    for (handler, field, says) in [
+        (
+            json!({"type": "http"}),
+            "handler.http",
+            "is required for http",
+        ),
+        (
+            json!({"type": "http", "http": {"url": "ftp://example.com/"}}),
+            "handler.http.url",
+            "http:// or https://",
+        ),
+        (
+            json!({"type": "http", "http": {"url": "http://user:secret@example.com/"}}),
+            "handler.http.url",
+            "credentials",
+        ),
+        (
+            json!({"type": "http", "http": {"url": "http://example.com/", "method": "BREW"}}),
+            "handler.http.method",
+            "not one of",
+        ),
+        (
+            json!({"type": "http", "http": {"url": "http://example.com/", "headers": {"X-A": "1\r\nX-B: 2"}}}),
+            "handler.http.headers",
+            "control character",
+        ),
+        (
+            json!({"type": "http", "http": {"url": "http://example.com/", "statuses": "2xx"}}),
+            "handler.http.statuses",
+            "not a status code",
+        ),
+        (
+            json!({"type": "http", "command": "echo", "http": {"url": "http://example.com/"}}),
+            "handler.command",
+            "is not used by handler type `http`",
+        ),
+        (
+            json!({"type": "shell", "command": "echo", "http": {"url": "http://example.com/"}}),
+            "handler.http",
+            "is not used by handler type `shell`",
+        ),
+    ] {
+        let r = app
+            .post("/api/v1/jobs", &app.admin, job(handler.clone()))
+            .await;
+        assert_eq!(
+            r.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{handler}: {}",
+            r.body
+        );
+        assert_eq!(r.field(), Some(field), "{handler}: {}", r.body);
+        let message = r.body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{handler}: {message}");
+    }
+    let r = app
+        .post(
+            "/api/v1/jobs",
+            &app.admin,
+            job(json!({"type": "http", "http": {"url": "http://example.com/", "verb": "GET"}})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.body);
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown field `verb`"),
+        "{}",
+        r.body
+    );
+    let listed = app.get("/api/v1/jobs", &app.admin).await.body;
+    assert_eq!(listed["total"], 0, "nothing was stored: {listed}");
+}

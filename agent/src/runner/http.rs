@@ -1,0 +1,192 @@
+//! An `http` job's run: the agent sends the request itself, with no process, and judges the
+//! answer by the job's success statuses. The status and the head of the answer's body go in the
+//! run's log; the timeout and a kill stop it as they stop a process.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+
+use super::prepare::RunLog;
+use super::{Prepared, Runner, StopReason, outcome};
+use crate::admin_client::with_causes;
+use crate::protocol::{HandleCallbackParam, HttpRequest, RunOutcome, Statuses, TriggerParam};
+
+/// Most bytes of an answer's body written to the log: an excerpt, not a download.
+const MAX_EXCERPT_BYTES: u64 = 64 * 1024;
+
+/// A checked request and the statuses that count as success.
+#[derive(Debug)]
+pub(super) struct HttpJob {
+    request: HttpRequest,
+    statuses: Statuses,
+}
+
+impl HttpJob {
+    /// The request in the trigger's `glueSource`.
+    ///
+    /// # Errors
+    /// What is wrong with it, for the trigger's refusal.
+    pub fn from_trigger(trigger: &TriggerParam) -> Result<Self, String> {
+        let source = trigger.glue_source.as_deref().unwrap_or_default();
+        let (request, statuses) =
+            HttpRequest::from_source(source).map_err(|e| format!("GLUE_HTTP request: {e}"))?;
+        Ok(Self { request, statuses })
+    }
+}
+
+/// What came back, as far as the outcome needs.
+struct Answer {
+    status: reqwest::StatusCode,
+    excerpt: Vec<u8>,
+    /// Body bytes not read (the answer's length said so), or `None` when the whole body was read
+    /// or the length was not known.
+    cut: Option<u64>,
+    more_unread: bool,
+}
+
+/// The client http jobs are sent with: the host's trust store, kept-alive connections shared
+/// by every run (a connection per run would cost a handshake each).
+///
+/// # Errors
+/// The TLS backend cannot be set up.
+pub fn client() -> Result<reqwest::Client, String> {
+    let tls = crate::tls::jobs_client_config().map_err(|e| e.to_string())?;
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .connect_timeout(Duration::from_secs(10))
+        .user_agent(concat!("jobfleet-agent/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| format!("the http jobs' client: {e}"))
+}
+
+impl Runner {
+    /// Sends the run's request and reports its outcome. The log is marked started before the
+    /// request leaves, so a restarted agent never sends it again unasked.
+    pub(super) async fn send_http(
+        self: &Arc<Self>,
+        prepared: &Prepared,
+        job: &HttpJob,
+        log: &RunLog,
+        started_ms: i64,
+        mut stop_rx: oneshot::Receiver<StopReason>,
+    ) -> HandleCallbackParam {
+        let trigger = &prepared.trigger;
+        let failed = |msg: String| outcome::failed(trigger, started_ms, msg, "none");
+        if self.logs.start_marks()
+            && let Err(e) = log.mark_started()
+        {
+            return failed(format!("cannot mark the run's log as started: {e}"));
+        }
+        let start_latency_us =
+            u64::try_from(prepared.received.elapsed().as_micros()).unwrap_or(u64::MAX);
+        let request = &job.request;
+        log.note(&format!("{} {}", request.method, request.url));
+        let sent = Instant::now();
+        let exchange = self.exchange(request);
+        let deadline = async {
+            match trigger.executor_timeout {
+                0 => std::future::pending().await,
+                s => tokio::time::sleep(Duration::from_secs(s.unsigned_abs())).await,
+            }
+        };
+        let (status, msg) = tokio::select! {
+            answer = exchange => match answer {
+                Ok(answer) => self.judge(job, answer, sent.elapsed(), log),
+                Err(e) => {
+                    let msg = format!("the request failed: {e}");
+                    log.note(&msg);
+                    (RunOutcome::Failed, msg)
+                }
+            },
+            () = deadline => {
+                let msg = format!("timed out after {}s waiting for the answer", trigger.executor_timeout);
+                log.note(&msg);
+                (RunOutcome::TimedOut, msg)
+            }
+            reason = &mut stop_rx => {
+                let why = match reason {
+                    Ok(StopReason::CoveredBy) => "replaced by a newer run (cover early)",
+                    Ok(StopReason::Shutdown) => "the agent is shutting down",
+                    _ => "killed on request",
+                };
+                log.note(&format!("{why}: the request was abandoned"));
+                (RunOutcome::Killed, format!("killed ({why}) before the answer came"))
+            }
+        };
+        tracing::info!(run_id = trigger.log_id, %status, "Http run finished");
+        outcome::http(trigger, started_ms, status, msg, start_latency_us)
+    }
+
+    /// Sends the request and reads the head of the answer's body.
+    async fn exchange(&self, request: &HttpRequest) -> Result<Answer, String> {
+        let method = reqwest::Method::from_bytes(request.method.as_bytes())
+            .map_err(|e| format!("method: {e}"))?;
+        let mut builder = self.config.http.request(method, &request.url);
+        for (name, value) in &request.headers {
+            builder = builder.header(name, value);
+        }
+        if let Some(body) = &request.body {
+            builder = builder.body(body.clone());
+        }
+        let mut response = builder.send().await.map_err(|e| with_causes(&e))?;
+        let status = response.status();
+        let limit = MAX_EXCERPT_BYTES.min(self.config.output.max_bytes);
+        let length = response.content_length();
+        let mut excerpt = Vec::new();
+        let mut more_unread = false;
+        while let Some(chunk) = response.chunk().await.map_err(|e| with_causes(&e))? {
+            let room = usize::try_from(limit).unwrap_or(usize::MAX) - excerpt.len();
+            if chunk.len() > room {
+                excerpt.extend_from_slice(&chunk[..room]);
+                more_unread = true;
+                break;
+            }
+            excerpt.extend_from_slice(&chunk);
+        }
+        let cut = length
+            .filter(|_| more_unread)
+            .map(|l| l - excerpt.len() as u64);
+        Ok(Answer {
+            status,
+            excerpt,
+            cut,
+            more_unread,
+        })
+    }
+
+    /// The outcome of an answer, with its status and excerpt written to the log.
+    fn judge(
+        &self,
+        job: &HttpJob,
+        answer: Answer,
+        took: Duration,
+        log: &RunLog,
+    ) -> (RunOutcome, String) {
+        let status = answer.status;
+        let line = format!("HTTP {} in {} ms", status, took.as_millis());
+        log.note(&line);
+        if !answer.excerpt.is_empty() {
+            log.append(&answer.excerpt);
+        }
+        match (answer.cut, answer.more_unread) {
+            (Some(cut), _) => log.note(&format!(
+                "the body was cut after {} bytes ({cut} more not read)",
+                answer.excerpt.len()
+            )),
+            (None, true) => log.note(&format!(
+                "the body was cut after {} bytes",
+                answer.excerpt.len()
+            )),
+            (None, false) => {}
+        }
+        if job.statuses.contains(status.as_u16()) {
+            (RunOutcome::Succeeded, format!("HTTP {status}"))
+        } else {
+            (
+                RunOutcome::Failed,
+                format!("failed: HTTP {status}, expected {}", job.request.statuses),
+            )
+        }
+    }
+}

@@ -4,6 +4,7 @@
 //! ```sh
 //! cargo build --release --workspace --bins --features jobfleet-admin/mysql
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- lateness [--mysql] [--jobs 1000]
+//! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- http [--mysql] [--jobs 5000]
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- burst [--mysql] [--jobs 50000]
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- rss [--jobs 100000]
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- spawn
@@ -12,7 +13,9 @@
 //!     [--chains 100] [--length 10] [--sleep-ms 0] [--fan 1000] [--steps-only | --fan-only]
 //! ```
 //! `lateness`: N (1,000) fixed-rate jobs of 1 s spread over the second (N fires/s) on 4 agents
-//! for 20 s; agent process start − scheduled time, p50/p99. `burst`: N one-shot jobs due at the
+//! for 20 s; agent process start − scheduled time, p50/p99. `http`: the same with http jobs
+//! (N = 5,000) that GET a loopback endpoint this program serves: no process per run, so it
+//! measures the scheduler and the agents themselves. `burst`: N one-shot jobs due at the
 //! same instant; time until every run is sent and every result is back, lost and duplicated.
 //! `rss`: the admin's resident memory with N enabled jobs.
 //! `spawn`: the machine's ceiling, `sh -c true` processes per second with nothing else running.
@@ -66,7 +69,16 @@ struct Proc(Child);
 
 /// CPU time a process used, and its reaped children (the agents' jobs), in ms.
 fn cpu_ms(proc: &Proc) -> (i64, i64) {
-    let stat = std::fs::read_to_string(format!("/proc/{}/stat", proc.0.id())).unwrap_or_default();
+    cpu_ms_and_children(proc.0.id())
+}
+
+/// CPU time process `pid` used itself, in ms.
+fn cpu_ms_of(pid: u32) -> i64 {
+    cpu_ms_and_children(pid).0
+}
+
+fn cpu_ms_and_children(pid: u32) -> (i64, i64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // The fields after the command name, which may hold spaces, start after its closing ')'.
     let fields: Vec<i64> = stat
         .rsplit_once(')')
@@ -335,8 +347,26 @@ struct Lateness {
 /// `per_second` fixed-rate jobs of 1 s spread over the second on 4 agents (in `mode`, or their
 /// default) for 20 s, over a fresh database and admin; the first 3 s are not counted.
 fn measure_lateness(mysql: bool, per_second: usize, mode: Option<Mode>) -> Lateness {
+    measure_lateness_of(mysql, per_second, mode, None)
+}
+
+/// `measure_lateness`, with http jobs that GET `http_url` when given.
+fn measure_lateness_of(
+    mysql: bool,
+    per_second: usize,
+    mode: Option<Mode>,
+    http_url: Option<&str>,
+) -> Lateness {
     let bench = Bench::new(mysql);
     bench.jobs(per_second, "NULL, 1, NULL");
+    if let Some(url) = http_url {
+        bench
+            .conn()
+            .batch_execute(&format!(
+                "UPDATE job SET handler_type = 'http', command = NULL, http_request = '{{\"method\":\"GET\",\"url\":\"{url}\",\"statuses\":\"200-299\"}}'"
+            ))
+            .unwrap();
+    }
     let (admin, base) = bench.admin();
     let agents = bench.agents(&base, 4, mode);
     let start = now_ms() + 3_000;
@@ -446,6 +476,56 @@ fn modes(mysql: bool, rate: Option<usize>) {
             l.fires
         );
     }
+}
+
+/// A loopback endpoint for http jobs, on its own thread (one actix worker): answers every
+/// request with 200 and a short body. Returns its URL.
+fn http_endpoint() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/ok", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        actix_web::rt::System::new().block_on(async move {
+            actix_web::HttpServer::new(|| {
+                actix_web::App::new().default_service(actix_web::web::to(|| async {
+                    actix_web::HttpResponse::Ok().body("ok")
+                }))
+            })
+            .workers(1)
+            .disable_signals()
+            .listen(listener)
+            .unwrap()
+            .run()
+            .await
+            .unwrap();
+        });
+    });
+    url
+}
+
+/// `lateness` with http jobs against a loopback endpoint: the scheduler's own cost, no process
+/// per run. Prints the start lateness and the CPU of admin, agents and the endpoint.
+fn http_lateness(mysql: bool, per_second: usize) {
+    let url = http_endpoint();
+    let own_before = cpu_ms_of(std::process::id());
+    let l = measure_lateness_of(mysql, per_second, None, Some(&url));
+    let endpoint_ms = cpu_ms_of(std::process::id()) - own_before;
+    println!(
+        "http jobs at {per_second}/s on {}: {} fires in {} s ({} not succeeded); taken for dispatch p50 {} ms p99 {} ms; request start p50 {} ms p99 {} ms, max {} ms",
+        backend(mysql),
+        l.fires,
+        l.seconds,
+        l.failed,
+        percentile(&l.sent, 0.5),
+        percentile(&l.sent, 0.99),
+        percentile(&l.started, 0.5),
+        percentile(&l.started, 0.99),
+        l.started.last().copied().unwrap_or(-1)
+    );
+    println!(
+        "{}; the endpoint and this program {:.1} s",
+        l.cpu,
+        endpoint_ms as f64 / 1000.0
+    );
 }
 
 fn burst(mysql: bool, jobs: usize) {
@@ -564,6 +644,7 @@ fn main() {
         .map(|n| n.parse::<usize>().expect("--jobs takes a number"));
     match args.first().map(String::as_str) {
         Some("lateness") => lateness(mysql, jobs.unwrap_or(1000)),
+        Some("http") => http_lateness(mysql, jobs.unwrap_or(5000)),
         Some("burst") => burst(mysql, jobs.unwrap_or(50_000)),
         Some("rss") => rss(mysql, jobs.unwrap_or(100_000)),
         Some("spawn") => spawn_ceiling(),
@@ -591,7 +672,7 @@ fn main() {
         }
         _ => {
             eprintln!(
-                "usage: sched_bench lateness|burst|rss|spawn|modes|workflows [--mysql] [--jobs N] \
+                "usage: sched_bench lateness|http|burst|rss|spawn|modes|workflows [--mysql] [--jobs N] \
                  [--chains N --length N --sleep-ms N --fan N --steps-only --fan-only]"
             );
             std::process::exit(2);

@@ -433,18 +433,28 @@ fn backend(mysql: bool) -> &'static str {
 fn lateness(mysql: bool, per_second: usize) {
     let l = measure_lateness(mysql, per_second, None);
     println!(
-        "lateness at {per_second}/s on {}: {} fires in {} s ({} not succeeded); taken for dispatch p50 {} ms p99 {} ms; agent process start p50 {} ms p99 {} ms, max {} ms",
+        "lateness at {per_second}/s on {}: {}",
         backend(mysql),
-        l.fires,
-        l.seconds,
-        l.failed,
-        percentile(&l.sent, 0.5),
-        percentile(&l.sent, 0.99),
-        percentile(&l.started, 0.5),
-        percentile(&l.started, 0.99),
-        l.started.last().copied().unwrap_or(-1)
+        l.summary("agent process start")
     );
     println!("{}", l.cpu);
+}
+
+impl Lateness {
+    /// Fires, failures and the lateness percentiles, `start` naming what started.
+    fn summary(&self, start: &str) -> String {
+        format!(
+            "{} fires in {} s ({} not succeeded); taken for dispatch p50 {} ms p99 {} ms; {start} p50 {} ms p99 {} ms, max {} ms",
+            self.fires,
+            self.seconds,
+            self.failed,
+            percentile(&self.sent, 0.5),
+            percentile(&self.sent, 0.99),
+            percentile(&self.started, 0.5),
+            percentile(&self.started, 0.99),
+            self.started.last().copied().unwrap_or(-1)
+        )
+    }
 }
 
 /// `lateness` at 100 and 500 fires/s (or at `rate` only), agents in `push` then in `connect`
@@ -510,16 +520,9 @@ fn http_lateness(mysql: bool, per_second: usize) {
     let l = measure_lateness_of(mysql, per_second, None, Some(&url));
     let endpoint_ms = cpu_ms_of(std::process::id()) - own_before;
     println!(
-        "http jobs at {per_second}/s on {}: {} fires in {} s ({} not succeeded); taken for dispatch p50 {} ms p99 {} ms; request start p50 {} ms p99 {} ms, max {} ms",
+        "http jobs at {per_second}/s on {}: {}",
         backend(mysql),
-        l.fires,
-        l.seconds,
-        l.failed,
-        percentile(&l.sent, 0.5),
-        percentile(&l.sent, 0.99),
-        percentile(&l.started, 0.5),
-        percentile(&l.started, 0.99),
-        l.started.last().copied().unwrap_or(-1)
+        l.summary("request start")
     );
     println!(
         "{}; the endpoint and this program {:.1} s",

@@ -289,27 +289,40 @@ impl ScheduleInput {
 }
 
 impl HandlerInput {
+    /// Refuses a field the handler's type does not use: it would be dropped without a word.
+    fn refuse_unused(&self) -> Result<(), Error> {
+        let used: &[&str] = match self.kind {
+            HandlerType::Shell => &["command"],
+            HandlerType::Script => &["source", "interpreter", "note"],
+            HandlerType::Bean => &["name"],
+            HandlerType::Http => &["http"],
+        };
+        let given = [
+            ("command", self.command.is_some()),
+            ("source", self.source.is_some()),
+            ("interpreter", self.interpreter.is_some()),
+            ("name", self.name.is_some()),
+            ("note", self.note.is_some()),
+            ("http", self.http.is_some()),
+        ];
+        match given
+            .iter()
+            .find(|(field, set)| *set && !used.contains(field))
+        {
+            Some((field, _)) => Err(Error::invalid(
+                format!("handler.{field}"),
+                format!("is not used by handler type `{}`; leave it out", self.kind),
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// # Errors
     /// The first rule broken, naming `handler.*`.
     pub fn validate(&self) -> Result<Handler, Error> {
-        let stray = |field: &str| {
-            Error::invalid(
-                format!("handler.{field}"),
-                format!("is not used by handler type `{}`; leave it out", self.kind),
-            )
-        };
+        self.refuse_unused()?;
         match self.kind {
             HandlerType::Shell => {
-                for (field, set) in [
-                    ("source", self.source.is_some()),
-                    ("interpreter", self.interpreter.is_some()),
-                    ("name", self.name.is_some()),
-                    ("http", self.http.is_some()),
-                ] {
-                    if set {
-                        return Err(stray(field));
-                    }
-                }
                 let command = self
                     .command
                     .as_deref()
@@ -322,15 +335,6 @@ impl HandlerInput {
                 })
             }
             HandlerType::Script => {
-                for (field, set) in [
-                    ("command", self.command.is_some()),
-                    ("name", self.name.is_some()),
-                    ("http", self.http.is_some()),
-                ] {
-                    if set {
-                        return Err(stray(field));
-                    }
-                }
                 let source = self
                     .source
                     .as_deref()
@@ -351,16 +355,6 @@ impl HandlerInput {
                 })
             }
             HandlerType::Bean => {
-                for (field, set) in [
-                    ("command", self.command.is_some()),
-                    ("source", self.source.is_some()),
-                    ("interpreter", self.interpreter.is_some()),
-                    ("http", self.http.is_some()),
-                ] {
-                    if set {
-                        return Err(stray(field));
-                    }
-                }
                 let name = self
                     .name
                     .as_deref()
@@ -370,17 +364,6 @@ impl HandlerInput {
                 })
             }
             HandlerType::Http => {
-                for (field, set) in [
-                    ("command", self.command.is_some()),
-                    ("source", self.source.is_some()),
-                    ("interpreter", self.interpreter.is_some()),
-                    ("name", self.name.is_some()),
-                    ("note", self.note.is_some()),
-                ] {
-                    if set {
-                        return Err(stray(field));
-                    }
-                }
                 let request = self
                     .http
                     .clone()

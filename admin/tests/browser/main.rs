@@ -148,307 +148,44 @@ async fn until(browser: &WebDriver, what: &str, script: &str, within: Duration) 
     }
 }
 
-struct Setup {
-    app: TestApp,
-    group: i64,
-    _agent: AgentProc,
-    _dir: tempfile::TempDir,
-}
-
-async fn setup() -> Setup {
-    let app = TestApp::scheduling(false, &[]).await;
-    let group = app.group("browser-app").await;
-    let dir = tempfile::tempdir().unwrap();
-    let agent = AgentProc::start(&app.base, "browser-app", dir.path());
-    app.wait_for_agent(&agent.address).await;
-    Setup {
-        app,
-        group,
-        _agent: agent,
-        _dir: dir,
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_operator_creates_a_cron_job_triggers_it_and_watches_its_log() {
-    let s = setup().await;
-    let driver = Driver::start().await;
-    let browser = driver.browser("en-US").await;
-    let base = &s.app.base;
-    login(&browser, base, "admin", ADMIN_PASSWORD).await;
-
+/// Opens the new job form as `browser`'s user.
+async fn new_job_form(browser: &WebDriver, base: &str) -> WebElement {
     browser
         .goto(format!("{base}/console/jobs/new"))
         .await
         .unwrap();
-    let form = browser.find(By::Id("job-form")).await.unwrap();
-    form.find(By::Id("f-name"))
-        .await
-        .unwrap()
-        .send_keys("nightly <b>report</b>")
-        .await
-        .unwrap();
-    let cron = form.find(By::Id("f-cron")).await.unwrap();
-    cron.clear().await.unwrap();
-    cron.send_keys("0 0/5 * * * ?").await.unwrap();
-    until(
-        &browser,
-        "five fire times",
-        "document.querySelectorAll('#cron-next li').length === 5",
-        Duration::from_secs(10),
-    )
-    .await;
-    // A wrong expression shows why, as you type.
-    cron.clear().await.unwrap();
-    cron.send_keys("0 61 * * * ?").await.unwrap();
-    until(
-        &browser,
-        "the cron error",
-        "document.getElementById('cron-error').textContent.length > 0",
-        Duration::from_secs(10),
-    )
-    .await;
-    cron.clear().await.unwrap();
-    cron.send_keys("0 0 3 * * ?").await.unwrap();
-    until(
-        &browser,
-        "the preview again",
-        "document.querySelectorAll('#cron-next li').length === 5",
-        Duration::from_secs(10),
-    )
-    .await;
-    let command = form.find(By::Id("f-command")).await.unwrap();
-    command
-        .send_keys("echo hello-from-the-browser; echo second line")
-        .await
-        .unwrap();
-    form.find(By::Id("job-save"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-
-    // Names with markup are refused, and the form keeps what was typed.
-    let error = browser
-        .query(By::Css("[data-field-error='name']"))
-        .first()
-        .await
-        .unwrap();
-    assert!(error.text().await.unwrap().contains("must not contain"));
-    let name = browser.find(By::Id("f-name")).await.unwrap();
-    assert_eq!(
-        name.value().await.unwrap().as_deref(),
-        Some("nightly <b>report</b>")
-    );
-    name.clear().await.unwrap();
-    name.send_keys("nightly report").await.unwrap();
-    browser
-        .find(By::Id("job-save"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-
-    let title = browser.query(By::Id("job-name")).first().await.unwrap();
-    assert!(title.text().await.unwrap().contains("nightly report"));
-    assert!(browser.find(By::Id("flash")).await.is_ok());
-
-    browser
-        .find(By::Id("job-trigger"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    browser.query(By::Id("run-status")).first().await.unwrap();
-    until(
-        &browser,
-        "the run to succeed",
-        "document.getElementById('run-status').getAttribute('data-status') === 'succeeded'",
-        Duration::from_secs(30),
-    )
-    .await;
-    until(
-        &browser,
-        "the log",
-        "document.getElementById('run-log').textContent.includes('hello-from-the-browser')",
-        Duration::from_secs(30),
-    )
-    .await;
-    let log = browser
-        .find(By::Id("run-log"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(log.contains("second line"), "{log}");
-
-    // On a phone-sized window the navigation folds into a menu and nothing overflows sideways.
-    browser.set_window_rect(0, 0, 390, 844).await.unwrap();
-    for path in [
-        "/console",
-        "/console/jobs",
-        "/console/jobs/new",
-        "/console/runs",
-    ] {
-        browser.goto(format!("{base}{path}")).await.unwrap();
-        until(
-            &browser,
-            "a page that fits a phone",
-            "document.documentElement.scrollWidth <= window.innerWidth \
-             && getComputedStyle(document.querySelector('.nav-burger')).display !== 'none' \
-             && getComputedStyle(document.querySelector('nav.nav')).display === 'none'",
-            Duration::from_secs(5),
-        )
-        .await;
-    }
-    browser.set_window_rect(0, 0, 1280, 900).await.unwrap();
-
-    // The audit page shows what we did.
-    browser.goto(format!("{base}/console/audit")).await.unwrap();
-    let table = browser
-        .find(By::Id("audit-table"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(
-        table.contains("job.create") && table.contains("job.trigger"),
-        "{table}"
-    );
-    browser.quit().await.unwrap();
+    browser.find(By::Id("job-form")).await.unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_operator_makes_an_http_job_and_reads_its_answer() {
-    let s = setup().await;
-    let receiver = Receiver::start().await;
-    let driver = Driver::start().await;
-    let browser = driver.browser("en-US").await;
-    let base = &s.app.base;
-    login(&browser, base, "admin", ADMIN_PASSWORD).await;
+/// Types `text` into the input `id` of `form`.
+async fn type_into(form: &WebElement, id: &str, text: &str) {
+    form.find(By::Id(id))
+        .await
+        .unwrap()
+        .send_keys(text)
+        .await
+        .unwrap();
+}
 
-    browser
-        .goto(format!("{base}/console/jobs/new"))
-        .await
-        .unwrap();
-    let form = browser.find(By::Id("job-form")).await.unwrap();
-    form.find(By::Id("f-name"))
-        .await
-        .unwrap()
-        .send_keys("ping the hook")
-        .await
-        .unwrap();
-    form.find(By::Css("#f-handler-type option[value='http']"))
+/// Picks `value` in the select `id` of `form`.
+async fn choose(form: &WebElement, id: &str, value: &str) {
+    form.find(By::Css(format!("#{id} option[value='{value}']")))
         .await
         .unwrap()
         .click()
         .await
         .unwrap();
-    // Only the request's fields show for an http job.
-    until(
-        &browser,
-        "the request's fields",
-        "!document.getElementById('f-http-url').closest('label').hidden \
-         && document.getElementById('f-command').closest('label').hidden",
-        Duration::from_secs(5),
-    )
-    .await;
-    form.find(By::Css("#f-http-method option[value='POST']"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    form.find(By::Id("f-http-url"))
-        .await
-        .unwrap()
-        .send_keys(receiver.url("/created"))
-        .await
-        .unwrap();
-    form.find(By::Id("f-http-headers"))
-        .await
-        .unwrap()
-        .send_keys("X-From: the browser")
-        .await
-        .unwrap();
-    form.find(By::Id("f-http-body"))
-        .await
-        .unwrap()
-        .send_keys("hello hook")
-        .await
-        .unwrap();
-    let statuses = form.find(By::Id("f-http-statuses")).await.unwrap();
-    statuses.clear().await.unwrap();
-    statuses.send_keys("2xx").await.unwrap();
-    form.find(By::Id("job-save"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+}
 
-    // A wrong status list is shown beside its field, with everything else kept.
-    let error = browser
-        .query(By::Css("[data-field-error='handler.http.statuses']"))
-        .first()
-        .await
-        .unwrap();
-    assert!(error.text().await.unwrap().contains("not a status code"));
-    assert_eq!(
-        browser
-            .find(By::Id("f-http-headers"))
-            .await
-            .unwrap()
-            .value()
-            .await
-            .unwrap()
-            .as_deref(),
-        Some("X-From: the browser")
-    );
-    let statuses = browser.find(By::Id("f-http-statuses")).await.unwrap();
-    statuses.clear().await.unwrap();
-    statuses.send_keys("200-299").await.unwrap();
-    browser
-        .find(By::Id("job-save"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-
-    let request = browser
-        .query(By::Id("job-http"))
-        .first()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+/// Saves the job form and returns the error shown beside `field`.
+async fn save_refused(browser: &WebDriver, field: &str) -> String {
+    let request = click_then_text(&browser, "job-save", "job-http").await;
     assert!(
         request.contains(&format!("POST {}", receiver.url("/created")))
             && request.contains("X-From: the browser"),
         "{request}"
     );
-    browser
-        .find(By::Id("job-trigger"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    browser.query(By::Id("run-status")).first().await.unwrap();
-    until(
-        &browser,
-        "the run to succeed",
-        "document.getElementById('run-status').getAttribute('data-status') === 'succeeded'",
-        Duration::from_secs(30),
-    )
-    .await;
+    trigger_and_wait(&browser, "succeeded").await;
     until(
         &browser,
         "the answer in the log",
@@ -552,21 +289,7 @@ async fn a_failing_job_produces_an_alert_event() {
         .send_keys(hook.as_str())
         .await
         .unwrap();
-    browser
-        .find(By::Id("channel-save"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    let channels = browser
-        .query(By::Id("channels-table"))
-        .first()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let channels = click_then_text(&browser, "channel-save", "channels-table").await;
     assert!(channels.contains("on-call hook"), "{channels}");
     let listed = s.app.get("/api/v1/alert-channels", &s.app.admin).await;
     let channel_id = listed.body.as_array().unwrap()[0]["id"].as_i64().unwrap();
@@ -584,20 +307,7 @@ async fn a_failing_job_produces_an_alert_event() {
         .goto(format!("{base}/console/jobs/{job}"))
         .await
         .unwrap();
-    browser
-        .find(By::Id("job-trigger"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    until(
-        &browser,
-        "the run to fail",
-        "document.getElementById('run-status').getAttribute('data-status') === 'failed'",
-        Duration::from_secs(30),
-    )
-    .await;
+    trigger_and_wait(&browser, "failed").await;
 
     // The alert event shows on the alerts page with its delivery result.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);

@@ -177,9 +177,239 @@ async fn choose(form: &WebElement, id: &str, value: &str) {
         .unwrap();
 }
 
+/// Clicks `click` and returns the text of `read` once the page has it.
+async fn click_then_text(browser: &WebDriver, click: &str, read: By) -> String {
+    browser
+        .find(By::Id(click))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    browser
+        .query(read)
+        .first()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 /// Saves the job form and returns the error shown beside `field`.
 async fn save_refused(browser: &WebDriver, field: &str) -> String {
-    let request = click_then_text(&browser, "job-save", "job-http").await;
+    let error = By::Css(format!("[data-field-error='{field}']"));
+    click_then_text(browser, "job-save", error).await
+}
+
+/// On a job's page: triggers it and waits on the run's page until the run ends as `status`.
+async fn trigger_and_wait(browser: &WebDriver, status: &str) {
+    browser
+        .find(By::Id("job-trigger"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    browser.query(By::Id("run-status")).first().await.unwrap();
+    until(
+        browser,
+        &format!("the run to end {status}"),
+        &format!(
+            "document.getElementById('run-status').getAttribute('data-status') === '{status}'"
+        ),
+        Duration::from_secs(30),
+    )
+    .await;
+}
+
+struct Setup {
+    app: TestApp,
+    group: i64,
+    _agent: AgentProc,
+    _dir: tempfile::TempDir,
+}
+
+async fn setup() -> Setup {
+    let app = TestApp::scheduling(false, &[]).await;
+    let group = app.group("browser-app").await;
+    let dir = tempfile::tempdir().unwrap();
+    let agent = AgentProc::start(&app.base, "browser-app", dir.path());
+    app.wait_for_agent(&agent.address).await;
+    Setup {
+        app,
+        group,
+        _agent: agent,
+        _dir: dir,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_creates_a_cron_job_triggers_it_and_watches_its_log() {
+    let s = setup().await;
+    let driver = Driver::start().await;
+    let browser = driver.browser("en-US").await;
+    let base = &s.app.base;
+    login(&browser, base, "admin", ADMIN_PASSWORD).await;
+
+    let form = new_job_form(&browser, base).await;
+    type_into(&form, "f-name", "nightly <b>report</b>").await;
+    let cron = form.find(By::Id("f-cron")).await.unwrap();
+    cron.clear().await.unwrap();
+    cron.send_keys("0 0/5 * * * ?").await.unwrap();
+    until(
+        &browser,
+        "five fire times",
+        "document.querySelectorAll('#cron-next li').length === 5",
+        Duration::from_secs(10),
+    )
+    .await;
+    // A wrong expression shows why, as you type.
+    cron.clear().await.unwrap();
+    cron.send_keys("0 61 * * * ?").await.unwrap();
+    until(
+        &browser,
+        "the cron error",
+        "document.getElementById('cron-error').textContent.length > 0",
+        Duration::from_secs(10),
+    )
+    .await;
+    cron.clear().await.unwrap();
+    cron.send_keys("0 0 3 * * ?").await.unwrap();
+    until(
+        &browser,
+        "the preview again",
+        "document.querySelectorAll('#cron-next li').length === 5",
+        Duration::from_secs(10),
+    )
+    .await;
+    let command = form.find(By::Id("f-command")).await.unwrap();
+    command
+        .send_keys("echo hello-from-the-browser; echo second line")
+        .await
+        .unwrap();
+    // Names with markup are refused, and the form keeps what was typed.
+    let error = save_refused(&browser, "name").await;
+    assert!(error.contains("must not contain"), "{error}");
+    let name = browser.find(By::Id("f-name")).await.unwrap();
+    assert_eq!(
+        name.value().await.unwrap().as_deref(),
+        Some("nightly <b>report</b>")
+    );
+    name.clear().await.unwrap();
+    name.send_keys("nightly report").await.unwrap();
+    browser
+        .find(By::Id("job-save"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+
+    let title = browser.query(By::Id("job-name")).first().await.unwrap();
+    assert!(title.text().await.unwrap().contains("nightly report"));
+    assert!(browser.find(By::Id("flash")).await.is_ok());
+
+    trigger_and_wait(&browser, "succeeded").await;
+    until(
+        &browser,
+        "the log",
+        "document.getElementById('run-log').textContent.includes('hello-from-the-browser')",
+        Duration::from_secs(30),
+    )
+    .await;
+    let log = browser
+        .find(By::Id("run-log"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(log.contains("second line"), "{log}");
+
+    // On a phone-sized window the navigation folds into a menu and nothing overflows sideways.
+    browser.set_window_rect(0, 0, 390, 844).await.unwrap();
+    for path in [
+        "/console",
+        "/console/jobs",
+        "/console/jobs/new",
+        "/console/runs",
+    ] {
+        browser.goto(format!("{base}{path}")).await.unwrap();
+        until(
+            &browser,
+            "a page that fits a phone",
+            "document.documentElement.scrollWidth <= window.innerWidth \
+             && getComputedStyle(document.querySelector('.nav-burger')).display !== 'none' \
+             && getComputedStyle(document.querySelector('nav.nav')).display === 'none'",
+            Duration::from_secs(5),
+        )
+        .await;
+    }
+    browser.set_window_rect(0, 0, 1280, 900).await.unwrap();
+
+    // The audit page shows what we did.
+    browser.goto(format!("{base}/console/audit")).await.unwrap();
+    let table = browser
+        .find(By::Id("audit-table"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        table.contains("job.create") && table.contains("job.trigger"),
+        "{table}"
+    );
+    browser.quit().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_makes_an_http_job_and_reads_its_answer() {
+    let s = setup().await;
+    let receiver = Receiver::start().await;
+    let driver = Driver::start().await;
+    let browser = driver.browser("en-US").await;
+    let base = &s.app.base;
+    login(&browser, base, "admin", ADMIN_PASSWORD).await;
+
+    let form = new_job_form(&browser, base).await;
+    type_into(&form, "f-name", "ping the hook").await;
+    choose(&form, "f-handler-type", "http").await;
+    // Only the request's fields show for an http job.
+    until(
+        &browser,
+        "the request's fields",
+        "!document.getElementById('f-http-url').closest('label').hidden \
+         && document.getElementById('f-command').closest('label').hidden",
+        Duration::from_secs(5),
+    )
+    .await;
+    choose(&form, "f-http-method", "POST").await;
+    type_into(&form, "f-http-url", &receiver.url("/created")).await;
+    type_into(&form, "f-http-headers", "X-From: the browser").await;
+    type_into(&form, "f-http-body", "hello hook").await;
+    let statuses = form.find(By::Id("f-http-statuses")).await.unwrap();
+    statuses.clear().await.unwrap();
+    statuses.send_keys("2xx").await.unwrap();
+    // A wrong status list is shown beside its field, with everything else kept.
+    let error = save_refused(&browser, "handler.http.statuses").await;
+    assert!(error.contains("not a status code"), "{error}");
+    assert_eq!(
+        browser
+            .find(By::Id("f-http-headers"))
+            .await
+            .unwrap()
+            .value()
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("X-From: the browser")
+    );
+    let statuses = browser.find(By::Id("f-http-statuses")).await.unwrap();
+    statuses.clear().await.unwrap();
+    statuses.send_keys("200-299").await.unwrap();
+    let request = click_then_text(&browser, "job-save", By::Id("job-http")).await;
     assert!(
         request.contains(&format!("POST {}", receiver.url("/created")))
             && request.contains("X-From: the browser"),
@@ -289,7 +519,7 @@ async fn a_failing_job_produces_an_alert_event() {
         .send_keys(hook.as_str())
         .await
         .unwrap();
-    let channels = click_then_text(&browser, "channel-save", "channels-table").await;
+    let channels = click_then_text(&browser, "channel-save", By::Id("channels-table")).await;
     assert!(channels.contains("on-call hook"), "{channels}");
     let listed = s.app.get("/api/v1/alert-channels", &s.app.admin).await;
     let channel_id = listed.body.as_array().unwrap()[0]["id"].as_i64().unwrap();

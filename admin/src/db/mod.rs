@@ -532,6 +532,28 @@ mod tests {
 
     use crate::testing::storage_test;
 
+    /// Without the planner's stability guarantee every `.first()` re-parses its statement at
+    /// each execution (`.cargo/config.toml` says why).
+    #[test]
+    fn the_bundled_sqlite_keeps_its_plans() {
+        #[derive(QueryableByName)]
+        struct Opt {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            compile_options: String,
+        }
+        let mut conn = diesel::sqlite::SqliteConnection::establish(":memory:").unwrap();
+        let options: Vec<String> = diesel::sql_query("PRAGMA compile_options")
+            .load::<Opt>(&mut conn)
+            .unwrap()
+            .into_iter()
+            .map(|o| o.compile_options)
+            .collect();
+        assert!(
+            options.iter().any(|o| o == "ENABLE_QPSG"),
+            "build without LIBSQLITE3_FLAGS=SQLITE_ENABLE_QPSG: {options:?}"
+        );
+    }
+
     #[cfg(feature = "mysql")]
     fn mysql_of(conn: &mut AnyConnection) -> &mut diesel::mysql::MysqlConnection {
         match conn {

@@ -434,6 +434,13 @@ impl JobInput {
             MAX_BACKOFF_S,
         )?;
         let limits = self.limits.unwrap_or_default().validate()?;
+        if matches!(handler, Handler::Http { .. }) && limits != Limits::default() {
+            // The request runs inside the agent: there is no process to hold to them.
+            return Err(Error::invalid(
+                "limits",
+                "do not apply to an http job (it runs no process); leave them out",
+            ));
+        }
         let children = self.children.unwrap_or_default();
         if children.len() > MAX_CHILDREN {
             return Err(Error::invalid(

@@ -235,6 +235,11 @@ async fn bad_http_requests_are_refused_naming_the_field() {
         let message = r.body["error"]["message"].as_str().unwrap();
         assert!(message.contains(says), "{handler}: {message}");
     }
+    let mut limited = job(json!({"type": "http", "http": {"url": "http://example.com/"}}));
+    limited["limits"] = json!({"memory_mb": 64});
+    let r = app.post("/api/v1/jobs", &app.admin, limited).await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.body);
+    assert_eq!(r.field(), Some("limits"), "{}", r.body);
     let r = app
         .post(
             "/api/v1/jobs",

@@ -12,6 +12,9 @@ pub const HTTP_METHODS: &[&str] = &["GET", "POST", "PUT", "PATCH", "DELETE", "HE
 pub const DEFAULT_HTTP_STATUSES: &str = "200-299";
 /// Largest request body.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+/// Largest request as it travels (the JSON in `glueSource`): an agent refuses a larger
+/// `glueSource` (`runner::MAX_SOURCE_BYTES`), and escaping can make a body twice as long.
+pub const MAX_REQUEST_BYTES: usize = 1024 * 1024;
 const MAX_URL_BYTES: usize = 8 * 1024;
 const MAX_HEADERS: usize = 64;
 const MAX_HEADER_VALUE_BYTES: usize = 8 * 1024;
@@ -172,7 +175,18 @@ impl HttpRequest {
                 format!("is longer than {MAX_BODY_BYTES} bytes"),
             ));
         }
-        self.statuses.parse().map_err(|e| bad("statuses", e))
+        let statuses = self.statuses.parse().map_err(|e| bad("statuses", e))?;
+        // Strings and a map of strings: encoding cannot fail.
+        let encoded = serde_json::to_string(self).map_or(usize::MAX, |json| json.len());
+        if encoded > MAX_REQUEST_BYTES {
+            return Err(bad(
+                "body",
+                format!(
+                    "makes the request {encoded} bytes once encoded, more than {MAX_REQUEST_BYTES}; send less"
+                ),
+            ));
+        }
+        Ok(statuses)
     }
 
     fn check_url(&self) -> Result<(), BadRequest> {
@@ -259,6 +273,15 @@ mod tests {
         for (json, field) in cases {
             assert_eq!(request(json.clone()).unwrap_err().field, field, "{json}");
         }
+        // Quotes are escaped on the wire: a body within its own limit can still make the
+        // request too large for an agent to take.
+        let quoted =
+            serde_json::json!({"url": "http://h/", "body": "\"".repeat(MAX_BODY_BYTES - 10)});
+        let err = request(quoted).unwrap_err();
+        assert!(
+            err.field == "body" && err.message.contains("once encoded"),
+            "{err}"
+        );
         let err = HttpRequest::from_source(r#"{"url": "http://h/", "verb": "GET"}"#).unwrap_err();
         assert!(err.message.contains("verb"), "{err}");
     }

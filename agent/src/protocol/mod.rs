@@ -19,7 +19,9 @@ mod wire_enum;
 pub use block::BlockStrategy;
 pub use envelope::{CODE_FAIL, CODE_OK, Envelope};
 pub use glue::GlueType;
-pub use http_request::{BadRequest, DEFAULT_HTTP_STATUSES, HTTP_METHODS, HttpRequest, Statuses};
+pub use http_request::{
+    BadRequest, DEFAULT_HTTP_STATUSES, HTTP_METHODS, HttpRequest, MAX_REQUEST_BYTES, Statuses,
+};
 pub use link::{
     AGENT_ADDRESS_HEADER, AGENT_GROUP_HEADER, BadFrame, CONNECT_PATH, CONNECT_SCHEME, Call, Frame,
     MAX_FRAME_BYTES, MAX_TAKE, RawFrame, TakeParam, TakeResult,

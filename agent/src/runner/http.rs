@@ -12,6 +12,9 @@ use super::{Prepared, Runner, StopReason, outcome};
 use crate::admin_client::with_causes;
 use crate::protocol::{HandleCallbackParam, HttpRequest, RunOutcome, Statuses, TriggerParam};
 
+// A request the admin accepts must fit in a trigger this agent takes.
+const _: () = assert!(crate::protocol::MAX_REQUEST_BYTES <= super::MAX_SOURCE_BYTES);
+
 /// Most bytes of an answer's body written to the log: an excerpt, not a download.
 const MAX_EXCERPT_BYTES: u64 = 64 * 1024;
 

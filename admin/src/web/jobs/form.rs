@@ -969,6 +969,8 @@ mod tests {
                 http: Some(request.clone()),
                 script_version: 0,
             },
+            // No process to hold to limits: an http job refuses them.
+            limits: crate::domain::job::Limits::default(),
             ..job
         };
         let input = input_of(&sent(&http_job)).unwrap();

@@ -71,12 +71,17 @@ const TOKEN: &str = "bench-token-0123456789";
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let exe = std::env::current_exe().unwrap();
-    let bin = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .unwrap()
-        .join("jobfleet-agent");
+    // `BENCH_AGENT=path`: another agent binary, to compare two builds in one session.
+    let bin = std::env::var_os("BENCH_AGENT").map_or_else(
+        || {
+            let exe = std::env::current_exe().unwrap();
+            exe.parent()
+                .and_then(|d| d.parent())
+                .unwrap()
+                .join("jobfleet-agent")
+        },
+        std::path::PathBuf::from,
+    );
     assert!(
         bin.exists(),
         "build the agent first: cargo build --release -p jobfleet-agent"

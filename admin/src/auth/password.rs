@@ -4,9 +4,11 @@
 //!
 //! Invariant: at most `concurrency` hashes run at once, each on the blocking pool with one of
 //! at most `concurrency` reused memory buffers, so hashing never holds more than
-//! `concurrency` × 19 MiB however many requests arrive (the allocator is not asked for fresh
-//! 19 MiB blocks that it might keep per thread arena). A request that cannot start hashing
-//! within the queue deadline gets `Overloaded` (503 with `Retry-After`).
+//! `concurrency` × 19 MiB however many requests arrive (under a flood of logins the allocator
+//! is not asked for fresh 19 MiB blocks that it might keep per thread arena). The buffers go
+//! back to the system when the last hash in progress ends: an idle admin holds none (it held
+//! 19 MiB, a third of its idle RSS, from its first login on). A request that cannot start
+//! hashing within the queue deadline gets `Overloaded` (503 with `Retry-After`).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -32,6 +34,7 @@ pub struct GateLimits {
 #[derive(Debug, Clone)]
 pub struct HashGate {
     permits: Arc<Semaphore>,
+    concurrency: usize,
     buffers: Arc<Mutex<Vec<Vec<Block>>>>,
     queue: Duration,
 }
@@ -40,6 +43,7 @@ impl HashGate {
     pub fn new(limits: GateLimits) -> Self {
         Self {
             permits: Arc::new(Semaphore::new(limits.concurrency.max(1))),
+            concurrency: limits.concurrency.max(1),
             buffers: Arc::new(Mutex::new(Vec::new())),
             queue: limits.queue,
         }
@@ -56,7 +60,8 @@ impl HashGate {
                 retry_after_s: self.queue.as_secs().max(1),
             })?
             .map_err(|e| Error::Internal(anyhow::anyhow!("hash gate closed: {e}")))?;
-        let buffers = self.buffers.clone();
+        let (buffers, permits, concurrency) =
+            (self.buffers.clone(), self.permits.clone(), self.concurrency);
         tokio::task::spawn_blocking(move || {
             let mut buffer = buffers
                 .lock()
@@ -64,10 +69,17 @@ impl HashGate {
                 .pop()
                 .unwrap_or_default();
             let out = work(&mut buffer);
-            buffers
+            let mut pool = buffers
                 .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push(buffer);
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            // Ours is the only permit out: no hash is running, so none is kept. (A buffer this
+            // large is its own mapping, unmapped when freed.)
+            if permits.available_permits() + 1 >= concurrency {
+                pool.clear();
+            } else {
+                pool.push(buffer);
+            }
+            drop(pool);
             drop(permit);
             out
         })
@@ -247,5 +259,22 @@ mod tests {
         );
         drop(held);
         assert!(!gate.verify(dummy_hash().into(), "x".into()).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn buffers_are_kept_while_hashing_goes_on_and_released_when_it_stops() {
+        let gate = HashGate::new(GateLimits {
+            concurrency: 2,
+            queue: Duration::from_secs(5),
+        });
+        let pooled = |gate: &HashGate| gate.buffers.lock().unwrap().len();
+        // Another hash in progress (its permit out): the buffer goes back to the pool.
+        let other = gate.permits.clone().acquire_owned().await.unwrap();
+        assert!(!gate.verify(dummy_hash().into(), "x".into()).await.unwrap());
+        assert_eq!(pooled(&gate), 1, "reused while logins keep coming");
+        drop(other);
+        // The last hash in progress ends: nothing is kept.
+        assert!(!gate.verify(dummy_hash().into(), "x".into()).await.unwrap());
+        assert_eq!(pooled(&gate), 0, "an idle admin holds no hashing memory");
     }
 }

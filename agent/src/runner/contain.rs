@@ -52,12 +52,36 @@ fn children(pid: &str) -> Vec<i32> {
     };
     let mut out = Vec::new();
     for task in tasks.flatten() {
-        if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
-            out.extend(
-                text.split_whitespace()
-                    .filter_map(|p| p.parse::<i32>().ok()),
-            );
-        }
+        read_children(&task.path().join("children"), &mut out);
+    }
+    out
+}
+
+fn read_children(path: &std::path::Path, out: &mut Vec<i32>) {
+    if let Ok(text) = std::fs::read_to_string(path) {
+        out.extend(
+            text.split_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok()),
+        );
+    }
+}
+
+/// The agent's children a sweep looks at, read from a few threads instead of all of them (the
+/// agent has two blocking threads per run going, and reading every thread's list at every run's
+/// end cost more than the run's start): the kernel re-parents an orphan to its subreaper's first
+/// live thread, the main one, and a run is the child of the thread that forked its spawner.
+/// Nothing else of the agent starts processes.
+fn agent_children() -> Vec<i32> {
+    let main = std::process::id().cast_signed();
+    let mut threads = super::spawner::run_parent_threads();
+    threads.retain(|t| *t != main);
+    threads.insert(0, main);
+    let mut out = Vec::new();
+    for thread in threads {
+        read_children(
+            std::path::Path::new(&format!("/proc/self/task/{thread}/children")),
+            &mut out,
+        );
     }
     out
 }
@@ -158,7 +182,7 @@ impl Containment {
                 }
                 let going: HashSet<i64> = leaders.values().copied().collect();
                 let spawner = super::spawner::pid();
-                for child in children("self") {
+                for child in agent_children() {
                     if leaders.contains_key(&child) || Some(child) == spawner {
                         continue;
                     }

@@ -65,6 +65,10 @@ struct Connection {
 }
 
 static SPAWNER: Mutex<Option<Connection>> = Mutex::new(None);
+/// The threads that forked a spawner: the runs a spawner starts are their children
+/// (`CLONE_PARENT` gives a run its spawner's parent, which is a thread, not the process). One
+/// entry per thread, so it stays as small as the number of spawners ever forked.
+static FORKING_THREADS: Mutex<Vec<i32>> = Mutex::new(Vec::new());
 
 fn lock() -> MutexGuard<'static, Option<Connection>> {
     SPAWNER
@@ -88,6 +92,14 @@ pub fn start() -> std::io::Result<()> {
 /// The spawner's pid: the agent's child that is no run and must survive a sweep.
 pub fn pid() -> Option<i32> {
     lock().as_ref().map(|c| c.pid)
+}
+
+/// The threads of this process whose children runs can be: the ones that forked a spawner.
+pub fn run_parent_threads() -> Vec<i32> {
+    FORKING_THREADS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone()
 }
 
 /// Starts a process as `request` says and returns its pid; the process is this process's child.
@@ -277,10 +289,19 @@ fn fork_spawner() -> std::io::Result<Connection> {
             drop(ours);
             serve(theirs)
         }
-        nix::unistd::ForkResult::Parent { child } => Ok(Connection {
-            stream: ours,
-            pid: child.as_raw(),
-        }),
+        nix::unistd::ForkResult::Parent { child } => {
+            let thread = nix::unistd::gettid().as_raw();
+            let mut threads = FORKING_THREADS
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if !threads.contains(&thread) {
+                threads.push(thread);
+            }
+            Ok(Connection {
+                stream: ours,
+                pid: child.as_raw(),
+            })
+        }
     }
 }
 

@@ -7,6 +7,7 @@
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- http [--mysql] [--jobs 5000]
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- burst [--mysql] [--jobs 50000]
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- rss [--jobs 100000]
+//! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- idle
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- spawn
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- modes [--mysql] [--jobs N]
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- workflows [--mysql] \
@@ -18,6 +19,9 @@
 //! measures the scheduler and the agents themselves. `burst`: N one-shot jobs due at the
 //! same instant; time until every run is sent and every result is back, lost and duplicated.
 //! `rss`: the admin's resident memory with N enabled jobs.
+//! `idle`: the quick start's shape (admin on SQLite, one agent) after three logins, two of them
+//! at once: CPU over 60 s with nothing scheduled, and the resident memory of the admin, the agent
+//! and its spawner, split into anonymous and file-backed (the binary's own pages).
 //! `spawn`: the machine's ceiling, `sh -c true` processes per second with nothing else running.
 //! `modes`: `lateness` at 100 and 500 fires/s with the agents in `push` mode and in `connect`
 //! mode (issue 14), each over a fresh admin and database, as one table (`--jobs N`: at N only).
@@ -594,20 +598,66 @@ fn rss(mysql: bool, jobs: usize) {
     let _ = std::process::Command::new("curl")
         .args(["-s", "-o", "/dev/null", &format!("{base}/readyz")])
         .status();
-    let status = std::fs::read_to_string(format!("/proc/{}/status", admin.0.id())).unwrap();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .map(|l| l.split_whitespace().nth(1).unwrap_or("?").to_owned())
-            .unwrap_or_default()
-    };
     println!(
         "admin with {jobs} enabled jobs on {}: VmRSS {} kB, VmHWM {} kB",
         if mysql { "MariaDB" } else { "SQLite" },
-        field("VmRSS:"),
-        field("VmHWM:")
+        status_kb(&admin, "VmRSS:"),
+        status_kb(&admin, "VmHWM:")
     );
+}
+
+/// `VmRSS`, `RssAnon` and `RssFile` of `pid`, in kB.
+fn rss_split_kb(pid: u32) -> (i64, i64, i64) {
+    (
+        status_kb_of(pid, "VmRSS:"),
+        status_kb_of(pid, "RssAnon:"),
+        status_kb_of(pid, "RssFile:"),
+    )
+}
+
+fn idle() {
+    let bench = Bench::new(false);
+    let (admin, base) = bench.admin();
+    let agents = bench.agents(&base, 1, None);
+    login(&base);
+    let at_once: Vec<_> = (0..2)
+        .map(|_| {
+            let base = base.clone();
+            std::thread::spawn(move || login(&base))
+        })
+        .collect();
+    for login in at_once {
+        login.join().unwrap();
+    }
+    std::thread::sleep(Duration::from_secs(20));
+    let agent_pid = agents[0].0.id();
+    let spawner = jobfleet_agent::runner::spawner::of_agent(agent_pid).map(i32::cast_unsigned);
+    let cpu_before = [cpu_ms_of(admin.0.id()), cpu_ms_of(agent_pid)];
+    std::thread::sleep(Duration::from_secs(60));
+    let cpu_after = [cpu_ms_of(admin.0.id()), cpu_ms_of(agent_pid)];
+    let line = |name: &str, pid: u32, cpu_ms: Option<i64>| {
+        let (rss, anon, file) = rss_split_kb(pid);
+        println!(
+            "{name}: CPU over 60 s idle {}, VmRSS {:.1} MB (anonymous {:.1} MB, file-backed {:.1} MB)",
+            cpu_ms.map_or_else(|| "-".to_owned(), |ms| format!("{ms} ms")),
+            rss as f64 / 1000.0,
+            anon as f64 / 1000.0,
+            file as f64 / 1000.0
+        );
+    };
+    line(
+        "jobfleet-admin",
+        admin.0.id(),
+        Some(cpu_after[0] - cpu_before[0]),
+    );
+    line(
+        "jobfleet-agent",
+        agent_pid,
+        Some(cpu_after[1] - cpu_before[1]),
+    );
+    if let Some(pid) = spawner {
+        line("jobfleet-spawn", pid, None);
+    }
 }
 
 /// The machine's own ceiling: how many `sh -c true` processes two threads (one per core) can
@@ -652,6 +702,7 @@ fn main() {
         Some("http") => http_lateness(mysql, jobs.unwrap_or(5000)),
         Some("burst") => burst(mysql, jobs.unwrap_or(50_000)),
         Some("rss") => rss(mysql, jobs.unwrap_or(100_000)),
+        Some("idle") => idle(),
         Some("spawn") => spawn_ceiling(),
         Some("modes") => modes(mysql, jobs),
         Some("workflows") => {
@@ -677,7 +728,7 @@ fn main() {
         }
         _ => {
             eprintln!(
-                "usage: sched_bench lateness|http|burst|rss|spawn|modes|workflows [--mysql] [--jobs N] \
+                "usage: sched_bench lateness|http|burst|rss|idle|spawn|modes|workflows [--mysql] [--jobs N] \
                  [--chains N --length N --sleep-ms N --fan N --steps-only --fan-only]"
             );
             std::process::exit(2);
@@ -737,7 +788,12 @@ fn create_workflow(base: &str, token: &str, name: &str, nodes: &str, edges: &str
 
 /// A field of the admin's `/proc/<pid>/status` in kB (`VmHWM:`, `VmRSS:`).
 fn status_kb(proc: &Proc, field: &str) -> i64 {
-    std::fs::read_to_string(format!("/proc/{}/status", proc.0.id()))
+    status_kb_of(proc.0.id(), field)
+}
+
+/// A field of `/proc/<pid>/status` in kB.
+fn status_kb_of(pid: u32, field: &str) -> i64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
         .lines()
         .find(|l| l.starts_with(field))

@@ -120,7 +120,35 @@ fn fail(code: u8, message: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(code)
 }
 
+/// Allocations at least this large get a mapping of their own, unmapped when freed.
+#[cfg(target_env = "gnu")]
+const OWN_MAPPING_FROM_BYTES: libc::c_int = 1 << 20;
+
+/// Makes glibc give large blocks back to the system when they are freed, for the whole run.
+///
+/// glibc maps a block above its threshold (128 KiB at first) on its own, but on freeing one it
+/// raises the threshold to that block's size: the password hasher's 19 MiB buffer, freed after a
+/// login, made every later buffer come from a thread arena, which keeps it. An idle admin held
+/// 19 to 38 MiB that way (BENCHMARKS.md, "Idle admin and agent"). A threshold set once stays.
+#[cfg(target_env = "gnu")]
+#[allow(
+    unsafe_code,
+    reason = "mallopt is glibc's only interface to its thresholds"
+)]
+fn return_large_blocks_to_the_system() {
+    // SAFETY: mallopt only sets an allocator parameter under the allocator's own lock; it is
+    // called here before any other thread exists and touches no memory of ours.
+    let set = unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, OWN_MAPPING_FROM_BYTES) };
+    if set != 1 {
+        eprintln!("jobfleet-admin: glibc refused its mmap threshold; large blocks may stay mapped");
+    }
+}
+
+#[cfg(not(target_env = "gnu"))]
+fn return_large_blocks_to_the_system() {}
+
 fn main() -> ExitCode {
+    return_large_blocks_to_the_system();
     let cli = Cli::parse();
     let mut flags = Vec::new();
     if let Some(v) = &cli.listen {

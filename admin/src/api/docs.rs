@@ -1,11 +1,15 @@
 //! The OpenAPI 3 document of the whole API (`/api/v1/openapi.json`) and the vendored Swagger
 //! UI page that renders it (`/api/docs`).
 
+use std::sync::LazyLock;
+
+use actix_web::http::header::ContentType;
 use actix_web::{HttpResponse, web};
 use utoipa::OpenApi;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 
 use super::{admin, alerts, jobs, meta, workflows};
+use crate::error::{ApiError, Error};
 
 struct BearerAuth;
 
@@ -50,17 +54,34 @@ impl utoipa::Modify for BearerAuth {
 )]
 pub struct ApiDoc;
 
-async fn openapi_json() -> HttpResponse {
-    HttpResponse::Ok().json(ApiDoc::openapi())
+/// The document as JSON, built at its first request and kept. Built per request it cost 3 MB
+/// of allocations each time; handed to the Swagger UI service it was kept as a tree of 3.2 MB
+/// in every HTTP worker, an idle admin's largest heap (BENCHMARKS.md, "Idle admin and agent").
+static DOCUMENT: LazyLock<Result<Vec<u8>, String>> =
+    LazyLock::new(|| serde_json::to_vec(&ApiDoc::openapi()).map_err(|e| e.to_string()));
+
+async fn openapi_json() -> Result<HttpResponse, ApiError> {
+    match &*DOCUMENT {
+        Ok(json) => Ok(HttpResponse::Ok()
+            .content_type(ContentType::json())
+            .body(json.as_slice())),
+        Err(e) => Err(ApiError(Error::Internal(anyhow::anyhow!(
+            "the OpenAPI document does not serialise: {e}"
+        )))),
+    }
 }
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/api/v1/openapi.json", web::get().to(openapi_json))
+    cfg.route(DOCUMENT_PATH, web::get().to(openapi_json))
+        // Where earlier versions had the UI fetch it from; kept for bookmarks and scripts.
+        .route("/api/docs/openapi.json", web::get().to(openapi_json))
         .service(
             utoipa_swagger_ui::SwaggerUi::new("/api/docs/{_:.*}")
-                .url("/api/docs/openapi.json", ApiDoc::openapi()),
+                .config(utoipa_swagger_ui::Config::new([DOCUMENT_PATH])),
         );
 }
+
+const DOCUMENT_PATH: &str = "/api/v1/openapi.json";
 
 #[cfg(test)]
 mod tests {

@@ -7,7 +7,9 @@
 //! `concurrency` × 19 MiB however many requests arrive (under a flood of logins the allocator
 //! is not asked for fresh 19 MiB blocks that it might keep per thread arena). The buffers go
 //! back to the system when the last hash in progress ends: an idle admin holds none (it held
-//! 19 MiB, a third of its idle RSS, from its first login on). A request that cannot start
+//! 19 MiB, a third of its idle RSS, from its first login on). That needs the fixed mmap threshold
+//! `main` sets: with glibc's sliding one, a freed buffer lands in a thread arena and stays
+//! (three logins left 38 MiB there). A request that cannot start
 //! hashing within the queue deadline gets `Overloaded` (503 with `Retry-After`).
 
 use std::sync::{Arc, Mutex};
@@ -73,7 +75,7 @@ impl HashGate {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             // Ours is the only permit out: no hash is running, so none is kept. (A buffer this
-            // large is its own mapping, unmapped when freed.)
+            // large is its own mapping, unmapped when freed, under `main`'s mmap threshold.)
             if permits.available_permits() + 1 >= concurrency {
                 pool.clear();
             } else {

@@ -495,6 +495,23 @@ async fn docs_health_and_readiness_are_served(app: &TestApp) {
         StatusCode::OK,
         "assets are vendored into the binary"
     );
+    // The page loads the one served document; the former address still answers it.
+    let initializer = app
+        .client
+        .get(format!("{}/api/docs/swagger-initializer.js", app.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        initializer.contains("/api/v1/openapi.json"),
+        "{initializer}"
+    );
+    let former = app.call("GET", "/api/docs/openapi.json", None, None).await;
+    assert_eq!(former.status, StatusCode::OK);
+    assert_eq!(former.body, doc.body);
     assert_eq!(
         app.call("GET", "/healthz", None, None).await.status,
         StatusCode::OK

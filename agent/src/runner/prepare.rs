@@ -226,7 +226,7 @@ pub(super) fn launch(
     log: &RunLog,
 ) -> Result<Launch, String> {
     let trigger = &prepared.trigger;
-    let Some(program) = script::which(interpreter) else {
+    let Some(program) = script::find_interpreter(interpreter) else {
         let msg = format!("interpreter `{interpreter}` is not installed on this agent");
         log.note(&msg);
         return Err(msg);

@@ -4,6 +4,7 @@
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use crate::protocol::{GlueType, TriggerParam};
 
@@ -44,8 +45,32 @@ pub fn interpreter_for(trigger: &TriggerParam) -> Result<&'static str, String> {
     }
 }
 
+/// Interpreters found on PATH so far. The agent's PATH is its own and does not change, so a
+/// found interpreter is looked up once instead of a `stat` per PATH entry at every run (7 % of
+/// the agent's CPU in a burst of `true` runs, BENCHMARKS.md); one not found is looked up again
+/// at its next run, so an interpreter installed later is found without a restart.
+static FOUND: Mutex<Vec<(&str, PathBuf)>> = Mutex::new(Vec::new());
+
+/// The interpreter `name` (one of [`INTERPRETERS`]) on PATH.
+pub fn find_interpreter(name: &'static str) -> Option<PathBuf> {
+    let lock = || {
+        FOUND
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    };
+    if let Some((_, path)) = lock().iter().find(|(n, _)| *n == name) {
+        return Some(path.clone());
+    }
+    let path = which(name)?;
+    let mut found = lock();
+    if !found.iter().any(|(n, _)| *n == name) {
+        found.push((name, path.clone()));
+    }
+    Some(path)
+}
+
 /// Finds `name` on PATH.
-pub fn which(name: &str) -> Option<PathBuf> {
+fn which(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .map(|dir| dir.join(name))
@@ -150,5 +175,11 @@ mod tests {
         assert!(interpreter_for(&trigger("GLUE_RUBY", None)).is_err());
         assert!(which("sh").is_some());
         assert!(which("no-such-interpreter-xyz").is_none());
+        assert_eq!(find_interpreter("sh"), which("sh"));
+        assert_eq!(
+            find_interpreter("sh"),
+            which("sh"),
+            "the second answer is the kept one"
+        );
     }
 }

@@ -33,7 +33,9 @@ pub(super) struct NotRun {
     pub limits_mode: &'static str,
 }
 
-type Waiter = JoinHandle<std::io::Result<spawn::Exit>>;
+/// The leader's exit, and how many processes the sweep after it ended.
+type Waited = (std::io::Result<spawn::Exit>, usize);
+type Waiter = JoinHandle<Waited>;
 
 impl Runner {
     /// Spawns the run, waits for it (or stops it), and cleans up after it: its process tree,
@@ -102,13 +104,26 @@ impl Runner {
             move || output::copy(output_read, &path, limits)
         });
         let containment = self.containment.clone();
-        let waiter =
-            tokio::task::spawn_blocking(move || spawn::wait(pid, || containment.reaping(pid)));
-        let (exit, stopped) = self.wait_or_stop(prepared, pid, waiter, stop_rx, log).await;
-        // Whatever the run left behind (a background daemon, a `setsid` escapee) ends with
-        // it: nothing of a run outlives its result unnoticed.
-        kill::signal_group(pid, Signal::SIGKILL);
-        let leftovers = self.sweep(run_id, None, Signal::SIGKILL).await;
+        let waiter = tokio::task::spawn_blocking(move || {
+            let exit = spawn::wait(pid, || containment.reaping(pid));
+            // Whatever the run left behind (a background daemon, a `setsid` escapee) ends with
+            // it: nothing of a run outlives its result unnoticed. Swept on the waiter's thread,
+            // not on one more blocking thread per run.
+            kill::signal_group(pid, Signal::SIGKILL);
+            let leftovers = containment.sweep(run_id, None, Signal::SIGKILL);
+            (exit, leftovers)
+        });
+        let (waited, stopped) = self.wait_or_stop(prepared, pid, waiter, stop_rx, log).await;
+        let (exit, leftovers) = match waited {
+            Ok((exit, leftovers)) => (Ok(exit), leftovers),
+            // The waiter died (it does not panic; a runtime shutting down cancels it): the
+            // sweep it would have done is done here.
+            Err(e) => {
+                kill::signal_group(pid, Signal::SIGKILL);
+                self.sweep(run_id, None, Signal::SIGKILL).await;
+                (Err(e), 0)
+            }
+        };
         // The output ends once the last process holding the pipe is gone; should something
         // still hold it, the result does not wait for it forever.
         let copied = tokio::time::timeout(Duration::from_secs(10), copier).await;
@@ -209,10 +224,7 @@ impl Runner {
         mut waiter: Waiter,
         mut stop_rx: oneshot::Receiver<StopReason>,
         log: &RunLog,
-    ) -> (
-        Result<std::io::Result<spawn::Exit>, JoinError>,
-        Option<RunOutcome>,
-    ) {
+    ) -> (Result<Waited, JoinError>, Option<RunOutcome>) {
         let trigger = &prepared.trigger;
         let run_id = trigger.log_id;
         let timeout = (trigger.executor_timeout > 0)
@@ -247,7 +259,7 @@ impl Runner {
         run_id: i64,
         pid: i32,
         waiter: &mut Waiter,
-    ) -> Result<std::io::Result<spawn::Exit>, JoinError> {
+    ) -> Result<Waited, JoinError> {
         kill::signal_group(pid, Signal::SIGTERM);
         self.sweep(run_id, Some(pid), Signal::SIGTERM).await;
         let exit = tokio::select! {

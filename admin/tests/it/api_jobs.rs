@@ -496,15 +496,7 @@ async fn docs_health_and_readiness_are_served(app: &TestApp) {
         "assets are vendored into the binary"
     );
     // The page loads the one served document; the former address still answers it.
-    let initializer = app
-        .client
-        .get(format!("{}/api/docs/swagger-initializer.js", app.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let initializer = app.text("/api/docs/swagger-initializer.js").await;
     assert!(
         initializer.contains("/api/v1/openapi.json"),
         "{initializer}"

@@ -322,8 +322,13 @@ impl TestApp {
 
     /// The `/metrics` page (it needs no token).
     pub async fn metrics_text(&self) -> String {
+        self.text("/metrics").await
+    }
+
+    /// The body of `GET path`, without a token, as text.
+    pub async fn text(&self, path: &str) -> String {
         self.client
-            .get(format!("{}/metrics", self.base))
+            .get(format!("{}{path}", self.base))
             .send()
             .await
             .unwrap()

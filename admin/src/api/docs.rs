@@ -110,6 +110,29 @@ mod tests {
             doc["openapi"].as_str().map(|v| v.starts_with("3.")),
             Some(true)
         );
-        assert!(doc["components"]["schemas"]["JobInput"].is_object());
+        let schemas = &doc["components"]["schemas"];
+        assert!(schemas["JobInput"].is_object());
+        // DESIGN's http handler: flat fields beside `type`.
+        for field in [
+            "method",
+            "url",
+            "headers",
+            "body",
+            "timeout_ms",
+            "expect_status",
+        ] {
+            assert!(
+                schemas["HandlerInput"]["properties"][field].is_object(),
+                "HandlerInput.{field} missing"
+            );
+        }
+        let text = doc.to_string();
+        for reference in text.split("\"#/components/schemas/").skip(1) {
+            let name = reference.split('"').next().unwrap_or_default();
+            assert!(
+                schemas[name].is_object(),
+                "{name} is referred to but not defined"
+            );
+        }
     }
 }

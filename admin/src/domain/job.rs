@@ -2,6 +2,8 @@
 //! admin accepts it (`JobSpec`, every rule checked). Checks that need the database (the group
 //! exists, children exist, no cycle) are the service's.
 
+use std::collections::BTreeMap;
+
 use chrono_tz::Tz;
 use serde::Deserialize;
 
@@ -58,13 +60,34 @@ pub struct HandlerInput {
     pub name: Option<String>,
     /// `script`: a note stored with the new script version.
     pub note: Option<String>,
-    /// `http`: the request the agent sends: `method` (GET, POST, PUT, PATCH, DELETE, HEAD,
-    /// OPTIONS; default GET), `url` (http:// or https://, no credentials in it), `headers` (an
-    /// object of name to value), `body` (text, up to 1 MiB) and `statuses` (the answers that
-    /// count as success, codes and ranges; default `200-299`).
-    #[schema(value_type = Option<Object>, example = json!({"method": "POST", "url": "https://example.com/hook", "headers": {"Content-Type": "application/json"}, "body": "{}", "statuses": "200-299"}))]
-    pub http: Option<HttpRequest>,
+    /// `http`: GET (default), POST, PUT, PATCH, DELETE, HEAD or OPTIONS.
+    #[schema(example = "POST")]
+    pub method: Option<String>,
+    /// `http`: an absolute http:// or https:// URL, with no credentials in it.
+    #[schema(example = "https://example.com/hook")]
+    pub url: Option<String>,
+    /// `http`: request headers, name to value.
+    pub headers: Option<BTreeMap<String, String>>,
+    /// `http`: the request body, text up to 1 MiB.
+    pub body: Option<String>,
+    /// `http`: how long to wait for the answer, in milliseconds; the job's `timeout_s` bounds
+    /// it too.
+    pub timeout_ms: Option<i64>,
+    /// `http`: the answers that count as success: a code (`204`), codes and ranges as text
+    /// (`"200-299,304"`) or a list of either (`[200, "300-399"]`); default `200-299`.
+    #[schema(value_type = Option<Object>, example = json!("200-299"))]
+    pub expect_status: Option<serde_json::Value>,
 }
+
+/// The fields only an http handler uses, for `refuse_unused`.
+const HTTP_FIELDS: &[&str] = &[
+    "method",
+    "url",
+    "headers",
+    "body",
+    "timeout_ms",
+    "expect_status",
+];
 
 #[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -295,7 +318,7 @@ impl HandlerInput {
             HandlerType::Shell => &["command"],
             HandlerType::Script => &["source", "interpreter", "note"],
             HandlerType::Bean => &["name"],
-            HandlerType::Http => &["http"],
+            HandlerType::Http => HTTP_FIELDS,
         };
         let given = [
             ("command", self.command.is_some()),
@@ -303,7 +326,12 @@ impl HandlerInput {
             ("interpreter", self.interpreter.is_some()),
             ("name", self.name.is_some()),
             ("note", self.note.is_some()),
-            ("http", self.http.is_some()),
+            ("method", self.method.is_some()),
+            ("url", self.url.is_some()),
+            ("headers", self.headers.is_some()),
+            ("body", self.body.is_some()),
+            ("timeout_ms", self.timeout_ms.is_some()),
+            ("expect_status", self.expect_status.is_some()),
         ];
         match given
             .iter()
@@ -363,17 +391,75 @@ impl HandlerInput {
                     name: check_name("handler.name", name, 200)?,
                 })
             }
-            HandlerType::Http => {
-                let request = self
-                    .http
-                    .clone()
-                    .ok_or_else(|| Error::invalid("handler.http", "is required for http"))?;
-                let (request, _) = request
-                    .normalized()
-                    .map_err(|e| Error::invalid(format!("handler.http.{}", e.field), e.message))?;
-                Ok(Handler::Http { request })
-            }
+            HandlerType::Http => Ok(Handler::Http {
+                request: self.http_request()?,
+            }),
         }
+    }
+}
+
+impl HandlerInput {
+    /// An http handler's request, checked by the rules the agent applies too.
+    fn http_request(&self) -> Result<HttpRequest, Error> {
+        let url = self
+            .url
+            .clone()
+            .ok_or_else(|| Error::invalid("handler.url", "is required for http"))?;
+        let timeout_ms = match self.timeout_ms {
+            None => None,
+            Some(ms) => Some(u64::try_from(ms).map_err(|_| {
+                Error::invalid(
+                    "handler.timeout_ms",
+                    "must be a positive number of milliseconds",
+                )
+            })?),
+        };
+        let statuses = match &self.expect_status {
+            None => String::new(),
+            Some(expect) => expect_status_text(expect)?,
+        };
+        let request = HttpRequest {
+            method: self.method.clone().unwrap_or_else(|| "GET".to_owned()),
+            url,
+            headers: self.headers.clone().unwrap_or_default(),
+            body: self.body.clone(),
+            timeout_ms,
+            statuses,
+        };
+        let (request, _) = request.normalized().map_err(|e| {
+            // The wire calls the success statuses `statuses`; the API, `expect_status`.
+            let field = match e.field {
+                "statuses" => "expect_status",
+                field => field,
+            };
+            Error::invalid(format!("handler.{field}"), e.message)
+        })?;
+        Ok(request)
+    }
+}
+
+/// `expect_status` as the text of codes and ranges the agent parses (`200-299,304`).
+fn expect_status_text(expect: &serde_json::Value) -> Result<String, Error> {
+    use serde_json::Value;
+    let wrong = || {
+        Error::invalid(
+            "handler.expect_status",
+            "must be a status code, text of codes and ranges (\"200-299,304\") or a list of either",
+        )
+    };
+    let one = |item: &Value| match item {
+        Value::Number(code) => Ok(code.to_string()),
+        Value::String(text) => Ok(text.clone()),
+        _ => Err(wrong()),
+    };
+    match expect {
+        Value::Array(items) if !items.is_empty() => Ok(items
+            .iter()
+            .map(one)
+            .collect::<Result<Vec<_>, _>>()?
+            .join(",")),
+        Value::Array(_) => Err(wrong()),
+        item => one(item),
     }
 }
 

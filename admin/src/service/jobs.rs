@@ -1,6 +1,8 @@
 //! Jobs: create, change, enable/disable, delete, read; script versions with roll back; cron
 //! previews.
 
+use std::collections::BTreeMap;
+
 use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 
@@ -44,12 +46,40 @@ pub struct HandlerView {
     pub interpreter: Option<Interpreter>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    /// `http`: the request the agent sends (method, url, headers, body, statuses).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
-    pub http: Option<HttpRequest>,
+    /// `http`: the request the agent sends, in the fields a job is submitted with.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpView>,
     /// The current script version (0 for non-script jobs).
     pub script_version: i32,
+}
+
+/// An http job's request as the API shows it: what `HandlerInput` takes, so a shown job can be
+/// sent back as it is.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct HttpView {
+    pub method: String,
+    pub url: String,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// Codes and ranges, `200-299,304`.
+    pub expect_status: String,
+}
+
+impl From<HttpRequest> for HttpView {
+    fn from(request: HttpRequest) -> Self {
+        HttpView {
+            method: request.method,
+            url: request.url,
+            headers: request.headers,
+            body: request.body,
+            timeout_ms: request.timeout_ms,
+            expect_status: request.statuses,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
@@ -92,7 +122,7 @@ pub struct JobView {
 }
 
 pub fn view(row: job::Job) -> JobView {
-    let http = row.request().ok();
+    let http = row.request().ok().map(HttpView::from);
     JobView {
         id: row.id,
         group_id: row.group_id,

@@ -380,6 +380,11 @@ static TABLE: &[(&str, &str, &str)] = &[
         "Success statuses (e.g. 200-299,304)",
         "成功状态码（如 200-299,304）",
     ),
+    (
+        "field.http_timeout_ms",
+        "Answer timeout (ms, empty = the job's timeout)",
+        "响应超时（毫秒，留空则用任务超时）",
+    ),
     ("field.http_url", "URL", "请求地址"),
     ("field.interpreter", "Interpreter", "解释器"),
     ("field.interval_s", "Every (seconds)", "间隔（秒）"),

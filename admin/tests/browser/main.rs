@@ -393,7 +393,7 @@ async fn an_operator_makes_an_http_job_and_reads_its_answer() {
     statuses.clear().await.unwrap();
     statuses.send_keys("2xx").await.unwrap();
     // A wrong status list is shown beside its field, with everything else kept.
-    let error = save_refused(&browser, "handler.http.statuses").await;
+    let error = save_refused(&browser, "handler.expect_status").await;
     assert!(error.contains("not a status code"), "{error}");
     assert_eq!(
         browser
@@ -409,12 +409,21 @@ async fn an_operator_makes_an_http_job_and_reads_its_answer() {
     let statuses = browser.find(By::Id("f-http-statuses")).await.unwrap();
     statuses.clear().await.unwrap();
     statuses.send_keys("200-299").await.unwrap();
+    browser
+        .find(By::Id("f-http-timeout-ms"))
+        .await
+        .unwrap()
+        .send_keys("5000")
+        .await
+        .unwrap();
     let request = click_then_text(&browser, "job-save", By::Id("job-http")).await;
     assert!(
         request.contains(&format!("POST {}", receiver.url("/created")))
             && request.contains("X-From: the browser"),
         "{request}"
     );
+    let timeout = browser.find(By::Id("job-http-timeout")).await.unwrap();
+    assert_eq!(timeout.text().await.unwrap(), "5000");
     trigger_and_wait(&browser, "succeeded").await;
     until(
         &browser,

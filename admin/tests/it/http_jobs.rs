@@ -13,7 +13,9 @@ use crate::support::{AgentProc, TestApp, both_backends, free_port, test_db};
 const RUN_WITHIN: Duration = Duration::from_secs(30);
 
 async fn http_job(app: &TestApp, group: i64, name: &str, extra: Value, http: Value) -> i64 {
-    let mut body = json!({"name": name, "handler": {"type": "http", "http": http}});
+    let mut handler = http;
+    handler["type"] = json!("http");
+    let mut body = json!({"name": name, "handler": handler});
     for (key, value) in extra.as_object().unwrap() {
         body[key] = value.clone();
     }
@@ -52,8 +54,8 @@ async fn http_jobs_send_their_request_and_judge_the_answer(mysql: bool) {
         .body;
     assert_eq!(
         (
-            view["handler"]["http"]["method"].as_str(),
-            view["handler"]["http"]["statuses"].as_str()
+            view["handler"]["method"].as_str(),
+            view["handler"]["expect_status"].as_str()
         ),
         (Some("POST"), Some("200-299")),
         "stored normalized, with the default statuses: {view}"
@@ -96,7 +98,7 @@ async fn http_jobs_send_their_request_and_judge_the_answer(mysql: bool) {
         g,
         "tolerated",
         json!({}),
-        json!({"url": receiver.url("/unavailable"), "statuses": "200-299, 503"}),
+        json!({"url": receiver.url("/unavailable"), "expect_status": [200, "201-299", 503]}),
     )
     .await;
     assert_eq!(run(&app, tolerated).await.0["status"], "succeeded");
@@ -152,6 +154,44 @@ async fn http_jobs_send_their_request_and_judge_the_answer(mysql: bool) {
     assert_eq!(done["status"], "timed_out", "{done}");
     assert!(log.contains("timed out after 1s"), "{log}");
 
+    // So does the request's own, shorter one; the job shows it and takes its own view back.
+    let impatient = http_job(
+        &app,
+        g,
+        "impatient",
+        json!({"timeout_s": 60}),
+        json!({"url": receiver.url("/slow"), "timeout_ms": 300, "expect_status": 204}),
+    )
+    .await;
+    let shown = app
+        .get(&format!("/api/v1/jobs/{impatient}"), &app.admin)
+        .await
+        .body;
+    assert_eq!(
+        (
+            &shown["handler"]["timeout_ms"],
+            &shown["handler"]["expect_status"]
+        ),
+        (&json!(300), &json!("204")),
+        "{shown}"
+    );
+    let mut handler = shown["handler"].clone();
+    handler.as_object_mut().unwrap().remove("script_version");
+    let copy = app
+        .job_from(g, json!({"name": "impatient copy", "handler": handler}))
+        .await;
+    let copied = app
+        .get(&format!("/api/v1/jobs/{copy}"), &app.admin)
+        .await
+        .body;
+    assert_eq!(
+        copied["handler"], shown["handler"],
+        "the request's fields are taken back as shown"
+    );
+    let (done, log) = run(&app, impatient).await;
+    assert_eq!(done["status"], "timed_out", "{done}");
+    assert!(log.contains("timed out after 300 ms"), "{log}");
+
     // And a kill ends one without a timeout.
     let endless = http_job(
         &app,
@@ -165,7 +205,7 @@ async fn http_jobs_send_their_request_and_judge_the_answer(mysql: bool) {
         .as_i64()
         .unwrap();
     crate::support::wait_for(Duration::from_secs(10), "the request to arrive", || async {
-        (receiver.hits("/slow").len() == 2).then_some(())
+        (receiver.hits("/slow").len() == 3).then_some(())
     })
     .await;
     let killed = app.kill_run(id).await;
@@ -183,42 +223,62 @@ async fn bad_http_requests_are_refused_naming_the_field() {
     for (handler, field, says) in [
         (
             json!({"type": "http"}),
-            "handler.http",
+            "handler.url",
             "is required for http",
         ),
         (
-            json!({"type": "http", "http": {"url": "ftp://example.com/"}}),
-            "handler.http.url",
+            json!({"type": "http", "url": "ftp://example.com/"}),
+            "handler.url",
             "http:// or https://",
         ),
         (
-            json!({"type": "http", "http": {"url": "http://user:secret@example.com/"}}),
-            "handler.http.url",
+            json!({"type": "http", "url": "http://user:secret@example.com/"}),
+            "handler.url",
             "credentials",
         ),
         (
-            json!({"type": "http", "http": {"url": "http://example.com/", "method": "BREW"}}),
-            "handler.http.method",
+            json!({"type": "http", "url": "http://example.com/", "method": "BREW"}),
+            "handler.method",
             "not one of",
         ),
         (
-            json!({"type": "http", "http": {"url": "http://example.com/", "headers": {"X-A": "1\r\nX-B: 2"}}}),
-            "handler.http.headers",
+            json!({"type": "http", "url": "http://example.com/", "headers": {"X-A": "1\r\nX-B: 2"}}),
+            "handler.headers",
             "control character",
         ),
         (
-            json!({"type": "http", "http": {"url": "http://example.com/", "statuses": "2xx"}}),
-            "handler.http.statuses",
+            json!({"type": "http", "url": "http://example.com/", "expect_status": "2xx"}),
+            "handler.expect_status",
             "not a status code",
         ),
         (
-            json!({"type": "http", "command": "echo", "http": {"url": "http://example.com/"}}),
+            json!({"type": "http", "url": "http://example.com/", "expect_status": [200, true]}),
+            "handler.expect_status",
+            "a list of either",
+        ),
+        (
+            json!({"type": "http", "url": "http://example.com/", "expect_status": []}),
+            "handler.expect_status",
+            "a list of either",
+        ),
+        (
+            json!({"type": "http", "url": "http://example.com/", "timeout_ms": 0}),
+            "handler.timeout_ms",
+            "between 1 and",
+        ),
+        (
+            json!({"type": "http", "url": "http://example.com/", "timeout_ms": -5}),
+            "handler.timeout_ms",
+            "positive",
+        ),
+        (
+            json!({"type": "http", "command": "echo", "url": "http://example.com/"}),
             "handler.command",
             "is not used by handler type `http`",
         ),
         (
-            json!({"type": "shell", "command": "echo", "http": {"url": "http://example.com/"}}),
-            "handler.http",
+            json!({"type": "shell", "command": "echo", "url": "http://example.com/"}),
+            "handler.url",
             "is not used by handler type `shell`",
         ),
     ] {
@@ -235,7 +295,7 @@ async fn bad_http_requests_are_refused_naming_the_field() {
         let message = r.body["error"]["message"].as_str().unwrap();
         assert!(message.contains(says), "{handler}: {message}");
     }
-    let mut limited = job(json!({"type": "http", "http": {"url": "http://example.com/"}}));
+    let mut limited = job(json!({"type": "http", "url": "http://example.com/"}));
     limited["limits"] = json!({"memory_mb": 64});
     let r = app.post("/api/v1/jobs", &app.admin, limited).await;
     assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.body);
@@ -244,7 +304,7 @@ async fn bad_http_requests_are_refused_naming_the_field() {
         .post(
             "/api/v1/jobs",
             &app.admin,
-            job(json!({"type": "http", "http": {"url": "http://example.com/", "verb": "GET"}})),
+            job(json!({"type": "http", "url": "http://example.com/", "verb": "GET"})),
         )
         .await;
     assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.body);

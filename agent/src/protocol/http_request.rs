@@ -16,6 +16,8 @@ pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 /// `glueSource` (`runner::MAX_SOURCE_BYTES`), and escaping can make a body twice as long.
 pub const MAX_REQUEST_BYTES: usize = 1024 * 1024;
 const MAX_URL_BYTES: usize = 8 * 1024;
+/// Longest wait for an answer a request may set: a week, as a job's own timeout.
+pub const MAX_HTTP_TIMEOUT_MS: u64 = 7 * 24 * 3600 * 1000;
 const MAX_HEADERS: usize = 64;
 const MAX_HEADER_VALUE_BYTES: usize = 8 * 1024;
 
@@ -33,6 +35,10 @@ pub struct HttpRequest {
     pub headers: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<String>,
+    /// How long to wait for the answer; the job's own timeout bounds it too. Left out on the
+    /// wire when unset, so that agents older than the field still take such requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
     /// Response statuses that count as success: codes and ranges, `200-299,304`.
     #[serde(default = "default_statuses")]
     pub statuses: String,
@@ -46,8 +52,8 @@ fn default_statuses() -> String {
     DEFAULT_HTTP_STATUSES.to_owned()
 }
 
-/// A rule the request breaks: the field (`method`, `url`, `headers`, `body`, `statuses`) and
-/// what is wrong with it.
+/// A rule the request breaks: the field (`method`, `url`, `headers`, `body`, `timeout_ms`,
+/// `statuses`) and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BadRequest {
     pub field: &'static str,
@@ -175,6 +181,15 @@ impl HttpRequest {
                 format!("is longer than {MAX_BODY_BYTES} bytes"),
             ));
         }
+        if self
+            .timeout_ms
+            .is_some_and(|ms| !(1..=MAX_HTTP_TIMEOUT_MS).contains(&ms))
+        {
+            return Err(bad(
+                "timeout_ms",
+                format!("must be between 1 and {MAX_HTTP_TIMEOUT_MS} (a week)"),
+            ));
+        }
         let statuses = self.statuses.parse().map_err(|e| bad("statuses", e))?;
         // Strings and a map of strings: encoding cannot fail.
         let encoded = serde_json::to_string(self).map_or(usize::MAX, |json| json.len());
@@ -264,6 +279,10 @@ mod tests {
             (
                 serde_json::json!({"url": "http://h/", "statuses": "ok"}),
                 "statuses",
+            ),
+            (
+                serde_json::json!({"url": "http://h/", "timeout_ms": 0}),
+                "timeout_ms",
             ),
             (
                 serde_json::json!({"url": "http://h/", "body": "x".repeat(MAX_BODY_BYTES + 1)}),

@@ -63,6 +63,26 @@ pub fn client() -> Result<reqwest::Client, String> {
         .map_err(|e| format!("the http jobs' client: {e}"))
 }
 
+/// How long a request waits for its answer: the shorter of its own `timeout_ms` and the job's
+/// timeout (seconds, 0 = none); `None` waits until a kill.
+fn answer_wait(timeout_ms: Option<u64>, job_timeout_s: i64) -> Option<Duration> {
+    let job = (job_timeout_s > 0).then(|| Duration::from_secs(job_timeout_s.unsigned_abs()));
+    let own = timeout_ms.map(Duration::from_millis);
+    match (own, job) {
+        (Some(own), Some(job)) => Some(own.min(job)),
+        (own, job) => own.or(job),
+    }
+}
+
+/// A wait as the log says it: whole seconds as `5s`, anything else in ms.
+fn waited(wait: Option<Duration>) -> String {
+    match wait {
+        Some(w) if w.subsec_millis() == 0 => format!("{}s", w.as_secs()),
+        Some(w) => format!("{} ms", w.as_millis()),
+        None => "no limit".to_owned(),
+    }
+}
+
 impl Runner {
     /// Sends the run's request and reports its outcome. The log is marked started before the
     /// request leaves, so a restarted agent never sends it again unasked.
@@ -87,10 +107,11 @@ impl Runner {
         log.note(&format!("{} {}", request.method, request.url));
         let sent = Instant::now();
         let exchange = self.exchange(request);
+        let wait = answer_wait(request.timeout_ms, trigger.executor_timeout);
         let deadline = async {
-            match trigger.executor_timeout {
-                0 => std::future::pending().await,
-                s => tokio::time::sleep(Duration::from_secs(s.unsigned_abs())).await,
+            match wait {
+                None => std::future::pending().await,
+                Some(wait) => tokio::time::sleep(wait).await,
             }
         };
         let (status, msg) = tokio::select! {
@@ -103,7 +124,7 @@ impl Runner {
                 }
             },
             () = deadline => {
-                let msg = format!("timed out after {}s waiting for the answer", trigger.executor_timeout);
+                let msg = format!("timed out after {} waiting for the answer", waited(wait));
                 log.note(&msg);
                 (RunOutcome::TimedOut, msg)
             }
@@ -191,5 +212,22 @@ impl Runner {
                 format!("failed: HTTP {status}, expected {}", job.request.statuses),
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shorter_of_the_two_timeouts_bounds_the_wait() {
+        let ms = Duration::from_millis;
+        assert_eq!(answer_wait(None, 0), None);
+        assert_eq!(answer_wait(Some(250), 0), Some(ms(250)));
+        assert_eq!(answer_wait(None, 2), Some(ms(2000)));
+        assert_eq!(answer_wait(Some(250), 2), Some(ms(250)));
+        assert_eq!(answer_wait(Some(5000), 2), Some(ms(2000)));
+        assert_eq!(waited(Some(ms(2000))), "2s");
+        assert_eq!(waited(Some(ms(250))), "250 ms");
     }
 }

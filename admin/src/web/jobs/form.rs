@@ -25,7 +25,7 @@ use crate::web::forms::{
 };
 use crate::web::views::{Chrome, FormState, Opt};
 use crate::web::{PageResult, render, see_other_with};
-use jobfleet_agent::protocol::{DEFAULT_HTTP_STATUSES, HTTP_METHODS, HttpRequest as JobRequest};
+use jobfleet_agent::protocol::{DEFAULT_HTTP_STATUSES, HTTP_METHODS};
 
 #[derive(Template)]
 #[template(path = "job_form.html")]
@@ -72,6 +72,10 @@ fn one(value: impl ToString) -> Vec<String> {
 
 fn one_or_empty(value: Option<impl ToString>) -> Vec<String> {
     one(value.map(|v| v.to_string()).unwrap_or_default())
+}
+
+fn is_http(input: &JobInput) -> bool {
+    input.handler.kind == HandlerType::Http
 }
 
 fn alert(input: &mut JobInput) -> &mut AlertInput {
@@ -260,37 +264,30 @@ const FIELDS: &[Field] = &[
         },
     },
     Field {
-        name: "handler.http.method",
-        error: Some("handler.http.method"),
+        name: "handler.method",
+        error: Some("handler.method"),
         default: "GET",
         show: |j| one_or_empty(j.handler.http.as_ref().map(|h| &h.method)),
         read: |f, i| {
-            // Read first of the request's fields: it makes the request the others fill in.
-            i.handler.http = (i.handler.kind == HandlerType::Http).then(|| JobRequest {
-                method: f.text("handler.http.method"),
-                url: String::new(),
-                headers: BTreeMap::new(),
-                body: None,
-                statuses: String::new(),
-            });
+            i.handler.method = is_http(i).then(|| f.text("handler.method"));
             Ok(())
         },
     },
     Field {
-        name: "handler.http.url",
-        error: Some("handler.http.url"),
+        name: "handler.url",
+        error: Some("handler.url"),
         default: "",
         show: |j| one_or_empty(j.handler.http.as_ref().map(|h| &h.url)),
         read: |f, i| {
-            if let Some(http) = &mut i.handler.http {
-                http.url = f.text("handler.http.url");
-            }
+            i.handler.url = is_http(i)
+                .then(|| f.get("handler.url").map(str::to_owned))
+                .flatten();
             Ok(())
         },
     },
     Field {
-        name: "handler.http.headers",
-        error: Some("handler.http.headers"),
+        name: "handler.headers",
+        error: Some("handler.headers"),
         default: "",
         show: |j| {
             one_or_empty(j.handler.http.as_ref().map(|h| {
@@ -301,34 +298,47 @@ const FIELDS: &[Field] = &[
             }))
         },
         read: |f, i| {
-            if let Some(http) = &mut i.handler.http {
-                http.headers = header_lines(f.raw("handler.http.headers"))?;
-            }
+            i.handler.headers = match is_http(i) {
+                true => Some(header_lines(f.raw("handler.headers"))?),
+                false => None,
+            };
             Ok(())
         },
     },
     Field {
-        name: "handler.http.body",
-        error: Some("handler.http.body"),
+        name: "handler.body",
+        error: Some("handler.body"),
         default: "",
         show: |j| one_or_empty(j.handler.http.as_ref().and_then(|h| h.body.as_ref())),
         read: |f, i| {
-            if let Some(http) = &mut i.handler.http {
-                let body = f.raw("handler.http.body").replace("\r\n", "\n");
-                http.body = (!body.is_empty()).then_some(body);
-            }
+            let body = f.raw("handler.body").replace("\r\n", "\n");
+            i.handler.body = (is_http(i) && !body.is_empty()).then_some(body);
             Ok(())
         },
     },
     Field {
-        name: "handler.http.statuses",
-        error: Some("handler.http.statuses"),
-        default: DEFAULT_HTTP_STATUSES,
-        show: |j| one_or_empty(j.handler.http.as_ref().map(|h| &h.statuses)),
+        name: "handler.timeout_ms",
+        error: Some("handler.timeout_ms"),
+        default: "",
+        show: |j| one_or_empty(j.handler.http.as_ref().and_then(|h| h.timeout_ms)),
         read: |f, i| {
-            if let Some(http) = &mut i.handler.http {
-                http.statuses = f.text("handler.http.statuses");
-            }
+            i.handler.timeout_ms = match is_http(i) {
+                true => f.number("handler.timeout_ms", "handler.timeout_ms")?,
+                false => None,
+            };
+            Ok(())
+        },
+    },
+    Field {
+        name: "handler.expect_status",
+        error: Some("handler.expect_status"),
+        default: DEFAULT_HTTP_STATUSES,
+        show: |j| one_or_empty(j.handler.http.as_ref().map(|h| &h.expect_status)),
+        read: |f, i| {
+            i.handler.expect_status = is_http(i)
+                .then(|| f.get("handler.expect_status"))
+                .flatten()
+                .map(|text| serde_json::Value::String(text.to_owned()));
             Ok(())
         },
     },
@@ -571,7 +581,12 @@ fn input_of(f: &Fields) -> Result<JobInput, Error> {
             interpreter: None,
             name: None,
             note: None,
-            http: None,
+            method: None,
+            url: None,
+            headers: None,
+            body: None,
+            timeout_ms: None,
+            expect_status: None,
         },
         params: None,
         routing: None,
@@ -600,7 +615,7 @@ fn header_lines(text: &str) -> Result<BTreeMap<String, String>, Error> {
         }
         let (name, value) = line.split_once(':').ok_or_else(|| {
             Error::invalid(
-                "handler.http.headers",
+                "handler.headers",
                 format!("line {}: write a header as `Name: value`", number + 1),
             )
         })?;
@@ -843,6 +858,7 @@ pub(super) async fn cron_preview(
 mod tests {
     use super::*;
     use crate::domain::ids::ChannelId;
+    use jobfleet_agent::protocol::HttpRequest as JobRequest;
 
     #[test]
     fn once_times_are_read_in_the_jobs_zone() {
@@ -957,6 +973,7 @@ mod tests {
                 ("X-Trace".to_owned(), "on".to_owned()),
             ]),
             body: Some("{\"a\": 1}\n".into()),
+            timeout_ms: Some(2500),
             statuses: "200-204,409".into(),
         };
         let http_job = JobView {
@@ -966,7 +983,7 @@ mod tests {
                 source: None,
                 interpreter: None,
                 name: None,
-                http: Some(request.clone()),
+                http: Some(request.clone().into()),
                 script_version: 0,
             },
             // No process to hold to limits: an http job refuses them.
@@ -974,7 +991,10 @@ mod tests {
             ..job
         };
         let input = input_of(&sent(&http_job)).unwrap();
-        assert_eq!(input.handler.http, Some(request.clone()));
+        assert_eq!(
+            (input.handler.method.as_deref(), input.handler.timeout_ms),
+            (Some("PUT"), Some(2500))
+        );
         let spec = input.validate().unwrap();
         assert_eq!(spec.handler, crate::domain::job::Handler::Http { request });
     }
@@ -985,7 +1005,7 @@ mod tests {
         assert_eq!(headers["A"], "1");
         assert_eq!(headers["B"], "two: parts");
         let err = header_lines("A: 1\nno colon here").unwrap_err();
-        assert_eq!(err.field(), Some("handler.http.headers"));
+        assert_eq!(err.field(), Some("handler.headers"));
         assert!(err.public_message().contains("line 2"), "{err}");
     }
 

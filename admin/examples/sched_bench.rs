@@ -165,7 +165,10 @@ impl Bench {
 
     fn admin(&self) -> (Proc, String) {
         let port = free_port();
-        let child = Command::new(bin_dir().join("jobfleet-admin"))
+        // `SCHED_BENCH_ADMIN=path` runs another admin binary (an A/B of two builds).
+        let binary = std::env::var_os("SCHED_BENCH_ADMIN")
+            .map_or_else(|| bin_dir().join("jobfleet-admin"), PathBuf::from);
+        let child = Command::new(binary)
             .arg("serve")
             .env("JOBFLEET_LISTEN", format!("127.0.0.1:{port}"))
             .env("JOBFLEET_DATABASE_URL", &self.url_text)
@@ -385,7 +388,24 @@ fn measure_lateness_of(
         ))
         .unwrap();
     let seconds = 20;
-    std::thread::sleep(Duration::from_millis(3_000 + seconds * 1000));
+    // The first 3 s warm up (connections, agent caches).
+    let from = start + 3_000;
+    let to = start + (seconds as i64) * 1000;
+    let sleep_until = |ms: i64| {
+        std::thread::sleep(Duration::from_millis(
+            u64::try_from(ms - now_ms()).unwrap_or(0),
+        ));
+    };
+    sleep_until(from);
+    let window_start = (
+        cpu_ms(&admin).0,
+        agents.iter().map(|a| cpu_ms(a).0).sum::<i64>(),
+    );
+    sleep_until(to);
+    let window_cpu = (
+        cpu_ms(&admin).0 - window_start.0,
+        agents.iter().map(|a| cpu_ms(a).0).sum::<i64>() - window_start.1,
+    );
     // The scheduler updates these rows too: MariaDB may pick this statement as a deadlock victim.
     let mut attempts = 0;
     while let Err(e) = bench
@@ -397,9 +417,6 @@ fn measure_lateness_of(
         std::thread::sleep(Duration::from_millis(100));
     }
     std::thread::sleep(Duration::from_secs(5));
-    // The first 3 s warm up (connections, agent caches).
-    let from = start + 3_000;
-    let to = start + (seconds as i64) * 1000;
     let mut started = bench.column(&format!(
         "SELECT started_ms - scheduled_ms AS n FROM job_run WHERE status = 'succeeded' AND scheduled_ms >= {from} AND scheduled_ms < {to}"
     ));
@@ -428,7 +445,13 @@ fn measure_lateness_of(
         sent,
         started,
         seconds: (to - from) / 1000,
-        cpu: cpu_report(&admin, &agents),
+        cpu: format!(
+            "{}; in the measured {} s: admin {:.1} % of a core, admin + agents {:.2} ms per fire",
+            cpu_report(&admin, &agents),
+            (to - from) / 1000,
+            window_cpu.0 as f64 / (to - from) as f64 * 100.0,
+            (window_cpu.0 + window_cpu.1) as f64 / fires.max(1) as f64
+        ),
     }
 }
 

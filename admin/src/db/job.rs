@@ -5,6 +5,7 @@ use diesel::prelude::*;
 use super::schema::job;
 use super::{AnyConnection, Page, last_insert_id};
 use crate::auth::rbac::GroupWrite;
+use crate::db::prepared;
 use crate::domain::id_list::{ChannelIds, JobIds};
 use crate::domain::ids::{GroupId, JobId};
 use crate::domain::policy::{BlockStrategy, Concurrency, HandlerType, Interpreter, Misfire};
@@ -364,13 +365,14 @@ pub fn advance(
     expected: i64,
     next: Option<i64>,
 ) -> Result<bool, Error> {
-    Ok(diesel::update(
-        job::table
-            .find(id)
-            .filter(job::next_fire_ms.eq(expected))
-            .filter(job::enabled.eq(true)),
+    Ok(prepared::update(
+        job::table,
+        job::next_fire_ms.eq(next),
+        job::id
+            .eq(id)
+            .and(job::next_fire_ms.eq(expected))
+            .and(job::enabled.eq(true)),
     )
-    .set(job::next_fire_ms.eq(next))
     .execute(conn)?
         > 0)
 }
@@ -382,6 +384,10 @@ pub fn advance_many(
     expected: i64,
     next: Option<i64>,
 ) -> Result<usize, Error> {
+    if let [id] = ids {
+        // A list of one would be prepared afresh; `advance`'s statement is kept.
+        return Ok(usize::from(advance(conn, *id, expected, next)?));
+    }
     Ok(diesel::update(
         job::table
             .filter(job::id.eq_any(ids))

@@ -7,6 +7,7 @@ use diesel::sql_types::Text;
 
 use super::schema::job_run;
 use super::{AnyConnection, Page, last_insert_id};
+use crate::db::prepared;
 use crate::db_run;
 use crate::domain::ids::{GroupId, JobId, RunId};
 use crate::domain::policy::{RunStatus, TriggerKind};
@@ -226,8 +227,9 @@ pub fn record_trigger(
         // A fast job's result can arrive before the agent's answer to the trigger is stored:
         // the agent and message are recorded either way, the final status is kept.
         // One statement: the agent and message always, `running` only from `pending`.
-        diesel::update(job_run::table.find(id))
-            .set((
+        prepared::update(
+            job_run::table,
+            (
                 job_run::agent_address.eq(answer.agent),
                 job_run::trigger_msg.eq(answer.message),
                 job_run::agent_instance.eq(answer.instance),
@@ -237,21 +239,24 @@ pub fn record_trigger(
                     RunStatus::Running.into_sql::<Text>(),
                 )
                 .otherwise(job_run::status)),
-            ))
-            .execute(conn)?;
+            ),
+            job_run::id.eq(id),
+        )
+        .execute(conn)?;
         return Ok(false);
     }
-    Ok(diesel::update(
-        job_run::table
-            .find(id)
-            .filter(job_run::status.eq(RunStatus::Pending)),
+    Ok(prepared::update(
+        job_run::table,
+        (
+            job_run::status.eq(RunStatus::Failed),
+            job_run::agent_address.eq(answer.agent),
+            job_run::trigger_msg.eq(answer.message),
+            job_run::finished_ms.eq(now_ms),
+        ),
+        job_run::id
+            .eq(id)
+            .and(job_run::status.eq(RunStatus::Pending)),
     )
-    .set((
-        job_run::status.eq(RunStatus::Failed),
-        job_run::agent_address.eq(answer.agent),
-        job_run::trigger_msg.eq(answer.message),
-        job_run::finished_ms.eq(now_ms),
-    ))
     .execute(conn)?
         > 0)
 }
@@ -270,6 +275,13 @@ pub struct TriggerAnswer<'a> {
 /// The runs of `ids` that exist, as they are: the callback checks who may report each result
 /// and hands the row, with the result applied, to the run's follow-ups, one read per batch.
 pub fn reported(conn: &mut AnyConnection, ids: &[RunId]) -> Result<Vec<JobRun>, Error> {
+    if let [id] = ids {
+        // The usual callback at low rates, one result: a list of one would be prepared afresh.
+        return Ok(job_run::table
+            .find(*id)
+            .select(JobRun::as_select())
+            .load(conn)?);
+    }
     let mut out = Vec::with_capacity(ids.len());
     // Bounded IN lists: MariaDB and SQLite both take 500 placeholders comfortably.
     for chunk in ids.chunks(500) {
@@ -294,19 +306,20 @@ pub fn adopt(
     instance: &str,
     message: &str,
 ) -> Result<bool, Error> {
-    Ok(diesel::update(
-        job_run::table
-            .find(id)
-            .filter(job_run::status.eq(RunStatus::Pending))
-            .filter(job_run::triggered_ms.eq(claimed_ms)),
+    Ok(prepared::update(
+        job_run::table,
+        (
+            job_run::status.eq(RunStatus::Running),
+            job_run::agent_address.eq(address),
+            job_run::trigger_msg.eq(message),
+            job_run::agent_instance.eq(instance),
+            job_run::agent_seq.eq(0_i64),
+        ),
+        job_run::id
+            .eq(id)
+            .and(job_run::status.eq(RunStatus::Pending))
+            .and(job_run::triggered_ms.eq(claimed_ms)),
     )
-    .set((
-        job_run::status.eq(RunStatus::Running),
-        job_run::agent_address.eq(address),
-        job_run::trigger_msg.eq(message),
-        job_run::agent_instance.eq(instance),
-        job_run::agent_seq.eq(0_i64),
-    ))
     .execute(conn)?
         > 0)
 }
@@ -314,19 +327,22 @@ pub fn adopt(
 /// Puts a run an agent handed back unstarted back to pending and unclaimed, forgetting where it
 /// went, so the next dispatch sends it anew; only a run still pending or running.
 pub fn requeue(conn: &mut AnyConnection, id: RunId, message: &str) -> Result<bool, Error> {
-    Ok(diesel::update(
-        job_run::table
-            .find(id)
-            .filter(job_run::status.eq_any([RunStatus::Pending, RunStatus::Running])),
+    Ok(prepared::update(
+        job_run::table,
+        (
+            job_run::status.eq(RunStatus::Pending),
+            job_run::triggered_ms.eq(None::<i64>),
+            job_run::agent_address.eq(None::<String>),
+            job_run::agent_instance.eq(None::<String>),
+            job_run::agent_seq.eq(None::<i64>),
+            job_run::trigger_msg.eq(message),
+        ),
+        job_run::id.eq(id).and(
+            job_run::status
+                .eq(RunStatus::Pending)
+                .or(job_run::status.eq(RunStatus::Running)),
+        ),
     )
-    .set((
-        job_run::status.eq(RunStatus::Pending),
-        job_run::triggered_ms.eq(None::<i64>),
-        job_run::agent_address.eq(None::<String>),
-        job_run::agent_instance.eq(None::<String>),
-        job_run::agent_seq.eq(None::<i64>),
-        job_run::trigger_msg.eq(message),
-    ))
     .execute(conn)?
         > 0)
 }
@@ -334,13 +350,14 @@ pub fn requeue(conn: &mut AnyConnection, id: RunId, message: &str) -> Result<boo
 /// Gives up a claim nobody acted on (no agent holds the run), so the run can be sent again
 /// under a new claim; only if the claim is still the one `claimed_ms` names.
 pub fn release_claim(conn: &mut AnyConnection, id: RunId, claimed_ms: i64) -> Result<bool, Error> {
-    Ok(diesel::update(
-        job_run::table
-            .find(id)
-            .filter(job_run::status.eq(RunStatus::Pending))
-            .filter(job_run::triggered_ms.eq(claimed_ms)),
+    Ok(prepared::update(
+        job_run::table,
+        job_run::triggered_ms.eq(None::<i64>),
+        job_run::id
+            .eq(id)
+            .and(job_run::status.eq(RunStatus::Pending))
+            .and(job_run::triggered_ms.eq(claimed_ms)),
     )
-    .set(job_run::triggered_ms.eq(None::<i64>))
     .execute(conn)?
         > 0)
 }
@@ -362,12 +379,11 @@ pub fn set_agent_if_unknown(
     id: RunId,
     address: &str,
 ) -> Result<(), Error> {
-    diesel::update(
-        job_run::table
-            .find(id)
-            .filter(job_run::agent_address.is_null()),
+    prepared::update(
+        job_run::table,
+        job_run::agent_address.eq(address),
+        job_run::id.eq(id).and(job_run::agent_address.is_null()),
     )
-    .set(job_run::agent_address.eq(address))
     .execute(conn)?;
     Ok(())
 }
@@ -375,13 +391,14 @@ pub fn set_agent_if_unknown(
 /// Takes a pending run for dispatch: only one admin (and one task) wins, so a run is sent once
 /// even when the recovery monitor of another admin finds it at the same moment.
 pub fn claim(conn: &mut AnyConnection, id: RunId, now_ms: i64) -> Result<bool, Error> {
-    Ok(diesel::update(
-        job_run::table
-            .find(id)
-            .filter(job_run::status.eq(RunStatus::Pending))
-            .filter(job_run::triggered_ms.is_null()),
+    Ok(prepared::update(
+        job_run::table,
+        job_run::triggered_ms.eq(now_ms),
+        job_run::id
+            .eq(id)
+            .and(job_run::status.eq(RunStatus::Pending))
+            .and(job_run::triggered_ms.is_null()),
     )
-    .set(job_run::triggered_ms.eq(now_ms))
     .execute(conn)?
         > 0)
 }
@@ -395,32 +412,36 @@ pub fn finish(
     message: &str,
     now_ms: i64,
 ) -> Result<bool, Error> {
-    Ok(diesel::update(
-        job_run::table
-            .find(id)
-            .filter(job_run::status.eq_any([RunStatus::Pending, RunStatus::Running])),
+    Ok(prepared::update(
+        job_run::table,
+        (
+            job_run::status.eq(status),
+            job_run::handle_msg.eq(message),
+            job_run::finished_ms.eq(now_ms),
+        ),
+        job_run::id.eq(id).and(
+            job_run::status
+                .eq(RunStatus::Pending)
+                .or(job_run::status.eq(RunStatus::Running)),
+        ),
     )
-    .set((
-        job_run::status.eq(status),
-        job_run::handle_msg.eq(message),
-        job_run::finished_ms.eq(now_ms),
-    ))
     .execute(conn)?
         > 0)
 }
 
 /// Marks a skipped run with why; like [`finish`] but the reason is the trigger's.
 pub fn skip(conn: &mut AnyConnection, id: RunId, reason: &str, now_ms: i64) -> Result<bool, Error> {
-    Ok(diesel::update(
-        job_run::table
-            .find(id)
-            .filter(job_run::status.eq(RunStatus::Pending)),
+    Ok(prepared::update(
+        job_run::table,
+        (
+            job_run::status.eq(RunStatus::Skipped),
+            job_run::trigger_msg.eq(reason),
+            job_run::finished_ms.eq(now_ms),
+        ),
+        job_run::id
+            .eq(id)
+            .and(job_run::status.eq(RunStatus::Pending)),
     )
-    .set((
-        job_run::status.eq(RunStatus::Skipped),
-        job_run::trigger_msg.eq(reason),
-        job_run::finished_ms.eq(now_ms),
-    ))
     .execute(conn)?
         > 0)
 }
@@ -524,9 +545,12 @@ pub fn pullable(
 
 /// A sharding broadcast learns its shard total when it is sent.
 pub fn set_shard_total(conn: &mut AnyConnection, id: RunId, total: i32) -> Result<(), Error> {
-    diesel::update(job_run::table.find(id))
-        .set(job_run::shard_total.eq(total))
-        .execute(conn)?;
+    prepared::update(
+        job_run::table,
+        job_run::shard_total.eq(total),
+        job_run::id.eq(id),
+    )
+    .execute(conn)?;
     Ok(())
 }
 
@@ -617,12 +641,15 @@ pub fn record_result(
     id: RunId,
     result: &RunResult,
 ) -> Result<bool, Error> {
-    let n = diesel::update(
-        job_run::table
-            .find(id)
-            .filter(job_run::status.eq_any([RunStatus::Pending, RunStatus::Running])),
+    let n = prepared::update(
+        job_run::table,
+        result,
+        job_run::id.eq(id).and(
+            job_run::status
+                .eq(RunStatus::Pending)
+                .or(job_run::status.eq(RunStatus::Running)),
+        ),
     )
-    .set(result)
     .execute(conn)?;
     Ok(n > 0)
 }

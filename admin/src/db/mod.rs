@@ -17,6 +17,7 @@ pub mod job;
 pub mod job_run;
 pub mod job_script;
 pub mod migrate;
+pub mod prepared;
 pub mod run_report_daily;
 pub mod scheduler_lock;
 pub mod schema;
@@ -25,6 +26,8 @@ pub mod user_group_grant;
 pub mod workflow;
 pub mod workflow_node;
 pub mod workflow_run;
+
+pub use prepared::{Prepare, Prepared};
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -419,51 +422,6 @@ impl Db {
             .await
     }
 }
-
-/// A query kept prepared on its connection, looked up by its SQL text. Diesel prepares raw SQL
-/// fragments afresh each time, which on MySQL is two round trips (prepare, execute) instead
-/// of one, and on SQLite a parse each time. It works for loads only: `execute` hands diesel
-/// the statement by reference, where this wrapper's answer is not asked. Wrap only queries
-/// whose SQL takes a few shapes (not `IN` lists, whose text grows with the list): each shape is
-/// one prepared statement per connection for its life.
-#[derive(Debug, Clone, Copy)]
-pub struct Prepared<Q>(Q);
-
-/// `.prepared()` on a query: see [`Prepared`].
-pub trait Prepare: Sized {
-    fn prepared(self) -> Prepared<Self> {
-        Prepared(self)
-    }
-}
-
-impl<Q> Prepare for Q {}
-
-impl<Q, B> diesel::query_builder::QueryFragment<B> for Prepared<Q>
-where
-    B: diesel::backend::Backend,
-    Q: diesel::query_builder::QueryFragment<B>,
-{
-    fn walk_ast<'b>(&'b self, pass: diesel::query_builder::AstPass<'_, 'b, B>) -> QueryResult<()> {
-        self.0.walk_ast(pass)
-    }
-
-    // The cache key is the SQL text (no static query id below), so any statement is safe to
-    // keep: two that differ in text never share a prepared statement.
-    fn is_safe_to_cache_prepared(&self, _backend: &B) -> QueryResult<bool> {
-        Ok(true)
-    }
-}
-
-impl<Q> diesel::query_builder::QueryId for Prepared<Q> {
-    type QueryId = ();
-    const HAS_STATIC_QUERY_ID: bool = false;
-}
-
-impl<Q: diesel::query_builder::Query> diesel::query_builder::Query for Prepared<Q> {
-    type SqlType = Q::SqlType;
-}
-
-impl<Q, C> RunQueryDsl<C> for Prepared<Q> {}
 
 /// The id of the row the last INSERT on this connection created. MySQL has no RETURNING and
 /// SQLite's RETURNING is not in the shared DSL, so each backend asks in its own words.

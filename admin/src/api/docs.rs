@@ -113,14 +113,7 @@ mod tests {
         let schemas = &doc["components"]["schemas"];
         assert!(schemas["JobInput"].is_object());
         // DESIGN's http handler: flat fields beside `type`.
-        for field in [
-            "method",
-            "url",
-            "headers",
-            "body",
-            "timeout_ms",
-            "expect_status",
-        ] {
+        for field in crate::domain::job::HTTP_FIELDS {
             assert!(
                 schemas["HandlerInput"]["properties"][field].is_object(),
                 "HandlerInput.{field} missing"

@@ -79,8 +79,8 @@ pub struct HandlerInput {
     pub expect_status: Option<serde_json::Value>,
 }
 
-/// The fields only an http handler uses, for `refuse_unused`.
-const HTTP_FIELDS: &[&str] = &[
+/// The fields only an http handler uses (`refuse_unused`; the OpenAPI document's check).
+pub const HTTP_FIELDS: &[&str] = &[
     "method",
     "url",
     "headers",

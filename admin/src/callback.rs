@@ -124,10 +124,10 @@ async fn store(
             let mut changes = changes;
             let now = changes.now_ms();
             let mut refused = Vec::new();
-            let mut stored = 0;
+            let mut finishing = Vec::with_capacity(batch.len());
             let reporter = agents::reporter(conn, key.as_deref())?;
             let ids: Vec<RunId> = batch.iter().map(|cb| RunId(cb.log_id)).collect();
-            let runs: HashMap<RunId, JobRun> = job_run::reported(conn, &ids)?
+            let runs: HashMap<RunId, JobRun> = job_run::get_all(conn, &ids)?
                 .into_iter()
                 .map(|run| (run.id, run))
                 .collect();
@@ -171,10 +171,9 @@ async fn store(
                 if result.finished_ms.is_none_or(|t| t <= 0) {
                     result.finished_ms = Some(now);
                 }
-                if changes.finished(conn, &run, &result)? {
-                    stored += 1;
-                }
+                finishing.push((run.into_owned(), result));
             }
+            let stored = changes.finished_all(conn, &finishing)?;
             let prepared = if take_new {
                 let due = changes.take_due_now();
                 send::prepare_all(conn, &mut changes, &router, &due)?

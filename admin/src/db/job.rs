@@ -170,6 +170,20 @@ pub fn find(conn: &mut AnyConnection, id: JobId) -> Result<Option<Job>, Error> {
         .optional()?)
 }
 
+/// The jobs of `ids` that exist, in no particular order.
+pub fn find_all(conn: &mut AnyConnection, ids: &[JobId]) -> Result<Vec<Job>, Error> {
+    let mut out = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(super::IN_LIST_MAX) {
+        out.extend(
+            job::table
+                .filter(job::id.eq_any(chunk))
+                .select(Job::as_select())
+                .load(conn)?,
+        );
+    }
+    Ok(out)
+}
+
 pub fn find_by_name(
     conn: &mut AnyConnection,
     group_id: GroupId,

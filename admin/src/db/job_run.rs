@@ -8,6 +8,7 @@ use diesel::sql_types::Text;
 use super::schema::job_run;
 use super::{AnyConnection, Page, last_insert_id};
 use crate::db::prepared;
+use crate::db::rows_update::{RowsUpdate, Set, Value};
 use crate::db_run;
 use crate::domain::ids::{GroupId, JobId, RunId};
 use crate::domain::policy::{RunStatus, TriggerKind};
@@ -261,6 +262,43 @@ pub fn record_trigger(
         > 0)
 }
 
+/// Agents' acceptances of triggers, stored as [`record_trigger`] stores an accepted answer, with
+/// a statement per hundred answers instead of one per answer.
+pub fn record_accepted_all<'a>(
+    conn: &mut AnyConnection,
+    answers: &[(RunId, TriggerAnswer<'a>)],
+) -> Result<(), Error> {
+    for chunk in answers.chunks(100) {
+        let values = |of: &dyn Fn(&TriggerAnswer<'a>) -> Value<'a>| -> Vec<Value<'a>> {
+            chunk.iter().map(|(_, answer)| of(answer)).collect()
+        };
+        RowsUpdate::new("job_run", chunk.iter().map(|(id, _)| id.0).collect())
+            .column(
+                "agent_address",
+                Set::Always,
+                values(&|a| Value::Text(a.agent)),
+            )
+            .column(
+                "trigger_msg",
+                Set::Always,
+                values(&|a| Value::Text(Some(a.message))),
+            )
+            .column(
+                "agent_instance",
+                Set::Always,
+                values(&|a| Value::Text(a.instance)),
+            )
+            .column("agent_seq", Set::Always, values(&|a| Value::BigInt(a.seq)))
+            .text_from_to(
+                "status",
+                RunStatus::Pending.as_str(),
+                RunStatus::Running.as_str(),
+            )
+            .execute(conn)?;
+    }
+    Ok(())
+}
+
 /// An agent's answer to a trigger, as `record_trigger` stores it.
 #[derive(Debug, Clone, Copy)]
 pub struct TriggerAnswer<'a> {
@@ -272,9 +310,9 @@ pub struct TriggerAnswer<'a> {
     pub seq: Option<i64>,
 }
 
-/// The runs of `ids` that exist, as they are: the callback checks who may report each result
-/// and hands the row, with the result applied, to the run's follow-ups, one read per batch.
-pub fn reported(conn: &mut AnyConnection, ids: &[RunId]) -> Result<Vec<JobRun>, Error> {
+/// The runs of `ids` that exist, as they are, in no particular order: the callback checks who
+/// may report each result, and a batch of claims reads its runs, with one read per batch.
+pub fn get_all(conn: &mut AnyConnection, ids: &[RunId]) -> Result<Vec<JobRun>, Error> {
     if let [id] = ids {
         // The usual callback at low rates, one result: a list of one would be prepared afresh.
         return Ok(job_run::table
@@ -283,8 +321,7 @@ pub fn reported(conn: &mut AnyConnection, ids: &[RunId]) -> Result<Vec<JobRun>, 
             .load(conn)?);
     }
     let mut out = Vec::with_capacity(ids.len());
-    // Bounded IN lists: MariaDB and SQLite both take 500 placeholders comfortably.
-    for chunk in ids.chunks(500) {
+    for chunk in ids.chunks(super::IN_LIST_MAX) {
         out.extend(
             job_run::table
                 .filter(job_run::id.eq_any(chunk))
@@ -401,6 +438,35 @@ pub fn claim(conn: &mut AnyConnection, id: RunId, now_ms: i64) -> Result<bool, E
     )
     .execute(conn)?
         > 0)
+}
+
+/// Takes every run of `ids` for dispatch as [`claim`] does, or none of them: in a savepoint
+/// that is rolled back unless each was pending and unclaimed. Returns whether they were taken;
+/// when not, the caller claims them one by one to learn which are still free.
+pub fn claim_all(conn: &mut AnyConnection, ids: &[RunId], now_ms: i64) -> Result<bool, Error> {
+    let all = conn.transaction::<(), diesel::result::Error, _>(|conn| {
+        let mut taken = 0;
+        for chunk in ids.chunks(super::IN_LIST_MAX) {
+            taken += diesel::update(
+                job_run::table
+                    .filter(job_run::id.eq_any(chunk))
+                    .filter(job_run::status.eq(RunStatus::Pending))
+                    .filter(job_run::triggered_ms.is_null()),
+            )
+            .set(job_run::triggered_ms.eq(now_ms))
+            .execute(conn)?;
+        }
+        if taken == ids.len() {
+            Ok(())
+        } else {
+            Err(diesel::result::Error::RollbackTransaction)
+        }
+    });
+    match all {
+        Ok(()) => Ok(true),
+        Err(diesel::result::Error::RollbackTransaction) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Ends a run that is not final yet with a status the admin decided (skipped, lost, timed out,
@@ -654,6 +720,76 @@ pub fn record_result(
     Ok(n > 0)
 }
 
+/// Stores every result of `results` as [`record_result`] does, or none of them: in a savepoint
+/// rolled back unless each run was still pending or running. Returns whether they were stored;
+/// when not, the caller stores them one by one to learn which runs already had a final result.
+/// A few dozen results per statement instead of one.
+pub fn record_results_all(
+    conn: &mut AnyConnection,
+    results: &[(RunId, &RunResult)],
+) -> Result<bool, Error> {
+    let all = conn.transaction::<(), diesel::result::Error, _>(|conn| {
+        let mut stored = 0;
+        for chunk in results.chunks(40) {
+            stored += results_update(chunk).execute(conn)?;
+        }
+        if stored == results.len() {
+            Ok(())
+        } else {
+            Err(diesel::result::Error::RollbackTransaction)
+        }
+    });
+    match all {
+        Ok(()) => Ok(true),
+        Err(diesel::result::Error::RollbackTransaction) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn results_update<'a>(chunk: &[(RunId, &'a RunResult)]) -> RowsUpdate<'a> {
+    let values = |of: &dyn Fn(&'a RunResult) -> Value<'a>| -> Vec<Value<'a>> {
+        chunk.iter().map(|(_, result)| of(result)).collect()
+    };
+    let kept = Set::UnlessNull;
+    RowsUpdate::new("job_run", chunk.iter().map(|(id, _)| id.0).collect())
+        .column(
+            "status",
+            Set::Always,
+            values(&|r| Value::Text(Some(r.status.as_str()))),
+        )
+        .column("started_ms", kept, values(&|r| Value::BigInt(r.started_ms)))
+        .column(
+            "finished_ms",
+            kept,
+            values(&|r| Value::BigInt(r.finished_ms)),
+        )
+        .column("handle_code", kept, values(&|r| Value::Int(r.handle_code)))
+        .column(
+            "handle_msg",
+            kept,
+            values(&|r| Value::Text(r.handle_msg.as_deref())),
+        )
+        .column("exit_code", kept, values(&|r| Value::Int(r.exit_code)))
+        .column("term_signal", kept, values(&|r| Value::Int(r.term_signal)))
+        .column("cpu_ms", kept, values(&|r| Value::BigInt(r.cpu_ms)))
+        .column("max_rss_kb", kept, values(&|r| Value::BigInt(r.max_rss_kb)))
+        .column("oom_killed", kept, values(&|r| Value::Bool(r.oom_killed)))
+        .column(
+            "limits_mode",
+            kept,
+            values(&|r| Value::Text(r.limits_mode.as_deref())),
+        )
+        .column(
+            "outputs",
+            kept,
+            values(&|r| Value::Text(r.outputs.as_deref())),
+        )
+        .where_text_in(
+            "status",
+            vec![RunStatus::Pending.as_str(), RunStatus::Running.as_str()],
+        )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -708,6 +844,144 @@ mod tests {
         assert_eq!(count(conn, &ranged).unwrap(), 1);
         assert!(matches!(get(conn, RunId(9999)), Err(Error::NotFound(_))));
     });
+
+    storage_test!(
+        batch_writes_are_all_or_nothing_and_store_what_single_ones_do,
+        |conn| {
+            let ids: Vec<RunId> = (0..3)
+                .map(|_| insert(conn, &run(JobId(4), None, 0)).unwrap())
+                .collect();
+            // One of them taken by someone else: the batch takes none, so the caller can tell.
+            assert!(claim(conn, ids[1], 50).unwrap());
+            assert!(!claim_all(conn, &ids, 60).unwrap());
+            let untouched = get_all(conn, &ids).unwrap();
+            assert_eq!(
+                untouched
+                    .iter()
+                    .filter(|r| r.triggered_ms == Some(60))
+                    .count(),
+                0,
+                "the refused batch left no claim behind"
+            );
+            let free = [ids[0], ids[2]];
+            assert!(claim_all(conn, &free, 70).unwrap());
+            assert!(
+                get_all(conn, &free)
+                    .unwrap()
+                    .iter()
+                    .all(|r| r.triggered_ms == Some(70))
+            );
+
+            let answers: Vec<(RunId, TriggerAnswer<'_>)> = ids
+                .iter()
+                .enumerate()
+                .map(|(i, &id)| {
+                    (
+                        id,
+                        TriggerAnswer {
+                            agent: Some(if i == 0 { "http://a:1/" } else { "http://b:2/" }),
+                            accepted: true,
+                            message: if i == 0 {
+                                "accepted by a"
+                            } else {
+                                "accepted by b"
+                            },
+                            instance: (i != 2).then_some("inst"),
+                            seq: Some(i64::try_from(i).unwrap() + 100),
+                        },
+                    )
+                })
+                .collect();
+            record_accepted_all(conn, &answers).unwrap();
+            let sent = get_all(conn, &ids).unwrap();
+            for (id, answer) in &answers {
+                let row = sent.iter().find(|r| r.id == *id).unwrap();
+                assert_eq!(row.status, RunStatus::Running);
+                assert_eq!(row.agent_address.as_deref(), answer.agent);
+                assert_eq!(row.trigger_msg.as_deref(), Some(answer.message));
+                assert_eq!(row.agent_instance.as_deref(), answer.instance);
+                assert_eq!(row.agent_seq, answer.seq);
+            }
+
+            let base = RunResult {
+                status: RunStatus::Succeeded,
+                started_ms: Some(80),
+                finished_ms: Some(90),
+                handle_code: Some(200),
+                handle_msg: Some("exit code 0".into()),
+                exit_code: Some(0),
+                term_signal: None,
+                cpu_ms: Some(3),
+                max_rss_kb: Some(2048),
+                oom_killed: Some(false),
+                limits_mode: Some("none".into()),
+                outputs: Some("K=v".into()),
+            };
+            // A field the result leaves out keeps what the row has.
+            let sparse = RunResult {
+                status: RunStatus::Failed,
+                started_ms: None,
+                handle_msg: None,
+                outputs: None,
+                exit_code: Some(3),
+                term_signal: Some(9),
+                ..base.clone()
+            };
+            // The first run already has its final result: the batch stores none.
+            assert!(record_result(conn, ids[0], &base).unwrap());
+            let all: Vec<(RunId, &RunResult)> = vec![(ids[0], &base), (ids[1], &sparse)];
+            assert!(!record_results_all(conn, &all).unwrap());
+            assert_eq!(get(conn, ids[1]).unwrap().status, RunStatus::Running);
+            record_trigger(
+                conn,
+                ids[1],
+                &TriggerAnswer {
+                    agent: Some("http://b:2/"),
+                    accepted: true,
+                    message: "m",
+                    instance: None,
+                    seq: None,
+                },
+                95,
+            )
+            .unwrap();
+            crate::db::prepared::update(
+                job_run::table,
+                (job_run::started_ms.eq(77), job_run::handle_msg.eq("kept")),
+                job_run::id.eq(ids[1]),
+            )
+            .execute(conn)
+            .unwrap();
+            let rest: Vec<(RunId, &RunResult)> = vec![(ids[1], &sparse), (ids[2], &base)];
+            assert!(record_results_all(conn, &rest).unwrap());
+            let one = get(conn, ids[1]).unwrap();
+            assert_eq!(
+                (
+                    one.status,
+                    one.started_ms,
+                    one.handle_msg.as_deref(),
+                    one.exit_code,
+                    one.term_signal,
+                    one.finished_ms,
+                    one.oom_killed
+                ),
+                (
+                    RunStatus::Failed,
+                    Some(77),
+                    Some("kept"),
+                    Some(3),
+                    Some(9),
+                    Some(90),
+                    Some(false)
+                )
+            );
+            let two = get(conn, ids[2]).unwrap();
+            assert_eq!(
+                two,
+                base.applied_to(&sent.iter().find(|r| r.id == ids[2]).unwrap().clone())
+            );
+        }
+    );
 
     storage_test!(results_are_stored_once, |conn| {
         let id = insert(conn, &run(JobId(3), None, 0)).unwrap();

@@ -18,6 +18,7 @@ pub mod job_run;
 pub mod job_script;
 pub mod migrate;
 pub mod prepared;
+pub mod rows_update;
 pub mod run_report_daily;
 pub mod scheduler_lock;
 pub mod schema;
@@ -41,6 +42,10 @@ use crate::error::Error;
 
 /// One connection type for both backends; the backend is chosen from the database URL.
 /// SQLite stays last: the derive needs at least one variant when `mysql` is compiled out.
+/// Ids in one `IN (…)` list, or rows in one multi-row statement, at most: MariaDB and SQLite
+/// both take this many placeholders comfortably.
+pub const IN_LIST_MAX: usize = 500;
+
 #[derive(diesel::MultiConnection)]
 pub enum AnyConnection {
     #[cfg(feature = "mysql")]
@@ -95,6 +100,18 @@ pub fn in_transaction<T>(
             AnsiTransactionManager::rollback_transaction(sqlite)?;
             Err(e)
         }
+    }
+}
+
+/// Whether writing a batch of rows with one statement beats a kept statement per row. On MySQL
+/// every statement is a round trip to the server. SQLite runs in this process, where a kept
+/// single-row statement costs microseconds and a batch's `CASE` statement must be parsed anew
+/// and searched row by row.
+pub fn batch_writes_pay(conn: &AnyConnection) -> bool {
+    match conn {
+        AnyConnection::Sqlite(_) => false,
+        #[cfg(feature = "mysql")]
+        AnyConnection::Mysql(_) => true,
     }
 }
 

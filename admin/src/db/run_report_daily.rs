@@ -39,11 +39,14 @@ pub struct DailyRow {
 /// Replaces the rows of `day` with `rows` (the day's full recount).
 pub fn replace_day(conn: &mut AnyConnection, day: &str, rows: &[DailyRow]) -> Result<(), Error> {
     diesel::delete(run_report_daily::table.filter(run_report_daily::day.eq(day))).execute(conn)?;
-    // One statement per row: MultiConnection has no batch insert, and a day has one row per job.
-    for row in rows {
-        diesel::insert_into(run_report_daily::table)
-            .values(row)
-            .execute(conn)?;
+    // A day has a row per job that ran: with thousands of jobs, a statement per row was
+    // thousands of round trips on MariaDB at every recount.
+    for chunk in rows.chunks(super::IN_LIST_MAX / 10) {
+        crate::db_run!(conn: {
+            diesel::insert_into(run_report_daily::table)
+                .values(chunk)
+                .execute(conn)?;
+        });
     }
     Ok(())
 }
@@ -113,5 +116,11 @@ mod tests {
             0
         );
         assert_eq!(delete_before(conn, "2026-11-22").unwrap(), 1);
+        // More rows than one statement carries: every one stored.
+        let many: Vec<DailyRow> = (1..=120)
+            .map(|job| row("2026-11-23", JobId(job), job))
+            .collect();
+        replace_day(conn, "2026-11-23", &many).unwrap();
+        assert_eq!(list(conn, "2026-11-23", "2026-11-23", None).unwrap(), many);
     });
 }

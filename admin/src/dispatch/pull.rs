@@ -9,6 +9,8 @@
 //! connection drops after the claim, the runs are claimed and unanswered like a push cut short,
 //! and the in-doubt monitor asks the group's agents who holds them (the agent's journal says).
 
+use std::sync::Arc;
+
 use jobfleet_agent::protocol::{MAX_TAKE, TakeResult, TriggerParam};
 
 use crate::db::{agent, executor_group, job::Job, job_run};
@@ -86,7 +88,7 @@ pub async fn take(state: &AppState, address: &str, max: u32) -> Result<TakeResul
         .await?;
     changes.committed(state);
 
-    let mut runs: Vec<(Box<Job>, send::Send)> = Vec::new();
+    let mut runs: Vec<(Arc<Job>, send::Send)> = Vec::new();
     let mut answers: Vec<Answer> = Vec::new();
     for one in prepared {
         match one {
@@ -168,7 +170,7 @@ pub async fn take(state: &AppState, address: &str, max: u32) -> Result<TakeResul
 }
 
 /// The runs in consecutive slices whose triggers fit one `runBatch` call each.
-fn batches(runs: &[(Box<Job>, send::Send)]) -> Vec<&[(Box<Job>, send::Send)]> {
+fn batches(runs: &[(Arc<Job>, send::Send)]) -> Vec<&[(Arc<Job>, send::Send)]> {
     let mut slices = Vec::new();
     let (mut start, mut bytes) = (0, 0);
     for (i, (job, one)) in runs.iter().enumerate() {

@@ -449,6 +449,11 @@ fn expect_status_text(expect: &serde_json::Value) -> Result<String, Error> {
     };
     let one = |item: &Value| match item {
         Value::Number(code) => Ok(code.to_string()),
+        // Empty text would silently mean the default: say so instead (leave the field out).
+        Value::String(text) if text.trim().is_empty() => Err(Error::invalid(
+            "handler.expect_status",
+            "is empty; leave it out for the default 200-299",
+        )),
         Value::String(text) => Ok(text.clone()),
         _ => Err(wrong()),
     };

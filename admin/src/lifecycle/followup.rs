@@ -5,7 +5,7 @@
 //! (`super::workflow`).
 
 use crate::alert::outbox::Outbox;
-use crate::db::{AnyConnection, job, job_run};
+use crate::db::{AnyConnection, job_run};
 use crate::domain::policy::{RunStatus, TriggerKind, retry_delay_s};
 use crate::error::Error;
 
@@ -37,8 +37,9 @@ pub fn after_final(
     run: job_run::JobRun,
     now_ms: i64,
     alerts: &Outbox,
+    jobs: &mut super::JobsRead,
 ) -> Result<FollowUps, Error> {
-    let Some(owner) = job::find(conn, run.job_id)? else {
+    let Some(owner) = jobs.get(conn, run.job_id)? else {
         return Ok(FollowUps {
             dues: Vec::new(),
             settled: Some(run),
@@ -87,7 +88,7 @@ pub fn after_final(
         && run.trigger_kind != TriggerKind::Workflow
     {
         for &child_id in owner.children.iter() {
-            let Some(child) = job::find(conn, child_id)? else {
+            let Some(child) = jobs.get(conn, child_id)? else {
                 tracing::warn!(job_id = %owner.id, %child_id, "Child job no longer exists");
                 continue;
             };

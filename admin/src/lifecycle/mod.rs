@@ -19,13 +19,15 @@
 mod followup;
 pub mod workflow;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::alert::outbox::Outbox;
 use crate::db::AnyConnection;
+use crate::db::job::{self, Job};
 use crate::db::job_run::{self, JobRun, NewJobRun, RunResult, TriggerAnswer};
 use crate::domain::graph_cache::GraphCache;
-use crate::domain::ids::RunId;
+use crate::domain::ids::{JobId, RunId};
 use crate::domain::policy::RunStatus;
 use crate::error::Error;
 use crate::scheduler::handle::Due;
@@ -42,6 +44,56 @@ pub struct Changes {
     dues: Vec<Due>,
     ended: Vec<RunStatus>,
     graphs: Arc<GraphCache>,
+    jobs: JobsRead,
+}
+
+/// The jobs one transaction has read, each once however many of its runs the transaction
+/// touches: a burst's batch of results or fires names hundreds of jobs, and a read per run was
+/// a round trip per run on MariaDB. Nothing that writes a job runs in these transactions.
+#[derive(Debug, Default)]
+pub struct JobsRead(HashMap<JobId, Option<Arc<Job>>>);
+
+impl JobsRead {
+    /// Job `id`, read at its first use in this transaction; `None` when it is gone.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn get(&mut self, conn: &mut AnyConnection, id: JobId) -> Result<Option<Arc<Job>>, Error> {
+        if let Some(job) = self.0.get(&id) {
+            return Ok(job.clone());
+        }
+        let job = job::find(conn, id)?.map(Arc::new);
+        self.0.insert(id, job.clone());
+        Ok(job)
+    }
+
+    /// Reads the jobs of `ids` not read yet, a few hundred per statement.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn read_all(
+        &mut self,
+        conn: &mut AnyConnection,
+        ids: impl IntoIterator<Item = JobId>,
+    ) -> Result<(), Error> {
+        let mut missing: Vec<JobId> = ids
+            .into_iter()
+            .filter(|id| !self.0.contains_key(id))
+            .collect();
+        missing.sort_unstable();
+        missing.dedup();
+        if missing.len() < 2 {
+            // One job is read by `get` with its kept statement when it is needed.
+            return Ok(());
+        }
+        for found in job::find_all(conn, &missing)? {
+            self.0.insert(found.id, Some(Arc::new(found)));
+        }
+        for id in missing {
+            self.0.entry(id).or_insert(None);
+        }
+        Ok(())
+    }
 }
 
 impl Changes {
@@ -57,7 +109,13 @@ impl Changes {
             dues: Vec::new(),
             ended: Vec::new(),
             graphs: state.workflow_graphs.clone(),
+            jobs: JobsRead::default(),
         }
+    }
+
+    /// The jobs this transaction has read.
+    pub fn jobs(&mut self) -> &mut JobsRead {
+        &mut self.jobs
     }
 
     pub fn now_ms(&self) -> i64 {
@@ -104,6 +162,67 @@ impl Changes {
             self.after_final(conn, run_id)?;
         }
         Ok(failed)
+    }
+
+    /// Agents' answers to triggers, as [`Self::sent`] each: the accepted ones stored together
+    /// where that pays (`db::batch_writes_pay`; nothing follows from an acceptance), the others
+    /// one by one.
+    ///
+    /// # Errors
+    /// Database errors (the caller's transaction rolls back).
+    pub fn sent_all(
+        &mut self,
+        conn: &mut AnyConnection,
+        answers: &[(RunId, TriggerAnswer<'_>)],
+    ) -> Result<(), Error> {
+        let (accepted, refused): (Vec<_>, Vec<_>) =
+            answers.iter().partition(|(_, answer)| answer.accepted);
+        if accepted.len() > 1 && crate::db::batch_writes_pay(conn) {
+            job_run::record_accepted_all(conn, &accepted)?;
+        } else {
+            for (run_id, answer) in &accepted {
+                self.sent(conn, *run_id, answer)?;
+            }
+        }
+        for (run_id, answer) in &refused {
+            self.sent(conn, *run_id, answer)?;
+        }
+        Ok(())
+    }
+
+    /// Results of several runs, as [`Self::finished`] each: stored with a few statements where
+    /// that pays (`db::batch_writes_pay`) and none of the runs has a final result yet (the usual
+    /// case), one by one otherwise. Returns how many were stored.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn finished_all(
+        &mut self,
+        conn: &mut AnyConnection,
+        results: &[(JobRun, RunResult)],
+    ) -> Result<usize, Error> {
+        let pairs: Vec<(RunId, &RunResult)> = results
+            .iter()
+            .map(|(run, result)| (run.id, result))
+            .collect();
+        self.jobs
+            .read_all(conn, results.iter().map(|(run, _)| run.job_id))?;
+        if results.len() > 1
+            && crate::db::batch_writes_pay(conn)
+            && job_run::record_results_all(conn, &pairs)?
+        {
+            for (run, result) in results {
+                self.after_final_of(conn, result.applied_to(run))?;
+            }
+            return Ok(results.len());
+        }
+        let mut stored = 0;
+        for (run, result) in results {
+            if self.finished(conn, run, result)? {
+                stored += 1;
+            }
+        }
+        Ok(stored)
     }
 
     /// The agent's result; a repeated or late one changes nothing. Returns whether it was stored.
@@ -196,7 +315,8 @@ impl Changes {
     /// `run`, as it is now that it is final: its follow-ups.
     fn after_final_of(&mut self, conn: &mut AnyConnection, run: JobRun) -> Result<(), Error> {
         self.ended.push(run.status);
-        let follow_ups = followup::after_final(conn, run, self.now_ms, &self.alerts)?;
+        let follow_ups =
+            followup::after_final(conn, run, self.now_ms, &self.alerts, &mut self.jobs)?;
         self.dues.extend(follow_ups.dues);
         if let Some(run) = follow_ups.settled
             && run.workflow_node_id.is_some()
@@ -229,6 +349,19 @@ pub fn fires_created(conn: &mut AnyConnection, rows: &[NewJobRun]) -> Result<Vec
 /// Database errors.
 pub fn claimed(conn: &mut AnyConnection, run_id: RunId, now_ms: i64) -> Result<bool, Error> {
     job_run::claim(conn, run_id, now_ms)
+}
+
+/// Takes all of `run_ids` for dispatch, or none (someone took one of them already: claim them
+/// one by one then). Returns whether they were taken.
+///
+/// # Errors
+/// Database errors.
+pub fn all_claimed(
+    conn: &mut AnyConnection,
+    run_ids: &[RunId],
+    now_ms: i64,
+) -> Result<bool, Error> {
+    job_run::claim_all(conn, run_ids, now_ms)
 }
 
 /// A run in doubt that the agent at `address` turned out to hold: running there, once.

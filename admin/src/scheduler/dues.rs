@@ -3,7 +3,8 @@
 //! manual clock is noticed — or until something new arrives.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashSet};
+use std::hash::Hash;
 use std::time::Duration;
 
 use tokio::sync::{Notify, mpsc};
@@ -16,23 +17,37 @@ const MAX_SLEEP_MS: i64 = 1_000;
 
 /// An item with the millisecond it is due at; ordered by it first.
 pub trait DueAt: Ord + Copy {
+    /// What makes two items the same work, whatever their time.
+    type Key: Eq + Hash + Copy;
     fn due_at_ms(&self) -> i64;
+    fn key(&self) -> Self::Key;
 }
 
 impl DueAt for Due {
+    type Key = crate::domain::ids::RunId;
     fn due_at_ms(&self) -> i64 {
         self.at_ms
+    }
+    fn key(&self) -> Self::Key {
+        self.run_id
     }
 }
 
 impl DueAt for WorkflowDue {
+    type Key = (crate::domain::ids::WorkflowId, i64);
     fn due_at_ms(&self) -> i64 {
         self.at_ms
     }
+    fn key(&self) -> Self::Key {
+        (self.workflow_id, self.slot_ms)
+    }
 }
 
+/// The heap holds each piece of work once: the recovery monitor hands the timer the runs it
+/// finds unsent, and while a burst is worked off those are mostly runs the heap holds already.
 pub struct Dues<T: DueAt> {
     heap: BinaryHeap<Reverse<T>>,
+    held: HashSet<T::Key>,
     inbox: mpsc::UnboundedReceiver<T>,
 }
 
@@ -40,7 +55,14 @@ impl<T: DueAt> Dues<T> {
     pub fn new(inbox: mpsc::UnboundedReceiver<T>) -> Self {
         Self {
             heap: BinaryHeap::new(),
+            held: HashSet::new(),
             inbox,
+        }
+    }
+
+    fn push(&mut self, due: T) {
+        if self.held.insert(due.key()) {
+            self.heap.push(Reverse(due));
         }
     }
 
@@ -55,6 +77,7 @@ impl<T: DueAt> Dues<T> {
         let mut taken = Vec::new();
         while taken.len() < max && self.any_due(now_ms) {
             if let Some(Reverse(due)) = self.heap.pop() {
+                self.held.remove(&due.key());
                 taken.push(due);
             }
         }
@@ -70,10 +93,10 @@ impl<T: DueAt> Dues<T> {
         tokio::select! {
             received = self.inbox.recv() => match received {
                 Some(due) => {
-                    self.heap.push(Reverse(due));
+                    self.push(due);
                     // Take everything already queued before looking at the clock again.
                     while let Ok(more) = self.inbox.try_recv() {
-                        self.heap.push(Reverse(more));
+                        self.push(more);
                     }
                 }
                 None => return false,
@@ -120,6 +143,31 @@ mod tests {
         assert!(woke && !early && closed);
         assert_eq!(first, vec![due(10, 2), due(20, 3)]);
         assert_eq!(second, vec![due(30, 1)]);
+        workers.shutdown(Duration::from_secs(1)).await;
+    }
+
+    #[tokio::test]
+    async fn a_run_is_held_once_until_taken() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        // The plan's due, then the recovery monitor's copy of the same run, and another run.
+        for d in [due(10, 1), due(50, 1), due(20, 2)] {
+            tx.send(d).unwrap();
+        }
+        let (report, outcome) = tokio::sync::oneshot::channel();
+        let mut workers = crate::worker::Workers::new(std::sync::Arc::default());
+        workers.spawn("dues", move |mut worker| async move {
+            let mut dues = Dues::new(rx);
+            dues.wait(0, &Notify::new(), &mut worker).await;
+            let first = dues.take_due(100, 10);
+            // Taken, it may come back (a requeued run goes out again as the same run).
+            tx.send(due(60, 1)).unwrap();
+            dues.wait(100, &Notify::new(), &mut worker).await;
+            let again = dues.take_due(100, 10);
+            let _ = report.send((first, again));
+        });
+        let (first, again) = outcome.await.unwrap();
+        assert_eq!(first, vec![due(10, 1), due(20, 2)]);
+        assert_eq!(again, vec![due(60, 1)]);
         workers.shutdown(Duration::from_secs(1)).await;
     }
 }

@@ -18,6 +18,8 @@ use crate::lifecycle::Changes;
 use crate::state::AppState;
 use crate::worker::Worker;
 
+use super::Due;
+
 /// A pending run nobody took this long after its time lost its admin (or its admin is behind):
 /// send it from here. Taking a run is a compare-and-set, so helping a live admin is harmless.
 pub const ORPHAN_AFTER_MS: i64 = 3_000;
@@ -154,6 +156,17 @@ pub struct Recovered {
 /// # Errors
 /// The first database error (the runs not sent stay for the next pass).
 pub(super) async fn send_all(state: &AppState, run_ids: Vec<RunId>) -> Result<usize, Error> {
+    if state.scheduler.handovers().is_some() {
+        // This admin's timer runs: it sends them in its batches, and holds each run once. A run
+        // unsent past its time is mostly one of its own backlog while it works off a burst;
+        // sending those here too, run by run, competed with it for the same rows.
+        let now = state.clock.now_ms();
+        let count = run_ids.len();
+        state
+            .scheduler
+            .enqueue(run_ids.into_iter().map(|run_id| Due { at_ms: now, run_id }));
+        return Ok(count);
+    }
     let mut sent = 0;
     for chunk in run_ids.chunks(SEND_AT_ONCE) {
         let outcomes = futures_util::future::join_all(

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::clock::SharedClock;
-use crate::db::{AnyConnection, job, job_run, scheduler_lock, workflow};
+use crate::db::{AnyConnection, IN_LIST_MAX, job, job_run, scheduler_lock, workflow};
 use crate::domain::ids::JobId;
 use crate::domain::policy::RunStatus;
 use crate::domain::policy::TriggerKind;
@@ -25,8 +25,6 @@ use super::{Due, WorkflowDue};
 pub const PRE_READ_MS: i64 = 5_000;
 /// Jobs planned per pass; a fuller backlog is worked off by passes back to back.
 pub const BATCH: i64 = 2_000;
-/// Ids in one `IN (...)` list or rows in one insert at most.
-const IN_LIST_MAX: usize = 500;
 /// Fires of one job per pass.
 const MAX_FIRES_PER_JOB: usize = 1_000;
 

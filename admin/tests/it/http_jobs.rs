@@ -262,6 +262,16 @@ async fn bad_http_requests_are_refused_naming_the_field() {
             "a list of either",
         ),
         (
+            json!({"type": "http", "url": "http://example.com/", "expect_status": " "}),
+            "handler.expect_status",
+            "leave it out",
+        ),
+        (
+            json!({"type": "http", "url": "http://example.com/", "expect_status": [200, ""]}),
+            "handler.expect_status",
+            "leave it out",
+        ),
+        (
             json!({"type": "http", "url": "http://example.com/", "timeout_ms": 0}),
             "handler.timeout_ms",
             "between 1 and",

@@ -375,3 +375,83 @@ async fn xxl_job_executors_work_on_the_shared_token_only_where_allowed() {
     let refused = rpc(&app, "registry", None, &registration("sec-xxl", &other)).await;
     assert_eq!(refused["code"], 500, "{refused}");
 }
+
+/// A batch of results is stored with a few statements when every run is still open, and run
+/// by run when one already has its result: each result counts once, and so do its follow-ups.
+async fn a_batch_of_results_stores_each_once(mysql: bool) {
+    let app = TestApp::scheduling(mysql, &[]).await;
+    let group = app
+        .post(
+            "/api/v1/groups",
+            &app.admin,
+            json!({"app_name": "sec-batch", "title": "Batch", "allow_executors": true}),
+        )
+        .await;
+    let g = group.body["id"].as_i64().unwrap();
+    let executor = fake_executor(Executor::Accepting).await;
+    let answer = rpc(
+        &app,
+        "registry",
+        None,
+        &registration("sec-batch", &executor),
+    )
+    .await;
+    assert_eq!(answer["code"], 200, "{answer}");
+    let job = app
+        .job_from(
+            g,
+            json!({"name": "batched", "retry": {"count": 1, "backoff_s": 0},
+                "handler": {"type": "bean", "name": "demoJobHandler"}}),
+        )
+        .await;
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        let run = app.trigger(job, json!({})).await;
+        assert_eq!(run["status"], "running", "{run}");
+        ids.push(run["id"].as_i64().unwrap());
+    }
+    let result =
+        |id: i64, code: i32| json!({"logId": id, "logDateTim": app.now_ms(), "handleCode": code});
+    // All open: stored together, and the two retries (due at once) taken together.
+    let first = json!([
+        result(ids[0], 200),
+        result(ids[1], 500),
+        result(ids[3], 500)
+    ]);
+    assert_eq!(rpc(&app, "callback", None, &first).await["code"], 200);
+    // One already final, one named twice, the others open: stored one by one.
+    let second = json!([
+        result(ids[0], 500),
+        result(ids[2], 200),
+        result(ids[4], 200),
+        result(ids[4], 500)
+    ]);
+    assert_eq!(rpc(&app, "callback", None, &second).await["code"], 200);
+    let statuses: Vec<String> = {
+        let mut out = Vec::new();
+        for id in &ids {
+            out.push(app.run(*id).await["status"].as_str().unwrap().to_owned());
+        }
+        out
+    };
+    assert_eq!(
+        statuses,
+        ["succeeded", "failed", "succeeded", "failed", "succeeded"],
+        "the first result of each run is the one kept"
+    );
+    // A retry for each failure, once, sent to the executor: runs 2 and 4 failed.
+    let retries = wait_for(WITHIN, "the two retries", || async {
+        let runs = app.runs_of(job).await;
+        let retries: Vec<i64> = runs
+            .iter()
+            .filter(|r| r["attempt"] == 2 && r["status"] == "running")
+            .map(|r| r["first_run_id"].as_i64().unwrap())
+            .collect();
+        (retries.len() >= 2).then_some(retries)
+    })
+    .await;
+    let mut retried = retries.clone();
+    retried.sort_unstable();
+    assert_eq!(retried, vec![ids[1], ids[3]], "{retries:?}");
+}
+both_backends!(a_batch_of_results_stores_each_once);

@@ -444,7 +444,7 @@ pub fn claim(conn: &mut AnyConnection, id: RunId, now_ms: i64) -> Result<bool, E
 /// that is rolled back unless each was pending and unclaimed. Returns whether they were taken;
 /// when not, the caller claims them one by one to learn which are still free.
 pub fn claim_all(conn: &mut AnyConnection, ids: &[RunId], now_ms: i64) -> Result<bool, Error> {
-    let all = conn.transaction::<(), diesel::result::Error, _>(|conn| {
+    super::all_or_none(conn, ids.len(), |conn| {
         let mut taken = 0;
         for chunk in ids.chunks(super::IN_LIST_MAX) {
             taken += diesel::update(
@@ -456,17 +456,8 @@ pub fn claim_all(conn: &mut AnyConnection, ids: &[RunId], now_ms: i64) -> Result
             .set(job_run::triggered_ms.eq(now_ms))
             .execute(conn)?;
         }
-        if taken == ids.len() {
-            Ok(())
-        } else {
-            Err(diesel::result::Error::RollbackTransaction)
-        }
-    });
-    match all {
-        Ok(()) => Ok(true),
-        Err(diesel::result::Error::RollbackTransaction) => Ok(false),
-        Err(e) => Err(e.into()),
-    }
+        Ok(taken)
+    })
 }
 
 /// Ends a run that is not final yet with a status the admin decided (skipped, lost, timed out,
@@ -728,22 +719,13 @@ pub fn record_results_all(
     conn: &mut AnyConnection,
     results: &[(RunId, &RunResult)],
 ) -> Result<bool, Error> {
-    let all = conn.transaction::<(), diesel::result::Error, _>(|conn| {
+    super::all_or_none(conn, results.len(), |conn| {
         let mut stored = 0;
         for chunk in results.chunks(40) {
             stored += results_update(chunk).execute(conn)?;
         }
-        if stored == results.len() {
-            Ok(())
-        } else {
-            Err(diesel::result::Error::RollbackTransaction)
-        }
-    });
-    match all {
-        Ok(()) => Ok(true),
-        Err(diesel::result::Error::RollbackTransaction) => Ok(false),
-        Err(e) => Err(e.into()),
-    }
+        Ok(stored)
+    })
 }
 
 fn results_update<'a>(chunk: &[(RunId, &'a RunResult)]) -> RowsUpdate<'a> {

@@ -103,6 +103,32 @@ pub fn in_transaction<T>(
     }
 }
 
+/// Runs `write` in a savepoint and keeps what it wrote only if it changed exactly `expected`
+/// rows: a batch's conditional writes, all or none, so a refused batch can be done again row by
+/// row to learn which rows the condition held for. Returns whether it was kept.
+///
+/// # Errors
+/// Database errors.
+pub fn all_or_none(
+    conn: &mut AnyConnection,
+    expected: usize,
+    write: impl FnOnce(&mut AnyConnection) -> diesel::QueryResult<usize>,
+) -> Result<bool, Error> {
+    use diesel::Connection;
+    let kept = conn.transaction::<(), diesel::result::Error, _>(|conn| {
+        if write(conn)? == expected {
+            Ok(())
+        } else {
+            Err(diesel::result::Error::RollbackTransaction)
+        }
+    });
+    match kept {
+        Ok(()) => Ok(true),
+        Err(diesel::result::Error::RollbackTransaction) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Whether writing a batch of rows with one statement beats a kept statement per row. On MySQL
 /// every statement is a round trip to the server. SQLite runs in this process, where a kept
 /// single-row statement costs microseconds and a batch's `CASE` statement must be parsed anew

@@ -203,7 +203,10 @@ impl Bench {
         let mut agents = Vec::new();
         for i in 0..n {
             let data = self._dir.path().join(format!("agent-{i}"));
-            let mut command = Command::new(bin_dir().join("jobfleet-agent"));
+            // `SCHED_BENCH_AGENT=path` runs another agent binary (an A/B of two builds).
+            let binary = std::env::var_os("SCHED_BENCH_AGENT")
+                .map_or_else(|| bin_dir().join("jobfleet-agent"), PathBuf::from);
+            let mut command = Command::new(binary);
             if let Some(mode) = mode {
                 command.env("JOBFLEET_AGENT_MODE", mode.as_str());
             }

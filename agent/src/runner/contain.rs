@@ -17,6 +17,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::io::Read;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use nix::sys::signal::{Signal, kill};
@@ -43,7 +44,14 @@ pub fn become_subreaper() -> nix::Result<()> {
 #[derive(Default)]
 pub struct Containment {
     leaders: Mutex<HashMap<i32, i64>>,
+    /// Leaders reaped so far.
+    reaps: AtomicU64,
+    /// A look for strays found none after this many reaps (`has_strays`).
+    clean_through: AtomicU64,
 }
+
+/// A run id no run has: `orphans` for it finds the orphans of every ended run and the untagged.
+const NO_RUN: i64 = i64::MIN;
 
 /// The direct children of `pid` (all its threads'), from `/proc`.
 fn children(pid: &str) -> Vec<i32> {
@@ -67,7 +75,7 @@ fn read_children(path: &std::path::Path, out: &mut Vec<i32>) {
 }
 
 /// The agent's children a sweep looks at, read from a few threads instead of all of them (the
-/// agent has two blocking threads per run going, and reading every thread's list at every run's
+/// agent's blocking pool can hold dozens of threads, and reading every thread's list at every run's
 /// end cost more than the run's start): the kernel re-parents an orphan to its subreaper's first
 /// live thread, the main one, and a run is the child of the thread that forked its spawner.
 /// Nothing else of the agent starts processes.
@@ -129,6 +137,21 @@ fn tag(pid: i32) -> Tag {
     }
 }
 
+/// The agent's children a sweep for `run_id` ends: no run's leader (nor the spawner), and
+/// tagged with this run, with a run no longer going, or not tagged.
+fn orphans(leaders: &HashMap<i32, i64>, run_id: i64, children: Vec<i32>) -> Vec<i32> {
+    let going: HashSet<i64> = leaders.values().copied().collect();
+    let spawner = super::spawner::pid();
+    children
+        .into_iter()
+        .filter(|child| !leaders.contains_key(child) && Some(*child) != spawner)
+        .filter(|child| match tag(*child) {
+            Tag::Run(id) => id == run_id || !going.contains(&id),
+            Tag::Missing => true,
+        })
+        .collect()
+}
+
 impl Containment {
     fn lock(&self) -> MutexGuard<'_, HashMap<i32, i64>> {
         self.leaders
@@ -158,7 +181,34 @@ impl Containment {
     pub fn reaping(&self, pid: i32) -> MutexGuard<'_, HashMap<i32, i64>> {
         let mut leaders = self.lock();
         leaders.remove(&pid);
+        self.reaps.fetch_add(1, Ordering::AcqRel);
         leaders
+    }
+
+    /// Whether a sweep for `run_id` after its leader was reaped would find anything: a few
+    /// reads of `/proc`, so that a run that left nothing needs no blocking thread to sweep it.
+    /// `reaped` is `reaped_so_far` read after the run's leader was reaped. Everything a run
+    /// left is an orphan of the agent from the moment its leader exited, so one look that finds
+    /// no orphan of an ended run answers for every run reaped before it: runs that end together
+    /// share it (their waiters yield before asking), and a burst does not read the agent's
+    /// children, each going run among them, once per run.
+    pub fn has_strays(&self, reaped: u64) -> bool {
+        if self.clean_through.load(Ordering::Acquire) >= reaped {
+            return false;
+        }
+        let leaders = self.lock();
+        // Reaps are counted under this lock, so this look starts after every one counted here.
+        let through = self.reaps.load(Ordering::Acquire);
+        let found = !orphans(&leaders, NO_RUN, agent_children()).is_empty();
+        if !found {
+            self.clean_through.fetch_max(through, Ordering::AcqRel);
+        }
+        found
+    }
+
+    /// How many leaders were reaped so far (see `has_strays`).
+    pub fn reaped_so_far(&self) -> u64 {
+        self.reaps.load(Ordering::Acquire)
     }
 
     /// Sends `signal` to everything of `run_id`: the tree of `leader` (while it lives) and the
@@ -180,20 +230,9 @@ impl Containment {
                 {
                     victims.extend(tree(pid));
                 }
-                let going: HashSet<i64> = leaders.values().copied().collect();
-                let spawner = super::spawner::pid();
-                for child in agent_children() {
-                    if leaders.contains_key(&child) || Some(child) == spawner {
-                        continue;
-                    }
-                    let ours = match tag(child) {
-                        Tag::Run(id) => id == run_id || !going.contains(&id),
-                        Tag::Missing => true,
-                    };
-                    if ours {
-                        victims.extend(tree(child));
-                        orphans_killed.push(child);
-                    }
+                for child in orphans(&leaders, run_id, agent_children()) {
+                    victims.extend(tree(child));
+                    orphans_killed.push(child);
                 }
                 for pid in &victims {
                     if kill(Pid::from_raw(*pid), signal).is_ok() {

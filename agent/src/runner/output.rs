@@ -1,4 +1,4 @@
-//! A run's output: the child's stdout and stderr go into one pipe, and a copier thread moves
+//! A run's output: the child's stdout and stderr go into one pipe, and a copier task moves
 //! them into the run's log file, capped and watched.
 //!
 //! The cap keeps the head and the tail. The first half of `max_bytes` is written live; beyond
@@ -141,121 +141,225 @@ fn mib(bytes: u64) -> String {
     }
 }
 
-/// Copies `source` into the log at `log_path` until end of file; blocks, so run it on a
-/// blocking thread. Never fails: what went wrong is in the outcome.
-pub fn copy(mut source: File, log_path: &Path, limits: OutputLimits) -> Outcome {
-    let mut outcome = Outcome::default();
-    let mut log = match OpenOptions::new().append(true).create(true).open(log_path) {
-        Ok(f) => Some(f),
+/// Output up to this many bytes is copied on the run's own task; a run that writes more has the
+/// rest copied on a blocking thread, so that writing a talkative run's log never holds up the
+/// other runs on the agent's thread. Most runs write far less, and a thread per run was a
+/// measurable part of the agent's CPU per run (BENCHMARKS.md).
+const INLINE_BYTES: u64 = 256 * 1024;
+
+/// Copies the output pipe `source` into the log (`log`, the run's log file opened for append,
+/// at `log_path`) until end of file. Never fails: what went wrong is in the outcome.
+pub async fn copy(
+    source: File,
+    log: std::io::Result<File>,
+    log_path: PathBuf,
+    limits: OutputLimits,
+) -> Outcome {
+    let mut copier = Copier::new(log, &log_path, limits);
+    let pipe = match tokio::net::unix::pipe::Receiver::from_file(source) {
+        Ok(pipe) => pipe,
         Err(e) => {
-            outcome.stopped = Some(format!("cannot open the log: {e}"));
-            None
+            copier.read_failed(&e);
+            return copier.finish();
         }
     };
-    let head_cap = limits.max_bytes / 2;
-    let mut ring = Ring {
-        path: log_path.with_extension("log.tail"),
-        file: None,
-        cap: limits.max_bytes - head_cap,
-        written: 0,
-    };
-    let dir = log_path.parent().unwrap_or(Path::new("."));
-    let mut head: u64 = 0;
-    let mut last_byte = b'\n';
-    // Said once, when the first byte beyond the head arrives, whether or not a read happens
-    // to end exactly at the head's end.
-    let mut held_back_said = false;
-    let mut next_check: u64 = 0;
     let mut buf = vec![0u8; CHUNK];
     loop {
-        let n = match source.read(&mut buf) {
+        if copier.outcome.total_bytes > INLINE_BYTES {
+            return match pipe.into_blocking_fd() {
+                Ok(fd) => {
+                    let rest = tokio::task::spawn_blocking(move || {
+                        copier.drain(File::from(fd), &mut buf);
+                        copier.finish()
+                    });
+                    rest.await.unwrap_or_else(|e| Outcome {
+                        stopped: Some(format!("the log copier failed: {e}")),
+                        ..Outcome::default()
+                    })
+                }
+                Err(e) => {
+                    copier.read_failed(&e);
+                    copier.finish()
+                }
+            };
+        }
+        if let Err(e) = pipe.readable().await {
+            copier.read_failed(&e);
+            break;
+        }
+        match pipe.try_read(&mut buf) {
             Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Ok(n) => copier.take(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                ) => {}
             Err(e) => {
-                outcome
-                    .stopped
-                    .get_or_insert(format!("cannot read the output: {e}"));
+                copier.read_failed(&e);
                 break;
             }
+        }
+    }
+    copier.finish()
+}
+
+/// Moves a run's output into its log, chunk by chunk: the head, the held-back notice, the ring
+/// of the tail, and the free-space watch.
+struct Copier {
+    outcome: Outcome,
+    /// None once logging stopped: what follows is drained and counted, not written.
+    log: Option<File>,
+    ring: Ring,
+    dir: PathBuf,
+    limits: OutputLimits,
+    head_cap: u64,
+    head: u64,
+    last_byte: u8,
+    /// Said once, when the first byte beyond the head arrives, whether or not a read happens
+    /// to end exactly at the head's end.
+    held_back_said: bool,
+    next_check: u64,
+}
+
+impl Copier {
+    fn new(log: std::io::Result<File>, log_path: &Path, limits: OutputLimits) -> Self {
+        let mut outcome = Outcome::default();
+        let log = log
+            .map_err(|e| outcome.stopped = Some(format!("cannot open the log: {e}")))
+            .ok();
+        let head_cap = limits.max_bytes / 2;
+        Self {
+            outcome,
+            log,
+            ring: Ring {
+                path: log_path.with_extension("log.tail"),
+                file: None,
+                cap: limits.max_bytes - head_cap,
+                written: 0,
+            },
+            dir: log_path.parent().unwrap_or(Path::new(".")).to_path_buf(),
+            limits,
+            head_cap,
+            head: 0,
+            last_byte: b'\n',
+            held_back_said: false,
+            next_check: 0,
+        }
+    }
+
+    fn read_failed(&mut self, e: &std::io::Error) {
+        self.outcome
+            .stopped
+            .get_or_insert(format!("cannot read the output: {e}"));
+    }
+
+    /// Reads `source` to its end, blocking.
+    fn drain(&mut self, mut source: File, buf: &mut [u8]) {
+        loop {
+            match source.read(buf) {
+                Ok(0) => break,
+                Ok(n) => self.take(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.read_failed(&e);
+                    break;
+                }
+            }
+        }
+    }
+
+    /// One chunk of output.
+    fn take(&mut self, mut chunk: &[u8]) {
+        self.outcome.total_bytes += chunk.len() as u64;
+        let Some(file) = self.log.as_mut() else {
+            return; // Logging stopped: drain so the job never blocks on a full pipe.
         };
-        outcome.total_bytes += n as u64;
-        let Some(file) = log.as_mut() else {
-            continue; // Logging stopped: drain so the job never blocks on a full pipe.
-        };
-        if outcome.total_bytes >= next_check {
-            next_check = outcome.total_bytes + CHECK_EVERY;
-            if let Ok(free) = free_bytes(dir)
-                && free < limits.min_free_bytes
+        if self.outcome.total_bytes >= self.next_check {
+            self.next_check = self.outcome.total_bytes + CHECK_EVERY;
+            if let Ok(free) = free_bytes(&self.dir)
+                && free < self.limits.min_free_bytes
             {
                 let why = format!(
                     "free space on the log disk is below {} ({} left)",
-                    mib(limits.min_free_bytes),
+                    mib(self.limits.min_free_bytes),
                     mib(free)
                 );
                 let _ = writeln!(
                     file,
                     "{}[jobfleet-agent] logging stopped: {why}; the run goes on",
-                    if last_byte == b'\n' { "" } else { "\n" }
+                    if self.last_byte == b'\n' { "" } else { "\n" }
                 );
-                outcome.stopped = Some(why);
-                log = None;
-                continue;
+                self.outcome.stopped = Some(why);
+                self.log = None;
+                return;
             }
         }
-        let mut chunk = &buf[..n];
         let result = (|| -> std::io::Result<()> {
-            if head < head_cap {
-                let take = (head_cap - head).min(chunk.len() as u64) as usize;
+            if self.head < self.head_cap {
+                let take = (self.head_cap - self.head).min(chunk.len() as u64) as usize;
                 file.write_all(&chunk[..take])?;
-                head += take as u64;
+                self.head += take as u64;
                 if take > 0 {
-                    last_byte = chunk[take - 1];
+                    self.last_byte = chunk[take - 1];
                 }
                 chunk = &chunk[take..];
             }
-            if !chunk.is_empty() && !held_back_said {
-                held_back_said = true;
+            if !chunk.is_empty() && !self.held_back_said {
+                self.held_back_said = true;
                 writeln!(
                     file,
                     "{}[jobfleet-agent] output beyond the first {} is held back; its last {} \
                      follow when the run ends (log_max_bytes)",
-                    if last_byte == b'\n' { "" } else { "\n" },
-                    mib(head_cap),
-                    mib(ring.cap)
+                    if self.last_byte == b'\n' { "" } else { "\n" },
+                    mib(self.head_cap),
+                    mib(self.ring.cap)
                 )?;
-                last_byte = b'\n';
+                self.last_byte = b'\n';
             }
-            ring.push(chunk)
+            self.ring.push(chunk)
         })();
         if let Err(e) = result {
-            outcome.stopped = Some(format!("cannot write the log: {e}"));
-            log = None;
+            self.outcome.stopped = Some(format!("cannot write the log: {e}"));
+            self.log = None;
         }
     }
-    outcome.cut_bytes = ring.cut();
-    if let Some(mut file) = log
-        && ring.written > 0
-    {
-        let result = (|| -> std::io::Result<()> {
-            if outcome.cut_bytes > 0 {
-                writeln!(
-                    file,
-                    "{}[jobfleet-agent] log capped at {} (log_max_bytes): {} bytes cut here; the \
-                     last {} follow",
-                    if last_byte == b'\n' { "" } else { "\n" },
-                    mib(limits.max_bytes),
-                    outcome.cut_bytes,
-                    mib(ring.cap)
-                )?;
+
+    /// Appends the tail held back, after a line saying what was cut.
+    fn finish(self) -> Outcome {
+        let Self {
+            mut outcome,
+            log,
+            ring,
+            last_byte,
+            limits,
+            ..
+        } = self;
+        outcome.cut_bytes = ring.cut();
+        if let Some(mut file) = log
+            && ring.written > 0
+        {
+            let (cut, ring_cap) = (outcome.cut_bytes, ring.cap);
+            let result = (|| -> std::io::Result<()> {
+                if cut > 0 {
+                    writeln!(
+                        file,
+                        "{}[jobfleet-agent] log capped at {} (log_max_bytes): {} bytes cut here; \
+                         the last {} follow",
+                        if last_byte == b'\n' { "" } else { "\n" },
+                        mib(limits.max_bytes),
+                        cut,
+                        mib(ring_cap)
+                    )?;
+                }
+                ring.drain_into(&mut file)
+            })();
+            if let Err(e) = result {
+                outcome.stopped = Some(format!("cannot write the log's tail: {e}"));
             }
-            ring.drain_into(&mut file)
-        })();
-        if let Err(e) = result {
-            outcome.stopped = Some(format!("cannot write the log's tail: {e}"));
         }
+        outcome
     }
-    outcome
 }
 
 #[cfg(test)]
@@ -269,7 +373,12 @@ mod tests {
         let (read, mut write) = pipe().unwrap();
         let data = output.to_vec();
         let writer = std::thread::spawn(move || write.write_all(&data).unwrap());
-        let outcome = copy(read, &log, limits);
+        let file = OpenOptions::new().append(true).create(true).open(&log);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let outcome = runtime.block_on(copy(read, file, log.clone(), limits));
         writer.join().unwrap();
         let text = std::fs::read(&log).unwrap_or_default();
         (outcome, text, dir)
@@ -348,5 +457,33 @@ mod tests {
             String::from_utf8_lossy(&text)
         );
         assert!(text.len() < CHUNK);
+    }
+
+    #[test]
+    fn a_talkative_run_is_copied_whole_past_the_part_copied_inline() {
+        let mut data = Vec::new();
+        let mut i = 0;
+        while data.len() < 3 * INLINE_BYTES as usize {
+            data.extend_from_slice(format!("line {i:07}\n").as_bytes());
+            i += 1;
+        }
+        let limits = OutputLimits {
+            max_bytes: 64 << 20,
+            min_free_bytes: 0,
+        };
+        let (outcome, text, _dir) = run(&data, limits);
+        assert_eq!(
+            outcome,
+            Outcome {
+                total_bytes: data.len() as u64,
+                ..Outcome::default()
+            }
+        );
+        assert!(
+            text == data,
+            "{} of {} bytes logged",
+            text.len(),
+            data.len()
+        );
     }
 }

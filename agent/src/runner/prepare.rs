@@ -22,15 +22,29 @@ pub const STARTED_MODE: u32 = 0o1600;
 impl RunLog {
     pub fn open(path: PathBuf) -> std::io::Result<Self> {
         use std::os::unix::fs::OpenOptionsExt;
-        path.parent().map(std::fs::create_dir_all).transpose()?;
         // Read too: a note looks at the last byte to start on a line of its own.
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .read(true)
-            .append(true)
-            .mode(0o600)
-            .open(&path)?;
+        let open = || {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .read(true)
+                .append(true)
+                .mode(0o600)
+                .open(&path)
+        };
+        // The day's folder is made by the first run of the day, not looked for by every run.
+        let file = match open() {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                path.parent().map(std::fs::create_dir_all).transpose()?;
+                open()?
+            }
+            other => other?,
+        };
         Ok(Self { path, file })
+    }
+
+    /// The log opened again for the output copier (the same open file, appending).
+    pub fn writer(&self) -> std::io::Result<File> {
+        self.file.try_clone()
     }
 
     /// The file the run's process marks as it starts (`STARTED_MODE`).

@@ -1,7 +1,10 @@
 //! Starting a run's process: its own process group, output into the run's output pipe, the job's
 //! context in the environment and arguments, and — before exec — joining the run's cgroup,
 //! applying rlimits and dropping to the run-as user; then waiting for it with its rusage.
-#![allow(unsafe_code, reason = "waitid and wait4 need libc to reap with rusage")]
+#![allow(
+    unsafe_code,
+    reason = "pidfd_open, waitid and wait4 need libc to watch and reap with rusage"
+)]
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -88,6 +91,25 @@ pub struct Exit {
     pub signal: Option<i32>,
     pub cpu_ms: u64,
     pub max_rss_kb: u64,
+}
+
+/// Becomes readable once `pid` (a child of this process) has exited, without reaping it: a
+/// pidfd on the runtime's reactor, so that waiting for a run takes no thread of its own.
+///
+/// # Errors
+/// When the kernel has no pidfds (before Linux 5.3): the caller then waits on a blocking thread.
+pub fn exit_watch(pid: i32) -> std::io::Result<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the descriptor was just returned to us and nothing else owns it.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as std::os::fd::RawFd) };
+    // SAFETY: the AsyncFd owns the descriptor, so it stays open and the same for its lifetime.
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+        .map_err(std::io::Error::from)
 }
 
 /// Blocks until `pid` exits, calls `before_reap` while it is still a zombie (its pid cannot

@@ -8,6 +8,7 @@ use nix::sys::signal::Signal;
 use tokio::sync::oneshot;
 use tokio::task::{JoinError, JoinHandle};
 
+use super::contain::Containment;
 use super::prepare::{Launch, RunLog};
 use super::{Prepared, Runner, StopReason, kill, limits, output, spawn};
 use crate::protocol::{Limits, RunOutcome, Usage};
@@ -36,6 +37,46 @@ pub(super) struct NotRun {
 /// The leader's exit, and how many processes the sweep after it ended.
 type Waited = (std::io::Result<spawn::Exit>, usize);
 type Waiter = JoinHandle<Waited>;
+
+/// Waits for the leader's exit and reaps it; then whatever the run left behind (a background
+/// daemon, a `setsid` escapee) ends with it: nothing of a run outlives its result unnoticed.
+/// The exit is watched on the runtime through a pidfd, and a blocking thread sweeps only a run
+/// that left something; where pidfds are missing, all of it happens on a blocking thread.
+fn watch_exit(containment: Arc<Containment>, run_id: i64, pid: i32) -> Waiter {
+    let on_a_thread = {
+        let containment = containment.clone();
+        move || {
+            let exit = spawn::wait(pid, || containment.reaping(pid));
+            kill::signal_group(pid, Signal::SIGKILL);
+            let leftovers = containment.sweep(run_id, None, Signal::SIGKILL);
+            (exit, leftovers)
+        }
+    };
+    let Ok(watch) = spawn::exit_watch(pid) else {
+        return tokio::task::spawn_blocking(on_a_thread);
+    };
+    tokio::spawn(async move {
+        if watch.readable().await.is_err() {
+            return tokio::task::spawn_blocking(on_a_thread)
+                .await
+                .unwrap_or_else(|e| (Err(std::io::Error::other(e)), 0));
+        }
+        // It has exited: the wait returns at once.
+        let exit = spawn::wait(pid, || containment.reaping(pid));
+        let reaped = containment.reaped_so_far();
+        kill::signal_group(pid, Signal::SIGKILL);
+        // The runs that ended with this one reap first; one look for strays then serves them all.
+        tokio::task::yield_now().await;
+        let leftovers = if containment.has_strays(reaped) {
+            tokio::task::spawn_blocking(move || containment.sweep(run_id, None, Signal::SIGKILL))
+                .await
+                .unwrap_or(0)
+        } else {
+            0
+        };
+        (exit, leftovers)
+    })
+}
 
 impl Runner {
     /// Spawns the run, waits for it (or stops it), and cleans up after it: its process tree,
@@ -99,20 +140,13 @@ impl Runner {
         let start_latency_us =
             u64::try_from(prepared.received.elapsed().as_micros()).unwrap_or(u64::MAX);
         tracing::info!(run_id, job_id = trigger.job_id, pid, "Run started");
-        let copier = tokio::task::spawn_blocking({
-            let (path, limits) = (log.path.clone(), self.config.output);
-            move || output::copy(output_read, &path, limits)
-        });
-        let containment = self.containment.clone();
-        let waiter = tokio::task::spawn_blocking(move || {
-            let exit = spawn::wait(pid, || containment.reaping(pid));
-            // Whatever the run left behind (a background daemon, a `setsid` escapee) ends with
-            // it: nothing of a run outlives its result unnoticed. Swept on the waiter's thread,
-            // not on one more blocking thread per run.
-            kill::signal_group(pid, Signal::SIGKILL);
-            let leftovers = containment.sweep(run_id, None, Signal::SIGKILL);
-            (exit, leftovers)
-        });
+        let copier = tokio::spawn(output::copy(
+            output_read,
+            log.writer(),
+            log.path.clone(),
+            self.config.output,
+        ));
+        let waiter = watch_exit(self.containment.clone(), run_id, pid);
         let (waited, stopped) = self.wait_or_stop(prepared, pid, waiter, stop_rx, log).await;
         let (exit, leftovers) = match waited {
             Ok((exit, leftovers)) => (Ok(exit), leftovers),

@@ -1,5 +1,5 @@
 //! Webhook delivery: one JSON POST per alert, shaped for the receiver (`generic`, DingTalk,
-//! Feishu, Slack) and signed when the channel has a secret.
+//! Feishu, Slack, WeCom) and signed when the channel has a secret.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -70,6 +70,23 @@ pub fn generic_signature(secret: &str, body: &[u8]) -> String {
     )
 }
 
+/// WeCom refuses a markdown message over 4,096 bytes (errcode 40058): a long alert is cut on a
+/// character boundary, saying so, rather than lost.
+const WECOM_MAX_BYTES: usize = 4096;
+
+fn wecom_markdown(message: &Outgoing) -> String {
+    let full = format!("### {}\n{}", message.title, message.text.trim_end());
+    if full.len() <= WECOM_MAX_BYTES {
+        return full;
+    }
+    const CUT: &str = "\n…(cut)";
+    let mut end = WECOM_MAX_BYTES - CUT.len();
+    while !full.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{CUT}", &full[..end])
+}
+
 fn chat_text(message: &Outgoing) -> String {
     format!("{}\n{}", message.title, message.text.trim_end())
 }
@@ -114,6 +131,11 @@ pub fn request(
             body
         }
         WebhookFormat::Slack => json!({"text": chat_text(message)}),
+        // WeCom (企业微信) group robot: the key is in the URL, nothing is signed.
+        WebhookFormat::Wecom => json!({
+            "msgtype": "markdown",
+            "markdown": {"content": wecom_markdown(message)},
+        }),
     };
     let body = serde_json::to_vec(&body).map_err(|e| format!("encoding the body: {e}"))?;
     if format == WebhookFormat::Generic
@@ -137,11 +159,11 @@ fn excerpt(text: &str) -> String {
     out
 }
 
-/// DingTalk and Feishu answer HTTP 200 with an error code in the body (bad signature, keyword
-/// filter, rate limit): a non-zero `errcode`/`code` is a failure too.
+/// DingTalk, Feishu and WeCom answer HTTP 200 with an error code in the body (bad signature or
+/// key, keyword filter, rate limit): a non-zero `errcode`/`code` is a failure too.
 fn app_error(format: WebhookFormat, body: &str) -> Option<String> {
     let field = match format {
-        WebhookFormat::Dingtalk => "errcode",
+        WebhookFormat::Dingtalk | WebhookFormat::Wecom => "errcode",
         WebhookFormat::Feishu => "code",
         _ => return None,
     };
@@ -158,8 +180,8 @@ fn app_error(format: WebhookFormat, body: &str) -> Option<String> {
 /// Posts `message` to the webhook; `Err` says why in a line fit for `last_error`.
 ///
 /// # Errors
-/// Connection failures, timeouts, non-2xx answers (status and a body excerpt), and DingTalk or
-/// Feishu error codes.
+/// Connection failures, timeouts, non-2xx answers (status and a body excerpt), and DingTalk,
+/// Feishu or WeCom error codes.
 pub async fn send(
     client: &reqwest::Client,
     format: WebhookFormat,
@@ -318,5 +340,37 @@ mod tests {
             .is_some()
         );
         assert!(app_error(WebhookFormat::Generic, r#"{"code":1}"#).is_none());
+        assert!(app_error(WebhookFormat::Wecom, r#"{"errcode":0,"errmsg":"ok"}"#).is_none());
+        let refused = app_error(
+            WebhookFormat::Wecom,
+            r#"{"errcode":93000,"errmsg":"invalid webhook url"}"#,
+        )
+        .unwrap();
+        assert!(refused.contains("wecom answered errcode 93000"), "{refused}");
+    }
+
+    #[test]
+    fn a_wecom_robot_gets_markdown_and_its_key_stays_in_the_url() {
+        let url = "https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=693a91f6";
+        let wecom = request(WebhookFormat::Wecom, url, None, &message(), 0).unwrap();
+        assert_eq!(wecom.url, url);
+        assert!(wecom.headers.is_empty());
+        let b = body(&wecom);
+        assert_eq!(b["msgtype"], "markdown");
+        let content = b["markdown"]["content"].as_str().unwrap();
+        assert!(
+            content.starts_with("### [jobfleet] run failed: nightly (run 42)\n"),
+            "{content}"
+        );
+        assert!(content.contains("Status: failed"), "{content}");
+
+        // Over WeCom's 4,096 bytes: cut on a character boundary, saying so.
+        let mut long = message();
+        long.text = "任务失败 ".repeat(1000);
+        let b = body(&request(WebhookFormat::Wecom, url, None, &long, 0).unwrap());
+        let content = b["markdown"]["content"].as_str().unwrap();
+        assert!(content.len() <= WECOM_MAX_BYTES, "{}", content.len());
+        assert!(content.len() > WECOM_MAX_BYTES - 16, "{}", content.len());
+        assert!(content.ends_with("…(cut)"), "{content}");
     }
 }

@@ -15,7 +15,7 @@ pub struct AlertChannel {
     pub name: String,
     /// `email` or `webhook`.
     pub kind: ChannelKind,
-    /// Webhooks: `generic`, `dingtalk`, `feishu` or `slack`.
+    /// Webhooks: `generic`, `dingtalk`, `feishu`, `slack` or `wecom`.
     pub format: Option<WebhookFormat>,
     /// Comma-separated recipients, or the webhook URL.
     pub target: String,

@@ -36,6 +36,15 @@ string_enum! {
         Dingtalk => "dingtalk",
         Feishu => "feishu",
         Slack => "slack",
+        Wecom => "wecom",
+    }
+}
+
+impl WebhookFormat {
+    /// Whether a channel of this format uses a secret: the robots that sign (DingTalk,
+    /// Feishu) and the generic webhook's HMAC. Slack and WeCom carry their key in the URL.
+    pub fn takes_secret(self) -> bool {
+        matches!(self, Self::Generic | Self::Dingtalk | Self::Feishu)
     }
 }
 
@@ -163,7 +172,7 @@ pub struct ChannelInput {
     /// `email` or `webhook`.
     #[schema(example = "webhook")]
     pub kind: String,
-    /// Webhooks: `generic` (default), `dingtalk`, `feishu` or `slack`.
+    /// Webhooks: `generic` (default), `dingtalk`, `feishu`, `slack` or `wecom`.
     pub format: Option<String>,
     /// Email: comma-separated recipient addresses. Webhook: the http(s) URL.
     pub target: String,
@@ -291,11 +300,7 @@ impl ChannelInput {
             None => SecretChange::Keep,
             Some(s) if s.is_empty() => SecretChange::Clear,
             Some(s) => {
-                let takes_secret = matches!(
-                    format,
-                    Some(WebhookFormat::Generic | WebhookFormat::Dingtalk | WebhookFormat::Feishu)
-                );
-                if !takes_secret {
+                if !format.is_some_and(WebhookFormat::takes_secret) {
                     return Err(Error::invalid(
                         "secret",
                         format!(
@@ -498,6 +503,10 @@ mod tests {
             (input("webhook", None, "nope", None), "target"),
             (
                 input("webhook", Some("slack"), "http://x/", Some("s")),
+                "secret",
+            ),
+            (
+                input("webhook", Some("wecom"), "http://x/", Some("s")),
                 "secret",
             ),
             (input("email", None, "a@b.c", Some("s")), "secret"),

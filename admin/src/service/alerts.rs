@@ -22,7 +22,7 @@ pub struct ChannelView {
     pub name: String,
     /// `email` or `webhook`.
     pub kind: String,
-    /// Webhooks: `generic`, `dingtalk`, `feishu` or `slack`.
+    /// Webhooks: `generic`, `dingtalk`, `feishu`, `slack` or `wecom`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub format: Option<String>,
     /// Recipients or URL. Non-admins see a webhook URL cut to its origin: robot URLs carry
@@ -127,10 +127,7 @@ fn fields(
     old_secret: Option<String>,
     now: i64,
 ) -> alert_channel::ChannelFields {
-    let takes_secret = matches!(
-        spec.format,
-        Some(WebhookFormat::Generic | WebhookFormat::Dingtalk | WebhookFormat::Feishu)
-    );
+    let takes_secret = spec.format.is_some_and(WebhookFormat::takes_secret);
     let secret = match &spec.secret {
         SecretChange::Keep if takes_secret => old_secret,
         SecretChange::Set(s) => Some(s.clone()),

@@ -212,12 +212,18 @@ async fn webhook_formats_are_signed_and_a_failed_delivery_is_retried(app: &TestA
         "target": hooks.url("/slack")}),
     )
     .await;
+    let wecom = channel(
+        app,
+        json!({"name": "wecom", "kind": "webhook", "format": "wecom",
+        "target": hooks.url("/wecom?key=wk-1")}),
+    )
+    .await;
     let g = app.group("alert-hooks").await;
-    let job = failing_job(app, g, "hooked", &[generic, ding, feishu, slack]).await;
+    let job = failing_job(app, g, "hooked", &[generic, ding, feishu, slack, wecom]).await;
     let run = fail_once(app, job).await;
 
     let written = events(app, &format!("job_id={job}")).await;
-    assert_eq!(written.len(), 4, "one event per channel: {written:?}");
+    assert_eq!(written.len(), 5, "one event per channel: {written:?}");
     for e in &written {
         assert_eq!(
             (e["kind"].as_str(), e["status"].as_str()),
@@ -230,7 +236,7 @@ async fn webhook_formats_are_signed_and_a_failed_delivery_is_retried(app: &TestA
         .unwrap();
     assert_eq!(
         (done.sent, done.retrying, done.failed),
-        (4, 0, 0),
+        (5, 0, 0),
         "{done:?}"
     );
     assert!(
@@ -306,6 +312,16 @@ async fn webhook_formats_are_signed_and_a_failed_delivery_is_retried(app: &TestA
             .as_str()
             .unwrap()
             .contains(&format!("run {run}"))
+    );
+
+    let hit = &hooks.hits("/wecom")[0];
+    assert_eq!(hit.query["key"], "wk-1");
+    let body = hit.json();
+    assert_eq!(body["msgtype"], "markdown");
+    let content = body["markdown"]["content"].as_str().unwrap();
+    assert!(
+        content.contains("hooked") && content.contains(&format!("Run: {run}")),
+        "{content}"
     );
 
     // 500 first: the event waits 10 s, then goes out on its second attempt.
@@ -683,6 +699,13 @@ async fn bad_input_and_roles_are_refused(app: &TestApp) {
         (
             "secret on slack",
             json!({"name": "x", "kind": "webhook", "format": "slack", "target": "http://h/", "secret": "s"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_field",
+            Some("secret"),
+        ),
+        (
+            "secret on wecom (its key is in the URL)",
+            json!({"name": "x", "kind": "webhook", "format": "wecom", "target": "https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=k", "secret": "s"}),
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_field",
             Some("secret"),

@@ -126,6 +126,16 @@ const KEYS: &[(&str, Option<&str>, &str)] = &[
         "finished runs and daily report rows older than this are removed",
     ),
     (
+        "audit_retention_days",
+        Some("365"),
+        "audit log entries older than this are removed",
+    ),
+    (
+        "alert_retention_days",
+        Some("90"),
+        "alert events sent, failed or suppressed longer ago than this are removed",
+    ),
+    (
         "approve_agents",
         Some("manual"),
         "manual: an agent enrolling with the shared token waits for an admin's approval before it gets runs; auto: it is approved at once",
@@ -229,6 +239,8 @@ pub struct Config {
     pub misfire_threshold_ms: i64,
     pub trigger_timeout: Duration,
     pub retention_days: u32,
+    pub audit_retention_days: u32,
+    pub alert_retention_days: u32,
     /// New agents wait for an admin's approval (`approve_agents = "manual"`).
     pub agents_need_approval: bool,
     /// Without a trailing slash.
@@ -264,6 +276,8 @@ impl fmt::Debug for Config {
             .field("misfire_threshold_ms", &self.misfire_threshold_ms)
             .field("trigger_timeout", &self.trigger_timeout)
             .field("retention_days", &self.retention_days)
+            .field("audit_retention_days", &self.audit_retention_days)
+            .field("alert_retention_days", &self.alert_retention_days)
             .field("public_url", &self.public_url)
             .field("cluster_url", &self.cluster_url)
             .field("alert_quiet_window_ms", &self.alert_quiet_window_ms)
@@ -485,6 +499,10 @@ impl Config {
             trigger_timeout: Duration::from_millis(number("trigger_timeout_ms", 100, 60_000)?),
             retention_days: u32::try_from(number("retention_days", 1, 3650)?)
                 .map_err(|e| fail("retention_days", e.to_string()))?,
+            audit_retention_days: u32::try_from(number("audit_retention_days", 1, 36_500)?)
+                .map_err(|e| fail("audit_retention_days", e.to_string()))?,
+            alert_retention_days: u32::try_from(number("alert_retention_days", 1, 3650)?)
+                .map_err(|e| fail("alert_retention_days", e.to_string()))?,
             agents_need_approval: match get("approve_agents").unwrap_or_default().as_str() {
                 "manual" => true,
                 "auto" => false,
@@ -747,6 +765,8 @@ mod tests {
         assert!(config.scheduler);
         assert_eq!(config.misfire_threshold_ms, 5000);
         assert_eq!(config.retention_days, 30);
+        assert_eq!(config.audit_retention_days, 365);
+        assert_eq!(config.alert_retention_days, 90);
         assert_eq!(
             config.login_limits,
             crate::auth::rate_limit::Limits {
@@ -783,6 +803,9 @@ mod tests {
             ("JOBFLEET_SCHEDULER", "yes", "not true or false"),
             ("JOBFLEET_MISFIRE_THRESHOLD_MS", "10", "out of range"),
             ("JOBFLEET_RETENTION_DAYS", "0", "out of range"),
+            ("JOBFLEET_AUDIT_RETENTION_DAYS", "0", "out of range"),
+            ("JOBFLEET_AUDIT_RETENTION_DAYS", "36501", "out of range"),
+            ("JOBFLEET_ALERT_RETENTION_DAYS", "a week", "not a whole number"),
             ("JOBFLEET_TRIGGER_TIMEOUT_MS", "soon", "not a whole number"),
         ] {
             let err = Config::load(&env(&[(var, value)])).unwrap_err();

@@ -244,6 +244,30 @@ pub fn fail_unsent_of_channel(
     .execute(conn)?)
 }
 
+/// Deletes up to `limit` events created before `before_ms` that are settled (sent, failed or
+/// suppressed); one still waiting to be sent stays whatever its age. Returns how many.
+pub fn delete_settled_before(
+    conn: &mut AnyConnection,
+    before_ms: i64,
+    limit: i64,
+) -> Result<usize, Error> {
+    let ids: Vec<i64> = alert_event::table
+        .filter(alert_event::created_ms.lt(before_ms))
+        .filter(alert_event::status.eq_any([
+            EventStatus::Sent,
+            EventStatus::Failed,
+            EventStatus::Suppressed,
+        ]))
+        .select(alert_event::id)
+        .order(alert_event::id)
+        .limit(limit)
+        .load(conn)?;
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    Ok(diesel::delete(alert_event::table.filter(alert_event::id.eq_any(ids))).execute(conn)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -317,5 +341,27 @@ mod tests {
             fail_unsent_of_channel(conn, ChannelId(1), "gone").unwrap(),
             0
         );
+    });
+
+    storage_test!(retention_removes_old_settled_events_only, |conn| {
+        let mut kept = Vec::new();
+        for status in ["sent", "failed", "suppressed"] {
+            insert(conn, &event("old", status, 1_000)).unwrap();
+            kept.push(insert(conn, &event("new", status, 5_000)).unwrap());
+        }
+        // Waiting to be sent, however old: never removed.
+        kept.push(insert(conn, &event("old", "pending", 1_000)).unwrap());
+        kept.push(insert(conn, &event("old", "sending", 1_000)).unwrap());
+        assert_eq!(delete_settled_before(conn, 5_000, 2).unwrap(), 2, "a batch");
+        assert_eq!(delete_settled_before(conn, 5_000, 2).unwrap(), 1);
+        assert_eq!(delete_settled_before(conn, 5_000, 2).unwrap(), 0);
+        let mut left: Vec<i64> = list(conn, &EventFilter::default(), Page::default())
+            .unwrap()
+            .iter()
+            .map(|e| e.id)
+            .collect();
+        left.sort_unstable();
+        kept.sort_unstable();
+        assert_eq!(left, kept);
     });
 }

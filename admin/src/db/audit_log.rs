@@ -98,6 +98,20 @@ pub fn count(conn: &mut AnyConnection, filter: &AuditFilter) -> Result<i64, Erro
     Ok(filtered(filter).count().get_result(conn)?)
 }
 
+/// Deletes up to `limit` entries written before `before_ms`; returns how many.
+pub fn delete_before(conn: &mut AnyConnection, before_ms: i64, limit: i64) -> Result<usize, Error> {
+    let ids: Vec<i64> = audit_log::table
+        .filter(audit_log::at_ms.lt(before_ms))
+        .select(audit_log::id)
+        .order(audit_log::id)
+        .limit(limit)
+        .load(conn)?;
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    Ok(diesel::delete(audit_log::table.filter(audit_log::id.eq_any(ids))).execute(conn)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,5 +150,36 @@ mod tests {
             vec!["job.update", "job.create"]
         );
         assert_eq!(count(conn, &AuditFilter::default()).unwrap(), 3);
+    });
+
+    storage_test!(retention_removes_entries_before_the_cut_in_batches, |conn| {
+        for at_ms in [1, 2, 3, 10, 11] {
+            insert(
+                conn,
+                &NewAuditLog {
+                    at_ms,
+                    actor_kind: "user",
+                    actor_id: Some(1),
+                    actor_name: "admin",
+                    ip: "127.0.0.1",
+                    action: "job.update",
+                    object_type: "job",
+                    object_id: "1",
+                    before_json: None,
+                    after_json: None,
+                    request_id: "r",
+                },
+            )
+            .unwrap();
+        }
+        assert_eq!(delete_before(conn, 10, 2).unwrap(), 2);
+        assert_eq!(delete_before(conn, 10, 2).unwrap(), 1);
+        assert_eq!(delete_before(conn, 10, 2).unwrap(), 0);
+        let left: Vec<i64> = list(conn, &AuditFilter::default(), Page::default())
+            .unwrap()
+            .iter()
+            .map(|r| r.at_ms)
+            .collect();
+        assert_eq!(left, vec![11, 10]);
     });
 }

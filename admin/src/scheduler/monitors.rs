@@ -80,7 +80,7 @@ pub async fn run(state: web::Data<AppState>, mut worker: Worker) {
                 retention(&state).await.map(|removed| {
                     last_retention = now;
                     if removed > 0 {
-                        tracing::info!(removed, "Removed runs older than the retention");
+                        tracing::info!(removed, "Removed rows older than their retention");
                     }
                 }),
             );
@@ -421,33 +421,52 @@ pub async fn report(state: &AppState) -> Result<(), Error> {
         .await
 }
 
-/// Deletes finished runs older than `retention_days`, in batches; returns how many.
+/// Deletes what is older than its retention, in batches: finished runs and workflow runs
+/// (`retention_days`), audit log entries (`audit_retention_days`) and settled alert events
+/// (`alert_retention_days`). Returns how many rows went.
 ///
 /// # Errors
 /// Database errors.
 pub async fn retention(state: &AppState) -> Result<usize, Error> {
-    let before = state.clock.now_ms() - i64::from(state.config.retention_days) * DAY_MS;
+    let now = state.clock.now_ms();
+    let days_ago = |days: u32| now - i64::from(days) * DAY_MS;
+    let runs_before = days_ago(state.config.retention_days);
+    let mut removed = in_batches(state, move |conn| {
+        job_run::delete_finished_before(conn, runs_before, RETENTION_BATCH)
+    })
+    .await?;
+    // Workflow runs go by the same retention, with their nodes.
+    removed += in_batches(state, move |conn| {
+        crate::db::workflow_run::delete_finished_before(conn, runs_before, RETENTION_BATCH)
+    })
+    .await?;
+    let audit_before = days_ago(state.config.audit_retention_days);
+    removed += in_batches(state, move |conn| {
+        crate::db::audit_log::delete_before(conn, audit_before, RETENTION_BATCH)
+    })
+    .await?;
+    let alerts_before = days_ago(state.config.alert_retention_days);
+    removed += in_batches(state, move |conn| {
+        crate::db::alert_event::delete_settled_before(conn, alerts_before, RETENTION_BATCH)
+    })
+    .await?;
+    Ok(removed)
+}
+
+/// Rows one retention statement deletes, so that a large backlog never holds a long transaction.
+const RETENTION_BATCH: i64 = 1_000;
+
+/// Runs `delete` (one batch, in a transaction) until a batch comes back short, at most 100
+/// batches a pass; returns how many rows went.
+async fn in_batches(
+    state: &AppState,
+    delete: impl Fn(&mut crate::db::AnyConnection) -> Result<usize, Error> + Send + Copy + 'static,
+) -> Result<usize, Error> {
     let mut removed = 0;
     for _ in 0..100 {
-        let n = state
-            .db
-            .run(move |conn| job_run::delete_finished_before(conn, before, 1_000))
-            .await?;
+        let n = state.db.transaction(delete).await?;
         removed += n;
-        if n < 1_000 {
-            break;
-        }
-    }
-    // Workflow runs go by the same retention, with their nodes.
-    for _ in 0..100 {
-        let n = state
-            .db
-            .transaction(move |conn| {
-                crate::db::workflow_run::delete_finished_before(conn, before, 1_000)
-            })
-            .await?;
-        removed += n;
-        if n < 1_000 {
+        if n < usize::try_from(RETENTION_BATCH).unwrap_or(usize::MAX) {
             break;
         }
     }

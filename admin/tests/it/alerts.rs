@@ -404,6 +404,59 @@ async fn webhook_formats_are_signed_and_a_failed_delivery_is_retried(app: &TestA
 }
 api_test!(webhook_formats_are_signed_and_a_failed_delivery_is_retried);
 
+async fn audit_total(app: &TestApp) -> i64 {
+    let r = app.get("/api/v1/audit?limit=1", &app.admin).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    r.body["total"].as_i64().unwrap()
+}
+
+/// `alert_retention_days` (90) and `audit_retention_days` (365) by the admin's clock: settled
+/// events and old audit entries go, an event still waiting to be sent stays however old.
+async fn old_audit_entries_and_settled_alert_events_are_removed(app: &TestApp) {
+    const DAY_MS: i64 = 86_400_000;
+    let hooks = Receiver::start().await;
+    let hook = channel(
+        app,
+        json!({"name": "kept-hook", "kind": "webhook", "target": hooks.url("/kept")}),
+    )
+    .await;
+    let g = app.group("retention").await;
+    let job = failing_job(app, g, "old-failure", &[hook]).await;
+    fail_once(app, job).await;
+    jobfleet_admin::alert::deliver_due(&app.state).await.unwrap();
+    let sent = events(app, &format!("job_id={job}")).await;
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0]["status"], "sent");
+    let early_audit = audit_total(app).await;
+    assert!(early_audit >= 3, "channel, group and job were audited");
+
+    app.clock.advance(91 * DAY_MS);
+    // Raised now and never delivered: still pending at every later pass.
+    fail_once(app, job).await;
+    let removed = jobfleet_admin::scheduler::monitors::retention(&app.state)
+        .await
+        .unwrap();
+    assert_eq!(removed, 1, "the sent event only");
+    let left = events(app, &format!("job_id={job}")).await;
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0]["status"], "pending");
+    assert_ne!(left[0]["id"], sent[0]["id"]);
+    assert_eq!(audit_total(app).await, early_audit, "audit entries are younger than a year");
+
+    app.clock.advance(366 * DAY_MS);
+    jobfleet_admin::scheduler::monitors::retention(&app.state)
+        .await
+        .unwrap();
+    assert_eq!(audit_total(app).await, 0);
+    let left = events(app, &format!("job_id={job}")).await;
+    assert_eq!(
+        (left.len(), left[0]["status"].as_str()),
+        (1, Some("pending")),
+        "{left:?}"
+    );
+}
+api_test!(old_audit_entries_and_settled_alert_events_are_removed);
+
 async fn email_goes_through_smtp_and_the_worker_wakes_for_it(mysql: bool) {
     let sink = SmtpSink::start().await;
     let port = sink.port.to_string();

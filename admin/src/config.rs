@@ -805,7 +805,11 @@ mod tests {
             ("JOBFLEET_RETENTION_DAYS", "0", "out of range"),
             ("JOBFLEET_AUDIT_RETENTION_DAYS", "0", "out of range"),
             ("JOBFLEET_AUDIT_RETENTION_DAYS", "36501", "out of range"),
-            ("JOBFLEET_ALERT_RETENTION_DAYS", "a week", "not a whole number"),
+            (
+                "JOBFLEET_ALERT_RETENTION_DAYS",
+                "a week",
+                "not a whole number",
+            ),
             ("JOBFLEET_TRIGGER_TIMEOUT_MS", "soon", "not a whole number"),
         ] {
             let err = Config::load(&env(&[(var, value)])).unwrap_err();

@@ -346,7 +346,10 @@ mod tests {
             r#"{"errcode":93000,"errmsg":"invalid webhook url"}"#,
         )
         .unwrap();
-        assert!(refused.contains("wecom answered errcode 93000"), "{refused}");
+        assert!(
+            refused.contains("wecom answered errcode 93000"),
+            "{refused}"
+        );
     }
 
     #[test]

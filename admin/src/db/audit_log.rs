@@ -152,34 +152,37 @@ mod tests {
         assert_eq!(count(conn, &AuditFilter::default()).unwrap(), 3);
     });
 
-    storage_test!(retention_removes_entries_before_the_cut_in_batches, |conn| {
-        for at_ms in [1, 2, 3, 10, 11] {
-            insert(
-                conn,
-                &NewAuditLog {
-                    at_ms,
-                    actor_kind: "user",
-                    actor_id: Some(1),
-                    actor_name: "admin",
-                    ip: "127.0.0.1",
-                    action: "job.update",
-                    object_type: "job",
-                    object_id: "1",
-                    before_json: None,
-                    after_json: None,
-                    request_id: "r",
-                },
-            )
-            .unwrap();
+    storage_test!(
+        retention_removes_entries_before_the_cut_in_batches,
+        |conn| {
+            for at_ms in [1, 2, 3, 10, 11] {
+                insert(
+                    conn,
+                    &NewAuditLog {
+                        at_ms,
+                        actor_kind: "user",
+                        actor_id: Some(1),
+                        actor_name: "admin",
+                        ip: "127.0.0.1",
+                        action: "job.update",
+                        object_type: "job",
+                        object_id: "1",
+                        before_json: None,
+                        after_json: None,
+                        request_id: "r",
+                    },
+                )
+                .unwrap();
+            }
+            assert_eq!(delete_before(conn, 10, 2).unwrap(), 2);
+            assert_eq!(delete_before(conn, 10, 2).unwrap(), 1);
+            assert_eq!(delete_before(conn, 10, 2).unwrap(), 0);
+            let left: Vec<i64> = list(conn, &AuditFilter::default(), Page::default())
+                .unwrap()
+                .iter()
+                .map(|r| r.at_ms)
+                .collect();
+            assert_eq!(left, vec![11, 10]);
         }
-        assert_eq!(delete_before(conn, 10, 2).unwrap(), 2);
-        assert_eq!(delete_before(conn, 10, 2).unwrap(), 1);
-        assert_eq!(delete_before(conn, 10, 2).unwrap(), 0);
-        let left: Vec<i64> = list(conn, &AuditFilter::default(), Page::default())
-            .unwrap()
-            .iter()
-            .map(|r| r.at_ms)
-            .collect();
-        assert_eq!(left, vec![11, 10]);
-    });
+    );
 }

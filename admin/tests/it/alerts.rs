@@ -380,9 +380,9 @@ async fn webhook_formats_are_signed_and_a_failed_delivery_is_retried(app: &TestA
     // Within the quiet window the same failure is recorded, not sent.
     fail_once(app, job).await;
     let all = events(app, &format!("job_id={job}")).await;
-    assert_eq!(all.len(), 8);
+    assert_eq!(all.len(), 10);
     assert!(
-        all[4..].iter().all(|e| e["status"] == "suppressed"),
+        all[5..].iter().all(|e| e["status"] == "suppressed"),
         "{all:?}"
     );
     assert_eq!(
@@ -394,7 +394,7 @@ async fn webhook_formats_are_signed_and_a_failed_delivery_is_retried(app: &TestA
     );
     let metrics = app.metrics_text().await;
     assert!(
-        metrics.contains("jobfleet_alert_deliveries_total{outcome=\"sent\"} 5"),
+        metrics.contains("jobfleet_alert_deliveries_total{outcome=\"sent\"} 6"),
         "{metrics}"
     );
     assert!(
@@ -404,16 +404,20 @@ async fn webhook_formats_are_signed_and_a_failed_delivery_is_retried(app: &TestA
 }
 api_test!(webhook_formats_are_signed_and_a_failed_delivery_is_retried);
 
-async fn audit_total(app: &TestApp) -> i64 {
-    let r = app.get("/api/v1/audit?limit=1", &app.admin).await;
+/// Audit entries written before `to_ms`.
+async fn audit_before(app: &TestApp, to_ms: i64) -> i64 {
+    let r = app
+        .get(&format!("/api/v1/audit?limit=1&to_ms={to_ms}"), &app.admin)
+        .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
     r.body["total"].as_i64().unwrap()
 }
 
-/// `alert_retention_days` (90) and `audit_retention_days` (365) by the admin's clock: settled
-/// events and old audit entries go, an event still waiting to be sent stays however old.
+/// `alert_retention_days` and `audit_retention_days` (1 and 2 here) by the admin's clock:
+/// settled events and old audit entries go, an event still waiting to be sent stays however old.
 async fn old_audit_entries_and_settled_alert_events_are_removed(app: &TestApp) {
     const DAY_MS: i64 = 86_400_000;
+    let t0 = app.state.clock.now_ms();
     let hooks = Receiver::start().await;
     let hook = channel(
         app,
@@ -423,14 +427,16 @@ async fn old_audit_entries_and_settled_alert_events_are_removed(app: &TestApp) {
     let g = app.group("retention").await;
     let job = failing_job(app, g, "old-failure", &[hook]).await;
     fail_once(app, job).await;
-    jobfleet_admin::alert::deliver_due(&app.state).await.unwrap();
+    jobfleet_admin::alert::deliver_due(&app.state)
+        .await
+        .unwrap();
     let sent = events(app, &format!("job_id={job}")).await;
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0]["status"], "sent");
-    let early_audit = audit_total(app).await;
+    let early_audit = audit_before(app, t0 + 60_000).await;
     assert!(early_audit >= 3, "channel, group and job were audited");
 
-    app.clock.advance(91 * DAY_MS);
+    app.clock.advance(DAY_MS + 3_600_000);
     // Raised now and never delivered: still pending at every later pass.
     fail_once(app, job).await;
     let removed = jobfleet_admin::scheduler::monitors::retention(&app.state)
@@ -441,13 +447,21 @@ async fn old_audit_entries_and_settled_alert_events_are_removed(app: &TestApp) {
     assert_eq!(left.len(), 1);
     assert_eq!(left[0]["status"], "pending");
     assert_ne!(left[0]["id"], sent[0]["id"]);
-    assert_eq!(audit_total(app).await, early_audit, "audit entries are younger than a year");
+    assert_eq!(
+        audit_before(app, t0 + 60_000).await,
+        early_audit,
+        "audit entries younger than two days stay"
+    );
 
-    app.clock.advance(366 * DAY_MS);
+    app.clock.advance(DAY_MS);
     jobfleet_admin::scheduler::monitors::retention(&app.state)
         .await
         .unwrap();
-    assert_eq!(audit_total(app).await, 0);
+    assert_eq!(audit_before(app, t0 + 60_000).await, 0);
+    assert!(
+        audit_before(app, t0 + 3 * DAY_MS).await > 0,
+        "the later entries (the second trigger) stay"
+    );
     let left = events(app, &format!("job_id={job}")).await;
     assert_eq!(
         (left.len(), left[0]["status"].as_str()),
@@ -455,7 +469,14 @@ async fn old_audit_entries_and_settled_alert_events_are_removed(app: &TestApp) {
         "{left:?}"
     );
 }
-api_test!(old_audit_entries_and_settled_alert_events_are_removed);
+api_test!(
+    old_audit_entries_and_settled_alert_events_are_removed,
+    &[
+        ("JOBFLEET_ALERT_RETENTION_DAYS", "1"),
+        ("JOBFLEET_AUDIT_RETENTION_DAYS", "2"),
+        ("JOBFLEET_JWT_TTL_S", "2592000"),
+    ]
+);
 
 async fn email_goes_through_smtp_and_the_worker_wakes_for_it(mysql: bool) {
     let sink = SmtpSink::start().await;

@@ -9,6 +9,11 @@ use actix_web::web;
 const MAX_SLEEP_MS: i64 = 1_000;
 /// A floor so that a job whose next fire could not be moved is not re-read in a spin.
 const MIN_SLEEP_MS: i64 = 10;
+/// A pass is due once the soonest fire is this far inside the pre-read window, not as soon as
+/// it enters it: jobs spread over the second would otherwise get a pass (a transaction under the
+/// lock) each, a hundred passes a second for a hundred jobs, where one pass can plan them all.
+/// Fires are still planned at least `PRE_READ_MS - GATHER_MS` ahead.
+const GATHER_MS: i64 = 1_000;
 
 /// Spawns the plan loop, the timers, the monitors and the alert delivery worker.
 ///
@@ -51,7 +56,7 @@ async fn plan_loop(state: web::Data<AppState>, mut worker: Worker) {
                 } else {
                     let now = state.clock.now_ms();
                     let wait = outcome.soonest_ms.map_or(MAX_SLEEP_MS, |t| {
-                        (t - super::tick::PRE_READ_MS - now).clamp(MIN_SLEEP_MS, MAX_SLEEP_MS)
+                        (t - (super::tick::PRE_READ_MS - GATHER_MS) - now).clamp(MIN_SLEEP_MS, MAX_SLEEP_MS)
                     });
                     Duration::from_millis(wait.unsigned_abs())
                 }

@@ -56,7 +56,8 @@ async fn plan_loop(state: web::Data<AppState>, mut worker: Worker) {
                 } else {
                     let now = state.clock.now_ms();
                     let wait = outcome.soonest_ms.map_or(MAX_SLEEP_MS, |t| {
-                        (t - (super::tick::PRE_READ_MS - GATHER_MS) - now).clamp(MIN_SLEEP_MS, MAX_SLEEP_MS)
+                        (t - (super::tick::PRE_READ_MS - GATHER_MS) - now)
+                            .clamp(MIN_SLEEP_MS, MAX_SLEEP_MS)
                     });
                     Duration::from_millis(wait.unsigned_abs())
                 }

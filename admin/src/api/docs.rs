@@ -30,7 +30,7 @@ impl utoipa::Modify for BearerAuth {
         meta::healthz, meta::readyz, meta::metrics, meta::issue_token, meta::me, meta::change_password,
         jobs::create, jobs::update, jobs::get, jobs::list, jobs::delete, jobs::enable, jobs::disable,
         jobs::script_versions, jobs::script_version, jobs::rollback_script, jobs::cron_preview,
-        jobs::list_runs, jobs::get_run, jobs::trigger, jobs::run_log, jobs::kill_run,
+        jobs::list_runs, jobs::get_run, jobs::trigger, jobs::run_log, jobs::kill_run, jobs::retry_run,
         admin::list_groups, admin::create_group, admin::get_group, admin::update_group, admin::delete_group,
         admin::list_agents,
         admin::approve_agent,

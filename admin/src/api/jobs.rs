@@ -191,14 +191,36 @@ pub async fn trigger(
     id: web::Path<JobId>,
     body: web::Bytes,
 ) -> ApiResult<HttpResponse> {
-    // An empty body means "defaults"; anything else must be a valid request.
-    let request = if body.iter().all(u8::is_ascii_whitespace) {
-        TriggerRequest::default()
-    } else {
-        serde_json::from_slice(&body).map_err(crate::http::request::body_error)?
-    };
+    let request = trigger_request(&body)?;
     Ok(HttpResponse::Created()
         .json(service::runs::trigger(&state, &caller.0, id.into_inner(), request).await?))
+}
+
+/// An empty body means "defaults"; anything else must be a valid request.
+fn trigger_request(body: &[u8]) -> Result<TriggerRequest, crate::error::Error> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        Ok(TriggerRequest::default())
+    } else {
+        serde_json::from_slice(body).map_err(crate::http::request::body_error)
+    }
+}
+
+/// Run a finished run again now, as the next attempt of its chain: with its params unless
+/// others are given, on the job's agents unless one is named. Refused (409) while an attempt
+/// of the chain is pending or running, and for a workflow step (rerun it from its workflow).
+#[utoipa::path(post, path = "/api/v1/runs/{id}/retry", tag = "runs", security(("bearer" = [])), params(("id" = i64, Path)),
+    request_body = TriggerRequest,
+    responses((status = 201, body = RunView, description = "the new attempt; `status` says whether an agent accepted it"),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn retry_run(
+    state: web::Data<AppState>,
+    caller: ApiCaller,
+    id: web::Path<RunId>,
+    body: web::Bytes,
+) -> ApiResult<HttpResponse> {
+    let request = trigger_request(&body)?;
+    Ok(HttpResponse::Created()
+        .json(service::runs::retry(&state, &caller.0, id.into_inner(), request).await?))
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]

@@ -53,6 +53,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/runs", web::get().to(jobs::list_runs))
         .route("/runs/{id}/log", web::get().to(jobs::run_log))
         .route("/runs/{id}/kill", web::post().to(jobs::kill_run))
+        .route("/runs/{id}/retry", web::post().to(jobs::retry_run))
         .route("/runs/{id}", web::get().to(jobs::get_run))
         .route("/agents", web::get().to(admin::list_agents))
         .route("/agents/{id}/approve", web::post().to(admin::approve_agent))

@@ -157,6 +157,16 @@ pub fn of_node_in_flight(
         .load(conn)?)
 }
 
+/// Every attempt of the chain that starts with run `first`, the first attempt included, in
+/// attempt order.
+pub fn chain(conn: &mut AnyConnection, first: RunId) -> Result<Vec<JobRun>, Error> {
+    Ok(job_run::table
+        .filter(job_run::id.eq(first).or(job_run::first_run_id.eq(first)))
+        .select(JobRun::as_select())
+        .order((job_run::attempt.asc(), job_run::id.asc()))
+        .load(conn)?)
+}
+
 /// Every run of a workflow node, newest first (the run page lists them per node).
 pub fn of_node(conn: &mut AnyConnection, node_id: i64) -> Result<Vec<JobRun>, Error> {
     Ok(job_run::table

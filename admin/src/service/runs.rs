@@ -192,14 +192,8 @@ fn normalize_address(raw: &str) -> String {
     }
 }
 
-/// Creates a run of the job now and hands it to an agent by the job's routing strategy (or to
-/// the one agent named); returns the run as it stands after the hand-over.
-pub async fn trigger(
-    state: &AppState,
-    actor: &Actor,
-    job_id: JobId,
-    request: TriggerRequest,
-) -> Result<RunView, Error> {
+/// The request's params and agent, checked; the agent normalised to its base URL.
+fn checked_request(request: &TriggerRequest) -> Result<Option<String>, Error> {
     if let Some(p) = &request.params {
         crate::domain::job::check_text("params", p, crate::domain::job::MAX_PARAMS_BYTES)?;
     }
@@ -216,7 +210,128 @@ pub async fn trigger(
             ))
         }
     });
-    let wanted = wanted.transpose()?;
+    wanted.transpose()
+}
+
+/// Refuses an agent named in a request that is not a live agent of the group.
+fn check_wanted_agent(
+    conn: &mut crate::db::AnyConnection,
+    group_id: GroupId,
+    wanted: Option<&str>,
+    now: i64,
+) -> Result<(), Error> {
+    if let Some(address) = wanted {
+        let (_, live) = crate::dispatch::send::candidates(conn, group_id, now)?;
+        if !live.iter().any(|c| c.address == address) {
+            return Err(Error::invalid(
+                "address",
+                format!("{address} is not a live agent of this job's group"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Hands a run created (and committed) just now to an agent; the run as it stands after.
+async fn send_now(state: &AppState, run_id: RunId, only: Option<String>) -> Result<RunView, Error> {
+    // The run row (and its audit row) is committed before any agent is called: a crash in
+    // between leaves a pending run that the recovery monitor sends.
+    crate::dispatch::send::dispatch(state, run_id, only).await?;
+    state
+        .db
+        .run(move |conn| Ok(view(job_run::get(conn, run_id)?)))
+        .await
+}
+
+/// Runs a finished run again now as the next attempt of its chain (`first_run_id`, attempt
+/// after the chain's last), with its params unless the request gives others, on the agents
+/// its job routes to (or the one named). Refused while any attempt of the chain is still
+/// pending or running (an automatic retry may be waiting), and for a workflow node's run,
+/// which its workflow reruns.
+pub async fn retry(
+    state: &AppState,
+    actor: &Actor,
+    run_id: RunId,
+    request: TriggerRequest,
+) -> Result<RunView, Error> {
+    let wanted = checked_request(&request)?;
+    let now = state.clock.now_ms();
+    let actor_owned = actor.clone();
+    let only = wanted.clone();
+    let new_id = state
+        .db
+        .transaction(move |conn| {
+            let run = job_run::get(conn, run_id)?;
+            if !actor_owned.sees_group(run.group_id) {
+                return Err(Error::NotFound("run"));
+            }
+            actor_owned.write_group(run.group_id)?;
+            if run.workflow_node_id.is_some() {
+                return Err(Error::Conflict {
+                    field: None,
+                    message: format!(
+                        "run {run_id} is a step of a workflow run: rerun it from the workflow"
+                    ),
+                });
+            }
+            let job = crate::service::jobs::visible_job(conn, &actor_owned, run.job_id)?;
+            let first = run.first_run_id.unwrap_or(run.id);
+            let chain = job_run::chain(conn, first)?;
+            if let Some(open) = chain.iter().find(|r| !r.status.is_final()) {
+                return Err(Error::Conflict {
+                    field: None,
+                    message: format!(
+                        "attempt {} of this run (run {}) is still {}: wait for it, or kill it",
+                        open.attempt, open.id, open.status
+                    ),
+                });
+            }
+            check_wanted_agent(conn, job.group_id, wanted.as_deref(), now)?;
+            let last_attempt = chain.iter().map(|r| r.attempt).max().unwrap_or(run.attempt);
+            let new_id = crate::lifecycle::created(
+                conn,
+                &job_run::NewJobRun {
+                    job_id: run.job_id,
+                    group_id: job.group_id,
+                    first_run_id: Some(first),
+                    attempt: last_attempt + 1,
+                    trigger_kind: TriggerKind::Retry,
+                    fire_slot_ms: None,
+                    scheduled_ms: now,
+                    status: RunStatus::Pending,
+                    params: request.params.clone().unwrap_or_else(|| run.params.clone()),
+                    shard_index: run.shard_index,
+                    shard_total: run.shard_total,
+                    created_ms: now,
+                    workflow_node_id: None,
+                    node_attempt: None,
+                    timeout_s: run.timeout_s,
+                    env: run.env.clone(),
+                },
+            )?;
+            let new_run = view(job_run::get(conn, new_id)?);
+            crate::audit::record(
+                conn,
+                &actor_owned,
+                now,
+                crate::audit::Entry::new("run.retry", "run", run_id).after(&new_run)?,
+            )?;
+            Ok(new_id)
+        })
+        .await?;
+    state.metrics.fires.inc("retry");
+    send_now(state, new_id, only).await
+}
+
+/// Creates a run of the job now and hands it to an agent by the job's routing strategy (or to
+/// the one agent named); returns the run as it stands after the hand-over.
+pub async fn trigger(
+    state: &AppState,
+    actor: &Actor,
+    job_id: JobId,
+    request: TriggerRequest,
+) -> Result<RunView, Error> {
+    let wanted = checked_request(&request)?;
     let now = state.clock.now_ms();
     let actor_owned = actor.clone();
     let only = wanted.clone();
@@ -225,15 +340,7 @@ pub async fn trigger(
         .transaction(move |conn| {
             let job = crate::service::jobs::visible_job(conn, &actor_owned, job_id)?;
             actor_owned.write_group(job.group_id)?;
-            if let Some(address) = &wanted {
-                let (_, live) = crate::dispatch::send::candidates(conn, job.group_id, now)?;
-                if !live.iter().any(|c| &c.address == address) {
-                    return Err(Error::invalid(
-                        "address",
-                        format!("{address} is not a live agent of this job's group"),
-                    ));
-                }
-            }
+            check_wanted_agent(conn, job.group_id, wanted.as_deref(), now)?;
             let run_id = crate::lifecycle::created(
                 conn,
                 &job_run::NewJobRun {
@@ -266,13 +373,7 @@ pub async fn trigger(
         })
         .await?;
     state.metrics.fires.inc("api");
-    // The run row (and its audit row) is committed before any agent is called: a crash in
-    // between leaves a pending run that the recovery monitor sends.
-    crate::dispatch::send::dispatch(state, run_id, only).await?;
-    state
-        .db
-        .run(move |conn| Ok(view(job_run::get(conn, run_id)?)))
-        .await
+    send_now(state, run_id, only).await
 }
 
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]

@@ -55,6 +55,8 @@ pub struct RunPage {
     pub usage: String,
     pub chain: Vec<ChainLink>,
     pub can_kill: bool,
+    /// Finished with every attempt of its chain, and the user may run the job.
+    pub can_retry: bool,
     pub is_final: bool,
 }
 
@@ -127,11 +129,16 @@ async fn show(
         limit: Some(200),
         ..RunQuery::default()
     };
-    let mut chain: Vec<ChainLink> = service::runs::list(&state, &user.actor, chain_query)
-        .await?
-        .items
+    let attempts: Vec<service::runs::RunView> =
+        service::runs::list(&state, &user.actor, chain_query)
+            .await?
+            .items
+            .into_iter()
+            .filter(|r| r.id == first || r.first_run_id == Some(first))
+            .collect();
+    let chain_settled = attempts.iter().all(|r| r.status.is_final());
+    let mut chain: Vec<ChainLink> = attempts
         .into_iter()
-        .filter(|r| r.id == first || r.first_run_id == Some(first))
         .map(|r| ChainLink {
             id: r.id,
             status: r.status.to_string(),
@@ -187,6 +194,9 @@ async fn show(
         },
         chain,
         can_kill: run.status == RunStatus::Running && user.actor.write_group(run.group_id).is_ok(),
+        can_retry: run.status.is_final()
+            && chain_settled
+            && user.actor.write_group(run.group_id).is_ok(),
         is_final: run.status.is_final(),
         run,
         c,
@@ -256,9 +266,25 @@ async fn kill(state: web::Data<AppState>, form: CsrfForm, id: web::Path<RunId>) 
     ))
 }
 
+async fn retry(state: web::Data<AppState>, form: CsrfForm, id: web::Path<RunId>) -> PageResult {
+    let run = service::runs::retry(
+        &state,
+        &form.user.actor,
+        *id,
+        service::runs::TriggerRequest::default(),
+    )
+    .await
+    .map_err(PageError)?;
+    Ok(see_other_with(
+        &format!("/console/runs/{}", run.id),
+        form.user.chrome.t("flash.retried"),
+    ))
+}
+
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/runs", web::get().to(list))
         .route("/runs/{id}", web::get().to(show))
         .route("/runs/{id}/log", web::get().to(log))
-        .route("/runs/{id}/kill", web::post().to(kill));
+        .route("/runs/{id}/kill", web::post().to(kill))
+        .route("/runs/{id}/retry", web::post().to(retry));
 }

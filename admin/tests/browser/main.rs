@@ -548,6 +548,41 @@ async fn a_failing_job_produces_an_alert_event() {
         .unwrap();
     trigger_and_wait(&browser, "failed").await;
 
+    // The failed run is retried from its page: the next attempt of its chain, failing again.
+    let first_page = browser.current_url().await.unwrap().path().to_owned();
+    browser
+        .find(By::Id("run-retry"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until(
+        &browser,
+        "the retry's page",
+        &format!(
+            "location.pathname !== '{first_page}' && document.getElementById('run-status') !== null"
+        ),
+        Duration::from_secs(30),
+    )
+    .await;
+    until(
+        &browser,
+        "the retry to end failed",
+        "document.getElementById('run-status').getAttribute('data-status') === 'failed'",
+        Duration::from_secs(30),
+    )
+    .await;
+    let runs = s.app.runs_of(job).await;
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(
+        (
+            runs[1]["attempt"].as_i64(),
+            runs[1]["first_run_id"].as_i64()
+        ),
+        (Some(2), runs[0]["id"].as_i64())
+    );
+
     // The alert event shows on the alerts page with its delivery result.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {

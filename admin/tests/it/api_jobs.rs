@@ -524,3 +524,150 @@ async fn docs_health_and_readiness_are_served(app: &TestApp) {
     );
 }
 api_test!(docs_health_and_readiness_are_served);
+
+async fn a_finished_run_is_retried_as_the_next_attempt_of_its_chain(app: &TestApp) {
+    let (g, other) = (app.group("retry-g").await, app.group("retry-o").await);
+    let job = app.job(&app.admin, g, "retried").await;
+    let now = app.now_ms();
+    let insert = |first: Option<i64>, attempt: i32, status: &'static str| {
+        app.state.db.run(move |conn| {
+            job_run::insert(
+                conn,
+                &job_run::NewJobRun {
+                    job_id: jobfleet_admin::domain::ids::JobId(job),
+                    group_id: jobfleet_admin::domain::ids::GroupId(g),
+                    first_run_id: first.map(jobfleet_admin::domain::ids::RunId),
+                    attempt,
+                    trigger_kind: TriggerKind::Schedule,
+                    fire_slot_ms: None,
+                    scheduled_ms: now,
+                    status: status.parse().unwrap(),
+                    params: "--orig".into(),
+                    shard_index: 0,
+                    shard_total: 1,
+                    created_ms: now,
+                    workflow_node_id: None,
+                    node_attempt: None,
+                    timeout_s: None,
+                    env: None,
+                },
+            )
+        })
+    };
+    let first = insert(None, 1, "failed").await.unwrap().0;
+    let second = insert(Some(first), 2, "timed_out").await.unwrap().0;
+
+    // Retrying the first attempt joins the chain after its last attempt, with its params.
+    let r = app
+        .post(
+            &format!("/api/v1/runs/{first}/retry"),
+            &app.admin,
+            json!({}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    assert_eq!(
+        (
+            r.body["first_run_id"].as_i64(),
+            r.body["attempt"].as_i64(),
+            r.body["trigger_kind"].as_str(),
+            r.body["params"].as_str()
+        ),
+        (Some(first), Some(3), Some("retry"), Some("--orig"))
+    );
+    let third = r.body["id"].as_i64().unwrap();
+    // No agent is live, so the attempt has ended at once; the next one takes other params.
+    let r = app
+        .post(
+            &format!("/api/v1/runs/{second}/retry"),
+            &app.admin,
+            json!({"params": "--again"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    assert_eq!(
+        (r.body["attempt"].as_i64(), r.body["params"].as_str()),
+        (Some(4), Some("--again"))
+    );
+    let audit = app
+        .get("/api/v1/audit?action=run.retry", &app.admin)
+        .await
+        .body;
+    let retried: Vec<&str> = audit["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["action"] == "run.retry")
+        .map(|e| e["object_id"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        retried,
+        [second.to_string(), first.to_string()],
+        "newest first: {audit}"
+    );
+    assert!(app.run(third).await["status"].as_str().is_some());
+
+    // While an attempt of the chain is still open, nothing is retried.
+    let open = insert(Some(first), 5, "pending").await.unwrap().0;
+    let r = app
+        .post(
+            &format!("/api/v1/runs/{first}/retry"),
+            &app.admin,
+            json!({}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("run {open}")),
+        "{}",
+        r.body
+    );
+    let runs_before = app.runs_of(job).await.len();
+
+    // Bad input, other roles and other groups.
+    let lone = insert(None, 1, "succeeded").await.unwrap().0;
+    for (body, status) in [
+        (json!({"params": 5}), StatusCode::UNPROCESSABLE_ENTITY),
+        (json!({"bogus": 1}), StatusCode::UNPROCESSABLE_ENTITY),
+        (
+            json!({"address": "not a url"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            json!({"address": "http://10.9.9.9:9999/"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+    ] {
+        let r = app
+            .post(
+                &format!("/api/v1/runs/{lone}/retry"),
+                &app.admin,
+                body.clone(),
+            )
+            .await;
+        assert_eq!(r.status, status, "{body}: {}", r.body);
+    }
+    let (_, viewer) = app.user("retry-viewer", "viewer", &[g]).await;
+    let (_, stranger) = app.user("retry-stranger", "operator", &[other]).await;
+    let r = app
+        .post(&format!("/api/v1/runs/{lone}/retry"), &viewer, json!({}))
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    let r = app
+        .post(&format!("/api/v1/runs/{lone}/retry"), &stranger, json!({}))
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.body);
+    let r = app
+        .post("/api/v1/runs/99999999/retry", &app.admin, json!({}))
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.body);
+    assert_eq!(
+        app.runs_of(job).await.len(),
+        runs_before + 1,
+        "refused retries create nothing (the one added is the lone run itself)"
+    );
+}
+api_test!(a_finished_run_is_retried_as_the_next_attempt_of_its_chain);

@@ -20,6 +20,7 @@ mod cli;
 mod cluster;
 mod console;
 mod http_jobs;
+mod jobfleet_cli;
 mod netns;
 mod scheduler;
 mod security;

@@ -1,0 +1,150 @@
+//! `jobfleet groups …` and `jobfleet agents …`.
+
+use serde_json::Value;
+
+use crate::Output;
+use crate::api::Api;
+use crate::failure::Failure;
+use crate::table::{self, Column};
+
+const GROUP_COLUMNS: &[Column] = &[
+    Column {
+        heading: "ID",
+        cell: |g| table::text(&g["id"]),
+    },
+    Column {
+        heading: "NAME",
+        cell: |g| table::text(&g["app_name"]),
+    },
+    Column {
+        heading: "TITLE",
+        cell: |g| table::text(&g["title"]),
+    },
+    Column {
+        heading: "ADDRESSES",
+        cell: |g| table::text(&g["address_mode"]),
+    },
+];
+
+const AGENT_COLUMNS: &[Column] = &[
+    Column {
+        heading: "ID",
+        cell: |a| table::text(&a["id"]),
+    },
+    Column {
+        heading: "GROUP",
+        cell: |a| table::text(&a["app_name"]),
+    },
+    Column {
+        heading: "ADDRESS",
+        cell: |a| table::text(&a["address"]),
+    },
+    Column {
+        heading: "HOST",
+        cell: |a| table::text(&a["hostname"]),
+    },
+    Column {
+        heading: "STATUS",
+        cell: |a| {
+            if a["live"].as_bool() == Some(true) {
+                "live".into()
+            } else {
+                "dead".into()
+            }
+        },
+    },
+    Column {
+        heading: "APPROVAL",
+        cell: |a| table::text(&a["approval"]),
+    },
+    Column {
+        heading: "MODE",
+        cell: |a| table::text(&a["mode"]),
+    },
+    Column {
+        heading: "VERSION",
+        cell: |a| table::text(&a["version"]),
+    },
+    Column {
+        heading: "LAST SEEN (UTC)",
+        cell: |a| table::time(&a["last_seen_ms"]),
+    },
+];
+
+/// A group's id from an id or its name (`app_name`).
+pub async fn group_id(api: &Api, group: &str) -> Result<i64, Failure> {
+    if let Ok(id) = group.parse::<i64>() {
+        return Ok(id);
+    }
+    let mut offset = 0;
+    loop {
+        let page = api
+            .get(
+                "/groups",
+                &[("limit", "500".into()), ("offset", offset.to_string())],
+            )
+            .await?;
+        let items = page["items"].as_array().cloned().unwrap_or_default();
+        if let Some(found) = items.iter().find(|g| g["app_name"].as_str() == Some(group)) {
+            return found["id"]
+                .as_i64()
+                .ok_or_else(|| Failure::Other("the admin's group has no id".into()));
+        }
+        offset += items.len();
+        if items.is_empty() || page["total"].as_i64().is_some_and(|t| offset as i64 >= t) {
+            return Err(Failure::NotFound(format!("no group named `{group}`")));
+        }
+    }
+}
+
+pub async fn groups(api: &Api, out: Output, limit: i64, offset: i64) -> Result<(), Failure> {
+    let page = api
+        .get(
+            "/groups",
+            &[("limit", limit.to_string()), ("offset", offset.to_string())],
+        )
+        .await?;
+    out.page(&page, GROUP_COLUMNS);
+    Ok(())
+}
+
+pub async fn group(api: &Api, out: Output, group: &str) -> Result<(), Failure> {
+    let id = group_id(api, group).await?;
+    let found = api.get(&format!("/groups/{id}"), &[]).await?;
+    out.object(&found, || {
+        table::fields(
+            &found,
+            &[
+                ("id", |g| table::text(&g["id"])),
+                ("name", |g| table::text(&g["app_name"])),
+                ("title", |g| table::text(&g["title"])),
+                ("addresses", |g| table::text(&g["address_mode"])),
+                ("manual list", |g| {
+                    g["addresses"]
+                        .as_array()
+                        .map(|a| a.iter().map(table::text).collect::<Vec<_>>().join(", "))
+                        .unwrap_or_default()
+                }),
+                ("XXL-Job executors", |g| table::text(&g["allow_executors"])),
+            ],
+        )
+    });
+    Ok(())
+}
+
+pub async fn agents(api: &Api, out: Output, group: Option<&str>) -> Result<(), Failure> {
+    let all = api.get("/agents", &[]).await?;
+    let mut items: Vec<Value> = all.as_array().cloned().unwrap_or_default();
+    if let Some(group) = group {
+        // The list is of every visible agent; a group is named by its app name on each.
+        let name = if let Ok(id) = group.parse::<i64>() {
+            let found = api.get(&format!("/groups/{id}"), &[]).await?;
+            table::text(&found["app_name"])
+        } else {
+            group.to_owned()
+        };
+        items.retain(|a| a["app_name"].as_str() == Some(name.as_str()));
+    }
+    out.list(&Value::Array(items.clone()), &items, AGENT_COLUMNS);
+    Ok(())
+}

@@ -1,0 +1,438 @@
+//! The `jobfleet` CLI binary against a real admin (and a real agent): login kept on disk,
+//! tables and `-o json`, trigger and wait, logs followed while the run writes them, and the
+//! exit codes scripts rely on, with bad input of every kind.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt;
+
+use crate::support::{ADMIN_PASSWORD, TestApp, with_agent};
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Out {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", self.stdout, self.stderr))
+    }
+}
+
+/// Runs `jobfleet args…` with its login kept in `config_dir` and none of this environment's
+/// `JOBFLEET_*` settings; `stdin` is written to its standard input.
+async fn jobfleet(config_dir: &Path, env: &[(&str, &str)], args: &[&str], stdin: &str) -> Out {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_jobfleet"));
+    for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("JOBFLEET_")) {
+        cmd.env_remove(key);
+    }
+    let mut child = cmd
+        .env("JOBFLEET_CONFIG_DIR", config_dir)
+        .envs(env.iter().copied())
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.as_bytes()).await.unwrap();
+    drop(input);
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("jobfleet did not finish within 60 s")
+        .unwrap();
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into(),
+        stderr: String::from_utf8_lossy(&out.stderr).into(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn login_trigger_wait_and_follow_a_live_log() {
+    let (app, dir, agent, g) = with_agent("cli-e2e", &[]).await;
+    let config = dir.path().join("cli");
+    let cli = |args: &'static [&'static str]| jobfleet(&config, &[], args, "");
+
+    // Logging in keeps URL and token, readable by the user alone.
+    let out = jobfleet(
+        &config,
+        &[],
+        &["login", &app.base, "-u", "admin", "--password-stdin"],
+        &format!("{ADMIN_PASSWORD}\n"),
+    )
+    .await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stdout.contains("logged in to"), "{}", out.stdout);
+    let kept = config.join("login.toml");
+    let mode = std::fs::metadata(&kept).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the login file must be private");
+    let me = cli(&["whoami", "-o", "json"]).await.json();
+    assert_eq!(
+        (me["name"].as_str(), me["role"].as_str()),
+        (Some("admin"), Some("admin"))
+    );
+
+    let slow = app
+        .job_from(g, json!({"name": "slow-lines", "handler": {"type": "shell", "command": "for i in 1 2 3 4; do echo line $i; sleep 0.5; done"}}))
+        .await;
+    let failing = app
+        .job_from(
+            g,
+            json!({"name": "fails", "handler": {"type": "shell", "command": "echo \"bad:$1\"; exit 3"}}),
+        )
+        .await;
+
+    // A table for people, the API's page for scripts.
+    let table = cli(&["jobs", "list", "--group", "cli-e2e"]).await;
+    assert_eq!(table.code, 0, "{}", table.stderr);
+    let lines: Vec<&str> = table.stdout.lines().collect();
+    assert!(lines[0].starts_with("ID  GROUP  NAME"), "{}", table.stdout);
+    assert_eq!(lines.len(), 3, "{}", table.stdout);
+    let page = cli(&["jobs", "list", "-o", "json"]).await.json();
+    assert_eq!(page["total"], 2);
+    let names: Vec<&str> = page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"slow-lines") && names.contains(&"fails"));
+
+    // Trigger by name, follow the log while the run writes it: every line, in order, and the
+    // command ends with the run.
+    let run = cli(&["jobs", "trigger", "slow-lines", "-o", "json"])
+        .await
+        .json();
+    assert_eq!(run["job_id"], slow);
+    let run_id = run["id"].as_i64().unwrap().to_string();
+    let started = Instant::now();
+    let follow = jobfleet(&config, &[], &["runs", "logs", "-f", &run_id], "").await;
+    assert_eq!(follow.code, 0, "{}", follow.stderr);
+    assert_eq!(follow.stdout, "line 1\nline 2\nline 3\nline 4\n");
+    assert!(
+        started.elapsed() >= Duration::from_millis(1_000),
+        "-f returned before the run had written its lines"
+    );
+    let done = jobfleet(&config, &[], &["runs", "get", &run_id, "-o", "json"], "")
+        .await
+        .json();
+    assert_eq!(
+        done["status"], "succeeded",
+        "the log ended with the run: {done}"
+    );
+
+    // --wait: exit 0 for a success, 7 for a failure, the final run in JSON either way.
+    let ok = cli(&["jobs", "trigger", "slow-lines", "--wait", "-o", "json"]).await;
+    assert_eq!(
+        (ok.code, ok.json()["status"].as_str()),
+        (0, Some("succeeded"))
+    );
+    let bad = cli(&["jobs", "trigger", "fails", "--wait", "-o", "json"]).await;
+    assert_eq!(bad.code, 7, "{}", bad.stderr);
+    assert_eq!(bad.json()["exit_code"], 3);
+    assert!(bad.stderr.contains("ended failed"), "{}", bad.stderr);
+    let failed_id = bad.json()["id"].as_i64().unwrap().to_string();
+    assert_eq!(
+        jobfleet(&config, &[], &["runs", "wait", &failed_id], "")
+            .await
+            .code,
+        7
+    );
+    let log = jobfleet(&config, &[], &["runs", "logs", &failed_id], "").await;
+    assert_eq!(log.stdout, "bad:\n");
+
+    // A retry joins the failed run's chain, here with other params.
+    let retry = jobfleet(
+        &config,
+        &[],
+        &[
+            "runs", "retry", &failed_id, "--params", "again", "--wait", "-o", "json",
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(retry.code, 7, "{}", retry.stderr);
+    let retried = retry.json();
+    assert_eq!(
+        (
+            retried["first_run_id"].as_i64(),
+            retried["attempt"].as_i64()
+        ),
+        (failed_id.parse().ok(), Some(2)),
+        "{retried}"
+    );
+    let retried_id = retried["id"].as_i64().unwrap().to_string();
+    let log = jobfleet(&config, &[], &["runs", "logs", &retried_id], "").await;
+    assert_eq!(log.stdout, "bad:again\n");
+
+    let runs = cli(&["runs", "list", "--job", "slow-lines", "-o", "json"])
+        .await
+        .json();
+    assert_eq!(runs["total"], 2);
+    let failed = cli(&["runs", "list", "--status", "failed", "-o", "json"])
+        .await
+        .json();
+    assert_eq!(failed["total"], 2);
+    assert_eq!(failed["items"][0]["job_id"], failing);
+
+    // Kill a live run from the command line.
+    let long = app
+        .job_from(
+            g,
+            json!({"name": "long", "handler": {"type": "shell", "command": "sleep 30"}}),
+        )
+        .await;
+    let run = app.trigger(long, json!({})).await;
+    let long_id = run["id"].as_i64().unwrap().to_string();
+    // A run still going is not retried.
+    let early = jobfleet(&config, &[], &["runs", "retry", &long_id], "").await;
+    assert_eq!(early.code, 5, "{}", early.stderr);
+    assert!(early.stderr.contains("still running"), "{}", early.stderr);
+    let kill = jobfleet(&config, &[], &["runs", "kill", &long_id], "").await;
+    assert_eq!(kill.code, 0, "{}", kill.stderr);
+    let killed = jobfleet(
+        &config,
+        &[],
+        &["runs", "wait", &long_id, "--timeout", "30", "-o", "json"],
+        "",
+    )
+    .await;
+    assert_eq!(
+        (killed.code, killed.json()["status"].as_str()),
+        (7, Some("killed"))
+    );
+
+    // Agents and groups.
+    let agents = cli(&["agents", "list", "-o", "json"]).await.json();
+    assert_eq!(agents[0]["address"], agent.address.as_str());
+    let table = cli(&["agents", "list", "--group", "cli-e2e"]).await.stdout;
+    assert!(
+        table.contains(&agent.address) && table.contains("live"),
+        "{table}"
+    );
+    let group = cli(&["groups", "get", "cli-e2e", "-o", "json"])
+        .await
+        .json();
+    assert_eq!(group["id"], g);
+
+    // Disable, enable, delete: the admin's state follows.
+    assert_eq!(cli(&["jobs", "disable", "fails"]).await.code, 0);
+    assert_eq!(
+        app.get(&format!("/api/v1/jobs/{failing}"), &app.admin)
+            .await
+            .body["enabled"],
+        false
+    );
+    assert_eq!(cli(&["jobs", "enable", "fails"]).await.code, 0);
+    assert_eq!(
+        app.get(&format!("/api/v1/jobs/{failing}"), &app.admin)
+            .await
+            .body["enabled"],
+        true
+    );
+    assert_eq!(cli(&["jobs", "delete", "long"]).await.code, 0);
+    assert_eq!(cli(&["jobs", "get", "long"]).await.code, 4);
+
+    // Logged out, nothing is sent.
+    assert_eq!(cli(&["logout"]).await.code, 0);
+    assert!(!kept.exists());
+    let out = cli(&["jobs", "list"]).await;
+    assert_eq!(out.code, 3, "{}", out.stderr);
+    assert!(out.stderr.contains("jobfleet login"), "{}", out.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_a_clear_error_and_its_exit_code() {
+    let app = TestApp::sqlite().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("cli");
+    let g = app.group("cli-bad").await;
+    let other = app.group("cli-other").await;
+    app.job(&app.admin, g, "same-name").await;
+    app.job(&app.admin, other, "same-name").await;
+    let (_, viewer) = app.user("cli-viewer", "viewer", &[g]).await;
+    let admin_env = [
+        ("JOBFLEET_URL", app.base.as_str()),
+        ("JOBFLEET_TOKEN", app.admin.as_str()),
+    ];
+    let run = |env: &'static [(&'static str, &'static str)], args: &'static [&'static str]| {
+        jobfleet(&config, env, args, "")
+    };
+
+    // A wrong password is refused and nothing is kept.
+    let out = jobfleet(
+        &config,
+        &[],
+        &["login", &app.base, "-u", "admin", "--password-stdin"],
+        "not-the-password\n",
+    )
+    .await;
+    assert_eq!(out.code, 3, "{}", out.stderr);
+    assert!(!config.join("login.toml").exists());
+    // So is a made-up token, checked before it is kept.
+    let out = jobfleet(
+        &config,
+        &[],
+        &["login", &app.base, "--token-stdin"],
+        "jft_madeup\n",
+    )
+    .await;
+    assert_eq!(out.code, 3, "{}", out.stderr);
+    assert!(!config.join("login.toml").exists());
+    // Nothing on stdin.
+    let out = jobfleet(
+        &config,
+        &[],
+        &["login", &app.base, "-u", "admin", "--password-stdin"],
+        "",
+    )
+    .await;
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("no password on stdin"),
+        "{}",
+        out.stderr
+    );
+
+    // Not a URL, not http, nobody listening.
+    let out = run(
+        &[("JOBFLEET_URL", "ftp://x"), ("JOBFLEET_TOKEN", "t")],
+        &["jobs", "list"],
+    )
+    .await;
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("http:// or https://"), "{}", out.stderr);
+    let out = run(
+        &[
+            ("JOBFLEET_URL", "http://127.0.0.1:9"),
+            ("JOBFLEET_TOKEN", "t"),
+        ],
+        &["jobs", "list"],
+    )
+    .await;
+    assert_eq!(out.code, 6, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("cannot reach http://127.0.0.1:9"),
+        "{}",
+        out.stderr
+    );
+
+    // Bad flags are clap's usage errors.
+    let out = jobfleet(&config, &admin_env, &["jobs", "list", "--limit", "0"], "").await;
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    let out = jobfleet(&config, &admin_env, &["runs", "get", "seven"], "").await;
+    assert_eq!(out.code, 2, "{}", out.stderr);
+
+    // The admin's own refusals keep its message.
+    let out = jobfleet(
+        &config,
+        &admin_env,
+        &["runs", "list", "--status", "bogus"],
+        "",
+    )
+    .await;
+    assert_eq!(out.code, 5, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("status: unknown value `bogus`"),
+        "{}",
+        out.stderr
+    );
+    let out = jobfleet(&config, &admin_env, &["runs", "get", "999999"], "").await;
+    assert_eq!(out.code, 4, "{}", out.stderr);
+    let out = jobfleet(&config, &admin_env, &["jobs", "trigger", "no-such-job"], "").await;
+    assert_eq!(out.code, 4, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("no job named `no-such-job`"),
+        "{}",
+        out.stderr
+    );
+    // A name in two groups needs the group.
+    let out = jobfleet(&config, &admin_env, &["jobs", "get", "same-name"], "").await;
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("--group"), "{}", out.stderr);
+    let out = jobfleet(
+        &config,
+        &admin_env,
+        &[
+            "jobs",
+            "get",
+            "same-name",
+            "--group",
+            "cli-other",
+            "-o",
+            "json",
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(
+        (out.code, out.json()["group_id"].as_i64()),
+        (0, Some(other))
+    );
+    let out = jobfleet(
+        &config,
+        &admin_env,
+        &["jobs", "list", "--group", "no-group"],
+        "",
+    )
+    .await;
+    assert_eq!(out.code, 4, "{}", out.stderr);
+
+    // A viewer may look, not trigger; a bad token is told to log in again.
+    let viewer_env = [
+        ("JOBFLEET_URL", app.base.as_str()),
+        ("JOBFLEET_TOKEN", viewer.as_str()),
+    ];
+    let out = jobfleet(&config, &viewer_env, &["jobs", "list", "-o", "json"], "").await;
+    assert_eq!((out.code, out.json()["total"].as_i64()), (0, Some(1)));
+    let out = jobfleet(&config, &viewer_env, &["jobs", "trigger", "same-name"], "").await;
+    assert_eq!(out.code, 3, "{}", out.stderr);
+    let out = jobfleet(
+        &config,
+        &[
+            ("JOBFLEET_URL", app.base.as_str()),
+            ("JOBFLEET_TOKEN", "garbage"),
+        ],
+        &["jobs", "list"],
+        "",
+    )
+    .await;
+    assert_eq!(out.code, 3, "{}", out.stderr);
+    assert!(out.stderr.contains("jobfleet login"), "{}", out.stderr);
+
+    // A kept login is never sent to another admin named on the command line.
+    let out = jobfleet(
+        &config,
+        &[],
+        &["login", &app.base, "-u", "admin", "--password-stdin"],
+        &format!("{ADMIN_PASSWORD}\n"),
+    )
+    .await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let out = jobfleet(
+        &config,
+        &[],
+        &["jobs", "list", "--url", "http://127.0.0.1:9"],
+        "",
+    )
+    .await;
+    assert_eq!(out.code, 3, "{}", out.stderr);
+    // A broken login file names itself.
+    std::fs::write(config.join("login.toml"), "url = 3").unwrap();
+    let out = run(&[], &["jobs", "list"]).await;
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(out.stderr.contains("login.toml"), "{}", out.stderr);
+
+    // Completions come from the same definition.
+    let out = run(&[], &["completions", "bash"]).await;
+    assert_eq!(out.code, 0);
+    assert!(out.stdout.contains("jobfleet") && out.stdout.contains("trigger"));
+}

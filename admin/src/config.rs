@@ -136,6 +136,11 @@ const KEYS: &[(&str, Option<&str>, &str)] = &[
         "alert events sent, failed or suppressed longer ago than this are removed",
     ),
     (
+        "dead_agent_retention_days",
+        Some("7"),
+        "agents not heard from for longer than this are forgotten (they enroll again if they return)",
+    ),
+    (
         "approve_agents",
         Some("manual"),
         "manual: an agent enrolling with the shared token waits for an admin's approval before it gets runs; auto: it is approved at once",
@@ -241,6 +246,7 @@ pub struct Config {
     pub retention_days: u32,
     pub audit_retention_days: u32,
     pub alert_retention_days: u32,
+    pub dead_agent_retention_days: u32,
     /// New agents wait for an admin's approval (`approve_agents = "manual"`).
     pub agents_need_approval: bool,
     /// Without a trailing slash.
@@ -278,6 +284,7 @@ impl fmt::Debug for Config {
             .field("retention_days", &self.retention_days)
             .field("audit_retention_days", &self.audit_retention_days)
             .field("alert_retention_days", &self.alert_retention_days)
+            .field("dead_agent_retention_days", &self.dead_agent_retention_days)
             .field("public_url", &self.public_url)
             .field("cluster_url", &self.cluster_url)
             .field("alert_quiet_window_ms", &self.alert_quiet_window_ms)
@@ -503,6 +510,8 @@ impl Config {
                 .map_err(|e| fail("audit_retention_days", e.to_string()))?,
             alert_retention_days: u32::try_from(number("alert_retention_days", 1, 3650)?)
                 .map_err(|e| fail("alert_retention_days", e.to_string()))?,
+            dead_agent_retention_days: u32::try_from(number("dead_agent_retention_days", 1, 3650)?)
+                .map_err(|e| fail("dead_agent_retention_days", e.to_string()))?,
             agents_need_approval: match get("approve_agents").unwrap_or_default().as_str() {
                 "manual" => true,
                 "auto" => false,
@@ -767,6 +776,7 @@ mod tests {
         assert_eq!(config.retention_days, 30);
         assert_eq!(config.audit_retention_days, 365);
         assert_eq!(config.alert_retention_days, 90);
+        assert_eq!(config.dead_agent_retention_days, 7);
         assert_eq!(
             config.login_limits,
             crate::auth::rate_limit::Limits {
@@ -808,6 +818,12 @@ mod tests {
             (
                 "JOBFLEET_ALERT_RETENTION_DAYS",
                 "a week",
+                "not a whole number",
+            ),
+            ("JOBFLEET_DEAD_AGENT_RETENTION_DAYS", "0", "out of range"),
+            (
+                "JOBFLEET_DEAD_AGENT_RETENTION_DAYS",
+                "never",
                 "not a whole number",
             ),
             ("JOBFLEET_TRIGGER_TIMEOUT_MS", "soon", "not a whole number"),

@@ -63,6 +63,9 @@ pub struct Cli {
     /// How admins reach this agent: push, connect or auto (JOBFLEET_AGENT_MODE).
     #[arg(long)]
     pub mode: Option<String>,
+    /// Labels of this host for jobs to require, e.g. `zone=a,gpu=true` (JOBFLEET_AGENT_LABELS).
+    #[arg(long)]
+    pub labels: Option<String>,
 }
 
 const KEYS: &[(&str, Option<&str>)] = &[
@@ -79,6 +82,7 @@ const KEYS: &[(&str, Option<&str>)] = &[
     ("log_dir", None),
     ("spool_dir", None),
     ("run_as", None),
+    ("labels", Some("")),
     ("cgroup_parent", None),
     ("limits", Some("auto")),
     ("max_concurrent", Some("64")),
@@ -141,6 +145,8 @@ pub struct Config {
     pub tls: crate::tls::TlsSettings,
     pub mode: Mode,
     pub group: String,
+    /// Told to the admins at every heartbeat; jobs may require them (`agent_labels`).
+    pub labels: crate::protocol::labels::Labels,
     pub listen: SocketAddr,
     pub advertise: Option<String>,
     /// Shared with the admin; required (see `MIN_TOKEN_LEN`).
@@ -240,6 +246,7 @@ impl Config {
             ("run_as", cli.run_as.clone()),
             ("allow_root", cli.allow_root.then(|| "true".to_owned())),
             ("mode", cli.mode.clone()),
+            ("labels", cli.labels.clone()),
         ];
         for (key, value) in flags {
             if let Some(v) = value {
@@ -405,11 +412,14 @@ fn validate(raw: &Layers) -> Result<Config, ConfigError> {
     let log = get("log").unwrap_or_else(|| "info".into());
     tracing_subscriber::EnvFilter::try_new(&log)
         .map_err(|e| fail("log", format!("not a valid filter: {e}")))?;
+    let labels = crate::protocol::labels::parse_labels(&get("labels").unwrap_or_default())
+        .map_err(|e| fail("labels", e))?;
     Ok(Config {
         admins,
         tls,
         mode,
         group,
+        labels,
         listen,
         advertise,
         token,
@@ -546,6 +556,20 @@ mod tests {
                     ("JOBFLEET_AGENT_MODE", "pull"),
                 ],
                 "mode",
+            ),
+            (
+                vec![
+                    ("JOBFLEET_AGENT_GROUP", "g"),
+                    ("JOBFLEET_AGENT_LABELS", "zone=a,zone=b"),
+                ],
+                "labels",
+            ),
+            (
+                vec![
+                    ("JOBFLEET_AGENT_GROUP", "g"),
+                    ("JOBFLEET_AGENT_LABELS", "gpu"),
+                ],
+                "labels",
             ),
             (
                 vec![

@@ -359,6 +359,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
         runner: runner.clone(),
         instance_id,
         mode: config.mode.as_str(),
+        labels: config.labels.clone(),
     });
     let link = if config.mode.connects() {
         Some(tokio::spawn(crate::link::keep_connected(

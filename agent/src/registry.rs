@@ -20,6 +20,7 @@ pub struct Registration {
     pub instance_id: String,
     /// `push`, `connect` or `auto`, told to the admin.
     pub mode: &'static str,
+    pub labels: crate::protocol::labels::Labels,
 }
 
 impl Registration {
@@ -32,7 +33,7 @@ impl Registration {
             agent_version: Some(env!("CARGO_PKG_VERSION").into()),
             hostname: Some(hostname()),
             metrics: Some(host.sample(&self.data_dir, self.runner.running() as u32)),
-            labels: None,
+            labels: Some(self.labels.clone()),
             limits_mode: Some(self.runner.limits_mode().into()),
             instance_id: Some(self.instance_id.clone()),
             held_runs: Some(held_runs),

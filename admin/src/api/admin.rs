@@ -113,6 +113,29 @@ pub async fn revoke_agent(
     decide_agent(&state, &caller, *id, Decision::Revoke).await
 }
 
+/// Drain an agent (admin): it gets no new runs (routing, pulls and triggers naming it pass it
+/// by); the runs it holds finish and report as usual. Heartbeats keep it listed.
+#[utoipa::path(post, path = "/api/v1/agents/{id}/drain", tag = "agents", security(("bearer" = [])),
+    responses((status = 200, body = AgentView), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn drain_agent(
+    state: web::Data<AppState>,
+    caller: ApiCaller,
+    id: web::Path<i64>,
+) -> ApiResult<HttpResponse> {
+    decide_agent(&state, &caller, *id, Decision::Drain).await
+}
+
+/// Put a drained agent back in service (admin).
+#[utoipa::path(post, path = "/api/v1/agents/{id}/undrain", tag = "agents", security(("bearer" = [])),
+    responses((status = 200, body = AgentView), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn undrain_agent(
+    state: web::Data<AppState>,
+    caller: ApiCaller,
+    id: web::Path<i64>,
+) -> ApiResult<HttpResponse> {
+    decide_agent(&state, &caller, *id, Decision::Undrain).await
+}
+
 /// Forget an agent (admin): its row and key go; it may enroll again.
 #[utoipa::path(delete, path = "/api/v1/agents/{id}", tag = "agents", security(("bearer" = [])),
     responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]

@@ -34,6 +34,8 @@ impl utoipa::Modify for BearerAuth {
         admin::list_groups, admin::create_group, admin::get_group, admin::update_group, admin::delete_group,
         admin::list_agents,
         admin::approve_agent,
+        admin::drain_agent,
+        admin::undrain_agent,
         admin::revoke_agent,
         admin::forget_agent,
         admin::list_users, admin::create_user, admin::get_user, admin::update_user, admin::reset_password,

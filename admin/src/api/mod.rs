@@ -58,6 +58,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/agents", web::get().to(admin::list_agents))
         .route("/agents/{id}/approve", web::post().to(admin::approve_agent))
         .route("/agents/{id}/revoke", web::post().to(admin::revoke_agent))
+        .route("/agents/{id}/drain", web::post().to(admin::drain_agent))
+        .route("/agents/{id}/undrain", web::post().to(admin::undrain_agent))
         .route("/agents/{id}", web::delete().to(admin::forget_agent))
         .route("/users", web::get().to(admin::list_users))
         .route("/users", web::post().to(admin::create_user))

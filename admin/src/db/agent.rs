@@ -36,6 +36,10 @@ pub struct Agent {
     pub link_rtt_us: Option<i64>,
     /// Where the other admins reach `link_admin` to relay calls to the agent, empty when none.
     pub link_url: String,
+    /// When an admin drained it (no new runs); `None` while in service.
+    pub drained_ms: Option<i64>,
+    /// Its labels as of its last heartbeat, `key=value,…` in key order.
+    pub labels: String,
 }
 
 /// What a heartbeat says about an agent.
@@ -51,6 +55,8 @@ pub struct Heartbeat<'a> {
     pub instance_id: &'a str,
     pub run_as: &'a str,
     pub mode: &'a str,
+    /// `key=value,…` in key order.
+    pub labels: &'a str,
     pub now_ms: i64,
 }
 
@@ -101,6 +107,7 @@ pub fn insert(conn: &mut AnyConnection, beat: &Heartbeat<'_>, approval: &str) ->
             agent::instance_id.eq(beat.instance_id),
             agent::run_as.eq(beat.run_as),
             agent::mode.eq(beat.mode),
+            agent::labels.eq(beat.labels),
         ))
         .execute(conn)?;
     Ok(())
@@ -119,6 +126,7 @@ pub fn refresh(conn: &mut AnyConnection, id: i64, beat: &Heartbeat<'_>) -> Resul
             agent::instance_id.eq(beat.instance_id),
             agent::run_as.eq(beat.run_as),
             agent::mode.eq(beat.mode),
+            agent::labels.eq(beat.labels),
         ))
         .execute(conn)?;
     diesel::update(agent::table.find(id).filter(agent::key_hash.eq("")))
@@ -211,6 +219,36 @@ pub fn set_approval(conn: &mut AnyConnection, id: i64, approval: &str) -> Result
 
 /// A graceful deregistration: the agent stops being live at once (its last heartbeat is moved
 /// back to `dead_ms` at the latest), and keeps its key and approval for its next start.
+/// Forgets up to `limit` agents last heard from before `before_ms`; how many went.
+pub fn delete_unseen_since(
+    conn: &mut AnyConnection,
+    before_ms: i64,
+    limit: i64,
+) -> Result<usize, Error> {
+    let ids: Vec<i64> = agent::table
+        .filter(agent::last_seen_ms.lt(before_ms))
+        .select(agent::id)
+        .order(agent::id)
+        .limit(limit)
+        .load(conn)?;
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    Ok(diesel::delete(agent::table.filter(agent::id.eq_any(ids))).execute(conn)?)
+}
+
+/// Drains agent `id` (`Some(when)`) or puts it back in service (`None`); false when unknown.
+pub fn set_drained(
+    conn: &mut AnyConnection,
+    id: i64,
+    drained_ms: Option<i64>,
+) -> Result<bool, Error> {
+    Ok(diesel::update(agent::table.filter(agent::id.eq(id)))
+        .set(agent::drained_ms.eq(drained_ms))
+        .execute(conn)?
+        == 1)
+}
+
 pub fn mark_gone(conn: &mut AnyConnection, id: i64, dead_ms: i64) -> Result<(), Error> {
     diesel::update(
         agent::table
@@ -274,6 +312,7 @@ pub fn list_live(
         .filter(agent::app_name.eq(app_name))
         .filter(agent::last_seen_ms.ge(since_ms))
         .filter(agent::approval.eq(APPROVED))
+        .filter(agent::drained_ms.is_null())
         .order(agent::address.asc())
         .select(Agent::as_select())
         .load(conn)?)
@@ -308,6 +347,7 @@ mod tests {
             instance_id: "i1",
             run_as: "",
             mode: "auto",
+            labels: "",
             now_ms,
         }
     }
@@ -351,6 +391,49 @@ mod tests {
         assert!(remove(conn, "app", "http://a:1/").unwrap());
         assert!(!remove(conn, "app", "http://a:1/").unwrap());
         assert!(list(conn, Some(&["other".to_owned()])).unwrap().is_empty());
+    });
+
+    storage_test!(
+        drained_agents_are_not_routed_to_and_keep_the_drain_across_heartbeats,
+        |conn| {
+            upsert(conn, &beat("http://a:1/", 1_000)).unwrap();
+            upsert(conn, &beat("http://b:1/", 1_000)).unwrap();
+            let a = find(conn, "app", "http://a:1/").unwrap().unwrap();
+            assert!(set_drained(conn, a.id, Some(1_500)).unwrap());
+            // A heartbeat refreshes the row and keeps the drain.
+            upsert(conn, &beat("http://a:1/", 2_000)).unwrap();
+            let addresses = |conn: &mut AnyConnection| -> Vec<String> {
+                list_live(conn, "app", 0)
+                    .unwrap()
+                    .into_iter()
+                    .map(|a| a.address)
+                    .collect()
+            };
+            assert_eq!(addresses(conn), ["http://b:1/"]);
+            assert_eq!(get(conn, a.id).unwrap().drained_ms, Some(1_500));
+            assert!(set_drained(conn, a.id, None).unwrap());
+            assert_eq!(addresses(conn), ["http://a:1/", "http://b:1/"]);
+            assert!(!set_drained(conn, 999_999, None).unwrap());
+        }
+    );
+
+    storage_test!(agents_unseen_for_long_are_forgotten_in_batches, |conn| {
+        for (address, seen) in [
+            ("http://a:1/", 1_000),
+            ("http://b:1/", 2_000),
+            ("http://c:1/", 9_000),
+        ] {
+            upsert(conn, &beat(address, seen)).unwrap();
+        }
+        assert_eq!(delete_unseen_since(conn, 5_000, 1).unwrap(), 1);
+        assert_eq!(delete_unseen_since(conn, 5_000, 10).unwrap(), 1);
+        assert_eq!(delete_unseen_since(conn, 5_000, 10).unwrap(), 0);
+        let left: Vec<String> = list(conn, None)
+            .unwrap()
+            .into_iter()
+            .map(|a| a.address)
+            .collect();
+        assert_eq!(left, ["http://c:1/"]);
     });
 
     storage_test!(

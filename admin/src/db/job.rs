@@ -56,9 +56,24 @@ pub struct Job {
     pub updated_ms: i64,
     /// An http job's request, as JSON (`jobfleet_agent::protocol::HttpRequest`).
     pub http_request: Option<String>,
+    /// Labels the agent that runs it must carry, `key=value,…` in key order; '' for none.
+    pub agent_labels: String,
 }
 
 impl Job {
+    /// The labels its agent must carry (stored rows were checked when written; an unreadable
+    /// one requires a label no agent has, so the job runs nowhere rather than anywhere).
+    pub fn agent_labels(&self) -> jobfleet_agent::protocol::labels::Labels {
+        jobfleet_agent::protocol::labels::parse_labels(&self.agent_labels).unwrap_or_else(|_| {
+            [(
+                "unreadable-stored-labels".to_owned(),
+                self.agent_labels.replace(['=', ','], "_"),
+            )]
+            .into_iter()
+            .collect()
+        })
+    }
+
     /// A stored http job's request.
     ///
     /// # Errors
@@ -136,6 +151,7 @@ pub struct JobFields {
     pub next_fire_ms: Option<i64>,
     pub updated_ms: i64,
     pub http_request: Option<String>,
+    pub agent_labels: String,
 }
 
 #[derive(Debug, Insertable)]
@@ -504,6 +520,7 @@ pub(crate) mod tests {
             next_fire_ms: None,
             updated_ms: 1,
             http_request: None,
+            agent_labels: String::new(),
         }
     }
 

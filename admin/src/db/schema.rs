@@ -37,6 +37,8 @@ diesel::table! {
         link_since_ms -> Nullable<BigInt>,
         link_rtt_us -> Nullable<BigInt>,
         link_url -> Text,
+        drained_ms -> Nullable<BigInt>,
+        labels -> Text,
     }
 }
 
@@ -79,6 +81,7 @@ diesel::table! {
         created_ms -> BigInt,
         updated_ms -> BigInt,
         http_request -> Nullable<Text>,
+        agent_labels -> Text,
     }
 }
 

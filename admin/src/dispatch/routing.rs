@@ -15,6 +15,8 @@ pub struct Candidate {
     pub address: String,
     /// 0 = idle; from the last heartbeat; `None` for agents that send no metrics.
     pub load: Option<f64>,
+    /// Its labels as of its last heartbeat (none for a manual group's addresses).
+    pub labels: jobfleet_agent::protocol::labels::Labels,
 }
 
 /// Load from heartbeat metrics: CPU share plus memory share plus a little per running job, so
@@ -192,6 +194,7 @@ mod tests {
             .map(|i| Candidate {
                 address: format!("http://10.0.0.{i}:9999/"),
                 load: None,
+                labels: Default::default(),
             })
             .collect()
     }
@@ -320,6 +323,7 @@ mod tests {
         more.push(Candidate {
             address: "http://10.0.0.9:9999/".into(),
             load: None,
+            labels: Default::default(),
         });
         assert_eq!(
             r.order(Routing::LeastRecentlyUsed, JobId(9), &more, 0)[0],

@@ -83,6 +83,7 @@ pub fn candidates(
                 .map(|address| Candidate {
                     address,
                     load: None,
+                    labels: Default::default(),
                 })
                 .collect(),
         ));
@@ -99,6 +100,8 @@ pub fn candidates(
                 load: serde_json::from_str::<HostMetrics>(&a.metrics)
                     .ok()
                     .map(|m| load_of(&m)),
+                labels: jobfleet_agent::protocol::labels::parse_labels(&a.labels)
+                    .unwrap_or_default(),
                 address: a.address,
             })
             .collect(),
@@ -199,6 +202,19 @@ fn prepare_claimed(
     let (app_name, mut candidates) = lookups.candidates(conn, owner.group_id, now)?;
     if let Some(address) = only {
         candidates.retain(|c| c.address == address);
+    }
+    let wanted = owner.agent_labels();
+    if !wanted.is_empty() {
+        candidates.retain(|c| jobfleet_agent::protocol::labels::satisfies(&c.labels, &wanted));
+        if candidates.is_empty() {
+            return Ok(Prepared::NoAgent(
+                Box::new(run),
+                format!(
+                    "no live agent in group `{app_name}` has the labels {}",
+                    jobfleet_agent::protocol::labels::format_labels(&wanted)
+                ),
+            ));
+        }
     }
     if candidates.is_empty() {
         return Ok(Prepared::NoAgent(

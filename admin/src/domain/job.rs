@@ -142,6 +142,10 @@ pub struct JobInput {
     pub block_strategy: Option<BlockStrategy>,
     pub children: Option<Vec<JobId>>,
     pub alert: Option<AlertInput>,
+    /// Labels the agent that runs it must carry, e.g. `{"zone": "a", "gpu": "true"}`; routing
+    /// considers only the group's agents that carry every one. Default none.
+    #[schema(value_type = Option<Object>)]
+    pub agent_labels: Option<jobfleet_agent::protocol::labels::Labels>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -192,6 +196,7 @@ pub struct JobSpec {
     pub block_strategy: BlockStrategy,
     pub children: Vec<JobId>,
     pub alert: AlertSettings,
+    pub agent_labels: jobfleet_agent::protocol::labels::Labels,
 }
 
 /// Names identify things in logs, URLs and shell environments: letters (any script), digits,
@@ -572,6 +577,9 @@ impl JobInput {
                 format!("channel {dup} is listed twice"),
             ));
         }
+        let agent_labels = self.agent_labels.unwrap_or_default();
+        jobfleet_agent::protocol::labels::check_labels(&agent_labels)
+            .map_err(|e| Error::invalid("agent_labels", e))?;
         Ok(JobSpec {
             group_id: self.group_id,
             name,
@@ -591,6 +599,7 @@ impl JobInput {
             block_strategy: self.block_strategy.unwrap_or(BlockStrategy::Serial),
             children,
             alert,
+            agent_labels,
         })
     }
 }

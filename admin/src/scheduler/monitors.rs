@@ -450,7 +450,19 @@ pub async fn retention(state: &AppState) -> Result<usize, Error> {
         crate::db::alert_event::delete_settled_before(conn, alerts_before, RETENTION_BATCH)
     })
     .await?;
-    Ok(removed)
+    let agents_before = days_ago(state.config.dead_agent_retention_days);
+    let forgotten = in_batches(state, move |conn| {
+        crate::db::agent::delete_unseen_since(conn, agents_before, RETENTION_BATCH)
+    })
+    .await?;
+    if forgotten > 0 {
+        tracing::info!(
+            agents = forgotten,
+            days = state.config.dead_agent_retention_days,
+            "Forgot agents not heard from within dead_agent_retention_days"
+        );
+    }
+    Ok(removed + forgotten)
 }
 
 /// Rows one retention statement deletes, so that a large backlog never holds a long transaction.

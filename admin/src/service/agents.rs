@@ -54,6 +54,12 @@ pub struct AgentView {
     pub mode: String,
     /// The connection the agent holds to an admin, if any.
     pub connection: Option<ConnectionView>,
+    /// When an admin drained it: it gets no new runs, and the runs it holds finish. Absent
+    /// while it is in service.
+    pub drained_ms: Option<i64>,
+    /// What the agent said about its host (`zone=a` …); jobs may require them.
+    #[schema(value_type = Object)]
+    pub labels: jobfleet_agent::protocol::labels::Labels,
 }
 
 /// An agent's connection to an admin.
@@ -91,6 +97,8 @@ fn view(a: agent::Agent, now: i64) -> AgentView {
             _ => None,
         },
         mode: a.mode,
+        drained_ms: a.drained_ms,
+        labels: jobfleet_agent::protocol::labels::parse_labels(&a.labels).unwrap_or_default(),
         app_name: a.app_name,
         address: a.address,
         version: a.version,
@@ -147,9 +155,12 @@ pub enum Decision {
     Approve,
     Revoke,
     Forget,
+    /// No new runs (routing, pulls and named triggers pass it by); runs it holds finish.
+    Drain,
+    Undrain,
 }
 
-/// Approves, revokes or forgets agent `id`, with its audit row. A revoked agent's heartbeats
+/// Approves, revokes, forgets, drains or undrains agent `id`, with its audit row. A revoked agent's heartbeats
 /// and results are refused and it gets no runs; a forgotten one may enroll again (with a new
 /// key, after its data folder was lost, say).
 ///
@@ -181,6 +192,16 @@ pub async fn decide(
                 Decision::Forget => {
                     agent::delete(conn, id)?;
                     ("agent.forget", None)
+                }
+                Decision::Drain | Decision::Undrain => {
+                    let (action, drained_ms) = if decision == Decision::Drain {
+                        // Draining twice keeps the first time: the operator's "since when".
+                        ("agent.drain", Some(before.drained_ms.unwrap_or(now)))
+                    } else {
+                        ("agent.undrain", None)
+                    };
+                    agent::set_drained(conn, id, drained_ms)?;
+                    (action, Some(view(agent::get(conn, id)?, now)))
                 }
             };
             let mut entry = Entry::new(action, "agent", id).before(&before)?;
@@ -225,6 +246,16 @@ pub async fn register(
             "a conn:// address is for agents in connect mode only",
         ));
     }
+    let labels = param
+        .labels
+        .as_ref()
+        .map(|labels| {
+            jobfleet_agent::protocol::labels::check_labels(labels)
+                .map(|()| jobfleet_agent::protocol::labels::format_labels(labels))
+                .map_err(|e| Error::invalid("labels", e))
+        })
+        .transpose()?
+        .unwrap_or_default();
     let now = state.clock.now_ms();
     let metrics = param
         .metrics
@@ -249,6 +280,7 @@ pub async fn register(
                 instance_id: &instance_id,
                 run_as: &run_as,
                 mode: &mode,
+                labels: &labels,
                 now_ms: now,
             };
             if key_hash.is_none() {

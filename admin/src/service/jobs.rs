@@ -116,6 +116,9 @@ pub struct JobView {
     pub block_strategy: BlockStrategy,
     pub children: Vec<JobId>,
     pub alert: AlertView,
+    /// Labels the agent that runs it must carry (`{"zone": "a"}`); empty: any agent of its group.
+    #[schema(value_type = Object)]
+    pub agent_labels: jobfleet_agent::protocol::labels::Labels,
     pub next_fire_ms: Option<i64>,
     pub created_ms: i64,
     pub updated_ms: i64,
@@ -123,6 +126,7 @@ pub struct JobView {
 
 pub fn view(row: job::Job) -> JobView {
     let http = row.request().ok().map(HttpView::from);
+    let agent_labels = row.agent_labels();
     JobView {
         id: row.id,
         group_id: row.group_id,
@@ -168,6 +172,7 @@ pub fn view(row: job::Job) -> JobView {
             on_no_agent: row.alert_on_no_agent,
             channels: row.alert_channels.0.clone(),
         },
+        agent_labels,
         next_fire_ms: row.next_fire_ms,
         created_ms: row.created_ms,
         updated_ms: row.updated_ms,
@@ -249,6 +254,7 @@ fn fields(spec: &JobSpec, script_version: i32, now: UnixMillis) -> job::JobField
         },
         updated_ms: now,
         http_request,
+        agent_labels: jobfleet_agent::protocol::labels::format_labels(&spec.agent_labels),
     }
 }
 
@@ -649,6 +655,7 @@ fn spec_of(row: &job::Job) -> Result<JobSpec, Error> {
             on_no_agent: row.alert_on_no_agent,
             channels: row.alert_channels.0.clone(),
         },
+        agent_labels: row.agent_labels(),
     })
 }
 

@@ -69,6 +69,10 @@ pub struct AgentRow {
     pub id: i64,
     /// `approved`, `pending` or `revoked`.
     pub approval: String,
+    /// Drained (no new runs) since then, when drained.
+    pub drained_since: Option<String>,
+    /// `key=value,…`, empty for none.
+    pub labels: String,
     /// `agent` or `executor` (an XXL-Job executor on the shared token).
     pub identity: String,
     pub run_as: String,
@@ -274,6 +278,14 @@ async fn revoke(state: web::Data<AppState>, form: CsrfForm, id: web::Path<i64>) 
     decide(&state, form, *id, Decision::Revoke).await
 }
 
+async fn drain(state: web::Data<AppState>, form: CsrfForm, id: web::Path<i64>) -> PageResult {
+    decide(&state, form, *id, Decision::Drain).await
+}
+
+async fn undrain(state: web::Data<AppState>, form: CsrfForm, id: web::Path<i64>) -> PageResult {
+    decide(&state, form, *id, Decision::Undrain).await
+}
+
 async fn forget(state: web::Data<AppState>, form: CsrfForm, id: web::Path<i64>) -> PageResult {
     decide(&state, form, *id, Decision::Forget).await
 }
@@ -316,6 +328,8 @@ async fn agents(state: web::Data<AppState>, user: ConsoleUser) -> PageResult<Age
                     .collect(),
                 metrics: metrics_text(&a.metrics),
                 last_seen: when(Some(a.last_seen_ms)),
+                drained_since: a.drained_ms.map(|ms| when(Some(ms))),
+                labels: jobfleet_agent::protocol::labels::format_labels(&a.labels),
                 address: a.address,
                 app_name: a.app_name,
                 live: a.live,
@@ -356,5 +370,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/agents", web::get().to(agents))
         .route("/agents/{id}/approve", web::post().to(approve))
         .route("/agents/{id}/revoke", web::post().to(revoke))
+        .route("/agents/{id}/drain", web::post().to(drain))
+        .route("/agents/{id}/undrain", web::post().to(undrain))
         .route("/agents/{id}/forget", web::post().to(forget));
 }

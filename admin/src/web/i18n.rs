@@ -232,11 +232,14 @@ static TABLE: &[(&str, &str, &str)] = &[
     ("action.trigger", "Trigger", "执行"),
     ("agents.approve", "Approve", "批准"),
     ("agents.dead", "dead", "离线"),
+    ("agents.drain", "Drain", "暂停派发"),
+    ("agents.drained", "drained since", "已暂停派发，自"),
     ("agents.executor", "XXL-Job executor", "XXL-Job 执行器"),
     ("agents.forget", "Forget", "移除"),
     ("agents.pending", "waiting for approval", "待批准"),
     ("agents.revoke", "Revoke", "吊销"),
     ("agents.revoked", "revoked", "已吊销"),
+    ("agents.undrain", "Undrain", "恢复派发"),
     ("agents.run_as", "jobs run as", "任务运行用户"),
     (
         "agents.runs_as_root",
@@ -341,6 +344,11 @@ static TABLE: &[(&str, &str, &str)] = &[
         "执行器地址（手动录入，每行一个）",
     ),
     ("field.agent", "Agent", "执行器"),
+    (
+        "field.agent_labels",
+        "Agent labels required",
+        "要求的执行器标签",
+    ),
     ("field.app_name", "App name", "AppName"),
     (
         "field.at",

@@ -436,3 +436,233 @@ async fn bad_input_gets_a_clear_error_and_its_exit_code() {
     assert_eq!(out.code, 0);
     assert!(out.stdout.contains("jobfleet") && out.stdout.contains("trigger"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drained_agent_gets_nothing_new_while_its_run_finishes() {
+    let (app, dir, first, g) = with_agent("cli-drain", &[]).await;
+    let second = crate::support::AgentProc::start_with(
+        &app.base,
+        "cli-drain",
+        &dir.path().join("agent-2"),
+        &[],
+    );
+    app.wait_for_agent(&second.address).await;
+    let env = [
+        ("JOBFLEET_URL", app.base.as_str()),
+        ("JOBFLEET_TOKEN", app.admin.as_str()),
+    ];
+    let config = dir.path().join("cli");
+    let job = app
+        .job_from(g, json!({"name": "spread", "routing": "round_robin", "handler": {"type": "shell", "command": "sleep 1; echo done"}}))
+        .await;
+    let agent_of = |run: &Value| run["agent"].as_str().unwrap_or_default().to_owned();
+
+    // A run is going on the first agent when it is drained.
+    let mut held = app.trigger(job, json!({"address": first.address})).await;
+    assert_eq!(agent_of(&held), first.address);
+    let out = jobfleet(
+        &config,
+        &env,
+        &["agents", "drain", &first.address, "-o", "json"],
+        "",
+    )
+    .await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.json()["drained_ms"].is_i64(), "{}", out.stdout);
+    let listed = jobfleet(&config, &env, &["agents", "list"], "")
+        .await
+        .stdout;
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.contains(&first.address) && l.contains(" yes ")),
+        "{listed}"
+    );
+
+    // Nothing new reaches it, by routing or by name; the other agent takes every run.
+    for _ in 0..4 {
+        let run = app.trigger(job, json!({})).await;
+        assert_eq!(agent_of(&run), second.address, "{run}");
+    }
+    let r = app
+        .post(
+            &format!("/api/v1/jobs/{job}/trigger"),
+            &app.admin,
+            json!({"address": first.address}),
+        )
+        .await;
+    assert_eq!(
+        r.status,
+        reqwest::StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        r.body
+    );
+
+    // The run it held finishes and reports as usual; the agent stays registered and live.
+    held = app
+        .finished_run(held["id"].as_i64().unwrap(), Duration::from_secs(30))
+        .await;
+    assert_eq!(held["status"], "succeeded", "{held}");
+    let agents = app.get("/api/v1/agents", &app.admin).await.body;
+    let drained = agents
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["address"] == first.address.as_str())
+        .unwrap();
+    assert_eq!(
+        (drained["live"].as_bool(), drained["drained_ms"].is_i64()),
+        (Some(true), true)
+    );
+
+    // Only an admin drains; unknown agents are named.
+    let (_, operator) = app.user("drain-operator", "operator", &[g]).await;
+    let r = app
+        .post(
+            &format!("/api/v1/agents/{}/undrain", drained["id"]),
+            &operator,
+            json!({}),
+        )
+        .await;
+    assert_eq!(r.status, reqwest::StatusCode::FORBIDDEN, "{}", r.body);
+    let out = jobfleet(
+        &config,
+        &env,
+        &["agents", "drain", "http://127.0.0.1:1/"],
+        "",
+    )
+    .await;
+    assert_eq!(out.code, 4, "{}", out.stderr);
+    let out = jobfleet(&config, &env, &["agents", "drain", "999999"], "").await;
+    assert_eq!(out.code, 4, "{}", out.stderr);
+
+    // Back in service, it gets its turn again.
+    let out = jobfleet(&config, &env, &["agents", "undrain", &first.address], "").await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let mut agents_used = std::collections::HashSet::new();
+    for _ in 0..4 {
+        agents_used.insert(agent_of(&app.trigger(job, json!({})).await));
+    }
+    assert!(agents_used.contains(&first.address), "{agents_used:?}");
+    let audit = app
+        .get("/api/v1/audit?object_type=agent", &app.admin)
+        .await
+        .body;
+    let actions: Vec<&str> = audit["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    assert!(
+        actions.contains(&"agent.drain") && actions.contains(&"agent.undrain"),
+        "{actions:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_that_require_labels_run_only_on_agents_that_carry_them() {
+    let (app, dir, plain, g) = with_agent("labels", &[]).await;
+    let zone_a = crate::support::AgentProc::start_with(
+        &app.base,
+        "labels",
+        &dir.path().join("agent-a"),
+        &[("JOBFLEET_AGENT_LABELS", "zone=a")],
+    );
+    let zone_b_gpu = crate::support::AgentProc::start_with(
+        &app.base,
+        "labels",
+        &dir.path().join("agent-b"),
+        &[("JOBFLEET_AGENT_LABELS", "zone=b, gpu=true")],
+    );
+    app.wait_for_agent(&zone_a.address).await;
+    app.wait_for_agent(&zone_b_gpu.address).await;
+
+    // The agents' labels are shown as they said them.
+    let env = [
+        ("JOBFLEET_URL", app.base.as_str()),
+        ("JOBFLEET_TOKEN", app.admin.as_str()),
+    ];
+    let agents = jobfleet(
+        &dir.path().join("cli"),
+        &env,
+        &["agents", "list", "-o", "json"],
+        "",
+    )
+    .await
+    .json();
+    let labels_of = |address: &str| {
+        agents
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["address"] == address)
+            .unwrap()["labels"]
+            .clone()
+    };
+    assert_eq!(
+        labels_of(&zone_b_gpu.address),
+        json!({"gpu": "true", "zone": "b"})
+    );
+    assert_eq!(labels_of(&plain.address), json!({}));
+
+    let agent_of = |run: &Value| run["agent"].as_str().unwrap_or_default().to_owned();
+    let in_b = app
+        .job_from(g, json!({"name": "zone-b", "routing": "round_robin", "agent_labels": {"zone": "b"}, "handler": {"type": "shell", "command": "true"}}))
+        .await;
+    let anywhere = app
+        .job_from(g, json!({"name": "anywhere", "routing": "round_robin", "handler": {"type": "shell", "command": "true"}}))
+        .await;
+    let nowhere = app
+        .job_from(g, json!({"name": "nowhere", "agent_labels": {"zone": "c"}, "handler": {"type": "shell", "command": "true"}}))
+        .await;
+    assert_eq!(
+        app.get(&format!("/api/v1/jobs/{in_b}"), &app.admin)
+            .await
+            .body["agent_labels"],
+        json!({"zone": "b"})
+    );
+    for _ in 0..4 {
+        let run = app.trigger(in_b, json!({})).await;
+        assert_eq!(agent_of(&run), zone_b_gpu.address, "{run}");
+    }
+    let mut used = std::collections::HashSet::new();
+    for _ in 0..6 {
+        used.insert(agent_of(&app.trigger(anywhere, json!({})).await));
+    }
+    assert_eq!(
+        used.len(),
+        3,
+        "a job without labels runs on any agent: {used:?}"
+    );
+    let run = app.trigger(nowhere, json!({})).await;
+    assert!(run["agent"].is_null(), "{run}");
+    assert!(
+        run["trigger_msg"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("has the labels zone=c"),
+        "{run}"
+    );
+
+    // Bad labels are refused by name, in the API and in the console's text form.
+    for labels in [
+        json!({"zone": "a b"}),
+        json!({"-x": "1"}),
+        json!(["zone=a"]),
+    ] {
+        let mut body = TestApp::job_body(g, "bad-labels");
+        body["agent_labels"] = labels.clone();
+        let r = app.post("/api/v1/jobs", &app.admin, body).await;
+        assert_eq!(
+            r.status,
+            reqwest::StatusCode::UNPROCESSABLE_ENTITY,
+            "{labels}: {}",
+            r.body
+        );
+    }
+    let mut body = TestApp::job_body(g, "bad-labels");
+    body["agent_labels"] = json!({"zone": "a b"});
+    let r = app.post("/api/v1/jobs", &app.admin, body).await;
+    assert_eq!(r.field(), Some("agent_labels"), "{}", r.body);
+}

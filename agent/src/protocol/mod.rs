@@ -16,6 +16,8 @@ mod messages;
 mod outcome;
 mod wire_enum;
 
+pub mod labels;
+
 pub use block::BlockStrategy;
 pub use envelope::{CODE_FAIL, CODE_OK, Envelope};
 pub use glue::GlueType;

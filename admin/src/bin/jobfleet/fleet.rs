@@ -54,6 +54,32 @@ const AGENT_COLUMNS: &[Column] = &[
         },
     },
     Column {
+        heading: "LABELS",
+        cell: |a| {
+            let labels: Vec<String> = a["labels"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                .collect();
+            if labels.is_empty() {
+                "-".into()
+            } else {
+                labels.join(",")
+            }
+        },
+    },
+    Column {
+        heading: "DRAINED",
+        cell: |a| {
+            if a["drained_ms"].is_i64() {
+                "yes".into()
+            } else {
+                "-".into()
+            }
+        },
+    },
+    Column {
         heading: "APPROVAL",
         cell: |a| table::text(&a["approval"]),
     },
@@ -146,5 +172,71 @@ pub async fn agents(api: &Api, out: Output, group: Option<&str>) -> Result<(), F
         items.retain(|a| a["app_name"].as_str() == Some(name.as_str()));
     }
     out.list(&Value::Array(items.clone()), &items, AGENT_COLUMNS);
+    Ok(())
+}
+
+/// An agent's id from its id or its address (with or without the trailing `/`).
+async fn agent_id(api: &Api, agent: &str) -> Result<i64, Failure> {
+    if let Ok(id) = agent.parse::<i64>() {
+        return Ok(id);
+    }
+    let wanted = agent.trim_end_matches('/');
+    let all = api.get("/agents", &[]).await?;
+    let found: Vec<&Value> = all
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|a| a["address"].as_str().map(|s| s.trim_end_matches('/')) == Some(wanted))
+        .collect();
+    match found.as_slice() {
+        [one] => one["id"]
+            .as_i64()
+            .ok_or_else(|| Failure::Other("the admin's agent has no id".into())),
+        [] => Err(Failure::NotFound(format!("no agent at `{agent}`"))),
+        several => Err(Failure::Usage(format!(
+            "{} agents are at `{agent}` (one per group; ids {}): give the id",
+            several.len(),
+            several
+                .iter()
+                .map(|a| table::text(&a["id"]))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
+/// What an admin may do to an agent from the command line.
+#[derive(Debug, Clone, Copy)]
+pub enum AgentAction {
+    Drain,
+    Undrain,
+    Forget,
+}
+
+pub async fn act_on_agent(
+    api: &Api,
+    out: Output,
+    agent: &str,
+    action: AgentAction,
+) -> Result<(), Failure> {
+    let id = agent_id(api, agent).await?;
+    let (answer, done) = match action {
+        AgentAction::Drain => (
+            api.post(&format!("/agents/{id}/drain"), None).await?,
+            "drained: no new runs; the runs it holds finish",
+        ),
+        AgentAction::Undrain => (
+            api.post(&format!("/agents/{id}/undrain"), None).await?,
+            "back in service",
+        ),
+        AgentAction::Forget => {
+            api.delete(&format!("/agents/{id}")).await?;
+            (
+                serde_json::json!({"id": id, "forgotten": true}),
+                "forgotten",
+            )
+        }
+    };
+    out.object(&answer, || format!("agent {id} {done}\n"));
     Ok(())
 }

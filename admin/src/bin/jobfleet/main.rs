@@ -268,6 +268,12 @@ enum AgentsCommand {
         #[arg(short, long)]
         group: Option<String>,
     },
+    /// Take an agent out of service (id or address): no new runs; the runs it holds finish.
+    Drain { agent: String },
+    /// Put a drained agent back in service.
+    Undrain { agent: String },
+    /// Forget an agent (its row and key); it may enroll again.
+    Forget { agent: String },
 }
 
 #[derive(Debug, Subcommand)]
@@ -367,6 +373,15 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 Command::Runs(command) => runs_command(&api, out, command).await,
                 Command::Agents(AgentsCommand::List { group }) => {
                     fleet::agents(&api, out, group.as_deref()).await
+                }
+                Command::Agents(AgentsCommand::Drain { agent }) => {
+                    fleet::act_on_agent(&api, out, &agent, fleet::AgentAction::Drain).await
+                }
+                Command::Agents(AgentsCommand::Undrain { agent }) => {
+                    fleet::act_on_agent(&api, out, &agent, fleet::AgentAction::Undrain).await
+                }
+                Command::Agents(AgentsCommand::Forget { agent }) => {
+                    fleet::act_on_agent(&api, out, &agent, fleet::AgentAction::Forget).await
                 }
                 Command::Groups(GroupsCommand::List { paging }) => {
                     fleet::groups(&api, out, paging.limit, paging.offset).await

@@ -353,6 +353,23 @@ const FIELDS: &[Field] = &[
         },
     },
     Field {
+        name: "agent_labels",
+        error: Some("agent_labels"),
+        default: "",
+        show: |j| {
+            one(jobfleet_agent::protocol::labels::format_labels(
+                &j.agent_labels,
+            ))
+        },
+        read: |f, i| {
+            i.agent_labels = Some(
+                jobfleet_agent::protocol::labels::parse_labels(f.raw("agent_labels"))
+                    .map_err(|e| Error::invalid("agent_labels", e))?,
+            );
+            Ok(())
+        },
+    },
+    Field {
         name: "routing",
         error: None,
         default: "first",
@@ -597,6 +614,7 @@ fn input_of(f: &Fields) -> Result<JobInput, Error> {
         misfire: None,
         concurrency: None,
         block_strategy: None,
+        agent_labels: None,
         children: None,
         alert: None,
     };
@@ -939,6 +957,12 @@ mod tests {
                 on_no_agent: false,
                 channels: vec![ChannelId(7), ChannelId(8)],
             },
+            agent_labels: [
+                ("zone".to_owned(), "a".to_owned()),
+                ("gpu".to_owned(), "true".to_owned()),
+            ]
+            .into_iter()
+            .collect(),
             next_fire_ms: None,
             created_ms: 0,
             updated_ms: 0,

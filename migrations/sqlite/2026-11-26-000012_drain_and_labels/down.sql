@@ -1,0 +1,3 @@
+ALTER TABLE job DROP COLUMN agent_labels;
+ALTER TABLE agent DROP COLUMN labels;
+ALTER TABLE agent DROP COLUMN drained_ms;

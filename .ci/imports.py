@@ -26,7 +26,11 @@ ALLOWED = {
 
 def modules(root):
     found = {}
-    for d, _, names in os.walk(root):
+    for d, dirs, names in os.walk(root):
+        # `bin/<name>/` holds other binaries (the `jobfleet` CLI): crates of their own, whose
+        # `crate::` is not the library's.
+        if os.path.samefile(d, root) and "bin" in dirs:
+            dirs.remove("bin")
         for f in names:
             if f.endswith(".rs"):
                 rel = os.path.relpath(os.path.join(d, f), root)[:-3].split(os.sep)

@@ -157,10 +157,13 @@ pub fn of_node_in_flight(
         .load(conn)?)
 }
 
-/// Every attempt of the chain that starts with run `first`, the first attempt included, in
-/// attempt order.
-pub fn chain(conn: &mut AnyConnection, first: RunId) -> Result<Vec<JobRun>, Error> {
+/// Every attempt of the chain that starts with run `first` of job `job_id`, the first attempt
+/// included, in attempt order. Later attempts are later rows of the same job, so the read is a
+/// range of the `(job_id, id)` index, not a scan for `first_run_id`.
+pub fn chain(conn: &mut AnyConnection, job_id: JobId, first: RunId) -> Result<Vec<JobRun>, Error> {
     Ok(job_run::table
+        .filter(job_run::job_id.eq(job_id))
+        .filter(job_run::id.ge(first))
         .filter(job_run::id.eq(first).or(job_run::first_run_id.eq(first)))
         .select(JobRun::as_select())
         .order((job_run::attempt.asc(), job_run::id.asc()))

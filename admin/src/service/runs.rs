@@ -276,7 +276,7 @@ pub async fn retry(
             }
             let job = crate::service::jobs::visible_job(conn, &actor_owned, run.job_id)?;
             let first = run.first_run_id.unwrap_or(run.id);
-            let chain = job_run::chain(conn, first)?;
+            let chain = job_run::chain(conn, run.job_id, first)?;
             if let Some(open) = chain.iter().find(|r| !r.status.is_final()) {
                 return Err(Error::Conflict {
                     field: None,

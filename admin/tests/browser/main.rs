@@ -609,6 +609,87 @@ async fn a_failing_job_produces_an_alert_event() {
     browser.quit().await.unwrap();
 }
 
+/// Whether the only agent is drained, as the API says.
+async fn agent_drained(app: &TestApp) -> bool {
+    app.get("/api/v1/agents", &app.admin).await.body[0]["drained_ms"].is_i64()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_drains_an_agent_and_a_job_requires_labels() {
+    let s = setup().await;
+    let driver = Driver::start().await;
+    let browser = driver.browser("en-US").await;
+    let base = &s.app.base;
+    login(&browser, base, "admin", ADMIN_PASSWORD).await;
+
+    // Drain from the Agents page: the badge shows and routing's view agrees; Undrain undoes it.
+    browser
+        .goto(format!("{base}/console/agents"))
+        .await
+        .unwrap();
+    browser
+        .find(By::Css("button.agent-drain"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let badge = browser
+        .query(By::Css(".agent-drained"))
+        .first()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(badge.contains("drained since"), "{badge}");
+    assert!(agent_drained(&s.app).await);
+    browser
+        .find(By::Css("button.agent-undrain"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    browser
+        .query(By::Css("button.agent-drain"))
+        .first()
+        .await
+        .unwrap();
+    assert!(!agent_drained(&s.app).await);
+
+    // A job's required labels: a bad one is refused beside its field, a good one is kept.
+    let form = new_job_form(&browser, base).await;
+    type_into(&form, "f-name", "labelled").await;
+    choose(&form, "f-schedule-type", "none").await;
+    type_into(&form, "f-command", "true").await;
+    type_into(&form, "f-agent-labels", "zone=a b").await;
+    let error = save_refused(&browser, "agent_labels").await;
+    assert!(error.contains("the value `a b`"), "{error}");
+    let labels = browser.find(By::Id("f-agent-labels")).await.unwrap();
+    labels.clear().await.unwrap();
+    labels.send_keys("zone=a, gpu=true").await.unwrap();
+    browser
+        .find(By::Id("job-save"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    browser.query(By::Id("job-name")).first().await.unwrap();
+    let jobs = s
+        .app
+        .get("/api/v1/jobs?q=labelled", &s.app.admin)
+        .await
+        .body;
+    assert_eq!(
+        jobs["items"][0]["agent_labels"],
+        json!({"gpu": "true", "zone": "a"}),
+        "{jobs}"
+    );
+    browser.quit().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_draws_a_workflow_runs_it_and_opens_a_nodes_log() {
     let s = setup().await;

@@ -217,9 +217,9 @@ pub fn set_approval(conn: &mut AnyConnection, id: i64, approval: &str) -> Result
         > 0)
 }
 
-/// A graceful deregistration: the agent stops being live at once (its last heartbeat is moved
-/// back to `dead_ms` at the latest), and keeps its key and approval for its next start.
-/// Forgets up to `limit` agents last heard from before `before_ms`; how many went.
+/// Forgets up to `limit` agents last heard from before `before_ms`; how many went. A revoked
+/// agent is kept however long ago it was seen (its heartbeats are refused, so it is never
+/// seen again): forgetting it would let it enroll afresh.
 pub fn delete_unseen_since(
     conn: &mut AnyConnection,
     before_ms: i64,
@@ -227,6 +227,7 @@ pub fn delete_unseen_since(
 ) -> Result<usize, Error> {
     let ids: Vec<i64> = agent::table
         .filter(agent::last_seen_ms.lt(before_ms))
+        .filter(agent::approval.ne(REVOKED))
         .select(agent::id)
         .order(agent::id)
         .limit(limit)
@@ -249,6 +250,9 @@ pub fn set_drained(
         == 1)
 }
 
+/// A graceful deregistration: the agent stops being live at once (its last heartbeat is moved
+/// back to `dead_ms` at the latest), and keeps its key and approval for its next start
+/// (until `dead_agent_retention_days` forgets it).
 pub fn mark_gone(conn: &mut AnyConnection, id: i64, dead_ms: i64) -> Result<(), Error> {
     diesel::update(
         agent::table
@@ -425,6 +429,9 @@ mod tests {
         ] {
             upsert(conn, &beat(address, seen)).unwrap();
         }
+        upsert(conn, &beat("http://revoked:1/", 500)).unwrap();
+        let revoked = find(conn, "app", "http://revoked:1/").unwrap().unwrap();
+        assert!(set_approval(conn, revoked.id, REVOKED).unwrap());
         assert_eq!(delete_unseen_since(conn, 5_000, 1).unwrap(), 1);
         assert_eq!(delete_unseen_since(conn, 5_000, 10).unwrap(), 1);
         assert_eq!(delete_unseen_since(conn, 5_000, 10).unwrap(), 0);
@@ -433,7 +440,8 @@ mod tests {
             .into_iter()
             .map(|a| a.address)
             .collect();
-        assert_eq!(left, ["http://c:1/"]);
+        // A revoked agent stays, or it could enroll afresh.
+        assert_eq!(left, ["http://c:1/", "http://revoked:1/"]);
     });
 
     storage_test!(

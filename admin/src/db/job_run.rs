@@ -157,17 +157,32 @@ pub fn of_node_in_flight(
         .load(conn)?)
 }
 
-/// Every attempt of the chain that starts with run `first` of job `job_id`, the first attempt
-/// included, in attempt order. Later attempts are later rows of the same job, so the read is a
-/// range of the `(job_id, id)` index, not a scan for `first_run_id`.
-pub fn chain(conn: &mut AnyConnection, job_id: JobId, first: RunId) -> Result<Vec<JobRun>, Error> {
-    Ok(job_run::table
-        .filter(job_run::job_id.eq(job_id))
-        .filter(job_run::id.ge(first))
-        .filter(job_run::id.eq(first).or(job_run::first_run_id.eq(first)))
-        .select(JobRun::as_select())
-        .order((job_run::attempt.asc(), job_run::id.asc()))
-        .load(conn)?)
+/// Every attempt of the chain that starts with run `first`, the first attempt included, in
+/// attempt order; a locking read on MySQL, so that two retries of one chain take turns and the
+/// second sees the attempt the first added (SQLite's write transactions already take turns).
+pub fn chain(conn: &mut AnyConnection, first: RunId) -> Result<Vec<JobRun>, Error> {
+    // The select's backend is part of its type: one query per arm.
+    macro_rules! attempts {
+        ($filter:expr) => {
+            job_run::table.filter($filter).select(JobRun::as_select())
+        };
+    }
+    let (mut head, rest): (Vec<JobRun>, Vec<JobRun>) = match conn {
+        #[cfg(feature = "mysql")]
+        AnyConnection::Mysql(c) => (
+            attempts!(job_run::id.eq(first)).for_update().load(c)?,
+            attempts!(job_run::first_run_id.eq(first))
+                .for_update()
+                .load(c)?,
+        ),
+        AnyConnection::Sqlite(c) => (
+            attempts!(job_run::id.eq(first)).load(c)?,
+            attempts!(job_run::first_run_id.eq(first)).load(c)?,
+        ),
+    };
+    head.extend(rest);
+    head.sort_by_key(|r| (r.attempt, r.id));
+    Ok(head)
 }
 
 /// Every run of a workflow node, newest first (the run page lists them per node).
@@ -588,7 +603,9 @@ pub fn unclaimed_due(
 }
 
 /// Due pending runs nobody claimed, of `group_id`'s jobs routed by one of `routings`, oldest
-/// first: what an agent of the group may take (pull).
+/// first: what an agent of the group may take (pull). Jobs that only some agents may run
+/// (required labels; `least_loaded` with a memory limit) are left to the timer's push, which
+/// picks among the agents that qualify: a taker that does not would claim and fail them.
 pub fn pullable(
     conn: &mut AnyConnection,
     group_id: GroupId,
@@ -600,6 +617,12 @@ pub fn pullable(
     let jobs = job::table
         .filter(job::group_id.eq(group_id))
         .filter(job::routing.eq_any(routings))
+        .filter(job::agent_labels.eq(""))
+        .filter(
+            job::routing
+                .ne(Routing::LeastLoaded)
+                .or(job::limit_memory_mb.is_null()),
+        )
         .select(job::id);
     Ok(job_run::table
         .filter(job_run::group_id.eq(group_id))
@@ -810,6 +833,55 @@ mod tests {
             env: None,
         }
     }
+
+    storage_test!(runs_only_some_agents_may_run_are_left_to_the_push, |conn| {
+        use crate::db::job::tests::{fields, insert_group, write};
+        let g = insert_group(conn, "pull-g");
+        let mut job = |name: &str, change: &dyn Fn(&mut crate::db::job::JobFields)| {
+            let mut f = fields(g, name);
+            f.routing = Routing::LeastLoaded;
+            f.limit_memory_mb = None;
+            change(&mut f);
+            crate::db::job::insert(
+                conn,
+                &write(g),
+                &crate::db::job::NewJob {
+                    fields: f,
+                    created_ms: 1,
+                },
+            )
+            .unwrap()
+        };
+        let plain = job("plain", &|_| {});
+        let labelled = job("labelled", &|f| f.agent_labels = "zone=a".into());
+        let sized = job("sized", &|f| f.limit_memory_mb = Some(256));
+        let sized_rr = job("sized-rr", &|f| {
+            f.limit_memory_mb = Some(256);
+            f.routing = Routing::RoundRobin;
+        });
+        let mut runs = Vec::new();
+        for id in [plain, labelled, sized, sized_rr] {
+            runs.push(
+                insert(
+                    conn,
+                    &NewJobRun {
+                        group_id: g,
+                        ..run(id, Some(1_000), 0)
+                    },
+                )
+                .unwrap(),
+            );
+        }
+        let taken = pullable(
+            conn,
+            g,
+            10_000,
+            &[Routing::LeastLoaded, Routing::RoundRobin],
+            10,
+        )
+        .unwrap();
+        assert_eq!(taken, [runs[0], runs[3]]);
+    });
 
     storage_test!(second_insert_of_same_slot_conflicts, |conn| {
         let first = insert(conn, &run(JobId(7), Some(60_000), 0)).unwrap();

@@ -17,7 +17,14 @@ pub struct Candidate {
     pub load: Option<f64>,
     /// Its labels as of its last heartbeat (none for a manual group's addresses).
     pub labels: jobfleet_agent::protocol::labels::Labels,
+    /// Free memory at its last heartbeat, MB; `None` without metrics.
+    pub free_mem_mb: Option<i64>,
+    /// When that heartbeat arrived (`last_seen_ms`); 0 for a manual group's addresses.
+    pub beat_ms: i64,
 }
+
+/// What one more run adds to an agent's load, as one running job does in `load_of`.
+const LOAD_PER_RUN: f64 = 0.05;
 
 /// Load from heartbeat metrics: CPU share plus memory share plus a little per running job, so
 /// equal hosts spread by how busy we made them.
@@ -27,8 +34,25 @@ pub fn load_of(metrics: &jobfleet_agent::protocol::HostMetrics) -> f64 {
     } else {
         0.0
     };
-    metrics.cpu_pct / 100.0 + mem + f64::from(metrics.running) * 0.05
+    metrics.cpu_pct / 100.0 + mem + f64::from(metrics.running) * LOAD_PER_RUN
 }
+
+/// Free memory from heartbeat metrics, MB.
+pub fn free_mem_of(metrics: &jobfleet_agent::protocol::HostMetrics) -> i64 {
+    i64::try_from(metrics.mem_total_mb.saturating_sub(metrics.mem_used_mb)).unwrap_or(i64::MAX)
+}
+
+/// The candidates whose free memory (at their last heartbeat) holds a job's memory limit, as
+/// `least_loaded` places runs (PowerJob's minimum memory); agents that sent no metrics stay.
+pub fn with_memory_for(candidates: Vec<Candidate>, memory_mb: i64) -> Vec<Candidate> {
+    candidates
+        .into_iter()
+        .filter(|c| c.free_mem_mb.is_none_or(|free| free >= memory_mb))
+        .collect()
+}
+
+/// Entries of `Memory::sent_since_beat` kept at most; past it the oldest heartbeats' go.
+const SENT_SINCE_BEAT_MAX: usize = 100_000;
 
 /// Forgets LFU counts this often, as XXL-Job does, so a long-gone imbalance stops steering.
 const LFU_RESET_MS: i64 = 24 * 3600 * 1000;
@@ -40,6 +64,10 @@ struct Memory {
     frequency: HashMap<JobId, (i64, HashMap<String, u64>)>,
     recency: HashMap<JobId, HashMap<String, u64>>,
     tick: u64,
+    /// `least_loaded`: runs placed on an agent since its heartbeat of `beat_ms`, by address.
+    /// A heartbeat is up to 10 s old, and a burst placed by it alone would all go to the host
+    /// that was idlest then; these count until the next heartbeat reports them as running.
+    sent_since_beat: HashMap<String, (i64, u32)>,
 }
 
 /// Routing state shared by all dispatches of this admin.
@@ -148,13 +176,35 @@ impl Router {
                 with_first(addresses, pick)
             }
             Routing::LeastLoaded => {
-                let mut ranked: Vec<&Candidate> = candidates.iter().collect();
+                let sent = &mut memory.sent_since_beat;
+                let placed = |c: &Candidate| match sent.get(&c.address) {
+                    Some((beat_ms, n)) if *beat_ms == c.beat_ms => *n,
+                    _ => 0,
+                };
                 // Agents without metrics go last: we cannot tell they are idle.
-                ranked.sort_by(|a, b| {
-                    let key = |c: &Candidate| c.load.unwrap_or(f64::MAX);
-                    key(a).total_cmp(&key(b))
-                });
-                ranked.into_iter().map(|c| c.address.clone()).collect()
+                let mut ranked: Vec<(f64, &Candidate)> = candidates
+                    .iter()
+                    .map(|c| {
+                        let load = c
+                            .load
+                            .map_or(f64::MAX, |l| l + f64::from(placed(c)) * LOAD_PER_RUN);
+                        (load, c)
+                    })
+                    .collect();
+                ranked.sort_by(|a, b| a.0.total_cmp(&b.0));
+                let pick = ranked[0].1;
+                if sent.len() >= SENT_SINCE_BEAT_MAX {
+                    let newest = sent.values().map(|(beat, _)| *beat).max().unwrap_or(0);
+                    sent.retain(|_, (beat, _)| *beat >= newest - 60_000);
+                }
+                let entry = sent
+                    .entry(pick.address.clone())
+                    .or_insert((pick.beat_ms, 0));
+                if entry.0 != pick.beat_ms {
+                    *entry = (pick.beat_ms, 0);
+                }
+                entry.1 += 1;
+                ranked.into_iter().map(|(_, c)| c.address.clone()).collect()
             }
         }
     }
@@ -195,6 +245,8 @@ mod tests {
                 address: format!("http://10.0.0.{i}:9999/"),
                 load: None,
                 labels: Default::default(),
+                free_mem_mb: None,
+                beat_ms: 0,
             })
             .collect()
     }
@@ -324,11 +376,69 @@ mod tests {
             address: "http://10.0.0.9:9999/".into(),
             load: None,
             labels: Default::default(),
+            free_mem_mb: None,
+            beat_ms: 0,
         });
         assert_eq!(
             r.order(Routing::LeastRecentlyUsed, JobId(9), &more, 0)[0],
             "http://10.0.0.9:9999/"
         );
+    }
+
+    #[test]
+    fn least_loaded_counts_the_runs_it_placed_until_the_next_heartbeat() {
+        let mut c = agents(2);
+        c[0].load = Some(0.0);
+        c[1].load = Some(0.12);
+        let r = Router::default();
+        let mut picks = Vec::new();
+        for _ in 0..6 {
+            picks.push(r.order(Routing::LeastLoaded, JobId(1), &c, 0)[0].clone());
+        }
+        // 0, 0.05 and 0.10 beat 0.12, then they take turns: a burst spreads.
+        let on_first = picks.iter().filter(|a| **a == c[0].address).count();
+        assert_eq!(on_first, 4, "{picks:?}");
+        assert_eq!(picks[..2], [c[0].address.clone(), c[0].address.clone()]);
+        // A new heartbeat reports the runs itself: the count starts again.
+        c[0].beat_ms = 10_000;
+        c[1].beat_ms = 10_000;
+        assert_eq!(
+            r.order(Routing::LeastLoaded, JobId(1), &c, 0)[0],
+            c[0].address
+        );
+        // Another job's runs count too: the load is the host's.
+        assert_eq!(
+            r.order(Routing::LeastLoaded, JobId(2), &c, 0)[0],
+            c[0].address
+        );
+        assert_eq!(
+            r.order(Routing::LeastLoaded, JobId(3), &c, 0)[0],
+            c[0].address
+        );
+        assert_eq!(
+            r.order(Routing::LeastLoaded, JobId(4), &c, 0)[0],
+            c[1].address
+        );
+    }
+
+    #[test]
+    fn a_memory_limit_keeps_only_agents_with_that_much_free() {
+        let mut c = agents(3);
+        c[0].free_mem_mb = Some(512);
+        c[1].free_mem_mb = Some(4096);
+        c[2].free_mem_mb = None;
+        let fits: Vec<String> = with_memory_for(c.clone(), 1024)
+            .into_iter()
+            .map(|c| c.address)
+            .collect();
+        assert_eq!(fits, [c[1].address.clone(), c[2].address.clone()]);
+        assert_eq!(with_memory_for(c.clone(), 512).len(), 3);
+        let idle = jobfleet_agent::protocol::HostMetrics {
+            mem_used_mb: 100,
+            mem_total_mb: 1000,
+            ..Default::default()
+        };
+        assert_eq!(free_mem_of(&idle), 900);
     }
 
     #[test]

@@ -84,6 +84,8 @@ pub fn candidates(
                     address,
                     load: None,
                     labels: Default::default(),
+                    free_mem_mb: None,
+                    beat_ms: 0,
                 })
                 .collect(),
         ));
@@ -96,13 +98,16 @@ pub fn candidates(
     Ok((
         group.app_name,
         live.into_iter()
-            .map(|a| Candidate {
-                load: serde_json::from_str::<HostMetrics>(&a.metrics)
-                    .ok()
-                    .map(|m| load_of(&m)),
-                labels: jobfleet_agent::protocol::labels::parse_labels(&a.labels)
-                    .unwrap_or_default(),
-                address: a.address,
+            .map(|a| {
+                let metrics = serde_json::from_str::<HostMetrics>(&a.metrics).ok();
+                Candidate {
+                    load: metrics.as_ref().map(load_of),
+                    free_mem_mb: metrics.as_ref().map(super::routing::free_mem_of),
+                    beat_ms: a.last_seen_ms,
+                    labels: jobfleet_agent::protocol::labels::parse_labels(&a.labels)
+                        .unwrap_or_default(),
+                    address: a.address,
+                }
             })
             .collect(),
     ))
@@ -221,6 +226,19 @@ fn prepare_claimed(
             Box::new(run),
             format!("no live agent in group `{app_name}`"),
         ));
+    }
+    if owner.routing == Routing::LeastLoaded
+        && let Some(memory_mb) = owner.limit_memory_mb
+    {
+        candidates = super::routing::with_memory_for(candidates, memory_mb);
+        if candidates.is_empty() {
+            return Ok(Prepared::NoAgent(
+                Box::new(run),
+                format!(
+                    "no live agent in group `{app_name}` has the {memory_mb} MB free that the job's memory limit asks for (least_loaded)"
+                ),
+            ));
+        }
     }
     let routing = owner.routing;
     let sends = if routing == Routing::ShardingBroadcast

@@ -213,19 +213,30 @@ fn checked_request(request: &TriggerRequest) -> Result<Option<String>, Error> {
     wanted.transpose()
 }
 
-/// Refuses an agent named in a request that is not a live agent of the group.
+/// Refuses an agent named in a request that is not a live agent of the job's group, or lacks
+/// a label the job requires.
 fn check_wanted_agent(
     conn: &mut crate::db::AnyConnection,
-    group_id: GroupId,
+    job: &job::Job,
     wanted: Option<&str>,
     now: i64,
 ) -> Result<(), Error> {
     if let Some(address) = wanted {
-        let (_, live) = crate::dispatch::send::candidates(conn, group_id, now)?;
-        if !live.iter().any(|c| c.address == address) {
+        let (_, live) = crate::dispatch::send::candidates(conn, job.group_id, now)?;
+        let Some(agent) = live.iter().find(|c| c.address == address) else {
             return Err(Error::invalid(
                 "address",
                 format!("{address} is not a live agent of this job's group"),
+            ));
+        };
+        let required = job.agent_labels();
+        if !jobfleet_agent::protocol::labels::satisfies(&agent.labels, &required) {
+            return Err(Error::invalid(
+                "address",
+                format!(
+                    "{address} lacks labels this job requires ({})",
+                    jobfleet_agent::protocol::labels::format_labels(&required)
+                ),
             ));
         }
     }
@@ -275,8 +286,10 @@ pub async fn retry(
                 });
             }
             let job = crate::service::jobs::visible_job(conn, &actor_owned, run.job_id)?;
+            // The new run goes where the job is now, which may not be the old run's group.
+            actor_owned.write_group(job.group_id)?;
             let first = run.first_run_id.unwrap_or(run.id);
-            let chain = job_run::chain(conn, run.job_id, first)?;
+            let chain = job_run::chain(conn, first)?;
             if let Some(open) = chain.iter().find(|r| !r.status.is_final()) {
                 return Err(Error::Conflict {
                     field: None,
@@ -286,7 +299,7 @@ pub async fn retry(
                     ),
                 });
             }
-            check_wanted_agent(conn, job.group_id, wanted.as_deref(), now)?;
+            check_wanted_agent(conn, &job, wanted.as_deref(), now)?;
             let last_attempt = chain.iter().map(|r| r.attempt).max().unwrap_or(run.attempt);
             let new_id = crate::lifecycle::created(
                 conn,
@@ -340,7 +353,7 @@ pub async fn trigger(
         .transaction(move |conn| {
             let job = crate::service::jobs::visible_job(conn, &actor_owned, job_id)?;
             actor_owned.write_group(job.group_id)?;
-            check_wanted_agent(conn, job.group_id, wanted.as_deref(), now)?;
+            check_wanted_agent(conn, &job, wanted.as_deref(), now)?;
             let run_id = crate::lifecycle::created(
                 conn,
                 &job_run::NewJobRun {

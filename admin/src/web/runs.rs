@@ -137,6 +137,10 @@ async fn show(
             .filter(|r| r.id == first || r.first_run_id == Some(first))
             .collect();
     let chain_settled = attempts.iter().all(|r| r.status.is_final());
+    // A workflow's step is rerun from its workflow, not retried on its own.
+    let workflow_step = attempts
+        .iter()
+        .any(|r| r.trigger_kind == crate::domain::policy::TriggerKind::Workflow);
     let mut chain: Vec<ChainLink> = attempts
         .into_iter()
         .map(|r| ChainLink {
@@ -196,6 +200,7 @@ async fn show(
         can_kill: run.status == RunStatus::Running && user.actor.write_group(run.group_id).is_ok(),
         can_retry: run.status.is_final()
             && chain_settled
+            && !workflow_step
             && user.actor.write_group(run.group_id).is_ok(),
         is_final: run.status.is_final(),
         run,

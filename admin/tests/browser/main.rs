@@ -677,6 +677,14 @@ async fn an_admin_drains_an_agent_and_a_job_requires_labels() {
         .await
         .unwrap();
     browser.query(By::Id("job-name")).first().await.unwrap();
+    let shown = browser
+        .find(By::Id("job-agent-labels"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(shown, "gpu=true,zone=a");
     let jobs = s
         .app
         .get("/api/v1/jobs?q=labelled", &s.app.admin)

@@ -635,6 +635,28 @@ async fn jobs_that_require_labels_run_only_on_agents_that_carry_them() {
         3,
         "a job without labels runs on any agent: {used:?}"
     );
+    // Naming an agent that lacks the labels is refused before anything runs.
+    let r = app
+        .post(
+            &format!("/api/v1/jobs/{in_b}/trigger"),
+            &app.admin,
+            json!({"address": zone_a.address}),
+        )
+        .await;
+    assert_eq!(
+        r.status,
+        reqwest::StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        r.body
+    );
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("lacks labels this job requires (zone=b)"),
+        "{}",
+        r.body
+    );
     let run = app.trigger(nowhere, json!({})).await;
     assert!(run["agent"].is_null(), "{run}");
     assert!(
@@ -644,6 +666,24 @@ async fn jobs_that_require_labels_run_only_on_agents_that_carry_them() {
             .contains("has the labels zone=c"),
         "{run}"
     );
+
+    // least_loaded places a job with a memory limit only where that much was free.
+    let huge = app
+        .job_from(g, json!({"name": "huge", "routing": "least_loaded", "limits": {"memory_mb": 4_194_304}, "handler": {"type": "shell", "command": "true"}}))
+        .await;
+    let run = app.trigger(huge, json!({})).await;
+    assert!(run["agent"].is_null(), "{run}");
+    assert!(
+        run["trigger_msg"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("has the 4194304 MB free"),
+        "{run}"
+    );
+    let small = app
+        .job_from(g, json!({"name": "small", "routing": "least_loaded", "limits": {"memory_mb": 64}, "handler": {"type": "shell", "command": "true"}}))
+        .await;
+    assert!(!agent_of(&app.trigger(small, json!({})).await).is_empty());
 
     // Bad labels are refused by name, in the API and in the console's text form.
     for labels in [

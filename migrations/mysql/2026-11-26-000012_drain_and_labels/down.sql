@@ -1,3 +1,4 @@
+DROP INDEX ix_job_run_first ON job_run;
 ALTER TABLE job DROP COLUMN agent_labels;
 ALTER TABLE agent DROP COLUMN labels;
 ALTER TABLE agent DROP COLUMN drained_ms;

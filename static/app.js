@@ -170,3 +170,22 @@ document.addEventListener("DOMContentLoaded", () => {
   const workflowRun = document.getElementById("wfrun-graph");
   if (workflowRun) setupWorkflowRun(workflowRun);
 });
+
+// The job list's bulk form: deleting asks first; a box ticks every job on the page.
+document.addEventListener("submit", (event) => {
+  const form = event.target;
+  const question = form.getAttribute("data-confirm-delete");
+  const action = form.querySelector('[name="action"]');
+  if (question && action && action.value === "delete" && !window.confirm(question)) {
+    event.preventDefault();
+  }
+});
+(() => {
+  const all = document.getElementById("bulk-all");
+  if (!all) return;
+  all.addEventListener("change", () => {
+    document.querySelectorAll(".bulk-pick").forEach((box) => {
+      box.checked = all.checked;
+    });
+  });
+})();

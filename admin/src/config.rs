@@ -96,6 +96,46 @@ const KEYS: &[(&str, Option<&str>, &str)] = &[
         "account names and client addresses the login limiter remembers, each",
     ),
     (
+        "api_requests_per_minute_admin",
+        Some("3000"),
+        "open API requests per minute of one admin user or admin API token; 0 = unlimited",
+    ),
+    (
+        "api_requests_per_minute_operator",
+        Some("600"),
+        "open API requests per minute of one operator user or token; 0 = unlimited",
+    ),
+    (
+        "api_requests_per_minute_viewer",
+        Some("300"),
+        "open API requests per minute of one viewer user or token; 0 = unlimited",
+    ),
+    (
+        "api_requests_per_minute_anonymous",
+        Some("120"),
+        "open API requests per minute from one client address (an IPv6 /64) without a valid credential; 0 = unlimited",
+    ),
+    (
+        "api_triggers_per_minute_admin",
+        Some("1200"),
+        "of those, requests that create jobs or workflows or start runs, per admin user or token; 0 = unlimited",
+    ),
+    (
+        "api_triggers_per_minute_operator",
+        Some("120"),
+        "the same per operator user or token; 0 = unlimited",
+    ),
+    (
+        "api_triggers_per_minute_viewer",
+        Some("60"),
+        "the same per viewer user or token; 0 = unlimited",
+    ),
+    (
+        "api_limiter_capacity",
+        Some("10000"),
+        "callers the open API limiter remembers per role and class (and client addresses)",
+    ),
+    (
         "password_hash_concurrency",
         Some("2"),
         "password hashes computed at once (each takes ~19 MiB and a core for ~50 ms)",
@@ -139,6 +179,11 @@ const KEYS: &[(&str, Option<&str>, &str)] = &[
         "dead_agent_retention_days",
         Some("7"),
         "agents not heard from for longer than this are forgotten (they enroll again if they return)",
+    ),
+    (
+        "kept_log_bytes",
+        Some("1048576"),
+        "bytes of each finished run's log the admins keep (head and tail of a longer log), so it outlives its agent; 0 keeps none",
     ),
     (
         "approve_agents",
@@ -238,6 +283,8 @@ pub struct Config {
     pub workers: usize,
     /// The password-guessing limits of every login and password-change surface.
     pub login_limits: crate::auth::rate_limit::Limits,
+    /// The open API's request limits per token, user or client address.
+    pub api_limits: crate::auth::api_limit::ApiLimits,
     /// How many password hashes run at once, and how long one may wait for a slot.
     pub password_hash: crate::auth::password::GateLimits,
     pub scheduler: bool,
@@ -247,6 +294,8 @@ pub struct Config {
     pub audit_retention_days: u32,
     pub alert_retention_days: u32,
     pub dead_agent_retention_days: u32,
+    /// Bytes of a finished run's log kept in `run_log`; 0: none (logs stay on agents only).
+    pub kept_log_bytes: u64,
     /// New agents wait for an admin's approval (`approve_agents = "manual"`).
     pub agents_need_approval: bool,
     /// Without a trailing slash.
@@ -277,6 +326,7 @@ impl fmt::Debug for Config {
             .field("max_body_bytes", &self.max_body_bytes)
             .field("workers", &self.workers)
             .field("login_limits", &self.login_limits)
+            .field("api_limits", &self.api_limits)
             .field("password_hash", &self.password_hash)
             .field("scheduler", &self.scheduler)
             .field("misfire_threshold_ms", &self.misfire_threshold_ms)
@@ -285,6 +335,7 @@ impl fmt::Debug for Config {
             .field("audit_retention_days", &self.audit_retention_days)
             .field("alert_retention_days", &self.alert_retention_days)
             .field("dead_agent_retention_days", &self.dead_agent_retention_days)
+            .field("kept_log_bytes", &self.kept_log_bytes)
             .field("public_url", &self.public_url)
             .field("cluster_url", &self.cluster_url)
             .field("alert_quiet_window_ms", &self.alert_quiet_window_ms)
@@ -489,6 +540,7 @@ impl Config {
                 capacity: usize::try_from(number("login_limiter_capacity", 100, 10_000_000)?)
                     .map_err(|e| fail("login_limiter_capacity", e.to_string()))?,
             },
+            api_limits: Self::api_limits(raw)?,
             password_hash: crate::auth::password::GateLimits {
                 concurrency: usize::try_from(number("password_hash_concurrency", 1, 256)?)
                     .map_err(|e| fail("password_hash_concurrency", e.to_string()))?,
@@ -512,6 +564,16 @@ impl Config {
                 .map_err(|e| fail("alert_retention_days", e.to_string()))?,
             dead_agent_retention_days: u32::try_from(number("dead_agent_retention_days", 1, 3650)?)
                 .map_err(|e| fail("dead_agent_retention_days", e.to_string()))?,
+            kept_log_bytes: {
+                let bytes = number("kept_log_bytes", 0, 8 * 1024 * 1024)?;
+                if bytes != 0 && bytes < 4096 {
+                    return Err(fail(
+                        "kept_log_bytes",
+                        "must be 0 (keep none) or at least 4096".into(),
+                    ));
+                }
+                bytes
+            },
             agents_need_approval: match get("approve_agents").unwrap_or_default().as_str() {
                 "manual" => true,
                 "auto" => false,
@@ -588,6 +650,42 @@ impl Config {
                 required,
             }),
         }))
+    }
+
+    /// The `api_*_per_minute_*` keys: 0 is unlimited; a role's trigger limit may not exceed
+    /// its (limited) request limit, since every trigger is also a request.
+    fn api_limits(raw: &Layers) -> Result<crate::auth::api_limit::ApiLimits, ConfigError> {
+        use crate::auth::api_limit::{ApiLimits, PerRole};
+        use crate::domain::role::Role;
+        let per_minute = |key: &str| {
+            u32::try_from(raw.number(key, 0, 1_000_000)?).map_err(|e| raw.error(key, e.to_string()))
+        };
+        let per_role = |what: &str| -> Result<PerRole, ConfigError> {
+            Ok(PerRole {
+                admin: per_minute(&format!("api_{what}_per_minute_admin"))?,
+                operator: per_minute(&format!("api_{what}_per_minute_operator"))?,
+                viewer: per_minute(&format!("api_{what}_per_minute_viewer"))?,
+            })
+        };
+        let limits = ApiLimits {
+            requests: per_role("requests")?,
+            triggers: per_role("triggers")?,
+            anonymous: per_minute("api_requests_per_minute_anonymous")?,
+            capacity: usize::try_from(raw.number("api_limiter_capacity", 100, 10_000_000)?)
+                .map_err(|e| raw.error("api_limiter_capacity", e.to_string()))?,
+        };
+        for role in [Role::Admin, Role::Operator, Role::Viewer] {
+            let (requests, triggers) = (limits.requests.of(role), limits.triggers.of(role));
+            if requests > 0 && triggers > requests {
+                return Err(raw.error(
+                    &format!("api_triggers_per_minute_{role}"),
+                    format!(
+                        "is {triggers}, more than api_requests_per_minute_{role} ({requests}): every trigger is also a request, so it could never apply"
+                    ),
+                ));
+            }
+        }
+        Ok(limits)
     }
 
     /// The `smtp_*` keys: all or nothing around `smtp_host`.
@@ -787,6 +885,11 @@ mod tests {
             }
         );
         assert_eq!(config.password_hash.concurrency, 2);
+        assert_eq!(
+            config.api_limits,
+            Config::load(&Sources::default()).unwrap().api_limits,
+            "the example file shows the defaults"
+        );
     }
 
     #[test]
@@ -808,10 +911,81 @@ mod tests {
     }
 
     #[test]
+    fn api_limit_keys_are_checked() {
+        use crate::auth::api_limit::{ApiLimits, PerRole};
+        assert_eq!(
+            Config::load(&Sources::default()).unwrap().api_limits,
+            ApiLimits {
+                requests: PerRole {
+                    admin: 3000,
+                    operator: 600,
+                    viewer: 300
+                },
+                triggers: PerRole {
+                    admin: 1200,
+                    operator: 120,
+                    viewer: 60
+                },
+                anonymous: 120,
+                capacity: 10_000,
+            }
+        );
+        let unlimited = Config::load(&env(&[
+            ("JOBFLEET_API_REQUESTS_PER_MINUTE_VIEWER", "0"),
+            ("JOBFLEET_API_TRIGGERS_PER_MINUTE_VIEWER", "500"),
+            ("JOBFLEET_API_TRIGGERS_PER_MINUTE_OPERATOR", "0"),
+        ]))
+        .unwrap()
+        .api_limits;
+        assert_eq!(
+            (unlimited.requests.viewer, unlimited.triggers.viewer),
+            (0, 500)
+        );
+        assert_eq!(unlimited.triggers.operator, 0);
+        for (pairs, key, message) in [
+            (
+                vec![("JOBFLEET_API_REQUESTS_PER_MINUTE_ADMIN", "-1")],
+                "api_requests_per_minute_admin",
+                "",
+            ),
+            (
+                vec![("JOBFLEET_API_REQUESTS_PER_MINUTE_ANONYMOUS", "lots")],
+                "api_requests_per_minute_anonymous",
+                "not a whole number",
+            ),
+            (
+                vec![("JOBFLEET_API_TRIGGERS_PER_MINUTE_OPERATOR", "1000001")],
+                "api_triggers_per_minute_operator",
+                "out of range",
+            ),
+            (
+                vec![("JOBFLEET_API_LIMITER_CAPACITY", "10")],
+                "api_limiter_capacity",
+                "out of range",
+            ),
+            (
+                vec![
+                    ("JOBFLEET_API_REQUESTS_PER_MINUTE_VIEWER", "30"),
+                    ("JOBFLEET_API_TRIGGERS_PER_MINUTE_VIEWER", "31"),
+                ],
+                "api_triggers_per_minute_viewer",
+                "more than api_requests_per_minute_viewer (30)",
+            ),
+        ] {
+            let err = Config::load(&env(&pairs)).unwrap_err();
+            assert_eq!(err.key, key, "{pairs:?}: {err}");
+            assert!(err.message.contains(message), "{pairs:?}: {}", err.message);
+        }
+    }
+
+    #[test]
     fn scheduler_keys_are_checked() {
         for (var, value, message) in [
             ("JOBFLEET_SCHEDULER", "yes", "not true or false"),
             ("JOBFLEET_MISFIRE_THRESHOLD_MS", "10", "out of range"),
+            ("JOBFLEET_KEPT_LOG_BYTES", "100", "at least 4096"),
+            ("JOBFLEET_KEPT_LOG_BYTES", "999999999", "out of range"),
+            ("JOBFLEET_KEPT_LOG_BYTES", "lots", "not a whole number"),
             ("JOBFLEET_RETENTION_DAYS", "0", "out of range"),
             ("JOBFLEET_AUDIT_RETENTION_DAYS", "0", "out of range"),
             ("JOBFLEET_AUDIT_RETENTION_DAYS", "36501", "out of range"),

@@ -29,6 +29,14 @@ pub enum Error {
     /// Too many attempts from this client or at this account; `retry_after_s` says when to retry.
     #[error("too many attempts; try again in {retry_after_s} seconds")]
     RateLimited { retry_after_s: u64 },
+    /// The caller used up an open API request limit (`auth::api_limit`); `limit` names it.
+    #[error(
+        "the {limit} request limit of this caller is used up; try again in {retry_after_s} seconds"
+    )]
+    RequestLimited {
+        limit: &'static str,
+        retry_after_s: u64,
+    },
     /// A bounded resource (password hashing) is busy past its queue deadline; not the caller's fault.
     #[error("the server is busy; try again in {retry_after_s} seconds")]
     Overloaded { retry_after_s: u64 },
@@ -145,7 +153,7 @@ impl Error {
             Error::Conflict { .. } => Code::Conflict,
             Error::Unauthenticated(_) => Code::Unauthenticated,
             Error::Forbidden(_) => Code::Forbidden,
-            Error::RateLimited { .. } => Code::RateLimited,
+            Error::RateLimited { .. } | Error::RequestLimited { .. } => Code::RateLimited,
             Error::Overloaded { .. } => Code::Overloaded,
             Error::AgentUnreachable(_) => Code::AgentUnreachable,
             Error::Unavailable(_) => Code::Unavailable,
@@ -156,9 +164,9 @@ impl Error {
     /// Seconds a client should wait before retrying, for a `Retry-After` header.
     pub fn retry_after_s(&self) -> Option<u64> {
         match self {
-            Error::RateLimited { retry_after_s } | Error::Overloaded { retry_after_s } => {
-                Some(*retry_after_s)
-            }
+            Error::RateLimited { retry_after_s }
+            | Error::RequestLimited { retry_after_s, .. }
+            | Error::Overloaded { retry_after_s } => Some(*retry_after_s),
             Error::Unavailable(_) => Some(5),
             _ => None,
         }
@@ -168,6 +176,27 @@ impl Error {
         match self {
             Error::Invalid { field, .. } | Error::Conflict { field, .. } => field.as_deref(),
             _ => None,
+        }
+    }
+
+    /// The same error about a field inside `outer` (`groups[0].jobs[2]` + `schedule.expr`): a
+    /// part of a larger document names its place in the whole.
+    #[must_use]
+    pub fn within(self, outer: &str) -> Error {
+        match self {
+            Error::Invalid {
+                code,
+                field,
+                message,
+            } => Error::Invalid {
+                code,
+                field: Some(match field {
+                    Some(inner) => format!("{outer}.{inner}"),
+                    None => outer.to_owned(),
+                }),
+                message,
+            },
+            other => other,
         }
     }
 

@@ -4,13 +4,15 @@
 use std::fmt::Write;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
-/// A counter with one label of a fixed set of values.
+/// A counter with one label, or two, each of a fixed set of values.
 #[derive(Debug)]
 pub struct LabeledCounter {
     name: &'static str,
     help: &'static str,
     label: &'static str,
     values: &'static [&'static str],
+    /// The second label and its values, if the counter has two labels.
+    second: Option<(&'static str, &'static [&'static str])>,
     counts: Vec<AtomicU64>,
 }
 
@@ -26,8 +28,42 @@ impl LabeledCounter {
             help,
             label,
             values,
+            second: None,
             counts: values.iter().map(|_| AtomicU64::new(0)).collect(),
         }
+    }
+
+    /// A counter over every pair of `label` and `second` values.
+    fn pairs(
+        name: &'static str,
+        help: &'static str,
+        label: &'static str,
+        values: &'static [&'static str],
+        second: (&'static str, &'static [&'static str]),
+    ) -> Self {
+        Self {
+            second: Some(second),
+            counts: (0..values.len() * second.1.len())
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+            ..Self::new(name, help, label, values)
+        }
+    }
+
+    fn second_values(&self) -> &'static [&'static str] {
+        self.second.map_or(&[""], |(_, values)| values)
+    }
+
+    /// Where a pair counts; an unknown value counts under the last one ("other").
+    fn index(&self, value: &str, second: &str) -> usize {
+        let at = |values: &[&str], v: &str| {
+            values
+                .iter()
+                .position(|x| *x == v)
+                .unwrap_or(values.len() - 1)
+        };
+        let seconds = self.second_values();
+        at(self.values, value) * seconds.len() + at(seconds, second)
     }
 
     /// Counts one under `value`; an unknown value counts under the last one ("other").
@@ -36,33 +72,45 @@ impl LabeledCounter {
     }
 
     pub fn add(&self, value: &str, n: u64) {
-        let i = self
-            .values
-            .iter()
-            .position(|v| *v == value)
-            .unwrap_or(self.values.len() - 1);
-        self.counts[i].fetch_add(n, Ordering::Relaxed);
+        self.counts[self.index(value, "")].fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Counts one under a pair of values of a two-label counter.
+    pub fn inc_pair(&self, value: &str, second: &str) {
+        self.counts[self.index(value, second)].fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn get(&self, value: &str) -> u64 {
-        self.values
-            .iter()
-            .position(|v| *v == value)
-            .map_or(0, |i| self.counts[i].load(Ordering::Relaxed))
+        self.get_pair(value, "")
+    }
+
+    pub fn get_pair(&self, value: &str, second: &str) -> u64 {
+        let known = |values: &[&str], v: &str| values.contains(&v);
+        if !known(self.values, value)
+            || (self.second.is_some() && !known(self.second_values(), second))
+        {
+            return 0;
+        }
+        self.counts[self.index(value, second)].load(Ordering::Relaxed)
     }
 
     fn render(&self, out: &mut String) {
         let _ = writeln!(out, "# HELP {} {}", self.name, self.help);
         let _ = writeln!(out, "# TYPE {} counter", self.name);
-        for (value, count) in self.values.iter().zip(&self.counts) {
-            let _ = writeln!(
-                out,
-                "{}{{{}=\"{}\"}} {}",
-                self.name,
-                self.label,
-                value,
-                count.load(Ordering::Relaxed)
-            );
+        let seconds = self.second_values();
+        for (i, value) in self.values.iter().enumerate() {
+            for (j, second) in seconds.iter().enumerate() {
+                let pair = self
+                    .second
+                    .map(|(label, _)| format!(",{label}=\"{second}\""))
+                    .unwrap_or_default();
+                let count = self.counts[i * seconds.len() + j].load(Ordering::Relaxed);
+                let _ = writeln!(
+                    out,
+                    "{}{{{}=\"{}\"{pair}}} {count}",
+                    self.name, self.label, value
+                );
+            }
         }
     }
 }
@@ -177,6 +225,8 @@ pub struct Metrics {
     pub trigger_outcomes: LabeledCounter,
     pub run_outcomes: LabeledCounter,
     pub alert_deliveries: LabeledCounter,
+    /// Open API requests refused by `auth::api_limit`, by class and role.
+    pub api_rate_limited: LabeledCounter,
     pub fire_lateness: Histogram,
     pub dispatch_latency: Histogram,
     pub scheduler_loop: Histogram,
@@ -237,6 +287,13 @@ impl Default for Metrics {
                 "outcome",
                 &["sent", "retry", "failed", "other"],
             ),
+            api_rate_limited: LabeledCounter::pairs(
+                "jobfleet_api_rate_limited_total",
+                "Open API requests refused with 429 by the request limits, by the limit reached (general or trigger) and the caller's role (anonymous: no valid credential).",
+                "class",
+                &["general", "trigger"],
+                ("role", &["admin", "operator", "viewer", "anonymous"]),
+            ),
             fire_lateness: Histogram::new(
                 "jobfleet_fire_lateness_seconds",
                 "From a run's scheduled time until its trigger was sent to an agent.",
@@ -280,6 +337,7 @@ impl Metrics {
             &self.trigger_outcomes,
             &self.run_outcomes,
             &self.alert_deliveries,
+            &self.api_rate_limited,
         ] {
             c.render(&mut out);
         }
@@ -354,6 +412,18 @@ mod tests {
         assert!(text.contains("jobfleet_fire_lateness_seconds_bucket{le=\"+Inf\"} 2"));
         assert!(text.contains("jobfleet_fire_lateness_seconds_count 2"));
         assert!(text.contains("jobfleet_agents_alive 4"));
+        m.api_rate_limited.inc_pair("trigger", "operator");
+        let text = m.render();
+        assert!(
+            text.contains("jobfleet_api_rate_limited_total{class=\"trigger\",role=\"operator\"} 1")
+        );
+        assert!(
+            text.contains(
+                "jobfleet_api_rate_limited_total{class=\"general\",role=\"anonymous\"} 0"
+            )
+        );
+        assert_eq!(m.api_rate_limited.get_pair("trigger", "operator"), 1);
+        assert_eq!(m.fires.get("schedule"), 1);
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let (_, value) = line.rsplit_once(' ').unwrap();
             value.parse::<f64>().unwrap();

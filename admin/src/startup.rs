@@ -8,6 +8,7 @@ use std::sync::Arc;
 use actix_web::{App, HttpServer, web};
 use anyhow::Context;
 
+use crate::auth::api_limit::ApiLimiter;
 use crate::auth::jwt::JwtKeys;
 use crate::auth::password::HashGate;
 use crate::auth::random_token;
@@ -110,6 +111,7 @@ pub async fn prepare(
         jwt: JwtKeys::new(jwt_secret.as_bytes()),
         jwt_ttl_ms,
         login_limiter: RateLimiter::new(config.login_limits),
+        api_limiter: ApiLimiter::new(config.api_limits),
         password_gate: HashGate::new(config.password_hash),
         config: Arc::new(config),
         access_token,

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use crate::alert::outbox::Alerts;
+use crate::auth::api_limit::ApiLimiter;
 use crate::auth::jwt::JwtKeys;
 use crate::auth::password::HashGate;
 use crate::auth::rate_limit::RateLimiter;
@@ -26,6 +27,8 @@ pub struct AppState {
     pub jwt_ttl_ms: i64,
     /// The password-guessing limit of every surface that checks a password.
     pub login_limiter: RateLimiter,
+    /// The open API's request limits per token, user or client address.
+    pub api_limiter: ApiLimiter,
     /// Bounds concurrent password hashing (memory and CPU).
     pub password_gate: HashGate,
     pub config: Arc<Config>,

@@ -8,7 +8,7 @@ use actix_web::{HttpResponse, web};
 use utoipa::OpenApi;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 
-use super::{admin, alerts, jobs, meta, workflows};
+use super::{admin, alerts, jobs, jobs_as_code, meta, reports, workflows};
 use crate::error::{ApiError, Error};
 
 struct BearerAuth;
@@ -23,14 +23,68 @@ impl utoipa::Modify for BearerAuth {
     }
 }
 
+/// Every `/api/v1` operation may answer 429 (`http::api_limit`): one shared response,
+/// referred to from each operation rather than written into every handler's annotation.
+struct RateLimited;
+
+impl utoipa::Modify for RateLimited {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{
+            ContentBuilder, HeaderBuilder, ObjectBuilder, Ref, ResponseBuilder, Type,
+        };
+        let header = |kind: Type, description: &str| {
+            HeaderBuilder::new()
+                .schema(Some(ObjectBuilder::new().schema_type(kind)))
+                .description(Some(description))
+                .build()
+        };
+        let response = ResponseBuilder::new()
+            .description("The caller's request limit is used up (error code `rate_limited`); also sent on answers that pass: `RateLimit-Policy` and `RateLimit`.")
+            .header("Retry-After", header(Type::Integer, "Whole seconds (at least 1) until one more request fits."))
+            .header("RateLimit-Policy", header(Type::String, "The limits that apply, e.g. `\"general\";q=600;w=60, \"trigger\";q=120;w=60` (q requests per w seconds)."))
+            .header("RateLimit", header(Type::String, "What is left of each, e.g. `\"general\";r=12;t=58, \"trigger\";r=0;t=60` (r requests remaining, t seconds until the whole quota is back)."))
+            .content("application/json", ContentBuilder::new().schema(Some(Ref::from_schema_name("ErrorBody"))).build())
+            .build();
+        openapi
+            .components
+            .get_or_insert_with(Default::default)
+            .responses
+            .insert("RateLimited".into(), response.into());
+        for (_, item) in openapi
+            .paths
+            .paths
+            .iter_mut()
+            .filter(|(path, _)| path.starts_with("/api/v1/"))
+        {
+            for operation in [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+                &mut item.patch,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                operation
+                    .responses
+                    .responses
+                    .entry("429".into())
+                    .or_insert_with(|| Ref::from_response_name("RateLimited").into());
+            }
+        }
+    }
+}
+
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "jobfleet open API", description = "Jobs, runs, workflows, groups, agents, users, tokens, alerts and the audit log. Authenticate with POST /api/v1/auth/token, then send Authorization: Bearer TOKEN. Errors are {\"error\": {\"code\", \"message\", \"field\"?}}."),
+    info(title = "jobfleet open API", description = "Jobs, runs, workflows, groups, agents, users, tokens, alerts and the audit log. Authenticate with POST /api/v1/auth/token, then send Authorization: Bearer TOKEN. Errors are {\"error\": {\"code\", \"message\", \"field\"?}}. Requests are limited per API token, user or (without a valid credential) client address, with a smaller limit for submits and triggers: past it the answer is 429 with Retry-After; every answer carries the RateLimit-Policy and RateLimit fields (draft-ietf-httpapi-ratelimit-headers)."),
     paths(
         meta::healthz, meta::readyz, meta::metrics, meta::issue_token, meta::me, meta::change_password,
         jobs::create, jobs::update, jobs::get, jobs::list, jobs::delete, jobs::enable, jobs::disable,
         jobs::script_versions, jobs::script_version, jobs::rollback_script, jobs::cron_preview,
         jobs::list_runs, jobs::get_run, jobs::trigger, jobs::run_log, jobs::kill_run, jobs::retry_run,
+        jobs_as_code::export, jobs_as_code::apply, jobs::bulk,
         admin::list_groups, admin::create_group, admin::get_group, admin::update_group, admin::delete_group,
         admin::list_agents,
         admin::approve_agent,
@@ -46,12 +100,14 @@ impl utoipa::Modify for BearerAuth {
         workflows::create, workflows::update, workflows::delete, workflows::get, workflows::list,
         workflows::trigger, workflows::list_runs, workflows::get_run, workflows::operate,
         workflows::mark, workflows::export, workflows::import,
+        reports::get,
     ),
-    modifiers(&BearerAuth),
+    modifiers(&BearerAuth, &RateLimited),
     tags(
         (name = "auth"), (name = "jobs"), (name = "runs"), (name = "groups"), (name = "agents"),
         (name = "users"), (name = "tokens"), (name = "audit"), (name = "alerts"), (name = "meta"),
         (name = "workflows"),
+        (name = "reports"),
     )
 )]
 pub struct ApiDoc;
@@ -101,6 +157,7 @@ mod tests {
             "/api/v1/tokens/{id}",
             "/api/v1/alert-channels/{id}/test",
             "/api/v1/alert-events",
+            "/api/v1/reports",
             "/readyz",
         ] {
             assert!(
@@ -121,6 +178,16 @@ mod tests {
                 "HandlerInput.{field} missing"
             );
         }
+        assert_eq!(
+            paths["/api/v1/jobs/{id}/trigger"]["post"]["responses"]["429"]["$ref"],
+            "#/components/responses/RateLimited"
+        );
+        assert!(paths["/readyz"]["get"]["responses"]["429"].is_null());
+        let limited = &doc["components"]["responses"]["RateLimited"];
+        assert!(
+            limited["headers"]["Retry-After"].is_object()
+                && limited["headers"]["RateLimit"].is_object()
+        );
         let text = doc.to_string();
         for reference in text.split("\"#/components/schemas/").skip(1) {
             let name = reference.split('"').next().unwrap_or_default();

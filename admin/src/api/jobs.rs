@@ -7,6 +7,7 @@ use crate::auth::extract::ApiCaller;
 use crate::domain::ids::{JobId, RunId};
 use crate::domain::job::JobInput;
 use crate::error::{ApiResult, ErrorBody};
+use crate::service::job_bulk::{BulkOutcome, BulkRequest};
 use crate::service::jobs::{
     CronPreviewRequest, CronPreviewResponse, JobQuery, JobView, ScriptVersionView,
 };
@@ -178,6 +179,22 @@ pub async fn get_run(
     id: web::Path<RunId>,
 ) -> ApiResult<HttpResponse> {
     Ok(HttpResponse::Ok().json(service::runs::get(&state, &caller.0, id.into_inner()).await?))
+}
+
+/// Enable, disable, trigger or delete many jobs: by `ids`, or by `filter` (the job list's
+/// filters: `group_id` to pause a whole group, `tag`, `q`, `enabled`, `schedule_type`), at most
+/// 1,000. Each job goes through its single action's checks and audit; one refused is reported
+/// in its item (`ok: false`, `error`) and the rest go on.
+#[utoipa::path(post, path = "/api/v1/jobs/bulk", tag = "jobs", security(("bearer" = [])),
+    request_body = BulkRequest,
+    responses((status = 200, body = BulkOutcome), (status = 400, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn bulk(
+    state: web::Data<AppState>,
+    caller: ApiCaller,
+    body: web::Json<BulkRequest>,
+) -> ApiResult<HttpResponse> {
+    Ok(HttpResponse::Ok()
+        .json(service::job_bulk::apply(&state, &caller.0, body.into_inner()).await?))
 }
 
 /// Run a job now, optionally with other params and on a chosen agent of its group.

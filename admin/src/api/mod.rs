@@ -5,7 +5,9 @@ pub mod admin;
 pub mod alerts;
 pub mod docs;
 pub mod jobs;
+pub mod jobs_as_code;
 pub mod meta;
+pub mod reports;
 pub mod workflows;
 
 use actix_web::web;
@@ -32,6 +34,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/groups/{id}", web::delete().to(admin::delete_group))
         .route("/jobs", web::get().to(jobs::list))
         .route("/jobs", web::post().to(jobs::create))
+        .route("/jobs/bulk", web::post().to(jobs::bulk))
         .route("/jobs/{id}", web::get().to(jobs::get))
         .route("/jobs/{id}", web::put().to(jobs::update))
         .route("/jobs/{id}", web::delete().to(jobs::delete))
@@ -50,6 +53,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             web::post().to(jobs::rollback_script),
         )
         .route("/jobs/{id}/trigger", web::post().to(jobs::trigger))
+        .route("/export", web::get().to(jobs_as_code::export))
+        .route("/apply", web::post().to(jobs_as_code::apply))
         .route("/runs", web::get().to(jobs::list_runs))
         .route("/runs/{id}/log", web::get().to(jobs::run_log))
         .route("/runs/{id}/kill", web::post().to(jobs::kill_run))
@@ -89,6 +94,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             web::post().to(alerts::test_channel),
         )
         .route("/alert-events", web::get().to(alerts::list_events))
+        .route("/reports", web::get().to(reports::get))
         .route("/workflows", web::get().to(workflows::list))
         .route("/workflows", web::post().to(workflows::create))
         // Before `/workflows/{id}`, whose resource would answer this path's POST with 405.

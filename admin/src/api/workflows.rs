@@ -1,14 +1,13 @@
 //! Workflows and their runs.
 
-use actix_web::http::header;
-use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 
 use crate::auth::extract::ApiCaller;
-use crate::domain::document::{self, Format};
+use crate::domain::document;
 use crate::domain::ids::{WorkflowId, WorkflowRunId};
-use crate::error::{ApiResult, Code, Error, ErrorBody};
-use crate::http::request::body_error;
+use crate::error::{ApiResult, ErrorBody};
+use crate::http::request::{answer_format, document_body};
 use crate::service::Paged;
 use crate::service::workflows::{
     self, ImportRequest, MarkRequest, Operation, WorkflowDocument, WorkflowInput, WorkflowQuery,
@@ -195,15 +194,7 @@ pub async fn export(
     id: web::Path<WorkflowId>,
     query: web::Query<ExportQuery>,
 ) -> ApiResult<HttpResponse> {
-    let format = match &query.format {
-        Some(name) => Format::from_name(name)?,
-        None => Format::of_media_type(
-            req.headers()
-                .get(header::ACCEPT)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or(""),
-        ),
-    };
+    let format = answer_format(&req, query.format.as_deref())?;
     let document = workflows::export(&state, &caller.0, id.into_inner()).await?;
     Ok(HttpResponse::Ok()
         .content_type(format.media_type())
@@ -224,14 +215,7 @@ pub async fn import(
     caller: ApiCaller,
     body: web::Bytes,
 ) -> ApiResult<HttpResponse> {
-    let request: ImportRequest = match Format::of_media_type(req.content_type()) {
-        Format::Yaml => {
-            let text = std::str::from_utf8(&body)
-                .map_err(|_| Error::invalid_as(Code::InvalidJson, "body", "YAML must be UTF-8"))?;
-            document::parse(text, None)?
-        }
-        Format::Json => serde_json::from_slice(&body).map_err(body_error)?,
-    };
+    let request: ImportRequest = document_body(&req, &body)?;
     let (workflow, created) = workflows::import(&state, &caller.0, request).await?;
     Ok(if created {
         HttpResponse::Created().json(workflow)

@@ -6,7 +6,7 @@ use std::pin::Pin;
 
 use actix_web::dev::Payload;
 use actix_web::http::header::AUTHORIZATION;
-use actix_web::{FromRequest, HttpRequest, web};
+use actix_web::{FromRequest, HttpMessage, HttpRequest, web};
 use futures_util::StreamExt;
 
 use crate::auth::rbac::Actor;
@@ -19,48 +19,64 @@ use crate::state::AppState;
 #[derive(Debug, Clone)]
 pub struct ApiCaller(pub Actor);
 
+/// A request's caller as the open API's limiter resolved it (`http::api_limit`), kept in the
+/// request's extensions so the extractor does not look the credential up a second time.
+#[derive(Debug)]
+pub struct ResolvedCaller(pub Result<Actor, Error>);
+
+/// Resolves the request's `Authorization: Bearer` credential (a JWT or an API token) into its
+/// actor. The future owns what it needs of the request.
+///
+/// # Errors
+/// `Unauthenticated` for a missing, malformed, expired, revoked or unknown credential;
+/// database errors.
+pub fn resolve_caller(req: &HttpRequest) -> impl Future<Output = Result<Actor, Error>> + 'static {
+    let state = req.app_data::<web::Data<AppState>>().cloned();
+    let header = req
+        .headers()
+        .get(AUTHORIZATION)
+        .map(|v| v.to_str().map(str::to_owned));
+    let ip = client_ip(req);
+    let rid = request_id(req);
+    async move {
+        let state = state.ok_or_else(|| Error::Internal(anyhow::anyhow!("app state missing")))?;
+        let header = match header {
+            None => {
+                return Err(Error::Unauthenticated(
+                    "missing Authorization: Bearer token".into(),
+                ));
+            }
+            Some(Err(_)) => {
+                return Err(Error::Unauthenticated(
+                    "the Authorization header is not valid text".into(),
+                ));
+            }
+            Some(Ok(h)) => h,
+        };
+        let bearer = header
+            .strip_prefix("Bearer ")
+            .or_else(|| header.strip_prefix("bearer "))
+            .map(str::trim)
+            .filter(|t| !t.is_empty() && t.len() <= 4096)
+            .ok_or_else(|| {
+                Error::Unauthenticated("expected Authorization: Bearer <token>".into())
+            })?;
+        service::auth::resolve_bearer(&state, bearer, ip, rid).await
+    }
+}
+
 impl FromRequest for ApiCaller {
     type Error = ApiError;
     type Future = Pin<Box<dyn Future<Output = Result<Self, ApiError>>>>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        let state = req.app_data::<web::Data<AppState>>().cloned();
-        let header = req
-            .headers()
-            .get(AUTHORIZATION)
-            .map(|v| v.to_str().map(str::to_owned));
-        let ip = client_ip(req);
-        let rid = request_id(req);
-        Box::pin(async move {
-            let state =
-                state.ok_or_else(|| Error::Internal(anyhow::anyhow!("app state missing")))?;
-            let header = match header {
-                None => {
-                    return Err(Error::Unauthenticated(
-                        "missing Authorization: Bearer token".into(),
-                    )
-                    .into());
-                }
-                Some(Err(_)) => {
-                    return Err(Error::Unauthenticated(
-                        "the Authorization header is not valid text".into(),
-                    )
-                    .into());
-                }
-                Some(Ok(h)) => h,
-            };
-            let bearer = header
-                .strip_prefix("Bearer ")
-                .or_else(|| header.strip_prefix("bearer "))
-                .map(str::trim)
-                .filter(|t| !t.is_empty() && t.len() <= 4096)
-                .ok_or_else(|| {
-                    Error::Unauthenticated("expected Authorization: Bearer <token>".into())
-                })?;
-            Ok(ApiCaller(
-                service::auth::resolve_bearer(&state, bearer, ip, rid).await?,
-            ))
-        })
+        if let Some(ResolvedCaller(resolved)) = req.extensions_mut().remove::<ResolvedCaller>() {
+            return Box::pin(std::future::ready(
+                resolved.map(ApiCaller).map_err(ApiError),
+            ));
+        }
+        let resolving = resolve_caller(req);
+        Box::pin(async move { Ok(ApiCaller(resolving.await?)) })
     }
 }
 

@@ -1,7 +1,9 @@
 //! Authentication and authorisation: passwords, JWTs, API tokens, the login rate limit, and
 //! the RBAC checks that turn a caller into an `Actor` and an `Actor` into proofs.
 
+pub mod api_limit;
 pub mod api_token;
+pub mod bucket;
 pub mod csrf;
 pub mod extract;
 

@@ -5,17 +5,15 @@
 //! Why not `governor`: its keyed limiters count every request and cannot refund one, while
 //! here only failures should count (a successful login must not lock its user out), and its
 //! keyed store grows until pruned, so its memory bound would still be ours to write. A small
-//! fixed-capacity map with our own eviction rule is shorter than adapting it.
+//! fixed-capacity map with our own eviction rule is shorter than adapting it (`bucket`, which
+//! the open API's limiter shares).
 //!
 //! Invariant: an attempt is charged *before* its password is hashed, under the same lock
 //! that checked the limit, so N parallel guesses evaluate at most `limit` of them.
 //! Invariant: the tables never hold more than `capacity` keys each; keys are 64-bit keyed
 //! hashes, so an entry's size does not depend on what the client sent.
 
-use std::collections::HashMap;
-use std::hash::BuildHasher;
-use std::net::IpAddr;
-use std::sync::Mutex;
+use super::bucket::{Keyed, Table, client_bucket};
 
 /// The limiter's settings (from `login_*` config keys).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -29,86 +27,6 @@ pub struct Limits {
     pub capacity: usize,
 }
 
-/// A bucket's fill at an instant; it drains linearly, `limit` units per window.
-#[derive(Debug, Clone, Copy)]
-struct Level {
-    units: f64,
-    at_ms: i64,
-}
-
-#[derive(Debug)]
-struct Table {
-    limit: f64,
-    /// Units drained per millisecond.
-    rate: f64,
-    slots: HashMap<u64, Level>,
-}
-
-impl Table {
-    fn new(limit: u32, window_ms: i64) -> Self {
-        let limit = f64::from(limit.max(1));
-        Self {
-            limit,
-            rate: limit / window_ms.max(1) as f64,
-            slots: HashMap::new(),
-        }
-    }
-
-    fn level(&self, key: u64, now_ms: i64) -> f64 {
-        self.slots
-            .get(&key)
-            .map_or(0.0, |l| drained(l, self.rate, now_ms))
-    }
-
-    /// Milliseconds until one more unit fits, or `None` when it fits now.
-    fn wait_ms(&self, key: u64, now_ms: i64) -> Option<i64> {
-        let over = self.level(key, now_ms) + 1.0 - self.limit;
-        (over > 1e-9).then(|| (over / self.rate).ceil() as i64)
-    }
-
-    fn add(&mut self, key: u64, units: f64, now_ms: i64, capacity: usize) {
-        let level = self.level(key, now_ms) + units;
-        if level <= 1e-9 {
-            self.slots.remove(&key);
-            return;
-        }
-        if !self.slots.contains_key(&key) && self.slots.len() >= capacity {
-            self.make_room(now_ms, capacity);
-        }
-        self.slots.insert(
-            key,
-            Level {
-                units: level,
-                at_ms: now_ms,
-            },
-        );
-    }
-
-    /// Frees at least one slot: drained entries first; else the one with the least penalty.
-    /// An attacker flooding new keys creates entries of one unit each, so they evict one
-    /// another and never an entry that holds a real penalty.
-    fn make_room(&mut self, now_ms: i64, capacity: usize) {
-        let rate = self.rate;
-        self.slots.retain(|_, l| drained(l, rate, now_ms) > 1e-9);
-        if self.slots.len() < capacity {
-            return;
-        }
-        let lightest = self
-            .slots
-            .iter()
-            .map(|(k, l)| (*k, drained(l, rate, now_ms)))
-            .min_by(|a, b| a.1.total_cmp(&b.1));
-        if let Some((key, _)) = lightest {
-            self.slots.remove(&key);
-        }
-    }
-}
-
-fn drained(level: &Level, rate: f64, now_ms: i64) -> f64 {
-    let elapsed = (now_ms - level.at_ms).max(0) as f64;
-    (level.units - elapsed * rate).max(0.0)
-}
-
 #[derive(Debug)]
 struct Tables {
     user: Table,
@@ -119,8 +37,7 @@ struct Tables {
 #[derive(Debug)]
 pub struct RateLimiter {
     limits: Limits,
-    keys: std::collections::hash_map::RandomState,
-    tables: Mutex<Tables>,
+    tables: Keyed<Tables>,
 }
 
 /// An attempt that was let through and charged; settle it with [`RateLimiter::succeeded`] or
@@ -135,27 +52,20 @@ pub struct Charge {
 impl RateLimiter {
     pub fn new(limits: Limits) -> Self {
         Self {
-            tables: Mutex::new(Tables {
+            tables: Keyed::new(Tables {
                 user: Table::new(limits.per_user, limits.window_ms),
                 client: Table::new(limits.per_client, limits.window_ms),
             }),
-            keys: std::collections::hash_map::RandomState::new(),
             limits,
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Tables> {
-        self.tables
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     fn user_key(&self, username: &str) -> u64 {
-        self.keys.hash_one(("user", username))
+        self.tables.key(("user", username))
     }
 
     fn client_key(&self, client_ip: &str) -> u64 {
-        self.keys.hash_one(("client", client_bucket(client_ip)))
+        self.tables.key(("client", client_bucket(client_ip)))
     }
 
     /// Checks both buckets and, when both have room, charges one unit to each.
@@ -168,7 +78,7 @@ impl RateLimiter {
             client: self.client_key(client_ip),
         };
         let capacity = self.limits.capacity.max(1);
-        let mut tables = self.lock();
+        let mut tables = self.tables.lock();
         let wait = tables
             .user
             .wait_ms(charge.user, now_ms)
@@ -185,39 +95,23 @@ impl RateLimiter {
     /// not count against the client (whose earlier failures stay).
     pub fn succeeded(&self, charge: Charge, now_ms: i64) {
         let capacity = self.limits.capacity.max(1);
-        let mut tables = self.lock();
-        tables.user.slots.remove(&charge.user);
+        let mut tables = self.tables.lock();
+        tables.user.forget(charge.user);
         tables.client.add(charge.client, -1.0, now_ms, capacity);
     }
 
     /// The attempt was never evaluated (e.g. hashing was too busy): take the charge back.
     pub fn refund(&self, charge: Charge, now_ms: i64) {
         let capacity = self.limits.capacity.max(1);
-        let mut tables = self.lock();
+        let mut tables = self.tables.lock();
         tables.user.add(charge.user, -1.0, now_ms, capacity);
         tables.client.add(charge.client, -1.0, now_ms, capacity);
     }
 
     /// Keys held per table (user, client), for tests and metrics.
     pub fn len(&self) -> (usize, usize) {
-        let tables = self.lock();
-        (tables.user.slots.len(), tables.client.slots.len())
-    }
-}
-
-/// The bucket of a client address: an IPv6 client usually holds a whole /64, so it counts as
-/// one client; anything unparsable is its own bucket.
-fn client_bucket(ip: &str) -> String {
-    match ip.parse::<IpAddr>() {
-        Ok(IpAddr::V6(v6)) if v6.to_ipv4_mapped().is_none() => {
-            let s = v6.segments();
-            format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
-        }
-        Ok(IpAddr::V6(v6)) => v6
-            .to_ipv4_mapped()
-            .map_or_else(String::new, |v4| v4.to_string()),
-        Ok(IpAddr::V4(v4)) => v4.to_string(),
-        Err(_) => ip.to_owned(),
+        let tables = self.tables.lock();
+        (tables.user.keys_held(), tables.client.keys_held())
     }
 }
 
@@ -260,11 +154,6 @@ mod tests {
             l.try_charge("user9", "2001:db8:1:2:aaaa::1", 0).is_ok()
                 && l.try_charge("user9", "2001:db8:1:2:bbbb::1", 0).is_ok()
         );
-        assert_eq!(
-            client_bucket("2001:db8:1:2:aaaa::1"),
-            client_bucket("2001:db8:1:2::9")
-        );
-        assert_eq!(client_bucket("::ffff:10.0.0.1"), "10.0.0.1");
     }
 
     #[test]

@@ -42,7 +42,7 @@ pub struct Actor {
 }
 
 /// Proof that the caller is an admin.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct AdminProof(());
 
 /// Proof that the caller may change jobs (including commands and scripts) of one group.

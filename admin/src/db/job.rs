@@ -58,9 +58,18 @@ pub struct Job {
     pub http_request: Option<String>,
     /// Labels the agent that runs it must carry, `key=value,…` in key order; '' for none.
     pub agent_labels: String,
+    /// `,a,b,` sorted, or '' (`domain::job::format_tags`).
+    pub tags: String,
+    pub start_deadline_s: Option<i64>,
+    pub keep_succeeded: Option<i32>,
+    pub keep_failed: Option<i32>,
 }
 
 impl Job {
+    pub fn tags(&self) -> Vec<String> {
+        crate::domain::job::parse_tags(&self.tags)
+    }
+
     /// The labels its agent must carry (stored rows were checked when written; an unreadable
     /// one requires a label no agent has, so the job runs nowhere rather than anywhere).
     pub fn agent_labels(&self) -> jobfleet_agent::protocol::labels::Labels {
@@ -152,6 +161,10 @@ pub struct JobFields {
     pub updated_ms: i64,
     pub http_request: Option<String>,
     pub agent_labels: String,
+    pub tags: String,
+    pub start_deadline_s: Option<i64>,
+    pub keep_succeeded: Option<i32>,
+    pub keep_failed: Option<i32>,
 }
 
 #[derive(Debug, Insertable)]
@@ -170,6 +183,10 @@ pub struct JobFilter {
     pub enabled: Option<bool>,
     pub schedule_type: Option<String>,
     pub name_contains: Option<String>,
+    /// Jobs carrying this tag (checked by `domain::job::check_tag`).
+    pub tag: Option<String>,
+    /// Only these jobs.
+    pub ids: Option<Vec<JobId>>,
 }
 
 /// # Errors
@@ -227,6 +244,14 @@ fn filtered(filter: &JobFilter) -> job::BoxedQuery<'static, super::MultiBackend>
     if let Some(kind) = &filter.schedule_type {
         query = query.filter(job::schedule_type.eq(kind.clone()));
     }
+    if let Some(tag) = &filter.tag {
+        // Tags are ASCII letters, digits and `-_.:/` (checked), so only `_` needs escaping.
+        let pattern = format!("%,{},%", tag.replace('_', "\\_"));
+        query = query.filter(job::tags.like(pattern).escape('\\'));
+    }
+    if let Some(ids) = &filter.ids {
+        query = query.filter(job::id.eq_any(ids.clone()));
+    }
     if let Some(needle) = &filter.name_contains {
         let escaped = needle
             .replace('\\', "\\\\")
@@ -248,6 +273,36 @@ pub fn list(conn: &mut AnyConnection, filter: &JobFilter, page: Page) -> Result<
 
 pub fn count(conn: &mut AnyConnection, filter: &JobFilter) -> Result<i64, Error> {
     Ok(filtered(filter).count().get_result(conn)?)
+}
+
+/// Every job of a group, oldest first (an export, an apply's prune).
+pub fn in_group(conn: &mut AnyConnection, group_id: GroupId) -> Result<Vec<Job>, Error> {
+    Ok(job::table
+        .filter(job::group_id.eq(group_id))
+        .select(Job::as_select())
+        .order(job::id.asc())
+        .load(conn)?)
+}
+
+/// A job's history limits: how many succeeded and unsuccessful finished runs it keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Queryable)]
+pub struct HistoryLimit {
+    pub job_id: JobId,
+    pub keep_succeeded: Option<i32>,
+    pub keep_failed: Option<i32>,
+}
+
+/// The jobs with a history limit.
+pub fn history_limits(conn: &mut AnyConnection) -> Result<Vec<HistoryLimit>, Error> {
+    Ok(job::table
+        .filter(
+            job::keep_succeeded
+                .is_not_null()
+                .or(job::keep_failed.is_not_null()),
+        )
+        .select((job::id, job::keep_succeeded, job::keep_failed))
+        .order(job::id.asc())
+        .load(conn)?)
 }
 
 pub fn count_in_group(conn: &mut AnyConnection, group_id: GroupId) -> Result<i64, Error> {
@@ -521,6 +576,10 @@ pub(crate) mod tests {
             updated_ms: 1,
             http_request: None,
             agent_labels: String::new(),
+            tags: String::new(),
+            start_deadline_s: None,
+            keep_succeeded: None,
+            keep_failed: None,
         }
     }
 

@@ -680,6 +680,156 @@ pub fn delete_finished_before(
     Ok(diesel::delete(job_run::table.filter(job_run::id.eq_any(ids))).execute(conn)?)
 }
 
+/// What the log keeper needs of a run: whether it ended, where, and its log file's date.
+#[derive(Debug, Clone, PartialEq, Eq, Queryable)]
+pub struct RunEnd {
+    pub id: RunId,
+    pub status: RunStatus,
+    pub agent_address: Option<String>,
+    pub created_ms: i64,
+}
+
+/// Runs from id `from` on, oldest first, at most `limit`.
+///
+/// # Errors
+/// Database errors.
+pub fn ends_from(conn: &mut AnyConnection, from: RunId, limit: i64) -> Result<Vec<RunEnd>, Error> {
+    Ok(job_run::table
+        .filter(job_run::id.ge(from))
+        .order(job_run::id.asc())
+        .select((
+            job_run::id,
+            job_run::status,
+            job_run::agent_address,
+            job_run::created_ms,
+        ))
+        .limit(limit)
+        .load(conn)?)
+}
+
+/// The runs of `ids` that still exist.
+///
+/// # Errors
+/// Database errors.
+pub fn ends_of(conn: &mut AnyConnection, ids: &[RunId]) -> Result<Vec<RunEnd>, Error> {
+    let mut out = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(super::IN_LIST_MAX) {
+        out.extend(
+            job_run::table
+                .filter(job_run::id.eq_any(chunk.to_vec()))
+                .select((
+                    job_run::id,
+                    job_run::status,
+                    job_run::agent_address,
+                    job_run::created_ms,
+                ))
+                .load::<RunEnd>(conn)?,
+        );
+    }
+    Ok(out)
+}
+
+/// The first run created at or after `since_ms` (by the created index), or the next id to come.
+///
+/// # Errors
+/// Database errors.
+pub fn first_since(conn: &mut AnyConnection, since_ms: i64) -> Result<RunId, Error> {
+    let first: Option<RunId> = job_run::table
+        .filter(job_run::created_ms.ge(since_ms))
+        .select(diesel::dsl::min(job_run::id))
+        .first(conn)?;
+    if let Some(id) = first {
+        return Ok(id);
+    }
+    let last: Option<RunId> = job_run::table
+        .select(diesel::dsl::max(job_run::id))
+        .first(conn)?;
+    Ok(RunId(last.map_or(1, |id| id.0 + 1)))
+}
+
+/// Deletes finished runs of `job_id` beyond its newest `keep` succeeded ones (`succeeded`) or
+/// its newest `keep` that did not succeed, at most `limit` at a time: a job's history limit.
+/// Only runs created before `before_ms` go, so the days the daily report still recounts keep
+/// every run it counts.
+///
+/// # Errors
+/// Database errors.
+pub fn delete_beyond_newest(
+    conn: &mut AnyConnection,
+    job_id: JobId,
+    succeeded: bool,
+    keep: i64,
+    before_ms: i64,
+    limit: i64,
+) -> Result<usize, Error> {
+    const UNSUCCESSFUL: [RunStatus; 5] = [
+        RunStatus::Failed,
+        RunStatus::TimedOut,
+        RunStatus::Killed,
+        RunStatus::Lost,
+        RunStatus::Skipped,
+    ];
+    let statuses: Vec<RunStatus> = if succeeded {
+        vec![RunStatus::Succeeded]
+    } else {
+        UNSUCCESSFUL.to_vec()
+    };
+    // The newest run past the ones kept: it and everything older of its kind may go.
+    let first_beyond: Option<RunId> = job_run::table
+        .filter(job_run::job_id.eq(job_id))
+        .filter(job_run::status.eq_any(statuses.clone()))
+        .select(job_run::id)
+        .order(job_run::id.desc())
+        .offset(keep)
+        .first(conn)
+        .optional()?;
+    let Some(first_beyond) = first_beyond else {
+        return Ok(0);
+    };
+    let ids: Vec<RunId> = job_run::table
+        .filter(job_run::job_id.eq(job_id))
+        .filter(job_run::status.eq_any(statuses))
+        .filter(job_run::id.le(first_beyond))
+        .filter(job_run::created_ms.lt(before_ms))
+        .select(job_run::id)
+        .order(job_run::id.asc())
+        .limit(limit)
+        .load(conn)?;
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    Ok(diesel::delete(job_run::table.filter(job_run::id.eq_any(ids))).execute(conn)?)
+}
+
+/// Ended runs created since `since_ms` that reached an agent and whose log no admin has a row
+/// for, oldest first: what the log keeper's cursor may have passed by.
+///
+/// # Errors
+/// Database errors.
+pub fn ended_without_kept_log(
+    conn: &mut AnyConnection,
+    since_ms: i64,
+    limit: i64,
+) -> Result<Vec<RunEnd>, Error> {
+    use super::schema::run_log;
+    Ok(job_run::table
+        .filter(job_run::created_ms.ge(since_ms))
+        .filter(job_run::status.ne_all([RunStatus::Pending, RunStatus::Running]))
+        .filter(job_run::agent_address.is_not_null())
+        .filter(diesel::dsl::not(diesel::dsl::exists(
+            run_log::table.filter(run_log::run_id.eq(job_run::id)),
+        )))
+        .order(job_run::id.asc())
+        .select((
+            job_run::id,
+            job_run::status,
+            job_run::agent_address,
+            job_run::created_ms,
+        ))
+        .limit(limit)
+        .load(conn)?)
+}
+
 /// A run's result as reported by its agent.
 #[derive(Debug, Clone, AsChangeset)]
 #[diesel(table_name = job_run)]
@@ -806,6 +956,79 @@ fn results_update<'a>(chunk: &[(RunId, &'a RunResult)]) -> RowsUpdate<'a> {
             "status",
             vec![RunStatus::Pending.as_str(), RunStatus::Running.as_str()],
         )
+}
+
+/// Runs of one job, group (the run's), status and duration bucket (`domain::duration_histogram`;
+/// `-1` for runs that did not both start and finish), as [`report_counts`] returns them.
+#[derive(Debug, Clone, PartialEq, Eq, QueryableByName)]
+pub struct ReportCount {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub job_id: JobId,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub group_id: GroupId,
+    #[diesel(sql_type = Text)]
+    pub status: RunStatus,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub bucket: i64,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub runs: i64,
+}
+
+/// What the report monitor counts for a day: runs created in `[from_ms, to_ms)` per job, group,
+/// status and duration bucket.
+///
+/// The bucket is computed by the database (a `CASE` tree over the fixed bucket bounds, seven
+/// comparisons deep, plain SQL on both backends), so a day of millions of runs comes back as at
+/// most jobs × statuses × buckets rows instead of a row per run.
+///
+/// # Errors
+/// Database errors.
+pub fn report_counts(
+    conn: &mut AnyConnection,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<ReportCount>, Error> {
+    use diesel::sql_types::BigInt;
+    // Raw SQL: diesel's DSL cannot group by an SQL expression next to columns.
+    let bucket = duration_bucket_sql();
+    let text = format!(
+        "SELECT job_id, group_id, status, {bucket} AS bucket, COUNT(*) AS runs FROM job_run \
+         WHERE created_ms >= ? AND created_ms < ? GROUP BY job_id, group_id, status, {bucket}"
+    );
+    Ok(db_run!(conn: {
+        diesel::sql_query(&text)
+            .bind::<BigInt, _>(from_ms)
+            .bind::<BigInt, _>(to_ms)
+            .load(conn)?
+    }))
+}
+
+/// The SQL of a run's duration bucket (see [`report_counts`]).
+fn duration_bucket_sql() -> String {
+    use crate::domain::duration_histogram::{BUCKETS, lower_bound};
+    use std::fmt::Write as _;
+    /// The bucket in `[low, high)` of a duration known to be below `lower_bound(high)`.
+    fn tree(low: usize, high: usize, out: &mut String) {
+        if high - low == 1 {
+            let _ = write!(out, "{low}");
+            return;
+        }
+        let mid = low + (high - low) / 2;
+        let _ = write!(
+            out,
+            "CASE WHEN finished_ms - started_ms < {} THEN ",
+            lower_bound(mid)
+        );
+        tree(low, mid, out);
+        out.push_str(" ELSE ");
+        tree(mid, high, out);
+        out.push_str(" END");
+    }
+    let mut text =
+        String::from("CAST(CASE WHEN started_ms IS NULL OR finished_ms IS NULL THEN -1 ELSE ");
+    tree(0, BUCKETS, &mut text);
+    text.push_str(" END AS SIGNED)");
+    text
 }
 
 #[cfg(test)]

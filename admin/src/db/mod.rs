@@ -19,6 +19,7 @@ pub mod job_script;
 pub mod migrate;
 pub mod prepared;
 pub mod rows_update;
+pub mod run_log;
 pub mod run_report_daily;
 pub mod scheduler_lock;
 pub mod schema;
@@ -126,6 +127,32 @@ pub fn all_or_none(
         Ok(()) => Ok(true),
         Err(diesel::result::Error::RollbackTransaction) => Ok(false),
         Err(e) => Err(e.into()),
+    }
+}
+
+/// Runs `f` in a savepoint that is always rolled back and returns what `f` returned: a dry run
+/// that takes exactly the path of the real thing, refusals included, and leaves no trace.
+///
+/// # Errors
+/// `f`'s error; database errors.
+pub fn rehearse<T>(
+    conn: &mut AnyConnection,
+    f: impl FnOnce(&mut AnyConnection) -> Result<T, Error>,
+) -> Result<T, Error> {
+    use diesel::Connection;
+    use diesel::result::Error as Diesel;
+    let mut rehearsed = None;
+    let rolled_back = conn.transaction::<(), Diesel, _>(|conn| {
+        rehearsed = Some(f(conn));
+        Err(Diesel::RollbackTransaction)
+    });
+    match (rolled_back, rehearsed) {
+        (Err(Diesel::RollbackTransaction), Some(outcome)) => outcome,
+        // The savepoint could not be rolled back: nothing of the rehearsal may count.
+        (Err(e), _) => Err(e.into()),
+        (Ok(()), _) => Err(Error::Internal(anyhow::anyhow!(
+            "a rehearsal was not rolled back"
+        ))),
     }
 }
 

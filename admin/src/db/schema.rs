@@ -82,6 +82,10 @@ diesel::table! {
         updated_ms -> BigInt,
         http_request -> Nullable<Text>,
         agent_labels -> Text,
+        tags -> Text,
+        start_deadline_s -> Nullable<BigInt>,
+        keep_succeeded -> Nullable<Integer>,
+        keep_failed -> Nullable<Integer>,
     }
 }
 
@@ -197,8 +201,9 @@ diesel::table! {
 }
 
 diesel::table! {
-    run_report_daily (day, job_id) {
+    run_report_daily (day, group_id, job_id) {
         day -> Text,
+        group_id -> BigInt,
         job_id -> BigInt,
         succeeded -> BigInt,
         failed -> BigInt,
@@ -207,6 +212,7 @@ diesel::table! {
         lost -> BigInt,
         skipped -> BigInt,
         in_flight -> BigInt,
+        durations -> Nullable<Text>,
         updated_ms -> BigInt,
     }
 }
@@ -342,3 +348,16 @@ diesel::table! {
         finished_ms -> Nullable<BigInt>,
     }
 }
+
+diesel::table! {
+    run_log (run_id) {
+        run_id -> BigInt,
+        state -> Text,
+        content -> Text,
+        bytes -> BigInt,
+        truncated -> Bool,
+        updated_ms -> BigInt,
+    }
+}
+
+diesel::allow_tables_to_appear_in_same_query!(run_log, job_run);

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::domain::ids::JobId;
+use crate::domain::ids::{JobId, RunId};
 use jobfleet_agent::protocol::{
     ACCESS_TOKEN_HEADER, CONNECT_SCHEME, Call, Envelope, HeldRuns, JobIdParam, LogParam, LogResult,
     RunAccepted, TriggerParam, agent_path,
@@ -421,6 +421,23 @@ impl AgentClient {
             .await?
             .payload()
             .ok_or_else(|| CallError::Unreachable("the held answer has no content".into()))
+    }
+
+    /// A page of run `run_id`'s log from line `from_line` (1-based); `created_ms` tells the
+    /// agent which day's folder holds the file.
+    pub async fn run_log_page(
+        &self,
+        address: &str,
+        run_id: RunId,
+        created_ms: i64,
+        from_line: i64,
+    ) -> Result<LogResult, CallError> {
+        let param = LogParam {
+            log_date_tim: created_ms,
+            log_id: run_id.0,
+            from_line_num: from_line,
+        };
+        self.log(address, &param).await
     }
 
     pub async fn log(&self, address: &str, param: &LogParam) -> Result<LogResult, CallError> {

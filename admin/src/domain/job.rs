@@ -146,6 +146,17 @@ pub struct JobInput {
     /// considers only the group's agents that carry every one. Default none.
     #[schema(value_type = Option<Object>)]
     pub agent_labels: Option<jobfleet_agent::protocol::labels::Labels>,
+    /// Free tags to find and select jobs by (`billing`, `team:data`): at most 20, each 1 to 63
+    /// of letters, digits and `-_.:/`; kept lower-cased and sorted. Default none.
+    pub tags: Option<Vec<String>>,
+    /// A scheduled slot not started within this many seconds of its time has misfired and
+    /// follows `misfire` (Kubernetes' `startingDeadlineSeconds`); default the admin's
+    /// `misfire_threshold_ms`.
+    pub start_deadline_s: Option<i64>,
+    /// Succeeded runs kept (the newest); default all, until `retention_days`.
+    pub keep_succeeded: Option<i32>,
+    /// Finished runs that did not succeed kept (the newest); default all, until `retention_days`.
+    pub keep_failed: Option<i32>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -197,6 +208,84 @@ pub struct JobSpec {
     pub children: Vec<JobId>,
     pub alert: AlertSettings,
     pub agent_labels: jobfleet_agent::protocol::labels::Labels,
+    /// Sorted, no duplicates.
+    pub tags: Vec<String>,
+    pub start_deadline_s: Option<i64>,
+    pub keep_succeeded: Option<i32>,
+    pub keep_failed: Option<i32>,
+}
+
+pub const MAX_TAGS: usize = 20;
+pub const MAX_TAG_CHARS: usize = 63;
+pub const MAX_KEPT_RUNS: i32 = 1_000_000;
+
+/// A tag's rules (ASCII, so a tag is the same in every collation and fits a stored list).
+///
+/// # Errors
+/// `invalid_field` on `field` naming the rule broken.
+pub fn check_tag(field: &str, tag: &str) -> Result<String, Error> {
+    let tag = tag.trim();
+    if tag.is_empty() || tag.len() > MAX_TAG_CHARS {
+        return Err(Error::invalid(
+            field,
+            format!("a tag is 1 to {MAX_TAG_CHARS} characters"),
+        ));
+    }
+    if let Some(bad) = tag
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || "-_.:/".contains(*c)))
+    {
+        return Err(Error::invalid(
+            field,
+            format!(
+                "tag `{tag}` must not contain `{}`; use letters, digits and - _ . : /",
+                bad.escape_default()
+            ),
+        ));
+    }
+    // Both databases compare tags without case (`LIKE`): one spelling is kept.
+    Ok(tag.to_ascii_lowercase())
+}
+
+/// Checks and sorts a job's tags.
+///
+/// # Errors
+/// `invalid_field` on `tags`.
+pub fn check_tags(tags: Vec<String>) -> Result<Vec<String>, Error> {
+    if tags.len() > MAX_TAGS {
+        return Err(Error::invalid("tags", format!("at most {MAX_TAGS} tags")));
+    }
+    let mut checked = tags
+        .iter()
+        .map(|t| check_tag("tags", t))
+        .collect::<Result<Vec<_>, _>>()?;
+    checked.sort();
+    if let Some(pair) = checked.windows(2).find(|w| w[0] == w[1]) {
+        return Err(Error::invalid(
+            "tags",
+            format!("tag `{}` is listed twice", pair[0]),
+        ));
+    }
+    Ok(checked)
+}
+
+/// Tags as stored: `,a,b,` (delimited on both sides, so `LIKE '%,a,%'` finds exactly one tag),
+/// or empty for none.
+pub fn format_tags(tags: &[String]) -> String {
+    if tags.is_empty() {
+        String::new()
+    } else {
+        format!(",{},", tags.join(","))
+    }
+}
+
+/// The stored form back as a list.
+pub fn parse_tags(stored: &str) -> Vec<String> {
+    stored
+        .split(',')
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Names identify things in logs, URLs and shell environments: letters (any script), digits,
@@ -600,6 +689,19 @@ impl JobInput {
             children,
             alert,
             agent_labels,
+            tags: check_tags(self.tags.unwrap_or_default())?,
+            start_deadline_s: self
+                .start_deadline_s
+                .map(|s| in_range("start_deadline_s", s, 1, MAX_TIMEOUT_S))
+                .transpose()?,
+            keep_succeeded: self
+                .keep_succeeded
+                .map(|n| in_range("keep_succeeded", n, 0, MAX_KEPT_RUNS))
+                .transpose()?,
+            keep_failed: self
+                .keep_failed
+                .map(|n| in_range("keep_failed", n, 0, MAX_KEPT_RUNS))
+                .transpose()?,
         })
     }
 }

@@ -6,6 +6,7 @@ pub mod agent;
 pub mod alert;
 pub mod cron;
 pub mod document;
+pub mod duration_histogram;
 pub mod graph_cache;
 pub mod id_list;
 pub mod ids;

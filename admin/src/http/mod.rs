@@ -1,7 +1,9 @@
-//! The route table and the request middleware (request id, access log, security headers), plus
-//! the extractor configuration that turns malformed input into the API's JSON errors (the
-//! reading of requests themselves is in `request`, a leaf handlers import).
+//! The route table and the request middleware (request id, access log, security headers, the
+//! open API's rate limit in `api_limit`), plus the extractor configuration that turns
+//! malformed input into the API's JSON errors (the reading of requests themselves is in
+//! `request`, a leaf handlers import).
 
+pub mod api_limit;
 pub mod request;
 
 use std::time::Instant;
@@ -72,6 +74,11 @@ pub fn configure(cfg: &mut web::ServiceConfig, state: web::Data<AppState>) {
                 .configure(crate::cluster_relay::configure)
                 .configure(crate::assets::configure)
                 .configure(crate::web::configure)
-                .service(web::scope("/api/v1").configure(api::configure).default_service(web::to(api_not_found))),
+                .service(
+                    web::scope("/api/v1")
+                        .wrap(actix_web::middleware::from_fn(api_limit::limit))
+                        .configure(api::configure)
+                        .default_service(web::to(api_not_found)),
+                ),
         );
 }

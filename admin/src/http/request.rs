@@ -2,9 +2,12 @@
 //! that does not parse. A leaf: the console and the API import it without importing the routes.
 
 use actix_web::error::{JsonPayloadError, QueryPayloadError};
+use actix_web::http::header;
 use actix_web::http::header::HeaderValue;
 use actix_web::{HttpMessage, HttpRequest};
+use serde::de::DeserializeOwned;
 
+use crate::domain::document::{self, Format};
 use crate::error::{Code, Error};
 
 /// The id of the current request, echoed in `X-Request-Id` and written into audit rows.
@@ -82,6 +85,37 @@ pub(super) fn json_error(err: JsonPayloadError) -> Error {
 /// The error for a JSON body parsed by hand (where an empty body is allowed).
 pub fn body_error(e: serde_json::Error) -> Error {
     json_error(JsonPayloadError::Deserialize(e))
+}
+
+/// The format a document is answered in: `?format=` when given, else what `Accept` asks for.
+///
+/// # Errors
+/// `invalid_field` on `format` for a name other than `json` or `yaml`.
+pub fn answer_format(req: &HttpRequest, named: Option<&str>) -> Result<Format, Error> {
+    match named {
+        Some(name) => Format::from_name(name),
+        None => Ok(Format::of_media_type(
+            req.headers()
+                .get(header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or(""),
+        )),
+    }
+}
+
+/// A document sent as the body: YAML with a YAML `Content-Type`, else JSON.
+///
+/// # Errors
+/// 400 for a body that does not parse, 422 naming the field for one of the wrong shape.
+pub fn document_body<T: DeserializeOwned>(req: &HttpRequest, body: &[u8]) -> Result<T, Error> {
+    match Format::of_media_type(req.content_type()) {
+        Format::Yaml => {
+            let text = std::str::from_utf8(body)
+                .map_err(|_| Error::invalid_as(Code::InvalidJson, "body", "YAML must be UTF-8"))?;
+            document::parse(text, None)
+        }
+        Format::Json => serde_json::from_slice(body).map_err(body_error),
+    }
 }
 
 pub(super) fn query_error(err: QueryPayloadError) -> Error {

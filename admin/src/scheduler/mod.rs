@@ -5,6 +5,7 @@
 mod dues;
 pub mod handle;
 pub mod in_doubt;
+pub mod log_keeper;
 pub mod monitors;
 pub mod plan;
 pub mod tick;

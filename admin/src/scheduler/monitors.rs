@@ -11,7 +11,8 @@ use chrono::{TimeZone, Utc};
 use crate::db::run_report_daily::DailyRow;
 use crate::db::{agent, executor_group, job, job_run, run_report_daily, scheduler_lock};
 use crate::domain::agent::{DEAD_AFTER_MS, is_live};
-use crate::domain::ids::{JobId, RunId};
+use crate::domain::duration_histogram::Histogram;
+use crate::domain::ids::{GroupId, JobId, RunId};
 use crate::domain::policy::RunStatus;
 use crate::error::Error;
 use crate::lifecycle::Changes;
@@ -377,8 +378,11 @@ fn day_of(ms: i64) -> String {
         .map_or_else(|| "1970-01-01".into(), |t| t.format("%Y-%m-%d").to_string())
 }
 
-/// Recounts yesterday and today (UTC) into `run_report_daily`, under the scheduler lock so two
-/// admins do not rewrite the same day at once.
+/// Recounts yesterday and today (UTC) into `run_report_daily`: outcome counts and the duration
+/// histogram of the runs that both started and finished, per day (of `created_ms`), group (the
+/// run's) and job. Under the scheduler lock so two admins do not rewrite the same day at once.
+/// The database counts runs per bucket (`job_run::report_counts`), so a busy day costs rows per
+/// job and bucket here, not per run.
 ///
 /// # Errors
 /// Database errors.
@@ -392,14 +396,24 @@ pub async fn report(state: &AppState) -> Result<(), Error> {
             scheduler_lock::take(conn, scheduler_lock::SCHEDULE, &holder, now)?;
             let today_start = now.div_euclid(DAY_MS) * DAY_MS;
             for start in [today_start - DAY_MS, today_start] {
-                let mut rows: HashMap<JobId, DailyRow> = HashMap::new();
-                for (job_id, status, count) in job_run::outcome_counts(conn, start, start + DAY_MS)?
+                let mut rows: HashMap<(JobId, GroupId), (DailyRow, Histogram)> = HashMap::new();
+                for job_run::ReportCount {
+                    job_id,
+                    group_id,
+                    status,
+                    bucket,
+                    runs: count,
+                } in job_run::report_counts(conn, start, start + DAY_MS)?
                 {
-                    let row = rows.entry(job_id).or_insert_with(|| DailyRow {
-                        day: day_of(start),
-                        job_id,
-                        updated_ms: now,
-                        ..Default::default()
+                    let (row, durations) = rows.entry((job_id, group_id)).or_insert_with(|| {
+                        let row = DailyRow {
+                            day: day_of(start),
+                            group_id,
+                            job_id,
+                            updated_ms: now,
+                            ..Default::default()
+                        };
+                        (row, Histogram::default())
                     });
                     match status {
                         RunStatus::Succeeded => row.succeeded += count,
@@ -410,9 +424,19 @@ pub async fn report(state: &AppState) -> Result<(), Error> {
                         RunStatus::Skipped => row.skipped += count,
                         RunStatus::Pending | RunStatus::Running => row.in_flight += count,
                     }
+                    // -1: the run did not both start and finish.
+                    if let Ok(bucket) = usize::try_from(bucket) {
+                        durations.add(bucket, u64::try_from(count).unwrap_or(0));
+                    }
                 }
-                let mut rows: Vec<DailyRow> = rows.into_values().collect();
-                rows.sort_by_key(|r| r.job_id);
+                let mut rows: Vec<DailyRow> = rows
+                    .into_values()
+                    .map(|(row, durations)| DailyRow {
+                        durations: Some(durations.encode()),
+                        ..row
+                    })
+                    .collect();
+                rows.sort_by_key(|r| (r.group_id, r.job_id));
                 run_report_daily::replace_day(conn, &day_of(start), &rows)?;
             }
             run_report_daily::delete_before(conn, &day_of(today_start - keep_days * DAY_MS))?;
@@ -422,7 +446,7 @@ pub async fn report(state: &AppState) -> Result<(), Error> {
 }
 
 /// Deletes what is older than its retention, in batches: finished runs and workflow runs
-/// (`retention_days`), audit log entries (`audit_retention_days`) and settled alert events
+/// (`retention_days`), runs beyond a job's history limits (`keep_succeeded`, `keep_failed`), audit log entries (`audit_retention_days`) and settled alert events
 /// (`alert_retention_days`). Returns how many rows went.
 ///
 /// # Errors
@@ -433,6 +457,34 @@ pub async fn retention(state: &AppState) -> Result<usize, Error> {
     let runs_before = days_ago(state.config.retention_days);
     let mut removed = in_batches(state, move |conn| {
         job_run::delete_finished_before(conn, runs_before, RETENTION_BATCH)
+    })
+    .await?;
+    // Jobs with history limits keep only their newest succeeded and unsuccessful runs.
+    let limits = state.db.run(crate::db::job::history_limits).await?;
+    // Today and yesterday are recounted by the daily report: their runs stay until it is done.
+    let today_start = now - now.rem_euclid(DAY_MS);
+    let counted_before = today_start - DAY_MS;
+    for limit in limits {
+        let job_id = limit.job_id;
+        for (succeeded, keep) in [(true, limit.keep_succeeded), (false, limit.keep_failed)] {
+            let Some(keep) = keep else { continue };
+            let keep = i64::from(keep);
+            removed += in_batches(state, move |conn| {
+                job_run::delete_beyond_newest(
+                    conn,
+                    job_id,
+                    succeeded,
+                    keep,
+                    counted_before,
+                    RETENTION_BATCH,
+                )
+            })
+            .await?;
+        }
+    }
+    // Kept logs go with their runs.
+    removed += in_batches(state, move |conn| {
+        crate::db::run_log::delete_orphans(conn, RETENTION_BATCH)
     })
     .await?;
     // Workflow runs go by the same retention, with their nodes.

@@ -145,7 +145,14 @@ fn plan_due(
             }
         };
         let misfire = row.misfire;
-        let plan = plan(&schedule, tz, misfire, stored_next, window);
+        // A job's own starting deadline replaces the admin's threshold for its slots.
+        let job_window = Window {
+            misfire_threshold_ms: row
+                .start_deadline_s
+                .map_or(window.misfire_threshold_ms, |s| s.saturating_mul(1000)),
+            ..window
+        };
+        let plan = plan(&schedule, tz, misfire, stored_next, job_window);
         if plan.missed > 0 {
             tracing::warn!(job_id = %row.id, missed = plan.missed, policy = %misfire.as_str(), "Misfired slots (no admin could fire them in time)");
             metrics.misfired_slots.add(misfire.as_str(), plan.missed);

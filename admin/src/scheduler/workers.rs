@@ -1,4 +1,5 @@
-//! Starts the scheduler's workers (plan loop, run timer, workflow timer, monitors, alerts); `Workers::shutdown` (or dropping them) stops them.
+//! Starts the scheduler's workers (plan loop, run timer, workflow timer, monitors, alerts, log
+//! keeper); `Workers::shutdown` (or dropping them) stops them.
 
 use std::time::Duration;
 
@@ -41,6 +42,10 @@ pub fn spawn_workers(state: &web::Data<AppState>) -> anyhow::Result<Workers> {
     workers.spawn("monitors", move |w| super::monitors::run(s, w));
     let s = state.clone();
     workers.spawn("alerts", move |w| crate::alert::run(s, w));
+    if state.config.kept_log_bytes > 0 {
+        let s = state.clone();
+        workers.spawn("log keeper", move |w| super::log_keeper::run(s, w));
+    }
     Ok(workers)
 }
 

@@ -61,6 +61,7 @@ pub async fn load(state: &AppState, actor: &Actor) -> Result<Dashboard, Error> {
                 enabled,
                 schedule_type: None,
                 name_contains: None,
+                ..Default::default()
             };
             let jobs_total = job::count(conn, &jobs_filter(None))?;
             let jobs_enabled = job::count(conn, &jobs_filter(Some(true)))?;

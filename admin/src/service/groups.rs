@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::audit::{self, Entry};
 use crate::auth::rbac::{Actor, AdminProof};
-use crate::db::{Page, executor_group, job};
+use crate::db::{AnyConnection, Page, executor_group, job};
 use crate::domain::id_list::Addresses;
 use crate::domain::ids::GroupId;
 use crate::domain::policy::AddressMode;
@@ -52,7 +52,7 @@ pub struct GroupUpdate {
     pub allow_executors: Option<bool>,
 }
 
-fn view(row: executor_group::ExecutorGroup) -> Result<GroupView, Error> {
+pub(crate) fn view_of(row: executor_group::ExecutorGroup) -> Result<GroupView, Error> {
     Ok(GroupView {
         id: row.id,
         address_mode: row.address_mode,
@@ -138,82 +138,110 @@ fn check_addresses(mode: AddressMode, addresses: Option<Vec<String>>) -> Result<
 pub async fn create(
     state: &AppState,
     actor: &Actor,
+    proof: &AdminProof,
+    input: GroupInput,
+) -> Result<GroupView, Error> {
+    let now = state.clock.now_ms();
+    let actor = actor.clone();
+    let proof = proof.clone();
+    state
+        .db
+        .transaction(move |conn| create_in(conn, &actor, &proof, input, now))
+        .await
+}
+
+/// [`create`] inside the caller's transaction (an apply of a jobs document creates the groups
+/// it names with their jobs, all or nothing).
+pub(crate) fn create_in(
+    conn: &mut AnyConnection,
+    actor: &Actor,
     _: &AdminProof,
     input: GroupInput,
+    now: i64,
 ) -> Result<GroupView, Error> {
     let app_name = check_app_name(&input.app_name)?;
     let title = crate::domain::job::check_name("title", &input.title, 200)?;
     let mode = input.address_mode.unwrap_or(AddressMode::Auto);
     let addresses = check_addresses(mode, input.addresses)?;
-    let now = state.clock.now_ms();
-    let actor = actor.clone();
-    state
-        .db
-        .transaction(move |conn| {
-            let id = executor_group::insert(
-                conn,
-                &executor_group::NewExecutorGroup {
-                    app_name: &app_name,
-                    title: &title,
-                    address_mode: mode,
-                    addresses,
-                    created_ms: now,
-                    updated_ms: now,
-                    allow_executors: input.allow_executors.unwrap_or(false),
-                },
-            )?;
-            let created = view(executor_group::get(conn, id)?)?;
-            audit::record(
-                conn,
-                &actor,
-                now,
-                Entry::new("group.create", "group", id).after(&created)?,
-            )?;
-            Ok(created)
-        })
-        .await
+    if executor_group::find_by_app_name(conn, &app_name)?.is_some() {
+        return Err(Error::conflict(
+            "app_name",
+            format!("a group named `{app_name}` already exists"),
+        ));
+    }
+    let id = executor_group::insert(
+        conn,
+        &executor_group::NewExecutorGroup {
+            app_name: &app_name,
+            title: &title,
+            address_mode: mode,
+            addresses,
+            created_ms: now,
+            updated_ms: now,
+            allow_executors: input.allow_executors.unwrap_or(false),
+        },
+    )?;
+    let created = view_of(executor_group::get(conn, id)?)?;
+    audit::record(
+        conn,
+        actor,
+        now,
+        Entry::new("group.create", "group", id).after(&created)?,
+    )?;
+    Ok(created)
 }
 
 pub async fn update(
     state: &AppState,
     actor: &Actor,
+    proof: &AdminProof,
+    id: GroupId,
+    input: GroupUpdate,
+) -> Result<GroupView, Error> {
+    let now = state.clock.now_ms();
+    let actor = actor.clone();
+    let proof = proof.clone();
+    state
+        .db
+        .transaction(move |conn| update_in(conn, &actor, &proof, id, input, now))
+        .await
+}
+
+/// [`update`] inside the caller's transaction.
+pub(crate) fn update_in(
+    conn: &mut AnyConnection,
+    actor: &Actor,
     _: &AdminProof,
     id: GroupId,
     input: GroupUpdate,
+    now: i64,
 ) -> Result<GroupView, Error> {
     let title = crate::domain::job::check_name("title", &input.title, 200)?;
     let mode = input.address_mode.unwrap_or(AddressMode::Auto);
     let addresses = check_addresses(mode, input.addresses)?;
-    let now = state.clock.now_ms();
-    let actor = actor.clone();
-    state
-        .db
-        .transaction(move |conn| {
-            let before = view(executor_group::get(conn, id)?)?;
-            let allow_executors = input.allow_executors.unwrap_or(before.allow_executors);
-            executor_group::update(
-                conn,
-                id,
-                &executor_group::ExecutorGroupChanges {
-                    title: &title,
-                    address_mode: mode,
-                    addresses,
-                    updated_ms: now,
-                    allow_executors,
-                },
-            )?;
-            let after = view(executor_group::get(conn, id)?)?;
-            audit::record(
-                conn,
-                &actor,
-                now,
-                Entry::new("group.update", "group", id)
-                    .before(&before)?
-                    .after(&after)?,
-            )?;
-            Ok(after)
-        })
-        .await
+    let before = view_of(executor_group::get(conn, id)?)?;
+    let allow_executors = input.allow_executors.unwrap_or(before.allow_executors);
+    executor_group::update(
+        conn,
+        id,
+        &executor_group::ExecutorGroupChanges {
+            title: &title,
+            address_mode: mode,
+            addresses,
+            updated_ms: now,
+            allow_executors,
+        },
+    )?;
+    let after = view_of(executor_group::get(conn, id)?)?;
+    audit::record(
+        conn,
+        actor,
+        now,
+        Entry::new("group.update", "group", id)
+            .before(&before)?
+            .after(&after)?,
+    )?;
+    Ok(after)
 }
 
 pub async fn delete(
@@ -227,7 +255,7 @@ pub async fn delete(
     state
         .db
         .transaction(move |conn| {
-            let before = view(executor_group::get(conn, id)?)?;
+            let before = view_of(executor_group::get(conn, id)?)?;
             let jobs = job::count_in_group(conn, id)?;
             if jobs > 0 {
                 return Err(Error::Conflict {
@@ -252,7 +280,7 @@ pub async fn get(state: &AppState, actor: &Actor, id: GroupId) -> Result<GroupVi
     actor.read_group(id)?;
     state
         .db
-        .run(move |conn| view(executor_group::get(conn, id)?))
+        .run(move |conn| view_of(executor_group::get(conn, id)?))
         .await
 }
 
@@ -263,7 +291,7 @@ pub async fn list(state: &AppState, actor: &Actor, page: Page) -> Result<Paged<G
         .run(move |conn| {
             let rows = executor_group::list(conn, visible.as_deref(), page)?;
             Ok(Paged {
-                items: rows.into_iter().map(view).collect::<Result<_, _>>()?,
+                items: rows.into_iter().map(view_of).collect::<Result<_, _>>()?,
                 total: executor_group::count(conn, visible.as_deref())?,
                 limit: page.limit,
                 offset: page.offset,

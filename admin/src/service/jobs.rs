@@ -119,6 +119,13 @@ pub struct JobView {
     /// Labels the agent that runs it must carry (`{"zone": "a"}`); empty: any agent of its group.
     #[schema(value_type = Object)]
     pub agent_labels: jobfleet_agent::protocol::labels::Labels,
+    pub tags: Vec<String>,
+    /// Seconds; null: the admin's `misfire_threshold_ms`.
+    pub start_deadline_s: Option<i64>,
+    /// Succeeded runs kept; null: all, until `retention_days`.
+    pub keep_succeeded: Option<i32>,
+    /// Unsuccessful finished runs kept; null: all, until `retention_days`.
+    pub keep_failed: Option<i32>,
     pub next_fire_ms: Option<i64>,
     pub created_ms: i64,
     pub updated_ms: i64,
@@ -127,6 +134,7 @@ pub struct JobView {
 pub fn view(row: job::Job) -> JobView {
     let http = row.request().ok().map(HttpView::from);
     let agent_labels = row.agent_labels();
+    let tags = row.tags();
     JobView {
         id: row.id,
         group_id: row.group_id,
@@ -173,6 +181,10 @@ pub fn view(row: job::Job) -> JobView {
             channels: row.alert_channels.0.clone(),
         },
         agent_labels,
+        tags,
+        start_deadline_s: row.start_deadline_s,
+        keep_succeeded: row.keep_succeeded,
+        keep_failed: row.keep_failed,
         next_fire_ms: row.next_fire_ms,
         created_ms: row.created_ms,
         updated_ms: row.updated_ms,
@@ -255,6 +267,10 @@ fn fields(spec: &JobSpec, script_version: i32, now: UnixMillis) -> job::JobField
         updated_ms: now,
         http_request,
         agent_labels: jobfleet_agent::protocol::labels::format_labels(&spec.agent_labels),
+        tags: crate::domain::job::format_tags(&spec.tags),
+        start_deadline_s: spec.start_deadline_s,
+        keep_succeeded: spec.keep_succeeded,
+        keep_failed: spec.keep_failed,
     }
 }
 
@@ -608,7 +624,7 @@ pub async fn set_enabled(
 }
 
 /// Rebuilds the validated spec of a stored job (stored rows were validated when written).
-fn spec_of(row: &job::Job) -> Result<JobSpec, Error> {
+pub(crate) fn spec_of(row: &job::Job) -> Result<JobSpec, Error> {
     let (schedule, timezone) = row.schedule()?;
     let handler = match row.handler_type {
         HandlerType::Shell => Handler::Shell {
@@ -656,6 +672,10 @@ fn spec_of(row: &job::Job) -> Result<JobSpec, Error> {
             channels: row.alert_channels.0.clone(),
         },
         agent_labels: row.agent_labels(),
+        tags: row.tags(),
+        start_deadline_s: row.start_deadline_s,
+        keep_succeeded: row.keep_succeeded,
+        keep_failed: row.keep_failed,
     })
 }
 
@@ -673,39 +693,47 @@ pub async fn delete(state: &AppState, actor: &Actor, id: JobId) -> Result<(), Er
     let actor = actor.clone();
     state
         .db
-        .transaction(move |conn| {
-            let row = visible_job(conn, &actor, id)?;
-            let write = actor.write_group(row.group_id)?;
-            // Jobs that list this one as a child lose it in the same transaction. Refusing
-            // instead would let anyone who may write a parent (in any group) pin this job
-            // forever, and the refusal would name parents the caller may not be able to see.
-            let mut parents = Vec::new();
-            for (parent, list) in job::children_edges(conn)? {
-                if list.contains(&id) {
-                    let kept: JobIds = list
-                        .0
-                        .into_iter()
-                        .filter(|c| *c != id)
-                        .collect::<Vec<_>>()
-                        .into();
-                    job::set_children(conn, parent, &kept, now)?;
-                    parents.push(parent);
-                }
-            }
-            let before = view(row);
-            job::delete(conn, &write, id)?;
-            // The one audit row of the delete says which child lists it changed, if any.
-            let mut entry = Entry::new("job.delete", "job", id).before(&before)?;
-            if !parents.is_empty() {
-                entry = entry.after(&DeleteEffects {
-                    removed_from_children_of: parents,
-                })?;
-            }
-            audit::record(conn, &actor, now, entry)
-        })
+        .transaction(move |conn| delete_in(conn, &actor, id, now))
         .await
         // Plan at once: a new or changed schedule must not wait for the next pass.
         .inspect(|_| state.scheduler.jobs_changed())
+}
+
+/// [`delete`] inside the caller's transaction.
+pub(crate) fn delete_in(
+    conn: &mut AnyConnection,
+    actor: &Actor,
+    id: JobId,
+    now: i64,
+) -> Result<(), Error> {
+    let row = visible_job(conn, actor, id)?;
+    let write = actor.write_group(row.group_id)?;
+    // Jobs that list this one as a child lose it in the same transaction. Refusing
+    // instead would let anyone who may write a parent (in any group) pin this job
+    // forever, and the refusal would name parents the caller may not be able to see.
+    let mut parents = Vec::new();
+    for (parent, list) in job::children_edges(conn)? {
+        if list.contains(&id) {
+            let kept: JobIds = list
+                .0
+                .into_iter()
+                .filter(|c| *c != id)
+                .collect::<Vec<_>>()
+                .into();
+            job::set_children(conn, parent, &kept, now)?;
+            parents.push(parent);
+        }
+    }
+    let before = view(row);
+    job::delete(conn, &write, id)?;
+    // The one audit row of the delete says which child lists it changed, if any.
+    let mut entry = Entry::new("job.delete", "job", id).before(&before)?;
+    if !parents.is_empty() {
+        entry = entry.after(&DeleteEffects {
+            removed_from_children_of: parents,
+        })?;
+    }
+    audit::record(conn, actor, now, entry)
 }
 
 pub async fn get(state: &AppState, actor: &Actor, id: JobId) -> Result<JobView, Error> {
@@ -726,8 +754,39 @@ pub struct JobQuery {
     pub schedule_type: Option<String>,
     /// Substring of the name.
     pub q: Option<String>,
+    /// Jobs carrying this tag.
+    pub tag: Option<String>,
     pub limit: Option<i64>,
     pub offset: Option<i64>,
+}
+
+impl JobQuery {
+    /// The filter this query asks for within what `actor` sees.
+    ///
+    /// # Errors
+    /// `invalid_field` on a bad `schedule_type`, `q` or `tag`.
+    pub fn filter(self, actor: &Actor) -> Result<job::JobFilter, Error> {
+        if let Some(kind) = &self.schedule_type {
+            kind.parse::<crate::domain::schedule::ScheduleType>()
+                .map_err(|e| Error::invalid("schedule_type", e))?;
+        }
+        if self.q.as_ref().is_some_and(|q| q.len() > 200) {
+            return Err(Error::invalid("q", "must be at most 200 characters"));
+        }
+        let tag = match self.tag.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(tag) => Some(crate::domain::job::check_tag("tag", tag)?),
+        };
+        Ok(job::JobFilter {
+            visible_groups: actor.visible_groups(),
+            group_id: self.group_id,
+            enabled: self.enabled,
+            schedule_type: self.schedule_type.filter(|k| !k.is_empty()),
+            name_contains: self.q.filter(|q| !q.is_empty()),
+            tag,
+            ids: None,
+        })
+    }
 }
 
 pub async fn list(
@@ -736,20 +795,7 @@ pub async fn list(
     query: JobQuery,
 ) -> Result<Paged<JobView>, Error> {
     let page = Page::new(query.limit, query.offset)?;
-    if let Some(kind) = &query.schedule_type {
-        kind.parse::<crate::domain::schedule::ScheduleType>()
-            .map_err(|e| Error::invalid("schedule_type", e))?;
-    }
-    if query.q.as_ref().is_some_and(|q| q.len() > 200) {
-        return Err(Error::invalid("q", "must be at most 200 characters"));
-    }
-    let filter = job::JobFilter {
-        visible_groups: actor.visible_groups(),
-        group_id: query.group_id,
-        enabled: query.enabled,
-        schedule_type: query.schedule_type,
-        name_contains: query.q.filter(|q| !q.is_empty()),
-    };
+    let filter = query.filter(actor)?;
     state
         .db
         .run(move |conn| {

@@ -398,7 +398,11 @@ pub struct LogPage {
     pub is_end: bool,
 }
 
-/// A page of a run's log, read from the agent that ran it.
+/// Lines per page of a kept log, as an agent pages its own.
+const KEPT_LINES_PER_PAGE: usize = 1000;
+
+/// A page of a run's log: kept by the admins once the run has finished, else read from the
+/// agent that ran it.
 pub async fn log(
     state: &AppState,
     actor: &Actor,
@@ -409,6 +413,23 @@ pub async fn log(
         return Err(Error::invalid("from_line", "must be at least 1"));
     }
     let run = visible_run(state, actor, run_id).await?;
+    if run.status.is_final() {
+        // A finished run's log kept by the admins needs no agent, which may be gone.
+        let kept = state
+            .db
+            .run(move |conn| crate::db::run_log::kept(conn, run_id))
+            .await?;
+        if let Some(kept) = kept {
+            let (to_line, content, is_end) =
+                crate::scheduler::log_keeper::page(&kept.content, from_line, KEPT_LINES_PER_PAGE);
+            return Ok(LogPage {
+                from_line,
+                to_line,
+                content,
+                is_end,
+            });
+        }
+    }
     let Some(address) = run.agent_address.clone() else {
         return Ok(LogPage {
             from_line,
@@ -417,14 +438,9 @@ pub async fn log(
             is_end: true,
         });
     };
-    let param = jobfleet_agent::protocol::LogParam {
-        log_date_tim: run.created_ms,
-        log_id: run.id.0,
-        from_line_num: from_line,
-    };
     let page = state
         .agents
-        .log(&address, &param)
+        .run_log_page(&address, run.id, run.created_ms, from_line)
         .await
         .map_err(|e| Error::AgentUnreachable(format!("agent {address}: {e}")))?;
     Ok(LogPage {

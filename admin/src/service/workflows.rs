@@ -819,29 +819,6 @@ impl<'de> Deserialize<'de> for WorkflowAlertView {
     }
 }
 
-/// A job as an import takes it back: its view without what the target decides (id, group,
-/// times, script version) or what does not travel (child ids).
-fn job_document(view: crate::service::jobs::JobView) -> Result<serde_json::Value, Error> {
-    let mut value = serde_json::to_value(view)
-        .map_err(|e| Error::Internal(anyhow::anyhow!("encoding a job: {e}")))?;
-    if let Some(fields) = value.as_object_mut() {
-        for key in [
-            "id",
-            "group_id",
-            "next_fire_ms",
-            "created_ms",
-            "updated_ms",
-            "children",
-        ] {
-            fields.remove(key);
-        }
-        if let Some(handler) = fields.get_mut("handler").and_then(|h| h.as_object_mut()) {
-            handler.remove("script_version");
-        }
-    }
-    Ok(value)
-}
-
 /// `GET /api/v1/workflows/{id}/export`.
 pub async fn export(
     state: &AppState,
@@ -901,7 +878,7 @@ pub async fn export(
         },
         jobs: jobs
             .into_iter()
-            .map(|j| job_document(crate::service::jobs::view(j)))
+            .map(|j| crate::service::jobs_as_code::job_document(crate::service::jobs::view(j)))
             .collect::<Result<_, _>>()?,
     })
 }
@@ -935,23 +912,6 @@ pub async fn import(
             format!("this admin reads version {DOCUMENT_VERSION}"),
         ));
     }
-    let in_document = |field: String| {
-        move |e: Error| match e {
-            Error::Invalid {
-                code,
-                field: inner,
-                message,
-            } => Error::Invalid {
-                code,
-                field: Some(match inner {
-                    Some(inner) => format!("{field}.{inner}"),
-                    None => field.clone(),
-                }),
-                message,
-            },
-            other => other,
-        }
-    };
     let mut specs = Vec::with_capacity(document.jobs.len());
     for (i, job) in document.jobs.iter().enumerate() {
         let field = format!("document.jobs[{i}]");
@@ -962,7 +922,7 @@ pub async fn import(
         fields.insert("group_id".into(), serde_json::json!(group_id));
         let input: crate::domain::job::JobInput = serde_json::from_value(job)
             .map_err(|e| Error::invalid(field.clone(), e.to_string()))?;
-        let spec = input.validate().map_err(in_document(field.clone()))?;
+        let spec = input.validate().map_err(|e| e.within(&field))?;
         if specs
             .iter()
             .any(|s: &crate::domain::job::JobSpec| s.name == spec.name)
@@ -1032,11 +992,10 @@ pub async fn import(
                 schedule: body.schedule,
                 misfire: body.misfire,
             };
-            let checked =
-                check_input(input, now).map_err(in_document("document.workflow".to_owned()))?;
+            let checked = check_input(input, now).map_err(|e| e.within("document.workflow"))?;
             let existing = workflow::find_by_name(conn, group_id, &checked.fields.name)?;
             check_references(conn, &actor, &checked, existing.as_ref().map(|w| w.id))
-                .map_err(in_document("document.workflow".to_owned()))?;
+                .map_err(|e| e.within("document.workflow"))?;
             match existing {
                 Some(before) => {
                     let id = before.id;

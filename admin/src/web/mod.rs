@@ -16,6 +16,7 @@ mod dashboard;
 mod groups;
 mod jobs;
 mod login;
+mod reports;
 mod runs;
 mod users;
 mod workflows;
@@ -243,6 +244,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .configure(users::configure)
                 .configure(audit::configure)
                 .configure(alerts::configure)
+                .configure(reports::configure)
                 .default_service(web::to(|| async { Err::<HttpResponse, _>(PageError(Error::NotFound("page"))) })),
         );
 }

@@ -19,7 +19,7 @@ mod support;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{Value, json};
 use support::receiver::Receiver;
 use support::{ADMIN_PASSWORD, AgentProc, TestApp, free_port, wait_for};
 use thirtyfour::prelude::*;
@@ -827,5 +827,355 @@ async fn an_operator_draws_a_workflow_runs_it_and_opens_a_nodes_log() {
         Duration::from_secs(30),
     )
     .await;
+    browser.quit().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tags_filter_the_job_list_and_ticked_jobs_are_disabled_at_once() {
+    let s = setup().await;
+    let driver = Driver::start().await;
+    let browser = driver.browser("en-US").await;
+    let base = &s.app.base;
+    login(&browser, base, "admin", ADMIN_PASSWORD).await;
+    let tagged = |name: &str, tags: Value| {
+        let mut body = TestApp::job_body(s.group, name);
+        body["tags"] = tags;
+        body
+    };
+    for (name, tags) in [
+        ("tagged-1", json!(["nightly"])),
+        ("tagged-2", json!(["nightly", "etl"])),
+        ("plain", json!([])),
+    ] {
+        let r = s
+            .app
+            .post("/api/v1/jobs", &s.app.admin, tagged(name, tags))
+            .await;
+        assert_eq!(r.status, reqwest::StatusCode::CREATED, "{}", r.body);
+    }
+
+    // The form: a bad tag is refused beside its field; tags, a starting deadline and a history
+    // limit are kept and shown.
+    let form = new_job_form(&browser, base).await;
+    type_into(&form, "f-name", "from-form").await;
+    choose(&form, "f-schedule-type", "none").await;
+    type_into(&form, "f-command", "true").await;
+    type_into(&form, "f-tags", "nightly, bad tag!").await;
+    let error = save_refused(&browser, "tags").await;
+    assert!(error.contains("must not contain"), "{error}");
+    let tags = browser.find(By::Id("f-tags")).await.unwrap();
+    tags.clear().await.unwrap();
+    tags.send_keys("nightly billing").await.unwrap();
+    type_into(
+        &browser.find(By::Id("job-form")).await.unwrap(),
+        "f-start-deadline",
+        "90",
+    )
+    .await;
+    type_into(
+        &browser.find(By::Id("job-form")).await.unwrap(),
+        "f-keep-succeeded",
+        "5",
+    )
+    .await;
+    browser
+        .find(By::Id("job-save"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let shown = browser
+        .query(By::Id("job-tags"))
+        .first()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        shown.split_whitespace().collect::<Vec<_>>(),
+        ["billing", "nightly"]
+    );
+    let deadline = browser.find(By::Id("job-start-deadline")).await.unwrap();
+    assert_eq!(deadline.text().await.unwrap(), "90");
+    let kept = browser.find(By::Id("job-keep-succeeded")).await.unwrap();
+    assert_eq!(kept.text().await.unwrap(), "5");
+
+    // A tag on the job page leads to the list of the jobs carrying it.
+    browser
+        .find(By::Css("#job-tags a[href='/console/jobs?tag=nightly']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    browser.query(By::Css("tr.job-row")).first().await.unwrap();
+    let rows = browser.find_all(By::Css("tr.job-row")).await.unwrap();
+    let mut names = Vec::new();
+    for row in &rows {
+        names.push(
+            row.find(By::Css("td a"))
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap(),
+        );
+    }
+    names.sort();
+    assert_eq!(names, ["from-form", "tagged-1", "tagged-2"]);
+
+    // Tick them all with the page's box, disable: one flash, three jobs disabled, the untagged
+    // one untouched, and the list keeps its filter.
+    browser
+        .find(By::Id("bulk-all"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    choose(
+        &browser.find(By::Id("bulk-form")).await.unwrap(),
+        "bulk-action",
+        "disable",
+    )
+    .await;
+    let flash = click_then_text(&browser, "bulk-submit", By::Id("flash")).await;
+    assert!(flash.contains("Jobs done: 3/3"), "{flash}");
+    assert!(
+        browser
+            .current_url()
+            .await
+            .unwrap()
+            .as_str()
+            .ends_with("/console/jobs?tag=nightly")
+    );
+    let jobs = s.app.get("/api/v1/jobs", &s.app.admin).await.body;
+    for job in jobs["items"].as_array().unwrap() {
+        let tagged = job["tags"].as_array().unwrap().contains(&json!("nightly"));
+        assert_eq!(job["enabled"], !tagged, "{job}");
+    }
+    browser.quit().await.unwrap();
+}
+
+/// Reports: the default week, then a chosen day and group; the stacked chart, the per-job table
+/// and the CSV link follow the filters, and a backwards range is refused on the page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_narrows_the_report_and_downloads_its_csv() {
+    use jobfleet_admin::db::job_run::{self, NewJobRun, RunResult};
+    use jobfleet_admin::domain::ids::{GroupId, JobId};
+    use jobfleet_admin::domain::policy::{RunStatus, TriggerKind};
+    const DAY_MS: i64 = 86_400_000;
+    // A manual clock (at the real time): the report monitor is run by hand below.
+    let app = TestApp::sqlite().await;
+    let (mine, other) = (
+        app.group("report-web").await,
+        app.group("report-other").await,
+    );
+    let (loader, elsewhere) = (
+        app.job(&app.admin, mine, "nightly-load").await,
+        app.job(&app.admin, other, "other-job").await,
+    );
+    let now = app.now_ms();
+    let today = now - now.rem_euclid(DAY_MS);
+    let day = |ms: i64| {
+        chrono::DateTime::from_timestamp_millis(ms)
+            .unwrap()
+            .format("%Y-%m-%d")
+            .to_string()
+    };
+    let (yesterday, today_text) = (day(today - DAY_MS), day(today));
+    // Yesterday: the loader succeeded twice and failed once; today: once each job.
+    let runs = [
+        (loader, mine, today - DAY_MS, RunStatus::Succeeded, 100),
+        (loader, mine, today - DAY_MS, RunStatus::Succeeded, 200),
+        (loader, mine, today - DAY_MS, RunStatus::Failed, 50),
+        (loader, mine, today, RunStatus::Succeeded, 300),
+        (elsewhere, other, today, RunStatus::Failed, 10),
+    ];
+    app.state
+        .db
+        .run(move |conn| {
+            for (job, group, created, status, took) in runs {
+                let id = job_run::insert(
+                    conn,
+                    &NewJobRun {
+                        job_id: JobId(job),
+                        group_id: GroupId(group),
+                        first_run_id: None,
+                        attempt: 1,
+                        trigger_kind: TriggerKind::Manual,
+                        fire_slot_ms: None,
+                        scheduled_ms: created,
+                        status: RunStatus::Running,
+                        params: String::new(),
+                        shard_index: 0,
+                        shard_total: 1,
+                        created_ms: created,
+                        workflow_node_id: None,
+                        node_attempt: None,
+                        timeout_s: None,
+                        env: None,
+                    },
+                )?;
+                job_run::record_result(
+                    conn,
+                    id,
+                    &RunResult {
+                        status,
+                        started_ms: Some(created + 10),
+                        finished_ms: Some(created + 10 + took),
+                        handle_code: None,
+                        handle_msg: None,
+                        exit_code: None,
+                        term_signal: None,
+                        cpu_ms: None,
+                        max_rss_kb: None,
+                        oom_killed: None,
+                        limits_mode: None,
+                        outputs: None,
+                    },
+                )?;
+            }
+            Ok(())
+        })
+        .await
+        .unwrap();
+    jobfleet_admin::scheduler::monitors::report(&app.state)
+        .await
+        .unwrap();
+
+    let driver = Driver::start().await;
+    let browser = driver.browser("en-US").await;
+    let base = &app.base;
+    login(&browser, base, "admin", ADMIN_PASSWORD).await;
+    browser
+        .find(By::Id("nav-reports"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    browser.query(By::Id("report-chart")).first().await.unwrap();
+    // The default: seven days ending today, one bar each; today's bar holds both jobs' runs.
+    let bars = browser
+        .find_all(By::Css("#report-chart g.day"))
+        .await
+        .unwrap();
+    assert_eq!(bars.len(), 7);
+    let today_bar = browser
+        .find(By::Css(format!(
+            "#report-chart g.day[data-day='{today_text}']"
+        )))
+        .await
+        .unwrap();
+    assert_eq!(
+        today_bar.attr("data-runs").await.unwrap().as_deref(),
+        Some("2")
+    );
+    assert_eq!(
+        browser
+            .find_all(By::Css("tr.job-report-row"))
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+
+    // Narrow it to yesterday and the loader's group.
+    async fn set_day(browser: &WebDriver, id: &str, value: &str) {
+        browser
+            .execute(
+                format!("document.getElementById('{id}').value = '{value}';"),
+                Vec::new(),
+            )
+            .await
+            .unwrap();
+    }
+    set_day(&browser, "report-from", &yesterday).await;
+    set_day(&browser, "report-to", &yesterday).await;
+    let form = browser.find(By::Id("report-filters")).await.unwrap();
+    choose(&form, "report-group", &mine.to_string()).await;
+    browser
+        .find(By::Id("report-submit"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until(
+        &browser,
+        "the narrowed report",
+        "document.querySelectorAll('#report-chart g.day').length === 1",
+        Duration::from_secs(10),
+    )
+    .await;
+    // One stacked bar of three runs: two succeeded under one failed.
+    let bar = browser.find(By::Css("#report-chart g.day")).await.unwrap();
+    assert_eq!(bar.attr("data-day").await.unwrap(), Some(yesterday.clone()));
+    assert_eq!(bar.attr("data-runs").await.unwrap().as_deref(), Some("3"));
+    let ok = bar.find(By::Css("rect.seg-succeeded")).await.unwrap();
+    assert_eq!(ok.attr("data-count").await.unwrap().as_deref(), Some("2"));
+    let bad = bar.find(By::Css("rect.seg-failed")).await.unwrap();
+    assert_eq!(bad.attr("data-count").await.unwrap().as_deref(), Some("1"));
+    let rows = browser
+        .find_all(By::Css("tr.job-report-row"))
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    let row = rows[0].text().await.unwrap();
+    assert!(
+        row.contains("nightly-load") && row.contains("66.7%"),
+        "{row}"
+    );
+    let failing = browser.find(By::Css("tr.failing-row")).await.unwrap();
+    assert!(failing.text().await.unwrap().contains("nightly-load"));
+
+    // The CSV link keeps the range and the group, and answers the same table.
+    let link = browser.find(By::Id("report-csv")).await.unwrap();
+    let href = link.attr("href").await.unwrap().unwrap();
+    assert_eq!(
+        href,
+        format!("/console/reports/csv?from={yesterday}&to={yesterday}&group_id={mine}")
+    );
+    let csv = browser
+        .execute(
+            "var x = new XMLHttpRequest(); x.open('GET', arguments[0], false); x.send(); \
+             return x.status + '\\n' + x.responseText;",
+            vec![json!(href)],
+        )
+        .await
+        .unwrap();
+    let csv = csv.json().as_str().unwrap().to_owned();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines[0], "200");
+    assert!(lines[1].starts_with("job_id,job_name,"), "{csv}");
+    assert_eq!(lines.len(), 3, "{csv}");
+    assert!(
+        lines[2].starts_with(&format!("{loader},nightly-load,{mine},report-web,3,2,1,")),
+        "{csv}"
+    );
+
+    // A range that ends before it starts is refused on the page, the input kept.
+    set_day(&browser, "report-from", &today_text).await;
+    browser
+        .find(By::Id("report-submit"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let error = browser.query(By::Id("filter-error")).first().await.unwrap();
+    assert!(error.text().await.unwrap().contains("is after `to`"));
+    let from = browser.find(By::Id("report-from")).await.unwrap();
+    assert_eq!(from.prop("value").await.unwrap(), Some(today_text.clone()));
+    assert!(
+        browser
+            .find_all(By::Id("report-chart"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
     browser.quit().await.unwrap();
 }

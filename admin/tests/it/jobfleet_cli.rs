@@ -706,3 +706,198 @@ async fn jobs_that_require_labels_run_only_on_agents_that_carry_them() {
     let r = app.post("/api/v1/jobs", &app.admin, body).await;
     assert_eq!(r.field(), Some("agent_labels"), "{}", r.body);
 }
+
+/// Jobs as code from the command line: export to a file, apply it (dry run, real, again as a
+/// no-op), edit and prune, with the table and `-o json` answers and bad files refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn export_and_apply_keep_jobs_as_code() {
+    let app = TestApp::sqlite().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("cli");
+    let env = [
+        ("JOBFLEET_URL", app.base.as_str()),
+        ("JOBFLEET_TOKEN", app.admin.as_str()),
+    ];
+    let cli = |args: Vec<String>| {
+        let config = config.clone();
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            jobfleet(&config, &env, &args, "").await
+        }
+    };
+    let g = app.group("etl").await;
+    app.job_from(g, json!({"name": "extract", "schedule": {"type": "cron", "expr": "0 0 * * * ?", "timezone": "UTC"}, "handler": {"type": "script", "source": "echo extract", "interpreter": "bash"}}))
+        .await;
+    app.job_from(
+        g,
+        json!({"name": "load", "handler": {"type": "shell", "command": "echo load"}}),
+    )
+    .await;
+
+    // Export to a file: YAML by default, every job with its script.
+    let file = dir.path().join("etl.yaml");
+    let out = cli(vec!["export".into(), "-g".into(), "etl".into()]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stdout.starts_with("kind: jobfleet.jobs"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("echo extract"), "{}", out.stdout);
+    std::fs::write(&file, &out.stdout).unwrap();
+    let path = file.to_str().unwrap().to_owned();
+
+    // Applying it back changes nothing.
+    let out = cli(vec!["apply".into(), "-f".into(), path.clone()]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(
+        out.stdout, "0 created, 0 updated, 2 unchanged, 0 deleted\n",
+        "{}",
+        out.stderr
+    );
+
+    // Edited in the file: a new job, a changed schedule, `load` left out.
+    let edited = out_of(&std::fs::read_to_string(&file).unwrap());
+    std::fs::write(&file, &edited).unwrap();
+    let dry = cli(vec![
+        "apply".into(),
+        "-f".into(),
+        path.clone(),
+        "--dry-run".into(),
+        "--prune".into(),
+    ])
+    .await;
+    assert_eq!(dry.code, 0, "{}", dry.stderr);
+    let lines: Vec<&str> = dry.stdout.lines().collect();
+    assert!(
+        lines[0].starts_with("ACTION  KIND  GROUP  JOB"),
+        "{}",
+        dry.stdout
+    );
+    assert!(
+        dry.stdout.contains("update  job   etl    extract") && dry.stdout.contains("schedule"),
+        "{}",
+        dry.stdout
+    );
+    assert!(
+        dry.stdout.contains("create  job   etl    transform"),
+        "{}",
+        dry.stdout
+    );
+    assert!(
+        dry.stdout.contains("delete  job   etl    load"),
+        "{}",
+        dry.stdout
+    );
+    assert!(
+        dry.stdout.ends_with(
+            "1 created, 1 updated, 0 unchanged, 1 deleted (dry run: nothing was written)\n"
+        ),
+        "{}",
+        dry.stdout
+    );
+    let jobs = app.get("/api/v1/jobs", &app.admin).await.body;
+    assert_eq!(jobs["total"], 2, "the dry run wrote nothing");
+
+    // For real, as JSON (through `import`, the alias), then once more: a no-op.
+    let real = cli(vec![
+        "import".into(),
+        "-f".into(),
+        path.clone(),
+        "--prune".into(),
+        "-o".into(),
+        "json".into(),
+    ])
+    .await;
+    assert_eq!(real.code, 0, "{}", real.stderr);
+    let report = real.json();
+    assert_eq!(
+        (&report["created"], &report["updated"], &report["deleted"]),
+        (&json!(1), &json!(1), &json!(1))
+    );
+    let names: Vec<String> = app.get("/api/v1/jobs", &app.admin).await.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(names, ["extract", "transform"]);
+    let again = cli(vec![
+        "jobs".into(),
+        "apply".into(),
+        "-f".into(),
+        path.clone(),
+        "--prune".into(),
+    ])
+    .await;
+    assert_eq!(
+        again.stdout, "0 created, 0 updated, 2 unchanged, 0 deleted\n",
+        "{}",
+        again.stderr
+    );
+
+    // Bad files: missing, empty, not YAML, and a document the admin refuses (exit 5, field).
+    let missing = cli(vec![
+        "apply".into(),
+        "-f".into(),
+        "/nonexistent/x.yaml".into(),
+    ])
+    .await;
+    assert_eq!(missing.code, 2, "{}", missing.stderr);
+    let empty = dir.path().join("empty.yaml");
+    std::fs::write(&empty, "  \n").unwrap();
+    let out = cli(vec![
+        "apply".into(),
+        "-f".into(),
+        empty.to_str().unwrap().into(),
+    ])
+    .await;
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("empty"), "{}", out.stderr);
+    let broken = dir.path().join("broken.yaml");
+    std::fs::write(&broken, "groups: [\n").unwrap();
+    let out = cli(vec![
+        "apply".into(),
+        "-f".into(),
+        broken.to_str().unwrap().into(),
+    ])
+    .await;
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("not readable as YAML"),
+        "{}",
+        out.stderr
+    );
+    let refused = dir.path().join("refused.yaml");
+    std::fs::write(
+        &refused,
+        "kind: jobfleet.jobs\nversion: 1\ngroups:\n  - app_name: etl\n    jobs:\n      - {name: x, schedule: {type: cron, expr: nope}, handler: {type: shell, command: x}}\n",
+    )
+    .unwrap();
+    let out = cli(vec![
+        "apply".into(),
+        "-f".into(),
+        refused.to_str().unwrap().into(),
+    ])
+    .await;
+    assert_eq!(out.code, 5, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("groups[0].jobs[0].schedule.expr"),
+        "{}",
+        out.stderr
+    );
+    let out = cli(vec!["export".into(), "-g".into(), "nope".into()]).await;
+    assert_eq!(out.code, 5, "{}", out.stderr);
+}
+
+/// The exported `etl` document edited as a person would: `extract` hourly at minute 30, a new
+/// `transform` job, `load` gone.
+fn out_of(exported: &str) -> String {
+    let doc: Value = serde_yaml_ng::from_str(exported).unwrap();
+    let mut doc = doc;
+    let jobs = doc["groups"][0]["jobs"].as_array_mut().unwrap();
+    jobs.retain(|j| j["name"] != "load");
+    jobs[0]["schedule"]["expr"] = json!("0 30 * * * ?");
+    jobs.push(json!({"name": "transform", "schedule": {"type": "none"}, "handler": {"type": "shell", "command": "echo transform"}}));
+    serde_yaml_ng::to_string(&doc).unwrap()
+}

@@ -315,6 +315,45 @@ async fn misfire_policies_and_clock_jumps_with_a_manual_clock(mysql: bool) {
 }
 both_backends!(misfire_policies_and_clock_jumps_with_a_manual_clock);
 
+/// A job's starting deadline replaces the admin's misfire threshold for its slots: after a
+/// three-minute outage, a job allowed ten minutes still starts every late slot, while one on
+/// the admin's 5 s threshold skips them (`do_nothing`).
+async fn a_jobs_starting_deadline_decides_what_has_misfired(mysql: bool) {
+    let app = manual(mysql).await;
+    let g = app.group("sched-deadline").await;
+    let t0 = app.now_ms();
+    let body = |name: &str, deadline: Option<i64>| {
+        json!({"name": name, "misfire": "do_nothing", "start_deadline_s": deadline,
+            "schedule": {"type": "fixed_rate", "interval_s": 60},
+            "handler": {"type": "shell", "command": "true"}})
+    };
+    let patient = app.job_from(g, body("patient", Some(600))).await;
+    let strict = app.job_from(g, body("strict", None)).await;
+    assert!(tick::tick(&app.state).await.unwrap().dues.is_empty());
+    app.clock.advance(180_000);
+    tick::tick(&app.state).await.unwrap();
+    let slots = |runs: Vec<Value>| -> Vec<i64> {
+        let mut slots: Vec<i64> = runs
+            .iter()
+            .filter_map(|r| r["fire_slot_ms"].as_i64())
+            .map(|s| s - t0)
+            .collect();
+        slots.sort_unstable();
+        slots
+    };
+    assert_eq!(
+        slots(app.runs_of(patient).await),
+        [60_000, 120_000, 180_000],
+        "every slot within the deadline starts late"
+    );
+    assert_eq!(
+        slots(app.runs_of(strict).await),
+        [180_000],
+        "slots older than the threshold misfired"
+    );
+}
+both_backends!(a_jobs_starting_deadline_decides_what_has_misfired);
+
 /// A burst is planned with a few statements per pass (chunked beyond 500 rows); when a stored
 /// slot is met again the pass is redone job by job and nothing is stored twice.
 async fn a_burst_is_planned_in_batches_and_a_met_slot_falls_back(mysql: bool) {

@@ -48,6 +48,49 @@ impl Api {
         self.call(Method::GET, path, query, None).await
     }
 
+    /// A document the admin writes as text (YAML or JSON), printed as it came: its keys stay in
+    /// the admin's order.
+    pub async fn get_text(&self, path: &str, query: &[(&str, String)]) -> Result<String, Failure> {
+        let url = self.url(path, query)?;
+        let mut request = self.http.get(url);
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        let response = request
+            .send()
+            .await
+            .map_err(|e| unreachable(self.base(), &e))?;
+        let status = response.status();
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let text = response
+            .text()
+            .await
+            .map_err(|e| unreachable(self.base(), &e))?;
+        if status.is_success() {
+            return Ok(text);
+        }
+        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Err(failure_of(
+            status,
+            &body,
+            retry_after.as_deref(),
+            self.token.is_some(),
+        ))
+    }
+
+    fn url(&self, path: &str, query: &[(&str, String)]) -> Result<url::Url, Failure> {
+        let mut url = url::Url::parse(&format!("{}/api/v1{path}", self.base()))
+            .map_err(|e| Failure::Other(format!("{path}: {e}")))?;
+        if !query.is_empty() {
+            url.query_pairs_mut().extend_pairs(query);
+        }
+        Ok(url)
+    }
+
     pub async fn post(&self, path: &str, body: Option<Value>) -> Result<Value, Failure> {
         self.call(Method::POST, path, &[], body).await
     }
@@ -64,11 +107,7 @@ impl Api {
         query: &[(&str, String)],
         body: Option<Value>,
     ) -> Result<Value, Failure> {
-        let mut url = url::Url::parse(&format!("{}/api/v1{path}", self.base()))
-            .map_err(|e| Failure::Other(format!("{path}: {e}")))?;
-        if !query.is_empty() {
-            url.query_pairs_mut().extend_pairs(query);
-        }
+        let url = self.url(path, query)?;
         let mut request = self.http.request(method, url.clone());
         if let Some(token) = &self.token {
             request = request.bearer_auth(token);

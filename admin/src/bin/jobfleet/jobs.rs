@@ -53,6 +53,7 @@ pub struct ListFilter {
     pub group: Option<String>,
     pub enabled: Option<bool>,
     pub query: Option<String>,
+    pub tag: Option<String>,
     pub limit: i64,
     pub offset: i64,
 }
@@ -70,6 +71,9 @@ pub async fn list(api: &Api, out: Output, filter: ListFilter) -> Result<(), Fail
     }
     if let Some(q) = filter.query {
         query.push(("q", q));
+    }
+    if let Some(tag) = filter.tag {
+        query.push(("tag", tag));
     }
     let page = api.get("/jobs", &query).await?;
     out.page(&page, COLUMNS);
@@ -120,6 +124,12 @@ pub async fn get(api: &Api, out: Output, id: i64) -> Result<(), Failure> {
                 ("name", |j| table::text(&j["name"])),
                 ("group", |j| table::text(&j["group_id"])),
                 ("description", |j| table::text(&j["description"])),
+                ("tags", |j| {
+                    j["tags"]
+                        .as_array()
+                        .map(|t| t.iter().map(table::text).collect::<Vec<_>>().join(", "))
+                        .unwrap_or_default()
+                }),
                 ("enabled", |j| table::text(&j["enabled"])),
                 ("schedule", schedule),
                 ("timezone", |j| table::text(&j["schedule"]["timezone"])),
@@ -208,5 +218,89 @@ pub async fn started(
             Ok(())
         }
         Some(secs) => runs::wait(api, out, run_id, secs).await,
+    }
+}
+
+/// Which jobs a bulk action takes: ids, or the job list's filters.
+pub struct BulkChoice {
+    pub ids: Vec<i64>,
+    pub group: Option<String>,
+    pub tag: Option<String>,
+    pub query: Option<String>,
+    pub enabled: Option<bool>,
+}
+
+const BULK_COLUMNS: &[Column] = &[
+    Column {
+        heading: "ID",
+        cell: |i| table::text(&i["id"]),
+    },
+    Column {
+        heading: "NAME",
+        cell: |i| table::text(&i["name"]),
+    },
+    Column {
+        heading: "OK",
+        cell: |i| table::text(&i["ok"]),
+    },
+    Column {
+        heading: "RUN",
+        cell: |i| table::text(&i["run_id"]),
+    },
+    Column {
+        heading: "ERROR",
+        cell: |i| table::text(&i["error"]["message"]),
+    },
+];
+
+/// `jobs bulk ACTION`: exit 0 when every chosen job was done, 5 when any was refused.
+pub async fn bulk(
+    api: &Api,
+    out: Output,
+    action: &str,
+    choice: BulkChoice,
+    params: Option<String>,
+) -> Result<(), Failure> {
+    let mut body = json!({"action": action});
+    if choice.ids.is_empty() {
+        let mut filter = serde_json::Map::new();
+        if let Some(group) = &choice.group {
+            filter.insert("group_id".into(), json!(fleet::group_id(api, group).await?));
+        }
+        if let Some(tag) = choice.tag {
+            filter.insert("tag".into(), json!(tag));
+        }
+        if let Some(q) = choice.query {
+            filter.insert("q".into(), json!(q));
+        }
+        if let Some(enabled) = choice.enabled {
+            filter.insert("enabled".into(), json!(enabled));
+        }
+        if filter.is_empty() {
+            return Err(Failure::Usage(
+                "which jobs? give ids, or --group, --tag, --name-contains or --enabled".into(),
+            ));
+        }
+        body["filter"] = Value::Object(filter);
+    } else {
+        body["ids"] = json!(choice.ids);
+    }
+    if let Some(params) = params {
+        body["params"] = json!(params);
+    }
+    let outcome = api.post("/jobs/bulk", Some(body)).await?;
+    let items = outcome["items"].as_array().map_or(&[][..], Vec::as_slice);
+    out.list(&outcome, items, BULK_COLUMNS);
+    if out == Output::Table {
+        eprintln!(
+            "{action}: {} of {} done",
+            table::text(&outcome["done"]),
+            table::text(&outcome["matched"])
+        );
+    }
+    match outcome["failed"].as_i64() {
+        Some(0) => Ok(()),
+        Some(n) => Err(Failure::Refused(format!("refused for {n} job(s)"))),
+        None => Err(Failure::Other("the admin's answer has no counts".into())),
     }
 }

@@ -3,6 +3,7 @@
 //! on (`failure::Failure`).
 
 mod api;
+mod code;
 mod failure;
 mod fleet;
 mod jobs;
@@ -50,6 +51,25 @@ struct Cli {
     output: Output,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum BulkActionArg {
+    Enable,
+    Disable,
+    Trigger,
+    Delete,
+}
+
+impl BulkActionArg {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Enable => "enable",
+            Self::Disable => "disable",
+            Self::Trigger => "trigger",
+            Self::Delete => "delete",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -134,8 +154,33 @@ enum Command {
     /// Executor groups.
     #[command(subcommand)]
     Groups(GroupsCommand),
+    /// Print groups and all their jobs (scripts included) as one YAML document for version
+    /// control (`-o json` for JSON); `jobfleet apply -f` takes it back.
+    Export {
+        /// Only these groups (app names); default every group this login sees.
+        #[arg(short, long = "group", value_name = "APP_NAME")]
+        groups: Vec<String>,
+    },
+    /// Make the admin's groups and jobs match a document (YAML or JSON): jobs are matched by
+    /// group and name, created or updated, all or nothing; a second apply changes nothing.
+    #[command(visible_alias = "import")]
+    Apply(ApplyArgs),
     /// Print a shell completion script, e.g. `jobfleet completions bash > /etc/bash_completion.d/jobfleet`.
     Completions { shell: clap_complete::Shell },
+}
+
+/// `jobfleet apply` and `jobfleet jobs apply`.
+#[derive(Debug, clap::Args)]
+struct ApplyArgs {
+    /// The document; `-` reads stdin.
+    #[arg(short, long, value_name = "FILE")]
+    file: String,
+    /// Show what would change and write nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Also delete the jobs of the document's groups that it does not list.
+    #[arg(long)]
+    prune: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -161,8 +206,33 @@ enum JobsCommand {
         /// Only jobs whose name contains this.
         #[arg(short = 'q', long = "name-contains")]
         name_contains: Option<String>,
+        /// Only jobs carrying this tag.
+        #[arg(short, long)]
+        tag: Option<String>,
         #[command(flatten)]
         paging: Paging,
+    },
+    /// Enable, disable, trigger or delete many jobs: by id, or every job matching the filters
+    /// (`--group` pauses a whole group with `disable`); at most 1,000.
+    Bulk {
+        action: BulkActionArg,
+        /// Job ids; without them, the filters choose.
+        ids: Vec<i64>,
+        /// Every job of this group (id or name).
+        #[arg(short, long, conflicts_with = "ids")]
+        group: Option<String>,
+        /// Every job carrying this tag.
+        #[arg(short, long, conflicts_with = "ids")]
+        tag: Option<String>,
+        /// Every job whose name contains this.
+        #[arg(short = 'q', long = "name-contains", conflicts_with = "ids")]
+        name_contains: Option<String>,
+        /// Only enabled (true) or disabled (false) jobs.
+        #[arg(long, conflicts_with = "ids")]
+        enabled: Option<bool>,
+        /// `trigger`: params for every run instead of each job's own.
+        #[arg(long)]
+        params: Option<String>,
     },
     /// Show a job.
     Get(JobRef),
@@ -179,6 +249,8 @@ enum JobsCommand {
     Disable(JobRef),
     /// Delete a job.
     Delete(JobRef),
+    /// The same as `jobfleet apply`.
+    Apply(ApplyArgs),
 }
 
 /// How a run started from the command line goes.
@@ -389,6 +461,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 Command::Groups(GroupsCommand::Get { group }) => {
                     fleet::group(&api, out, &group).await
                 }
+                Command::Export { groups } => code::export(&api, out, &groups).await,
+                Command::Apply(args) => code::apply(&api, out, &args).await,
                 Command::Login { .. } | Command::Logout | Command::Completions { .. } => {
                     unreachable!("answered above")
                 }
@@ -403,6 +477,7 @@ async fn jobs_command(api: &Api, out: Output, command: JobsCommand) -> Result<()
             group,
             enabled,
             name_contains,
+            tag,
             paging,
         } => {
             jobs::list(
@@ -412,9 +487,34 @@ async fn jobs_command(api: &Api, out: Output, command: JobsCommand) -> Result<()
                     group,
                     enabled,
                     query: name_contains,
+                    tag,
                     limit: paging.limit,
                     offset: paging.offset,
                 },
+            )
+            .await
+        }
+        JobsCommand::Bulk {
+            action,
+            ids,
+            group,
+            tag,
+            name_contains,
+            enabled,
+            params,
+        } => {
+            jobs::bulk(
+                api,
+                out,
+                action.as_str(),
+                jobs::BulkChoice {
+                    ids,
+                    group,
+                    tag,
+                    query: name_contains,
+                    enabled,
+                },
+                params,
             )
             .await
         }
@@ -429,6 +529,7 @@ async fn jobs_command(api: &Api, out: Output, command: JobsCommand) -> Result<()
             jobs::set_enabled(api, out, id_of(api, &job).await?, false).await
         }
         JobsCommand::Delete(job) => jobs::delete(api, out, id_of(api, &job).await?).await,
+        JobsCommand::Apply(args) => code::apply(api, out, &args).await,
     }
 }
 

@@ -370,6 +370,53 @@ const FIELDS: &[Field] = &[
         },
     },
     Field {
+        name: "tags",
+        error: Some("tags"),
+        default: "",
+        show: |j| one(j.tags.join(", ")),
+        read: |f, i| {
+            i.tags = Some(
+                f.raw("tags")
+                    .split([',', ' '])
+                    .map(str::trim)
+                    .filter(|t| !t.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
+            );
+            Ok(())
+        },
+    },
+    Field {
+        name: "start_deadline_s",
+        error: Some("start_deadline_s"),
+        default: "",
+        show: |j| one_or_empty(j.start_deadline_s),
+        read: |f, i| {
+            i.start_deadline_s = f.number("start_deadline_s", "start_deadline_s")?;
+            Ok(())
+        },
+    },
+    Field {
+        name: "keep_succeeded",
+        error: Some("keep_succeeded"),
+        default: "",
+        show: |j| one_or_empty(j.keep_succeeded),
+        read: |f, i| {
+            i.keep_succeeded = f.number("keep_succeeded", "keep_succeeded")?;
+            Ok(())
+        },
+    },
+    Field {
+        name: "keep_failed",
+        error: Some("keep_failed"),
+        default: "",
+        show: |j| one_or_empty(j.keep_failed),
+        read: |f, i| {
+            i.keep_failed = f.number("keep_failed", "keep_failed")?;
+            Ok(())
+        },
+    },
+    Field {
         name: "routing",
         error: None,
         default: "first",
@@ -615,6 +662,10 @@ fn input_of(f: &Fields) -> Result<JobInput, Error> {
         concurrency: None,
         block_strategy: None,
         agent_labels: None,
+        tags: None,
+        start_deadline_s: None,
+        keep_succeeded: None,
+        keep_failed: None,
         children: None,
         alert: None,
     };
@@ -963,11 +1014,27 @@ mod tests {
             ]
             .into_iter()
             .collect(),
+            tags: vec!["billing".into(), "team:data".into()],
+            start_deadline_s: Some(90),
+            keep_succeeded: Some(10),
+            keep_failed: None,
             next_fire_ms: None,
             created_ms: 0,
             updated_ms: 0,
         };
         let input = input_of(&sent(&job)).unwrap();
+        assert_eq!(
+            input.tags.as_deref(),
+            Some(&["billing".to_owned(), "team:data".to_owned()][..])
+        );
+        assert_eq!(
+            (
+                input.start_deadline_s,
+                input.keep_succeeded,
+                input.keep_failed
+            ),
+            (Some(90), Some(10), None)
+        );
         assert_eq!(
             input.schedule.at_ms, job.schedule.at_ms,
             "read in the job's zone"

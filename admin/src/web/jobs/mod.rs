@@ -48,6 +48,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/jobs", web::get().to(list::list))
         .route("/jobs", web::post().to(form::create))
         .route("/jobs/new", web::get().to(form::new))
+        .route("/jobs/bulk", web::post().to(list::bulk))
         .route("/jobs/{id}", web::get().to(page::show))
         .route("/jobs/{id}", web::post().to(form::update))
         .route("/jobs/{id}/edit", web::get().to(form::edit))

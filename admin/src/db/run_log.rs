@@ -1,0 +1,197 @@
+//! `run_log`: a finished run's log as the admins keep it, so it stays readable after its agent
+//! is gone or has rotated it (`scheduler::log_keeper` fills it, `service::runs::log` reads it).
+
+use diesel::prelude::*;
+use diesel::result::{DatabaseErrorKind, Error as Diesel};
+
+use super::AnyConnection;
+use super::schema::{job_run, run_log};
+use crate::domain::ids::RunId;
+use crate::error::Error;
+
+/// An admin is reading the log from the agent.
+pub const FETCHING: &str = "fetching";
+/// The log (or its head and tail) is in `content`.
+pub const KEPT: &str = "kept";
+/// The agent could not give it.
+pub const MISSING: &str = "missing";
+
+#[derive(Debug, Clone, PartialEq, Eq, Queryable, Selectable)]
+#[diesel(table_name = run_log)]
+pub struct RunLog {
+    pub run_id: RunId,
+    pub state: String,
+    pub content: String,
+    pub bytes: i64,
+    pub truncated: bool,
+    pub updated_ms: i64,
+}
+
+/// Claims the logs of `ids` for this admin: a row per run, in state `fetching`. Returns the ids
+/// claimed; a run another admin (or an earlier pass) claimed already is left to it.
+///
+/// # Errors
+/// Database errors.
+pub fn claim(conn: &mut AnyConnection, ids: &[RunId], now_ms: i64) -> Result<Vec<RunId>, Error> {
+    let mut claimed = Vec::with_capacity(ids.len());
+    for id in ids {
+        let inserted = diesel::insert_into(run_log::table)
+            .values((
+                run_log::run_id.eq(id),
+                run_log::state.eq(FETCHING),
+                run_log::content.eq(""),
+                run_log::bytes.eq(0),
+                run_log::truncated.eq(false),
+                run_log::updated_ms.eq(now_ms),
+            ))
+            .execute(conn);
+        match inserted {
+            Ok(_) => claimed.push(*id),
+            // Neither SQLite nor MySQL aborts the transaction on a duplicate key.
+            Err(Diesel::DatabaseError(DatabaseErrorKind::UniqueViolation, _)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(claimed)
+}
+
+/// Stores what was read for a claimed run.
+///
+/// # Errors
+/// Database errors.
+pub fn store(
+    conn: &mut AnyConnection,
+    id: RunId,
+    state: &str,
+    content: &str,
+    bytes: i64,
+    truncated: bool,
+    now_ms: i64,
+) -> Result<(), Error> {
+    diesel::update(run_log::table.find(id))
+        .set((
+            run_log::state.eq(state),
+            run_log::content.eq(content),
+            run_log::bytes.eq(bytes),
+            run_log::truncated.eq(truncated),
+            run_log::updated_ms.eq(now_ms),
+        ))
+        .execute(conn)?;
+    Ok(())
+}
+
+/// Releases the claims older than `before_ms` that were never stored (their admin died or
+/// failed mid-read), so another pass claims them again. Returns how many.
+///
+/// # Errors
+/// Database errors.
+pub fn release_stale(conn: &mut AnyConnection, before_ms: i64) -> Result<usize, Error> {
+    Ok(diesel::delete(
+        run_log::table
+            .filter(run_log::state.eq(FETCHING))
+            .filter(run_log::updated_ms.lt(before_ms)),
+    )
+    .execute(conn)?)
+}
+
+/// The kept log of a run, if the admins have one.
+///
+/// # Errors
+/// Database errors.
+pub fn kept(conn: &mut AnyConnection, id: RunId) -> Result<Option<RunLog>, Error> {
+    Ok(run_log::table
+        .find(id)
+        .filter(run_log::state.eq(KEPT))
+        .select(RunLog::as_select())
+        .first(conn)
+        .optional()?)
+}
+
+/// Deletes up to `limit` kept logs whose run is gone (retention, history limits, deleted jobs).
+///
+/// # Errors
+/// Database errors.
+pub fn delete_orphans(conn: &mut AnyConnection, limit: i64) -> Result<usize, Error> {
+    let orphans: Vec<RunId> = run_log::table
+        .filter(diesel::dsl::not(diesel::dsl::exists(
+            job_run::table.filter(job_run::id.eq(run_log::run_id)),
+        )))
+        .select(run_log::run_id)
+        .limit(limit)
+        .load(conn)?;
+    if orphans.is_empty() {
+        return Ok(0);
+    }
+    Ok(diesel::delete(run_log::table.filter(run_log::run_id.eq_any(orphans))).execute(conn)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::job_run::{NewJobRun, insert};
+    use crate::domain::ids::{GroupId, JobId};
+    use crate::domain::policy::{RunStatus, TriggerKind};
+    use crate::testing::storage_test;
+
+    fn a_run(conn: &mut AnyConnection, job_id: JobId, group_id: GroupId) -> RunId {
+        insert(
+            conn,
+            &NewJobRun {
+                job_id,
+                group_id,
+                first_run_id: None,
+                attempt: 1,
+                trigger_kind: TriggerKind::Manual,
+                fire_slot_ms: None,
+                scheduled_ms: 1,
+                status: RunStatus::Succeeded,
+                params: String::new(),
+                shard_index: 0,
+                shard_total: 1,
+                created_ms: 1,
+                workflow_node_id: None,
+                node_attempt: None,
+                timeout_s: None,
+                env: None,
+            },
+        )
+        .unwrap()
+    }
+
+    storage_test!(a_log_is_claimed_once_kept_and_goes_with_its_run, |conn| {
+        use crate::db::job::tests::{fields, insert_group, write};
+        let g = insert_group(conn, "kept-logs");
+        let job = crate::db::job::insert(
+            conn,
+            &write(g),
+            &crate::db::job::NewJob {
+                fields: fields(g, "j"),
+                created_ms: 1,
+            },
+        )
+        .unwrap();
+        let (a, b) = (a_run(conn, job, g), a_run(conn, job, g));
+        assert_eq!(claim(conn, &[a, b], 5).unwrap(), [a, b]);
+        assert!(claim(conn, &[a, b], 6).unwrap().is_empty(), "claimed once");
+        assert_eq!(kept(conn, a).unwrap(), None, "not kept while fetching");
+        assert_eq!(release_stale(conn, 5).unwrap(), 0, "not stale yet");
+        let text = "línea 1\nline 2\n".repeat(1000);
+        store(conn, a, KEPT, &text, 99_999, true, 7).unwrap();
+        store(conn, b, MISSING, "agent gone", 0, false, 7).unwrap();
+        let log = kept(conn, a).unwrap().unwrap();
+        assert_eq!(
+            (log.content, log.bytes, log.truncated),
+            (text, 99_999, true)
+        );
+        assert_eq!(kept(conn, b).unwrap(), None, "a missing log is not served");
+        assert_eq!(delete_orphans(conn, 10).unwrap(), 0);
+        crate::db::job_run::delete_finished_before(conn, 10, 10).unwrap();
+        assert_eq!(delete_orphans(conn, 1).unwrap(), 1, "in batches");
+        assert_eq!(delete_orphans(conn, 10).unwrap(), 1);
+        assert_eq!(
+            claim(conn, &[a], 8).unwrap(),
+            [a],
+            "a freed id may be claimed"
+        );
+    });
+}

@@ -10,6 +10,7 @@
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- idle
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- spawn
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- modes [--mysql] [--jobs N]
+//! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- fleet [--mysql] [--agents 10000] [--jobs 100] [--connections 64]
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- workflows [--mysql] \
 //!     [--chains 100] [--length 10] [--sleep-ms 0] [--fan 1000] [--steps-only | --fan-only]
 //! ```
@@ -34,6 +35,18 @@
 //! its stamp so that the chains drift apart instead of stepping together. Then, on a fresh admin,
 //! one workflow of `--fan` nodes (an entry, `--fan` − 2 parallel nodes, a join): wall time, the
 //! admin's peak RSS (`VmHWM`) and CPU. `SCHED_BENCH_DUMP=file` keeps the fan-out's SQLite database.
+//! `fleet` (issue 19): a fleet simulator, `--agents` (10,000) simulated agents speaking the agent
+//! protocol from this process (POST `/api/registry` with the shared token, a key of their own
+//! and a real agent's heartbeat body; loopback addresses `http://127.0.0.1:<20000 + i>/` in 20
+//! groups without jobs, so the admin never calls them), beating every 10 s spread evenly over
+//! the period, at most `--connections` (64) requests in flight on keep-alive connections (a
+//! beat waits for a free one; the report says how far behind schedule that put it); on one
+//! admin that also
+//! has `--jobs` (100) fixed-rate jobs of 1 s on 4 real agents. In order: the admin's idle CPU
+//! (the floor), the fleet alone for 60 s (admin CPU per heartbeat = its CPU in the minute /
+//! the beats due in it; heartbeat latency p50/p99; errors), 20 s of the jobs' fires with the
+//! fleet beating, then 20 s without it (trigger lateness of both, as `lateness` measures it),
+//! and the admin's VmRSS/VmHWM.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -371,6 +384,29 @@ fn measure_lateness_of(
     }
     let (admin, base) = bench.admin();
     let agents = bench.agents(&base, 4, mode);
+    let l = lateness_window(&bench, &admin, &agents, per_second, 20);
+    if let Ok(dump) = std::env::var("SCHED_BENCH_DUMP") {
+        // `modes` keeps one file per measurement.
+        let dump = match mode {
+            Some(mode) => format!("{dump}.{}.{per_second}", mode.as_str()),
+            None => dump,
+        };
+        std::fs::copy(bench_db_path(&bench), dump).ok();
+    }
+    l
+}
+
+/// Enables the `per_second` fixed-rate jobs of `bench` (spread over the second, first fires
+/// 3 s from now) for `seconds`, disables them again and reads back the fires of the window
+/// after the first 3 s. The same database may be measured again later: each window counts the
+/// runs scheduled within it only.
+fn lateness_window(
+    bench: &Bench,
+    admin: &Proc,
+    agents: &[Proc],
+    per_second: usize,
+    seconds: i64,
+) -> Lateness {
     let start = now_ms() + 3_000;
     // Spread the jobs evenly over the second: `per_second` fires every second. Job i fires at
     // ms ⌊i · 1000 / per_second⌋ of each second (over 1,000/s several share a millisecond); the
@@ -382,10 +418,9 @@ fn measure_lateness_of(
             "UPDATE job SET enabled = 1, schedule_type = 'fixed_rate', next_fire_ms = {start} + ((id * 1000) % ({per_second} * 1000) - (id * 1000) % {per_second}) / {per_second}"
         ))
         .unwrap();
-    let seconds = 20;
     // The first 3 s warm up (connections, agent caches).
     let from = start + 3_000;
-    let to = start + (seconds as i64) * 1000;
+    let to = start + seconds * 1000;
     let sleep_until = |ms: i64| {
         std::thread::sleep(Duration::from_millis(
             u64::try_from(ms - now_ms()).unwrap_or(0),
@@ -393,12 +428,12 @@ fn measure_lateness_of(
     };
     sleep_until(from);
     let window_start = (
-        cpu_ms(&admin).0,
+        cpu_ms(admin).0,
         agents.iter().map(|a| cpu_ms(a).0).sum::<i64>(),
     );
     sleep_until(to);
     let window_cpu = (
-        cpu_ms(&admin).0 - window_start.0,
+        cpu_ms(admin).0 - window_start.0,
         agents.iter().map(|a| cpu_ms(a).0).sum::<i64>() - window_start.1,
     );
     // The scheduler updates these rows too: MariaDB may pick this statement as a deadlock victim.
@@ -426,14 +461,6 @@ fn measure_lateness_of(
     ));
     started.sort_unstable();
     sent.sort_unstable();
-    if let Ok(dump) = std::env::var("SCHED_BENCH_DUMP") {
-        // `modes` keeps one file per measurement.
-        let dump = match mode {
-            Some(mode) => format!("{dump}.{}.{per_second}", mode.as_str()),
-            None => dump,
-        };
-        std::fs::copy(bench_db_path(&bench), dump).ok();
-    }
     Lateness {
         fires,
         failed,
@@ -442,7 +469,7 @@ fn measure_lateness_of(
         seconds: (to - from) / 1000,
         cpu: format!(
             "{}; in the measured {} s: admin {:.1} % of a core, admin + agents {:.2} ms per fire",
-            cpu_report(&admin, &agents),
+            cpu_report(admin, agents),
             (to - from) / 1000,
             window_cpu.0 as f64 / (to - from) as f64 * 100.0,
             (window_cpu.0 + window_cpu.1) as f64 / fires.max(1) as f64
@@ -553,6 +580,273 @@ fn http_lateness(mysql: bool, per_second: usize) {
         l.cpu,
         endpoint_ms as f64 / 1000.0
     );
+}
+
+/// One heartbeat of the fleet simulator: when it was due, when it was sent and how long the
+/// admin took to answer it (µs), and whether the envelope said `code` 200.
+#[derive(Clone, Copy)]
+struct Beat {
+    due_ms: i64,
+    lag_us: i64,
+    took_us: i64,
+    ok: bool,
+}
+
+/// `n` simulated jobfleet agents speaking the agent protocol to `base` from one small tokio
+/// runtime (two threads): each POSTs `/api/registry` every `period` with the shared token, its
+/// own agent key and the body a real agent sends, its beats spread evenly over the period.
+/// Addresses are `http://127.0.0.1:<20000 + i>/` in groups `fleet-0` … `fleet-19`, which have no
+/// jobs, so nothing ever calls them. At most `connections` requests are in flight (keep-alive
+/// connections, reused). Runs until `stop` is set; every beat lands in `beats`.
+struct Fleet {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    beats: std::sync::Arc<std::sync::Mutex<Vec<Beat>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+const FLEET_GROUPS: usize = 20;
+
+impl Fleet {
+    fn start(base: &str, n: usize, period: Duration, connections: usize) -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let beats = std::sync::Arc::new(std::sync::Mutex::new(Vec::with_capacity(n * 20)));
+        let base = format!("{base}/api/registry");
+        let (stop_in, beats_in) = (stop.clone(), beats.clone());
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(run_fleet(base, n, period, connections, stop_in, beats_in));
+        });
+        Self {
+            stop,
+            beats,
+            thread: Some(thread),
+        }
+    }
+
+    /// The beats due in `[from, to)` so far.
+    fn beats_between(&self, from: i64, to: i64) -> Vec<Beat> {
+        self.beats
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|b| b.due_ms >= from && b.due_ms < to)
+            .copied()
+            .collect()
+    }
+
+    fn stop(mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            thread.join().unwrap();
+        }
+    }
+}
+
+/// The heartbeat body of simulated agent `i`, as `jobfleet_agent::registry` sends it; the
+/// metrics move from beat to beat like a real host's.
+fn fleet_body(i: usize, instance: &str, round: u64) -> Vec<u8> {
+    use jobfleet_agent::protocol::{HostMetrics, REGISTRY_GROUP_EXECUTOR, RegistryParam};
+    let param = RegistryParam {
+        registry_group: REGISTRY_GROUP_EXECUTOR.into(),
+        registry_key: format!("fleet-{}", i % FLEET_GROUPS),
+        registry_value: format!("http://127.0.0.1:{}/", 20_000 + i),
+        agent_version: Some(env!("CARGO_PKG_VERSION").into()),
+        hostname: Some(format!("fleet-host-{i}")),
+        metrics: Some(HostMetrics {
+            cpu_pct: ((i as u64 * 7 + round * 13) % 1000) as f64 / 10.0,
+            load1: ((i as u64 + round) % 400) as f64 / 100.0,
+            mem_used_mb: 1024 + (i as u64 * 31 + round * 17) % 2048,
+            mem_total_mb: 8192,
+            disk_free_mb: 50_000 + round % 100,
+            running: 0,
+        }),
+        labels: Some(
+            [
+                ("rack".to_owned(), format!("r{}", i % 40)),
+                ("zone".to_owned(), format!("z{}", i % 3)),
+            ]
+            .into(),
+        ),
+        limits_mode: Some("cgroup_v1".into()),
+        instance_id: Some(instance.to_owned()),
+        held_runs: Some(Vec::new()),
+        accepted_through: Some(0),
+        run_as: Some("nobody".into()),
+        mode: Some("push".into()),
+    };
+    serde_json::to_vec(&param).unwrap()
+}
+
+async fn run_fleet(
+    url: String,
+    n: usize,
+    period: Duration,
+    connections: usize,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    beats: std::sync::Arc<std::sync::Mutex<Vec<Beat>>>,
+) {
+    use jobfleet_agent::protocol::{ACCESS_TOKEN_HEADER, AGENT_KEY_HEADER};
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(connections)
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(connections));
+    let period_ms = i64::try_from(period.as_millis()).unwrap();
+    let start = now_ms() + 200;
+    let mut k: u64 = 0;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        // Beat k is agent k mod n's beat of round k / n, at its offset in the period.
+        let i = (k % n as u64) as usize;
+        let round = k / n as u64;
+        let due =
+            start + i64::try_from(round).unwrap() * period_ms + (i as i64 * period_ms) / n as i64;
+        let wait = due - now_ms();
+        if wait > 0 {
+            tokio::time::sleep(Duration::from_millis(wait.cast_unsigned())).await;
+        }
+        let permit = gate.clone().acquire_owned().await.unwrap();
+        let (client, url, beats) = (client.clone(), url.clone(), beats.clone());
+        tokio::spawn(async move {
+            let _permit = permit;
+            let key = format!("fleet-simulated-agent-key-{i:010}-abcdef");
+            let body = fleet_body(i, &format!("fleet-instance-{i}"), round);
+            let sent = Instant::now();
+            let lag_us = (now_ms() - due) * 1000;
+            let answer = client
+                .post(&url)
+                .header(ACCESS_TOKEN_HEADER, TOKEN)
+                .header(AGENT_KEY_HEADER, key)
+                .header("Content-Type", "application/json")
+                .body(body)
+                .send()
+                .await;
+            let ok = match answer {
+                Ok(answer) => answer
+                    .bytes()
+                    .await
+                    .is_ok_and(|b| String::from_utf8_lossy(&b).contains("\"code\":200")),
+                Err(_) => false,
+            };
+            let took_us = i64::try_from(sent.elapsed().as_micros()).unwrap();
+            beats.lock().unwrap().push(Beat {
+                due_ms: due,
+                lag_us,
+                took_us,
+                ok,
+            });
+        });
+        k += 1;
+    }
+    // The beats in flight finish.
+    let _ = gate.acquire_many(u32::try_from(connections).unwrap()).await;
+}
+
+/// Issue 19: `agents` simulated agents (`Fleet`) heartbeating every 10 s against one admin
+/// that also has `per_second` fixed-rate jobs on 4 real agents. Measures, on one admin: its
+/// idle CPU (the floor, 10 s), then the fleet alone for a minute (admin CPU per heartbeat,
+/// heartbeat latency, errors), then 20 s of `per_second` fires/s with the fleet beating, then
+/// the same without the fleet (trigger lateness p99 of both), and the admin's VmRSS/VmHWM.
+fn fleet(mysql: bool, agents_n: usize, per_second: usize, connections: usize) {
+    let bench = Bench::new(mysql);
+    bench.jobs(per_second, "NULL, 1, NULL");
+    let now = now_ms();
+    let groups: Vec<String> = (0..FLEET_GROUPS)
+        .map(|g| format!("('fleet-{g}', 'fleet {g}', 'auto', '', {now}, {now})"))
+        .collect();
+    bench
+        .conn()
+        .batch_execute(&format!(
+            "INSERT INTO executor_group (app_name, title, address_mode, addresses, created_ms, updated_ms) VALUES {}",
+            groups.join(",")
+        ))
+        .unwrap();
+    let (admin, base) = bench.admin();
+    let agents = bench.agents(&base, 4, None);
+    let pid = admin.0.id();
+    std::thread::sleep(Duration::from_secs(2));
+    let idle_from = (now_ms(), cpu_ms_of(pid));
+    std::thread::sleep(Duration::from_secs(10));
+    let floor_ms_per_s =
+        (cpu_ms_of(pid) - idle_from.1) as f64 / ((now_ms() - idle_from.0) as f64 / 1000.0);
+
+    let period = Duration::from_secs(10);
+    let fleet = Fleet::start(&base, agents_n, period, connections);
+    // One period registers every agent (the inserts); the next ones are the steady state.
+    std::thread::sleep(period + Duration::from_secs(3));
+    let from = (now_ms(), cpu_ms_of(pid));
+    std::thread::sleep(Duration::from_secs(60));
+    let to = (now_ms(), cpu_ms_of(pid));
+    // Beats due within the minute that have been answered (the last few may be in flight).
+    std::thread::sleep(Duration::from_secs(1));
+    let minute = fleet.beats_between(from.0, to.0);
+    let registered = bench.scalar("SELECT COUNT(*) AS n FROM agent WHERE app_name LIKE 'fleet-%'");
+    let live_floor = now_ms() - 30_000;
+    let live = bench.scalar(&format!(
+        "SELECT COUNT(*) AS n FROM agent WHERE app_name LIKE 'fleet-%' AND last_seen_ms >= {live_floor}"
+    ));
+    let rss_fleet = (status_kb(&admin, "VmRSS:"), status_kb(&admin, "VmHWM:"));
+    let with = lateness_window(&bench, &admin, &agents, per_second, 20);
+    fleet.stop();
+    let rss_after = (status_kb(&admin, "VmRSS:"), status_kb(&admin, "VmHWM:"));
+    std::thread::sleep(Duration::from_secs(2));
+    let without = lateness_window(&bench, &admin, &agents, per_second, 20);
+
+    let cpu_ms = (to.1 - from.1) as f64;
+    let seconds = (to.0 - from.0) as f64 / 1000.0;
+    let errors = minute.iter().filter(|b| !b.ok).count();
+    let mut took: Vec<i64> = minute.iter().map(|b| b.took_us).collect();
+    took.sort_unstable();
+    let max_lag_ms = minute.iter().map(|b| b.lag_us).max().unwrap_or(0) as f64 / 1000.0;
+    let beats = minute.len().max(1) as f64;
+    println!(
+        "fleet on {}: {agents_n} simulated agents beating every {} s, {} real agents with {per_second} jobs/s",
+        backend(mysql),
+        period.as_secs(),
+        agents.len()
+    );
+    println!(
+        "  admin idle floor: {floor_ms_per_s:.1} ms of CPU per second (4 agents, nothing due)"
+    );
+    println!(
+        "  fleet alone, {seconds:.0} s, {connections} connections: {} beats ({:.0}/s), {errors} errors; admin CPU {:.2} s = {:.3} ms per heartbeat ({:.3} ms above the floor), {:.1} % of a core",
+        minute.len(),
+        beats / seconds,
+        cpu_ms / 1000.0,
+        cpu_ms / beats,
+        (cpu_ms - floor_ms_per_s * seconds) / beats,
+        cpu_ms / seconds / 10.0
+    );
+    println!(
+        "  heartbeat latency: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; the simulator's worst lag behind schedule {max_lag_ms:.1} ms",
+        percentile(&took, 0.5) as f64 / 1000.0,
+        percentile(&took, 0.99) as f64 / 1000.0,
+        took.last().copied().unwrap_or(0) as f64 / 1000.0
+    );
+    println!("  fleet rows: {registered} registered, {live} live at the end of the minute");
+    println!(
+        "  trigger lateness at {per_second}/s with the fleet:    {}",
+        with.summary("agent process start")
+    );
+    println!(
+        "  trigger lateness at {per_second}/s without the fleet: {}",
+        without.summary("agent process start")
+    );
+    println!(
+        "  p99 (agent process start) with − without: {} ms",
+        percentile(&with.started, 0.99) - percentile(&without.started, 0.99)
+    );
+    println!(
+        "  admin memory: with the fleet VmRSS {} kB, VmHWM {} kB; after the fleet's lateness window VmRSS {} kB, VmHWM {} kB",
+        rss_fleet.0, rss_fleet.1, rss_after.0, rss_after.1
+    );
+    println!("  with the fleet: {}", with.cpu);
+    println!("  without:        {}", without.cpu);
 }
 
 fn scalar_on(conn: &mut AnyConnection, sql: &str) -> i64 {
@@ -755,6 +1049,19 @@ fn main() {
         Some("idle") => idle(),
         Some("spawn") => spawn_ceiling(),
         Some("modes") => modes(mysql, jobs),
+        Some("fleet") => {
+            let agents = args
+                .iter()
+                .position(|a| a == "--agents")
+                .and_then(|i| args.get(i + 1))
+                .map_or(10_000, |n| n.parse().expect("--agents takes a number"));
+            let connections = args
+                .iter()
+                .position(|a| a == "--connections")
+                .and_then(|i| args.get(i + 1))
+                .map_or(64, |n| n.parse().expect("--connections takes a number"));
+            fleet(mysql, agents, jobs.unwrap_or(100), connections);
+        }
         Some("workflows") => {
             let number = |flag: &str, default: usize| {
                 args.iter()
@@ -778,8 +1085,8 @@ fn main() {
         }
         _ => {
             eprintln!(
-                "usage: sched_bench lateness|http|burst|rss|idle|spawn|modes|workflows [--mysql] [--jobs N] \
-                 [--chains N --length N --sleep-ms N --fan N --steps-only --fan-only]"
+                "usage: sched_bench lateness|http|burst|rss|idle|spawn|modes|workflows|fleet [--mysql] [--jobs N] \
+                 [--agents N --connections N] [--chains N --length N --sleep-ms N --fan N --steps-only --fan-only]"
             );
             std::process::exit(2);
         }

@@ -18,6 +18,7 @@ pub mod error;
 pub mod http;
 pub mod lifecycle;
 pub mod metrics;
+pub mod registry_batch;
 pub mod rpc;
 pub mod scheduler;
 pub mod service;

@@ -121,6 +121,7 @@ pub async fn prepare(
         metrics: Arc::default(),
         alerts,
         workflow_graphs: Arc::default(),
+        registry: Arc::default(),
     }))
 }
 

@@ -16,6 +16,7 @@ use crate::dispatch::client::AgentClient;
 use crate::dispatch::routing::Router;
 use crate::domain::graph_cache::GraphCache;
 use crate::metrics::Metrics;
+use crate::registry_batch::RegistryBatch;
 use crate::scheduler::handle::SchedulerHandle;
 
 /// Everything request handlers and workers share. Passed explicitly; there is no global.
@@ -42,4 +43,6 @@ pub struct AppState {
     pub alerts: Alerts,
     /// The graphs of workflow runs in progress, so a step does not parse its run's definition.
     pub workflow_graphs: Arc<GraphCache>,
+    /// The agents' heartbeats and deregistrations waiting to be written, a batch per transaction.
+    pub registry: Arc<RegistryBatch>,
 }

@@ -8,6 +8,7 @@ use crate::domain::ids::GroupId;
 use crate::error::{ApiResult, ErrorBody};
 use crate::service::agents::{AgentView, Decision};
 use crate::service::audit::{AuditQuery, AuditView};
+use crate::service::fleet::{AgentQuery, FleetView};
 use crate::service::groups::{GroupInput, GroupUpdate, GroupView};
 use crate::service::tokens::{CreatedToken, NewTokenRequest, TokenView};
 use crate::service::users::{NewUserRequest, PasswordReset, UserUpdate, UserView};
@@ -85,10 +86,23 @@ pub async fn delete_group(
     Ok(HttpResponse::NoContent().finish())
 }
 
-/// Registered agents of the groups you may see.
-#[utoipa::path(get, path = "/api/v1/agents", tag = "agents", security(("bearer" = [])), responses((status = 200, body = Vec<AgentView>)))]
-pub async fn list_agents(state: web::Data<AppState>, caller: ApiCaller) -> ApiResult<HttpResponse> {
-    Ok(HttpResponse::Ok().json(service::agents::list(&state, &caller.0).await?))
+/// Registered agents of the groups you may see, one page at a time, filtered and sorted.
+#[utoipa::path(get, path = "/api/v1/agents", tag = "agents", security(("bearer" = [])), params(AgentQuery),
+    responses((status = 200, body = Paged<AgentView>), (status = 422, body = ErrorBody)))]
+pub async fn list_agents(
+    state: web::Data<AppState>,
+    caller: ApiCaller,
+    query: web::Query<AgentQuery>,
+) -> ApiResult<HttpResponse> {
+    Ok(HttpResponse::Ok().json(service::fleet::list(&state, &caller.0, query.into_inner()).await?))
+}
+
+/// The fleet at a glance: agents by group and status, versions, limits and connection modes in
+/// use, and the agents that died in the last hour, in the groups you may see.
+#[utoipa::path(get, path = "/api/v1/fleet", tag = "agents", security(("bearer" = [])),
+    responses((status = 200, body = FleetView)))]
+pub async fn fleet(state: web::Data<AppState>, caller: ApiCaller) -> ApiResult<HttpResponse> {
+    Ok(HttpResponse::Ok().json(service::fleet::summary(&state, &caller.0).await?))
 }
 
 /// Approve an agent (admin): it gets runs from now on.

@@ -87,6 +87,7 @@ impl utoipa::Modify for RateLimited {
         jobs_as_code::export, jobs_as_code::apply, jobs::bulk,
         admin::list_groups, admin::create_group, admin::get_group, admin::update_group, admin::delete_group,
         admin::list_agents,
+        admin::fleet,
         admin::approve_agent,
         admin::drain_agent,
         admin::undrain_agent,

@@ -61,6 +61,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/runs/{id}/retry", web::post().to(jobs::retry_run))
         .route("/runs/{id}", web::get().to(jobs::get_run))
         .route("/agents", web::get().to(admin::list_agents))
+        .route("/fleet", web::get().to(admin::fleet))
         .route("/agents/{id}/approve", web::post().to(admin::approve_agent))
         .route("/agents/{id}/revoke", web::post().to(admin::revoke_agent))
         .route("/agents/{id}/drain", web::post().to(admin::drain_agent))

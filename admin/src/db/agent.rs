@@ -2,8 +2,8 @@
 
 use diesel::prelude::*;
 
-use super::AnyConnection;
 use super::schema::agent;
+use super::{AnyConnection, Page};
 use crate::error::Error;
 
 #[derive(Debug, Clone, PartialEq, Queryable, Selectable)]
@@ -115,9 +115,11 @@ pub fn insert(conn: &mut AnyConnection, beat: &Heartbeat<'_>, approval: &str) ->
 
 /// Refreshes a known agent from a heartbeat. The key is set only where none was stored (an
 /// agent registered before keys existed adopts its first key); a stored key never changes here.
+/// A heartbeat that changes nothing but the time and the metrics is cheaper as [`touch`].
 pub fn refresh(conn: &mut AnyConnection, id: i64, beat: &Heartbeat<'_>) -> Result<(), Error> {
-    diesel::update(agent::table.find(id))
-        .set((
+    super::prepared::update(
+        agent::table,
+        (
             agent::version.eq(beat.version),
             agent::hostname.eq(beat.hostname),
             agent::last_seen_ms.eq(beat.now_ms),
@@ -127,11 +129,79 @@ pub fn refresh(conn: &mut AnyConnection, id: i64, beat: &Heartbeat<'_>) -> Resul
             agent::run_as.eq(beat.run_as),
             agent::mode.eq(beat.mode),
             agent::labels.eq(beat.labels),
-        ))
+        ),
+        agent::id.eq(id),
+    )
+    .execute(conn)?;
+    // An executor has no key to adopt: writing `''` over `''` would change nothing.
+    if !beat.key_hash.is_empty() {
+        super::prepared::update(
+            agent::table,
+            agent::key_hash.eq(beat.key_hash),
+            agent::id.eq(id).and(agent::key_hash.eq("")),
+        )
         .execute(conn)?;
-    diesel::update(agent::table.find(id).filter(agent::key_hash.eq("")))
-        .set(agent::key_hash.eq(beat.key_hash))
+    }
+    Ok(())
+}
+
+/// The registry rows at `addresses` (a batch of heartbeats), in one query by the address index;
+/// the caller matches its `(app_name, address)` pairs (an address registered in another group
+/// comes too). By address only: `app_name IN (…) AND address IN (…)` probes the unique key
+/// once per pair of the two lists.
+pub fn find_many(conn: &mut AnyConnection, addresses: &[&str]) -> Result<Vec<Agent>, Error> {
+    if addresses.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(agent::table
+        .filter(agent::address.eq_any(addresses))
+        .select(Agent::as_select())
+        .load(conn)?)
+}
+
+/// A heartbeat that changed nothing about its agent but the time and the metrics.
+#[derive(Debug, Clone, Copy)]
+pub struct Touch<'a> {
+    pub id: i64,
+    pub now_ms: i64,
+    pub metrics: &'a str,
+}
+
+/// Records heartbeats that changed only `last_seen_ms` and the metrics (one per agent: the
+/// caller keeps the last of each). On MySQL one statement for the batch (a round trip per
+/// row is what it would cost otherwise), on SQLite a kept statement per row
+/// (`db::batch_writes_pay`).
+pub fn touch(conn: &mut AnyConnection, beats: &[Touch<'_>]) -> Result<(), Error> {
+    use super::rows_update::{RowsUpdate, Set, Value};
+    if beats.len() > 1 && super::batch_writes_pay(conn) {
+        RowsUpdate::new("agent", beats.iter().map(|b| b.id).collect())
+            .column(
+                "last_seen_ms",
+                Set::Always,
+                beats
+                    .iter()
+                    .map(|b| Value::BigInt(Some(b.now_ms)))
+                    .collect(),
+            )
+            .column(
+                "metrics",
+                Set::Always,
+                beats.iter().map(|b| Value::Text(Some(b.metrics))).collect(),
+            )
+            .execute(conn)?;
+        return Ok(());
+    }
+    for beat in beats {
+        super::prepared::update(
+            agent::table,
+            (
+                agent::last_seen_ms.eq(beat.now_ms),
+                agent::metrics.eq(beat.metrics),
+            ),
+            agent::id.eq(beat.id),
+        )
         .execute(conn)?;
+    }
     Ok(())
 }
 
@@ -322,16 +392,251 @@ pub fn list_live(
         .load(conn)?)
 }
 
-/// Agents of the given app names (all when `None`), by app name then address.
-pub fn list(conn: &mut AnyConnection, app_names: Option<&[String]>) -> Result<Vec<Agent>, Error> {
-    let mut query = agent::table
-        .select(Agent::as_select())
-        .order((agent::app_name.asc(), agent::address.asc()))
-        .into_boxed();
-    if let Some(names) = app_names {
-        query = query.filter(agent::app_name.eq_any(names.to_vec()));
+/// Filters of the agents list and the fleet's counts; `None` filters nothing.
+#[derive(Debug, Default, Clone)]
+pub struct AgentFilter {
+    /// The groups the caller may see, by app name (`None`: every group).
+    pub visible_apps: Option<Vec<String>>,
+    pub app_name: Option<String>,
+    /// Last heard from at or after.
+    pub seen_since_ms: Option<i64>,
+    /// Last heard from before.
+    pub seen_before_ms: Option<i64>,
+    pub drained: Option<bool>,
+    pub approval: Option<String>,
+    /// `push`, `connect`, `auto`, or empty (an executor or an older agent).
+    pub mode: Option<String>,
+    pub limits_mode: Option<String>,
+    pub version: Option<String>,
+    /// `(key, Some(value))` matches the label `key=value`; `(key, None)` any value of `key`.
+    pub label: Option<(String, Option<String>)>,
+    /// A part of the address or of the hostname.
+    pub search: Option<String>,
+}
+
+/// What the agents list is ordered by; the id breaks ties, so pages never overlap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AgentSort {
+    /// Group (app name), then address.
+    #[default]
+    Group,
+    Address,
+    Hostname,
+    Version,
+    LastSeen,
+    Registered,
+}
+
+fn filtered(filter: &AgentFilter) -> agent::BoxedQuery<'static, super::MultiBackend> {
+    let mut query = agent::table.into_boxed();
+    if let Some(apps) = &filter.visible_apps {
+        query = query.filter(agent::app_name.eq_any(apps.clone()));
     }
-    Ok(query.load(conn)?)
+    if let Some(app_name) = &filter.app_name {
+        query = query.filter(agent::app_name.eq(app_name.clone()));
+    }
+    if let Some(since) = filter.seen_since_ms {
+        query = query.filter(agent::last_seen_ms.ge(since));
+    }
+    if let Some(before) = filter.seen_before_ms {
+        query = query.filter(agent::last_seen_ms.lt(before));
+    }
+    match filter.drained {
+        Some(true) => query = query.filter(agent::drained_ms.is_not_null()),
+        Some(false) => query = query.filter(agent::drained_ms.is_null()),
+        None => {}
+    }
+    if let Some(approval) = &filter.approval {
+        query = query.filter(agent::approval.eq(approval.clone()));
+    }
+    if let Some(mode) = &filter.mode {
+        query = query.filter(agent::mode.eq(mode.clone()));
+    }
+    if let Some(limits_mode) = &filter.limits_mode {
+        query = query.filter(agent::limits_mode.eq(limits_mode.clone()));
+    }
+    if let Some(version) = &filter.version {
+        query = query.filter(agent::version.eq(version.clone()));
+    }
+    if let Some((key, value)) = &filter.label {
+        // Labels are stored `k=v,k=v` in key order, without a comma at either end.
+        let key = super::like_literal(key);
+        query = match value {
+            Some(value) => {
+                let item = format!("{key}={}", super::like_literal(value));
+                query.filter(
+                    agent::labels
+                        .like(item.clone())
+                        .escape('\\')
+                        .or(agent::labels.like(format!("{item},%")).escape('\\'))
+                        .or(agent::labels.like(format!("%,{item}")).escape('\\'))
+                        .or(agent::labels.like(format!("%,{item},%")).escape('\\')),
+                )
+            }
+            None => query.filter(
+                agent::labels
+                    .like(format!("{key}=%"))
+                    .escape('\\')
+                    .or(agent::labels.like(format!("%,{key}=%")).escape('\\')),
+            ),
+        };
+    }
+    if let Some(needle) = &filter.search {
+        let pattern = format!("%{}%", super::like_literal(needle));
+        query = query.filter(
+            agent::address
+                .like(pattern.clone())
+                .escape('\\')
+                .or(agent::hostname.like(pattern).escape('\\')),
+        );
+    }
+    query
+}
+
+/// One page of the agents `filter` matches, in `sort` order.
+pub fn list_page(
+    conn: &mut AnyConnection,
+    filter: &AgentFilter,
+    sort: AgentSort,
+    descending: bool,
+    page: Page,
+) -> Result<Vec<Agent>, Error> {
+    let mut query = filtered(filter).select(Agent::as_select());
+    macro_rules! then_by {
+        ($column:expr) => {
+            query = if descending {
+                query.then_order_by($column.desc())
+            } else {
+                query.then_order_by($column.asc())
+            }
+        };
+    }
+    match sort {
+        AgentSort::Group => {
+            then_by!(agent::app_name);
+            then_by!(agent::address);
+        }
+        AgentSort::Address => then_by!(agent::address),
+        AgentSort::Hostname => then_by!(agent::hostname),
+        AgentSort::Version => then_by!(agent::version),
+        AgentSort::LastSeen => then_by!(agent::last_seen_ms),
+        AgentSort::Registered => then_by!(agent::registered_ms),
+    }
+    then_by!(agent::id);
+    Ok(query.limit(page.limit).offset(page.offset).load(conn)?)
+}
+
+pub fn count(conn: &mut AnyConnection, filter: &AgentFilter) -> Result<i64, Error> {
+    Ok(filtered(filter).count().get_result(conn)?)
+}
+
+/// A number of agents sharing a group, version, limits mode, connection mode and approval.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CensusRow {
+    pub app_name: String,
+    pub version: String,
+    pub limits_mode: String,
+    pub mode: String,
+    pub approval: String,
+    pub agents: i64,
+}
+
+/// The agents `filter` matches, counted by group, version, limits mode, connection mode and
+/// approval: one row per combination, in that order. Reads those five short columns of each
+/// agent (a `GROUP BY` over a boxed, filtered query is beyond diesel's DSL); ten thousand agents
+/// are a few hundred kilobytes.
+pub fn census(conn: &mut AnyConnection, filter: &AgentFilter) -> Result<Vec<CensusRow>, Error> {
+    type Key = (String, String, String, String, String);
+    let rows: Vec<Key> = filtered(filter)
+        .select((
+            agent::app_name,
+            agent::version,
+            agent::limits_mode,
+            agent::mode,
+            agent::approval,
+        ))
+        .load(conn)?;
+    let mut counted: std::collections::BTreeMap<Key, i64> = std::collections::BTreeMap::new();
+    for row in rows {
+        *counted.entry(row).or_default() += 1;
+    }
+    Ok(counted
+        .into_iter()
+        .map(
+            |((app_name, version, limits_mode, mode, approval), agents)| CensusRow {
+                app_name,
+                version,
+                limits_mode,
+                mode,
+                approval,
+                agents,
+            },
+        )
+        .collect())
+}
+
+/// Of `addresses`, those with a registration last heard from before `before_ms`.
+pub fn unseen_among(
+    conn: &mut AnyConnection,
+    addresses: &[String],
+    before_ms: i64,
+) -> Result<std::collections::HashSet<String>, Error> {
+    let mut unseen = std::collections::HashSet::new();
+    for chunk in addresses.chunks(super::IN_LIST_MAX) {
+        unseen.extend(
+            agent::table
+                .filter(agent::address.eq_any(chunk))
+                .filter(agent::last_seen_ms.lt(before_ms))
+                .select(agent::address)
+                .load::<String>(conn)?,
+        );
+    }
+    Ok(unseen)
+}
+
+/// `(app_name, address)` of up to `limit` agents last heard from in `[from_ms, before_ms)`.
+pub fn seen_between(
+    conn: &mut AnyConnection,
+    from_ms: i64,
+    before_ms: i64,
+    limit: i64,
+) -> Result<Vec<(String, String)>, Error> {
+    Ok(agent::table
+        .filter(agent::last_seen_ms.ge(from_ms))
+        .filter(agent::last_seen_ms.lt(before_ms))
+        .select((agent::app_name, agent::address))
+        .order(agent::last_seen_ms.asc())
+        .limit(limit)
+        .load(conn)?)
+}
+
+/// Whether some agent of `app_name` was heard from at or after `since_ms` (of any approval).
+pub fn any_seen_since(
+    conn: &mut AnyConnection,
+    app_name: &str,
+    since_ms: i64,
+) -> Result<bool, Error> {
+    Ok(agent::table
+        .filter(agent::app_name.eq(app_name))
+        .filter(agent::last_seen_ms.ge(since_ms))
+        .select(agent::id)
+        .first::<i64>(conn)
+        .optional()?
+        .is_some())
+}
+
+/// Every registration of `app_name` heard from at or after `since_ms`, of any approval.
+pub fn seen_since(
+    conn: &mut AnyConnection,
+    app_name: &str,
+    since_ms: i64,
+) -> Result<Vec<Agent>, Error> {
+    Ok(agent::table
+        .filter(agent::app_name.eq(app_name))
+        .filter(agent::last_seen_ms.ge(since_ms))
+        .order(agent::address.asc())
+        .select(Agent::as_select())
+        .load(conn)?)
 }
 
 #[cfg(test)]
@@ -356,6 +661,15 @@ mod tests {
         }
     }
 
+    /// Every agent (or those of `app`), by group then address.
+    fn agents_of(conn: &mut AnyConnection, app: Option<&str>) -> Vec<Agent> {
+        let filter = AgentFilter {
+            app_name: app.map(str::to_owned),
+            ..AgentFilter::default()
+        };
+        list_page(conn, &filter, AgentSort::Group, false, Page::LARGEST).unwrap()
+    }
+
     /// Inserts or refreshes, as the registry service does.
     fn upsert(conn: &mut AnyConnection, beat: &Heartbeat<'_>) -> Result<(), Error> {
         match find(conn, beat.app_name, beat.address)? {
@@ -365,7 +679,7 @@ mod tests {
     }
 
     storage_test!(heartbeats_upsert_and_liveness_is_by_last_seen, |conn| {
-        assert!(list(conn, None).unwrap().is_empty());
+        assert!(agents_of(conn, None).is_empty());
         upsert(conn, &beat("http://a:1/", 1_000)).unwrap();
         upsert(conn, &beat("http://b:1/", 1_000)).unwrap();
         upsert(
@@ -376,7 +690,7 @@ mod tests {
             },
         )
         .unwrap();
-        let all = list(conn, Some(&["app".to_owned()])).unwrap();
+        let all = agents_of(conn, Some("app"));
         assert_eq!(all.len(), 2);
         assert_eq!(
             (
@@ -394,7 +708,7 @@ mod tests {
         assert_eq!(live, vec!["http://a:1/".to_owned()]);
         assert!(remove(conn, "app", "http://a:1/").unwrap());
         assert!(!remove(conn, "app", "http://a:1/").unwrap());
-        assert!(list(conn, Some(&["other".to_owned()])).unwrap().is_empty());
+        assert!(agents_of(conn, Some("other")).is_empty());
     });
 
     storage_test!(
@@ -435,8 +749,7 @@ mod tests {
         assert_eq!(delete_unseen_since(conn, 5_000, 1).unwrap(), 1);
         assert_eq!(delete_unseen_since(conn, 5_000, 10).unwrap(), 1);
         assert_eq!(delete_unseen_since(conn, 5_000, 10).unwrap(), 0);
-        let left: Vec<String> = list(conn, None)
-            .unwrap()
+        let left: Vec<String> = agents_of(conn, None)
             .into_iter()
             .map(|a| a.address)
             .collect();
@@ -522,6 +835,195 @@ mod tests {
                 ("", None, None)
             );
             assert_eq!(link_url(conn, "conn://h/1/").unwrap(), None);
+        }
+    );
+
+    storage_test!(
+        the_list_pages_sorts_and_filters_and_the_census_counts,
+        |conn| {
+            let apps = ["alpha", "beta"];
+            for i in 0..30_i64 {
+                let address = format!("http://10.0.0.{i}:9999/");
+                let hostname = format!("host-{i:02}");
+                let labels = if i % 3 == 0 {
+                    "gpu=true,zone=a_1"
+                } else {
+                    "zone=b"
+                };
+                let version = if i < 10 { "1.0" } else { "1.1" };
+                let mode = if i % 2 == 0 { "push" } else { "connect" };
+                insert(
+                    conn,
+                    &Heartbeat {
+                        app_name: apps[usize::try_from(i % 2).unwrap()],
+                        address: &address,
+                        hostname: &hostname,
+                        labels,
+                        version,
+                        mode,
+                        ..beat("", 1_000 + i * 100)
+                    },
+                    if i == 29 { PENDING } else { APPROVED },
+                )
+                .unwrap();
+            }
+            let page = |limit, offset| Page { limit, offset };
+            let hostnames = |rows: Vec<Agent>| -> Vec<String> {
+                rows.into_iter().map(|a| a.hostname).collect()
+            };
+            let everyone = AgentFilter::default();
+            assert_eq!(count(conn, &everyone).unwrap(), 30);
+            // Pages never overlap and cover everything, whatever the sort.
+            for sort in [AgentSort::Group, AgentSort::Version, AgentSort::LastSeen] {
+                let mut seen = Vec::new();
+                for offset in (0..30).step_by(7) {
+                    seen.extend(hostnames(
+                        list_page(conn, &everyone, sort, true, page(7, offset)).unwrap(),
+                    ));
+                }
+                seen.sort();
+                seen.dedup();
+                assert_eq!(seen.len(), 30, "{sort:?}");
+            }
+            let newest = list_page(conn, &everyone, AgentSort::LastSeen, true, page(2, 0)).unwrap();
+            assert_eq!(hostnames(newest), ["host-29", "host-28"]);
+            let by_host =
+                list_page(conn, &everyone, AgentSort::Hostname, false, page(3, 0)).unwrap();
+            assert_eq!(hostnames(by_host), ["host-00", "host-01", "host-02"]);
+            let matching = |conn: &mut AnyConnection, filter: AgentFilter| -> i64 {
+                count(conn, &filter).unwrap()
+            };
+            let label = |key: &str, value: Option<&str>| AgentFilter {
+                label: Some((key.to_owned(), value.map(str::to_owned))),
+                ..AgentFilter::default()
+            };
+            assert_eq!(matching(conn, label("gpu", None)), 10);
+            assert_eq!(matching(conn, label("zone", Some("a_1"))), 10);
+            assert_eq!(matching(conn, label("zone", Some("b"))), 20);
+            // `_` is a character, not a wildcard; a prefix of a value is not the value.
+            assert_eq!(matching(conn, label("zone", Some("a-1"))), 0);
+            assert_eq!(matching(conn, label("zone", Some("a"))), 0);
+            assert_eq!(matching(conn, label("zon", None)), 0);
+            let search = |needle: &str| AgentFilter {
+                search: Some(needle.to_owned()),
+                ..AgentFilter::default()
+            };
+            assert_eq!(matching(conn, search("host-2")), 10);
+            assert_eq!(matching(conn, search("10.0.0.1")), 11);
+            assert_eq!(matching(conn, search("%")), 0);
+            let narrow = AgentFilter {
+                app_name: Some("beta".into()),
+                version: Some("1.1".into()),
+                mode: Some("connect".into()),
+                approval: Some(APPROVED.into()),
+                seen_since_ms: Some(2_000),
+                seen_before_ms: Some(3_000),
+                drained: Some(false),
+                visible_apps: Some(vec!["beta".into()]),
+                ..AgentFilter::default()
+            };
+            // beta holds the odd ones; seen 2,000..3,000 are 10..19; 1.1 and connect: 11..19 odd.
+            assert_eq!(matching(conn, narrow.clone()), 5);
+            let hidden = AgentFilter {
+                visible_apps: Some(vec!["alpha".into()]),
+                ..narrow
+            };
+            assert_eq!(matching(conn, hidden), 0);
+            let census = census(conn, &everyone).unwrap();
+            assert_eq!(census.iter().map(|r| r.agents).sum::<i64>(), 30);
+            let pending: i64 = census
+                .iter()
+                .filter(|r| r.approval == PENDING)
+                .map(|r| r.agents)
+                .sum();
+            assert_eq!(pending, 1);
+            let beta_new: i64 = census
+                .iter()
+                .filter(|r| r.app_name == "beta" && r.version == "1.1")
+                .map(|r| r.agents)
+                .sum();
+            assert_eq!(beta_new, 10);
+            // The monitors' probes.
+            let probe: Vec<String> = vec![
+                "http://10.0.0.0:9999/".into(),
+                "http://10.0.0.29:9999/".into(),
+                "http://nowhere:1/".into(),
+            ];
+            let unseen = unseen_among(conn, &probe, 2_000).unwrap();
+            assert_eq!(
+                unseen.into_iter().collect::<Vec<_>>(),
+                ["http://10.0.0.0:9999/"]
+            );
+            let crossed = seen_between(conn, 1_000, 1_250, 10).unwrap();
+            assert_eq!(crossed.len(), 3);
+            assert!(any_seen_since(conn, "alpha", 3_800).unwrap());
+            assert!(!any_seen_since(conn, "alpha", 3_900).unwrap());
+            assert_eq!(seen_since(conn, "beta", 3_700).unwrap().len(), 2);
+        }
+    );
+
+    // --- heartbeat storage tests ---
+    storage_test!(
+        steady_beats_are_touched_together_and_rows_are_found_together,
+        |conn| {
+            for address in ["http://a:1/", "http://b:1/", "http://c:1/"] {
+                upsert(conn, &beat(address, 1_000)).unwrap();
+            }
+            let rows = find_many(conn, &["http://a:1/", "http://c:1/", "http://z:1/"]).unwrap();
+            let mut found: Vec<&str> = rows.iter().map(|r| r.address.as_str()).collect();
+            found.sort_unstable();
+            assert_eq!(found, ["http://a:1/", "http://c:1/"]);
+            assert!(find_many(conn, &[]).unwrap().is_empty());
+            let id = |conn: &mut AnyConnection, address: &str| {
+                find(conn, "app", address).unwrap().unwrap().id
+            };
+            let (a, b, c) = (
+                id(conn, "http://a:1/"),
+                id(conn, "http://b:1/"),
+                id(conn, "http://c:1/"),
+            );
+            touch(
+                conn,
+                &[
+                    Touch {
+                        id: a,
+                        now_ms: 5_000,
+                        metrics: "{\"cpuPct\":1}",
+                    },
+                    Touch {
+                        id: c,
+                        now_ms: 6_000,
+                        metrics: "{\"cpuPct\":2}",
+                    },
+                ],
+            )
+            .unwrap();
+            touch(
+                conn,
+                &[Touch {
+                    id: b,
+                    now_ms: 7_000,
+                    metrics: "{}",
+                }],
+            )
+            .unwrap();
+            touch(conn, &[]).unwrap();
+            let seen = |conn: &mut AnyConnection, id: i64| {
+                let row = get(conn, id).unwrap();
+                (row.last_seen_ms, row.metrics, row.version, row.mode)
+            };
+            assert_eq!(
+                seen(conn, a),
+                (5_000, "{\"cpuPct\":1}".into(), "1".into(), "auto".into())
+            );
+            assert_eq!(
+                seen(conn, c),
+                (6_000, "{\"cpuPct\":2}".into(), "1".into(), "auto".into())
+            );
+            assert_eq!(seen(conn, b).0, 7_000);
+            // A full refresh of an executor leaves its empty key as it is.
+            refresh(conn, a, &beat("http://a:1/", 8_000)).unwrap();
+            assert_eq!(get(conn, a).unwrap().key_hash, "");
         }
     );
 }

@@ -253,10 +253,7 @@ fn filtered(filter: &JobFilter) -> job::BoxedQuery<'static, super::MultiBackend>
         query = query.filter(job::id.eq_any(ids.clone()));
     }
     if let Some(needle) = &filter.name_contains {
-        let escaped = needle
-            .replace('\\', "\\\\")
-            .replace('%', "\\%")
-            .replace('_', "\\_");
+        let escaped = super::like_literal(needle);
         query = query.filter(job::name.like(format!("%{escaped}%")).escape('\\'));
     }
     query

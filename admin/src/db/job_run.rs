@@ -437,6 +437,49 @@ pub fn running_on(conn: &mut AnyConnection, address: &str) -> Result<Vec<JobRun>
         .load(conn)?)
 }
 
+/// The runs running on any of `addresses` (a batch of heartbeats), by id: one query by the
+/// `(agent_address, status)` index instead of one per agent.
+pub fn running_at(conn: &mut AnyConnection, addresses: &[&str]) -> Result<Vec<JobRun>, Error> {
+    if addresses.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(job_run::table
+        .filter(job_run::agent_address.eq_any(addresses))
+        .filter(job_run::status.eq(RunStatus::Running))
+        .order(job_run::id.asc())
+        .select(JobRun::as_select())
+        .load(conn)?)
+}
+
+/// Runs stored as running on any of `addresses` in the groups `visible` (all when `None`), at
+/// most `limit` of them, oldest first: what an agents page shows beside its agents.
+pub fn running_on_addresses(
+    conn: &mut AnyConnection,
+    addresses: &[String],
+    visible: Option<&[GroupId]>,
+    limit: i64,
+) -> Result<Vec<JobRun>, Error> {
+    let mut runs = Vec::new();
+    for chunk in addresses.chunks(super::IN_LIST_MAX) {
+        let mut query = job_run::table
+            .filter(job_run::agent_address.eq_any(chunk))
+            .filter(job_run::status.eq(RunStatus::Running))
+            .into_boxed();
+        if let Some(groups) = visible {
+            query = query.filter(job_run::group_id.eq_any(groups.to_vec()));
+        }
+        runs.extend(
+            query
+                .order(job_run::id.asc())
+                .limit(limit)
+                .select(JobRun::as_select())
+                .load(conn)?,
+        );
+    }
+    runs.truncate(usize::try_from(limit).unwrap_or(0));
+    Ok(runs)
+}
+
 /// Names the agent of a run whose sending admin died before it stored the answer; a run
 /// whose agent is known keeps it.
 pub fn set_agent_if_unknown(

@@ -47,6 +47,13 @@ use crate::error::Error;
 /// both take this many placeholders comfortably.
 pub const IN_LIST_MAX: usize = 500;
 
+/// `text` as a literal inside a `LIKE … ESCAPE '\\'` pattern.
+pub fn like_literal(text: &str) -> String {
+    text.replace('\\', "\\\\")
+        .replace('%', "\\%")
+        .replace('_', "\\_")
+}
+
 #[derive(diesel::MultiConnection)]
 pub enum AnyConnection {
     #[cfg(feature = "mysql")]

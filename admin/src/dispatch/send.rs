@@ -93,7 +93,7 @@ pub fn candidates(
     let live = agent::list_live(
         conn,
         &group.app_name,
-        now_ms - crate::domain::agent::DEAD_AFTER_MS,
+        crate::domain::agent::live_since(now_ms),
     )?;
     Ok((
         group.app_name,

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 
 use crate::db::{agent, executor_group, job_run};
-use crate::domain::agent::is_live;
+use crate::domain::agent::live_since;
 use crate::domain::ids::GroupId;
 use crate::domain::policy::{AddressMode, RunStatus};
 use crate::error::Error;
@@ -76,9 +76,9 @@ pub async fn resolve(state: &AppState, now: i64) -> Result<Resolved, Error> {
                 };
                 // Every registration of the group, approved or not: a pending agent cannot
                 // have been sent a run, but asking it costs nothing and proves more.
-                let live = agent::list(conn, Some(std::slice::from_ref(&group.app_name)))?
+                let live = agent::seen_since(conn, &group.app_name, live_since(now))?
                     .into_iter()
-                    .filter(|a| is_live(a.last_seen_ms, now) && a.approval != agent::REVOKED)
+                    .filter(|a| a.approval != agent::REVOKED)
                     .collect();
                 groups.insert(run.group_id, (group, live));
             }

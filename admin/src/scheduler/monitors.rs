@@ -2,7 +2,7 @@
 //! the daily report and remove old runs. Every write is conditional on the row's current
 //! status, so every admin of a cluster may run them at once and a repair happens once.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use actix_web::web;
@@ -10,7 +10,7 @@ use chrono::{TimeZone, Utc};
 
 use crate::db::run_report_daily::DailyRow;
 use crate::db::{agent, executor_group, job, job_run, run_report_daily, scheduler_lock};
-use crate::domain::agent::{DEAD_AFTER_MS, is_live};
+use crate::domain::agent::{DEAD_AFTER_MS, live_since};
 use crate::domain::duration_histogram::Histogram;
 use crate::domain::ids::{GroupId, JobId, RunId};
 use crate::domain::policy::RunStatus;
@@ -38,11 +38,13 @@ const PASS_EVERY: Duration = Duration::from_secs(2);
 const REPORT_EVERY_MS: i64 = 60_000;
 const RETENTION_EVERY_MS: i64 = 3_600_000;
 const DAY_MS: i64 = 86_400_000;
+/// At most this many deaths are logged one by one per pass (a rack going down says enough).
+const DEATHS_LOGGED: i64 = 100;
 
 pub async fn run(state: web::Data<AppState>, mut worker: Worker) {
     let mut last_report = i64::MIN;
     let mut last_retention = i64::MIN;
-    let mut live: Option<HashSet<String>> = None;
+    let mut dead_line: Option<i64> = None;
     let mut wait = PASS_EVERY;
     while worker.idle(wait, None).await {
         let now = state.clock.now_ms();
@@ -60,9 +62,9 @@ pub async fn run(state: web::Data<AppState>, mut worker: Worker) {
         );
         note(
             "agent liveness",
-            watch_agents(&state, live.as_ref())
+            watch_agents(&state, dead_line)
                 .await
-                .map(|now_live| live = Some(now_live)),
+                .map(|line| dead_line = Some(line)),
         );
         note("group liveness", watch_groups(&state).await.map(drop));
         note(
@@ -220,11 +222,13 @@ pub async fn recover(state: &AppState) -> Result<Recovered, Error> {
         .run(move |conn| {
             let orphans = job_run::unclaimed_due(conn, now - ORPHAN_AFTER_MS, 500)?;
             let running = job_run::running(conn, 5_000)?;
-            let dead: HashSet<String> = agent::list(conn, None)?
-                .into_iter()
-                .filter(|a| !is_live(a.last_seen_ms, now))
-                .map(|a| a.address)
+            let mut addresses: Vec<String> = running
+                .iter()
+                .filter_map(|r| r.agent_address.clone())
                 .collect();
+            addresses.sort_unstable();
+            addresses.dedup();
+            let dead = agent::unseen_among(conn, &addresses, live_since(now))?;
             let mut ids: Vec<JobId> = running.iter().map(|r| r.job_id).collect();
             ids.sort_unstable();
             ids.dedup();
@@ -282,35 +286,42 @@ pub async fn recover(state: &AppState) -> Result<Recovered, Error> {
     Ok(done)
 }
 
-/// Logs agents that went dead or came back, and keeps the gauges current.
-async fn watch_agents(
-    state: &AppState,
-    before: Option<&HashSet<String>>,
-) -> Result<HashSet<String>, Error> {
+/// Logs the agents that went dead since the last pass (`live_since` of that pass), and keeps
+/// the gauges current; returns this pass's `live_since`. An agent coming back is logged by its
+/// heartbeat. Reads only the agents whose last heartbeat crossed the line, not the registry.
+async fn watch_agents(state: &AppState, before: Option<i64>) -> Result<i64, Error> {
     let now = state.clock.now_ms();
-    let (agents, in_flight) = state
+    let since = live_since(now);
+    let (died, live, in_flight) = state
         .db
-        .run(move |conn| Ok((agent::list(conn, None)?, job_run::count_in_flight(conn)?)))
+        .run(move |conn| {
+            let died = match before {
+                Some(before) if before < since => {
+                    agent::seen_between(conn, before, since, DEATHS_LOGGED)?
+                }
+                _ => Vec::new(),
+            };
+            let live = agent::count(
+                conn,
+                &agent::AgentFilter {
+                    seen_since_ms: Some(since),
+                    ..agent::AgentFilter::default()
+                },
+            )?;
+            Ok((died, live, job_run::count_in_flight(conn)?))
+        })
         .await?;
-    let live: HashSet<String> = agents
-        .iter()
-        .filter(|a| is_live(a.last_seen_ms, now))
-        .map(|a| format!("{} {}", a.app_name, a.address))
-        .collect();
-    if let Some(before) = before {
-        for gone in before.difference(&live) {
-            tracing::warn!(agent = %gone, "Agent is dead (no heartbeat for {}s)", DEAD_AFTER_MS / 1000);
-        }
-        for back in live.difference(before) {
-            tracing::info!(agent = %back, "Agent is live");
-        }
+    for (app_name, address) in &died {
+        tracing::warn!(agent = %format!("{app_name} {address}"), "Agent is dead (no heartbeat for {}s)", DEAD_AFTER_MS / 1000);
     }
-    state
-        .metrics
-        .agents_alive
-        .set(i64::try_from(live.len()).unwrap_or(i64::MAX));
+    if died.len() as i64 == DEATHS_LOGGED {
+        tracing::warn!(
+            "More agents died in this pass than are logged one by one; see the fleet page"
+        );
+    }
+    state.metrics.agents_alive.set(live);
     state.metrics.runs_in_flight.set(in_flight);
-    Ok(live)
+    Ok(since)
 }
 
 /// Notes groups gaining their first live agent and losing their last one. Losing it raises
@@ -323,26 +334,23 @@ async fn watch_agents(
 /// Database errors; the next pass tries again.
 pub async fn watch_groups(state: &AppState) -> Result<usize, Error> {
     let now = state.clock.now_ms();
-    let (groups, agents) = state
+    let groups = state
         .db
         .run(move |conn| {
-            Ok((
-                executor_group::agent_states(conn)?,
-                agent::list(conn, None)?,
-            ))
+            let mut groups = Vec::new();
+            for (id, app_name, mode, agents_state) in executor_group::agent_states(conn)? {
+                if mode == "manual" {
+                    continue;
+                }
+                // One indexed probe per group, not the registry.
+                let live = agent::any_seen_since(conn, &app_name, live_since(now))?;
+                groups.push((id, app_name, live, agents_state));
+            }
+            Ok(groups)
         })
         .await?;
-    let live_apps: HashSet<String> = agents
-        .into_iter()
-        .filter(|a| is_live(a.last_seen_ms, now))
-        .map(|a| a.app_name)
-        .collect();
     let mut lost = 0;
-    for (id, app_name, mode, agents_state) in groups {
-        if mode == "manual" {
-            continue;
-        }
-        let live = live_apps.contains(&app_name);
+    for (id, app_name, live, agents_state) in groups {
         if live && agents_state != "live" {
             state
                 .db

@@ -15,8 +15,8 @@ use serde::Serialize;
 
 use crate::audit::{self, Entry};
 use crate::auth::rbac::{Actor, AdminProof};
-use crate::db::{AnyConnection, Page, agent, executor_group, job_run};
-use crate::domain::agent::{DEAD_AFTER_MS, is_live};
+use crate::db::{AnyConnection, agent, executor_group, job_run};
+use crate::domain::agent::{AgentStatus, DEAD_AFTER_MS, is_live};
 use crate::domain::ids::{GroupId, RunId};
 use crate::domain::policy::RunStatus;
 use crate::error::Error;
@@ -34,7 +34,10 @@ pub struct AgentView {
     pub address: String,
     pub version: String,
     pub hostname: String,
+    /// Heartbeating (drained or not).
     pub live: bool,
+    /// `live` (heartbeating, in service), `drained` (heartbeating, no new runs) or `dead`.
+    pub status: String,
     pub registered_ms: i64,
     pub last_seen_ms: i64,
     pub limits_mode: String,
@@ -74,10 +77,13 @@ pub struct ConnectionView {
     pub rtt_ms: Option<f64>,
 }
 
-fn view(a: agent::Agent, now: i64) -> AgentView {
+pub(crate) fn view(a: agent::Agent, now: i64) -> AgentView {
     AgentView {
         id: a.id,
         live: is_live(a.last_seen_ms, now),
+        status: AgentStatus::of(a.last_seen_ms, a.drained_ms.is_some(), now)
+            .as_str()
+            .to_owned(),
         metrics: serde_json::from_str(&a.metrics).unwrap_or(serde_json::Value::Null),
         identity: if a.key_hash.is_empty() {
             "executor"
@@ -109,44 +115,6 @@ fn view(a: agent::Agent, now: i64) -> AgentView {
         approval: a.approval,
         run_as: a.run_as,
     }
-}
-
-/// The app names of the groups `visible` (all when `None`).
-fn app_names_of(
-    conn: &mut AnyConnection,
-    visible: Option<Vec<GroupId>>,
-) -> Result<Option<Vec<String>>, Error> {
-    Ok(match visible {
-        None => None,
-        Some(ids) => Some(
-            executor_group::list(
-                conn,
-                Some(&ids),
-                Page {
-                    limit: 10_000,
-                    offset: 0,
-                },
-            )?
-            .into_iter()
-            .map(|g| g.app_name)
-            .collect(),
-        ),
-    })
-}
-
-pub async fn list(state: &AppState, actor: &Actor) -> Result<Vec<AgentView>, Error> {
-    let now = state.clock.now_ms();
-    let visible = actor.visible_groups();
-    state
-        .db
-        .run(move |conn| {
-            let app_names = app_names_of(conn, visible)?;
-            Ok(agent::list(conn, app_names.as_deref())?
-                .into_iter()
-                .map(|a| view(a, now))
-                .collect())
-        })
-        .await
 }
 
 /// An admin's decision about an agent.
@@ -222,13 +190,14 @@ pub struct Registered {
 }
 
 /// A registration or heartbeat from an agent (or an XXL-Job executor), with the agent key it
-/// presented (`None` for an executor).
+/// presented (`None` for an executor). Checked here, then written with the other agents' beats
+/// of the moment in one transaction (`registry_batch`); answered once that committed.
 ///
 /// # Errors
 /// `invalid_field` for a malformed registration; `forbidden` for an address that belongs to
 /// another key, a revoked agent, or an executor in a group that does not allow them.
 pub async fn register(
-    state: &AppState,
+    state: &std::sync::Arc<AppState>,
     param: RegistryParam,
     key: Option<&str>,
 ) -> Result<Registered, Error> {
@@ -256,81 +225,337 @@ pub async fn register(
         })
         .transpose()?
         .unwrap_or_default();
-    let now = state.clock.now_ms();
     let metrics = param
         .metrics
         .as_ref()
         .map(serde_json::to_string)
         .transpose()
-        .map_err(|e| Error::Internal(e.into()))?;
-    let needs_approval = state.config.agents_need_approval;
-    let changes = Changes::at(state, now);
-    let (registered, changes) = state
-        .db
-        .transaction(move |conn| {
-            let mut changes = changes;
-            let beat = agent::Heartbeat {
-                app_name: &app_name,
-                address: &address,
-                version: param.agent_version.as_deref().unwrap_or("xxl-job"),
-                hostname: param.hostname.as_deref().unwrap_or(""),
-                metrics: metrics.as_deref().unwrap_or("{}"),
-                limits_mode: param.limits_mode.as_deref().unwrap_or(""),
-                key_hash: key_hash.as_deref().unwrap_or(""),
-                instance_id: &instance_id,
-                run_as: &run_as,
-                mode: &mode,
-                labels: &labels,
-                now_ms: now,
-            };
-            if key_hash.is_none() {
-                admit_executor(conn, &app_name)?;
-            }
-            let row = match agent::find(conn, &app_name, &address)? {
-                Some(row) => row,
-                None => {
-                    let approval = if needs_approval {
-                        agent::PENDING
-                    } else {
-                        agent::APPROVED
-                    };
-                    match agent::insert(conn, &beat, approval) {
-                        // A first registration: nothing can be held yet.
-                        Ok(()) => return Ok((Registered::default(), changes)),
-                        // Another admin stored the same first beat a moment ago.
-                        Err(Error::Conflict { .. }) => agent::find(conn, &app_name, &address)?
-                            .ok_or(Error::NotFound("agent"))?,
-                        Err(e) => return Err(e),
-                    }
-                }
-            };
-            check_identity(&row, key_hash.as_deref())?;
-            agent::refresh(conn, row.id, &beat)?;
-            let mut registered = Registered::default();
-            if let (Some(held), Some(through)) = (&param.held_runs, param.accepted_through) {
-                let held: HashSet<i64> = held.iter().copied().collect();
-                let through = i64::try_from(through).unwrap_or(i64::MAX);
-                for run in job_run::running_on(conn, &address)? {
-                    let Some(why) = no_longer_held(&run, &held, &instance_id, through) else {
-                        continue;
-                    };
-                    if changes.ended_by_admin(conn, run.id, RunStatus::Lost, why)? {
-                        registered.lost.push(run.id);
-                    }
-                }
-            }
-            Ok((registered, changes))
-        })
-        .await?;
-    changes.committed(state);
-    for run_id in &registered.lost {
+        .map_err(|e| Error::Internal(e.into()))?
+        .unwrap_or_else(|| "{}".to_owned());
+    let held = match (param.held_runs, param.accepted_through) {
+        (Some(held), Some(through)) => Some((
+            held.into_iter().collect(),
+            i64::try_from(through).unwrap_or(i64::MAX),
+        )),
+        _ => None,
+    };
+    let beat = crate::registry_batch::Beat {
+        app_name,
+        address,
+        key_hash,
+        version: param.agent_version.unwrap_or_else(|| "xxl-job".to_owned()),
+        hostname: param.hostname.unwrap_or_default(),
+        metrics,
+        limits_mode: param.limits_mode.unwrap_or_default(),
+        instance_id,
+        run_as,
+        mode,
+        labels,
+        now_ms: state.clock.now_ms(),
+        held,
+    };
+    let lost = write_registry(
+        state,
+        crate::registry_batch::RegistryCall::Beat(Box::new(beat)),
+    )
+    .await?;
+    for run_id in &lost {
         tracing::warn!(
             %run_id,
             agent = %param.registry_value,
             "Run lost: its agent no longer holds it"
         );
     }
-    Ok(registered)
+    Ok(Registered { lost })
+}
+
+/// Queues a registry call for the next batch and waits until that batch is written.
+async fn write_registry(
+    state: &std::sync::Arc<AppState>,
+    call: crate::registry_batch::RegistryCall,
+) -> Result<Vec<RunId>, Error> {
+    let writer = state.clone();
+    crate::registry_batch::Batcher::submit(&state.registry, call, move |calls| {
+        write_registry_batch(writer.clone(), calls)
+    })
+    .await
+    .unwrap_or_else(|_| {
+        Err(Error::Internal(anyhow::anyhow!(
+            "the heartbeat's batch ended without an answer"
+        )))
+    })
+}
+
+/// Writes a batch of registry calls in one transaction. When the transaction fails for
+/// another reason than an unreachable database (a deadlock on MySQL, say), each call is
+/// written on its own, so that no agent's beat fails for another's.
+async fn write_registry_batch(
+    state: std::sync::Arc<AppState>,
+    calls: Vec<crate::registry_batch::RegistryCall>,
+) -> Vec<Result<Vec<RunId>, Error>> {
+    let calls = std::sync::Arc::new(calls);
+    let all = 0..calls.len();
+    match write_registry_calls(&state, calls.clone(), all).await {
+        Ok(outcomes) => outcomes,
+        Err(e) if calls.len() == 1 => vec![Err(e)],
+        Err(Error::Unavailable(why)) => calls
+            .iter()
+            .map(|_| Err(Error::Unavailable(why.clone())))
+            .collect(),
+        Err(e) => {
+            tracing::warn!(error = %e, calls = calls.len(), "A batch of heartbeats failed; writing each on its own");
+            let mut outcomes = Vec::with_capacity(calls.len());
+            for i in 0..calls.len() {
+                outcomes.push(
+                    match write_registry_calls(&state, calls.clone(), i..i + 1).await {
+                        Ok(mut one) => one.pop().unwrap_or_else(|| Ok(Vec::new())),
+                        Err(e) => Err(e),
+                    },
+                );
+            }
+            outcomes
+        }
+    }
+}
+
+/// What writing one registry call found.
+struct Written {
+    outcome: Result<Vec<RunId>, Error>,
+    /// The agent (`app_name address`) whose beat came after it was dead.
+    revived: Option<String>,
+}
+
+impl Written {
+    fn done(lost: Vec<RunId>) -> Self {
+        Self {
+            outcome: Ok(lost),
+            revived: None,
+        }
+    }
+
+    fn refused(e: Error) -> Self {
+        Self {
+            outcome: Err(e),
+            revived: None,
+        }
+    }
+}
+
+/// `calls[range]` in one transaction, then the lifecycle's follow-ups of the runs they ended.
+async fn write_registry_calls(
+    state: &std::sync::Arc<AppState>,
+    calls: std::sync::Arc<Vec<crate::registry_batch::RegistryCall>>,
+    range: std::ops::Range<usize>,
+) -> Result<Vec<Result<Vec<RunId>, Error>>, Error> {
+    let needs_approval = state.config.agents_need_approval;
+    let changes = Changes::at(state, state.clock.now_ms());
+    let (written, changes) = state
+        .db
+        .transaction(move |conn| {
+            let mut changes = changes;
+            let written = write_calls_in(conn, &calls[range], needs_approval, &mut changes)?;
+            Ok((written, changes))
+        })
+        .await?;
+    changes.committed(state);
+    Ok(written
+        .into_iter()
+        .map(|w| {
+            if let Some(agent) = &w.revived {
+                tracing::info!(agent = %agent, "Agent is live again");
+            }
+            w.outcome
+        })
+        .collect())
+}
+
+/// Writes registry calls in the caller's transaction, in their order: the rows of all their
+/// agents in one query, the runs of those that list what they hold in another, a heartbeat that
+/// changed nothing but the time and the metrics as a [`agent::touch`] (one statement for the
+/// batch on MySQL), any other as a full refresh. A refused call (another key, revoked, an
+/// executor where none may be) is its outcome and writes nothing; a database error fails all.
+fn write_calls_in(
+    conn: &mut AnyConnection,
+    calls: &[crate::registry_batch::RegistryCall],
+    needs_approval: bool,
+    changes: &mut Changes,
+) -> Result<Vec<Written>, Error> {
+    use crate::registry_batch::RegistryCall;
+    use std::collections::HashMap;
+
+    let names = |call: &RegistryCall| -> (String, String) {
+        match call {
+            RegistryCall::Beat(beat) => (beat.app_name.clone(), beat.address.clone()),
+            RegistryCall::Gone {
+                app_name, address, ..
+            } => (app_name.clone(), address.clone()),
+        }
+    };
+    let pairs: Vec<(String, String)> = calls.iter().map(names).collect();
+    let mut addresses: Vec<&str> = pairs.iter().map(|(_, address)| address.as_str()).collect();
+    addresses.sort_unstable();
+    addresses.dedup();
+    let mut rows: HashMap<(String, String), agent::Agent> = agent::find_many(conn, &addresses)?
+        .into_iter()
+        .map(|row| ((row.app_name.clone(), row.address.clone()), row))
+        .collect();
+    let mut held_at: Vec<&str> = calls
+        .iter()
+        .filter_map(|call| match call {
+            RegistryCall::Beat(beat) if beat.held.is_some() => Some(beat.address.as_str()),
+            _ => None,
+        })
+        .collect();
+    held_at.sort_unstable();
+    held_at.dedup();
+    let mut running: HashMap<String, Vec<job_run::JobRun>> = HashMap::new();
+    for run in job_run::running_at(conn, &held_at)? {
+        if let Some(address) = run.agent_address.clone() {
+            running.entry(address).or_default().push(run);
+        }
+    }
+    // The steady beats, one per agent (the latest), written at the end.
+    let mut touches: HashMap<i64, agent::Touch<'_>> = HashMap::new();
+    let mut written = Vec::with_capacity(calls.len());
+    for (call, pair) in calls.iter().zip(pairs) {
+        match call {
+            RegistryCall::Beat(beat) => {
+                let heartbeat = agent::Heartbeat {
+                    app_name: &beat.app_name,
+                    address: &beat.address,
+                    version: &beat.version,
+                    hostname: &beat.hostname,
+                    metrics: &beat.metrics,
+                    limits_mode: &beat.limits_mode,
+                    key_hash: beat.key_hash.as_deref().unwrap_or(""),
+                    instance_id: &beat.instance_id,
+                    run_as: &beat.run_as,
+                    mode: &beat.mode,
+                    labels: &beat.labels,
+                    now_ms: beat.now_ms,
+                };
+                if beat.key_hash.is_none() {
+                    match admit_executor(conn, &beat.app_name) {
+                        Ok(()) => {}
+                        Err(e @ Error::Forbidden(_)) => {
+                            written.push(Written::refused(e));
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                if !rows.contains_key(&pair) {
+                    let approval = if needs_approval {
+                        agent::PENDING
+                    } else {
+                        agent::APPROVED
+                    };
+                    match agent::insert(conn, &heartbeat, approval) {
+                        // A first registration: nothing can be held yet.
+                        Ok(()) => {
+                            if let Some(row) = agent::find(conn, &beat.app_name, &beat.address)? {
+                                rows.insert(pair, row);
+                            }
+                            written.push(Written::done(Vec::new()));
+                            continue;
+                        }
+                        // Another admin stored the same first beat a moment ago.
+                        Err(Error::Conflict { .. }) => {
+                            let row = agent::find(conn, &beat.app_name, &beat.address)?
+                                .ok_or(Error::NotFound("agent"))?;
+                            rows.insert(pair.clone(), row);
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                let row = rows.get_mut(&pair).ok_or(Error::NotFound("agent"))?;
+                if let Err(e) = check_identity(row, beat.key_hash.as_deref()) {
+                    written.push(Written::refused(e));
+                    continue;
+                }
+                let revived = (!is_live(row.last_seen_ms, beat.now_ms))
+                    .then(|| format!("{} {}", beat.app_name, beat.address));
+                let adopts_key = beat.key_hash.is_some() && row.key_hash.is_empty();
+                let steady = !adopts_key
+                    && row.version == beat.version
+                    && row.hostname == beat.hostname
+                    && row.limits_mode == beat.limits_mode
+                    && row.instance_id == beat.instance_id
+                    && row.run_as == beat.run_as
+                    && row.mode == beat.mode
+                    && row.labels == beat.labels;
+                if steady {
+                    touches.insert(
+                        row.id,
+                        agent::Touch {
+                            id: row.id,
+                            now_ms: beat.now_ms,
+                            metrics: &beat.metrics,
+                        },
+                    );
+                } else {
+                    // Everything is written now: an earlier steady beat of the same agent in
+                    // this batch must not be written over it at the end.
+                    touches.remove(&row.id);
+                    agent::refresh(conn, row.id, &heartbeat)?;
+                    row.version.clone_from(&beat.version);
+                    row.hostname.clone_from(&beat.hostname);
+                    row.limits_mode.clone_from(&beat.limits_mode);
+                    row.instance_id.clone_from(&beat.instance_id);
+                    row.run_as.clone_from(&beat.run_as);
+                    row.mode.clone_from(&beat.mode);
+                    row.labels.clone_from(&beat.labels);
+                    if adopts_key {
+                        row.key_hash = heartbeat.key_hash.to_owned();
+                    }
+                }
+                row.last_seen_ms = beat.now_ms;
+                let mut lost = Vec::new();
+                if let Some((held, through)) = &beat.held {
+                    for run in running.get(&beat.address).into_iter().flatten() {
+                        let Some(why) = no_longer_held(run, held, &beat.instance_id, *through)
+                        else {
+                            continue;
+                        };
+                        if changes.ended_by_admin(conn, run.id, RunStatus::Lost, why)? {
+                            lost.push(run.id);
+                        }
+                    }
+                }
+                written.push(Written {
+                    outcome: Ok(lost),
+                    revived,
+                });
+            }
+            RegistryCall::Gone {
+                key_hash, now_ms, ..
+            } => {
+                let Some(row) = rows.get_mut(&pair) else {
+                    written.push(Written::done(Vec::new()));
+                    continue;
+                };
+                if let Err(e) = check_identity(row, key_hash.as_deref()) {
+                    written.push(Written::refused(e));
+                    continue;
+                }
+                // A beat of this batch before the deregistration lands first.
+                if let Some(touch) = touches.remove(&row.id) {
+                    agent::touch(conn, &[touch])?;
+                }
+                // The row (and with it the key and the approval) stays: a restart should not
+                // need a new approval. It only stops being live.
+                let dead_ms = now_ms - DEAD_AFTER_MS;
+                agent::mark_gone(conn, row.id, dead_ms)?;
+                row.last_seen_ms = row.last_seen_ms.min(dead_ms);
+                written.push(Written::done(Vec::new()));
+            }
+        }
+    }
+    // In id order: two admins' batches lock shared rows in the same order on MySQL.
+    let mut touches: Vec<agent::Touch<'_>> = touches.into_values().collect();
+    touches.sort_unstable_by_key(|touch| touch.id);
+    agent::touch(conn, &touches)?;
+    Ok(written)
 }
 
 /// Why a run the admin has as running on this agent is gone, judged from a heartbeat that
@@ -394,26 +619,29 @@ fn check_identity(row: &agent::Agent, key_hash: Option<&str>) -> Result<(), Erro
 }
 
 /// Graceful deregistration, by the agent that registered (same key rules as a heartbeat).
+/// Queued with the heartbeats, so it is written after a beat of the same agent that came
+/// before it.
+///
+/// # Errors
+/// As [`register`]'s checks.
 pub async fn deregister(
-    state: &AppState,
+    state: &std::sync::Arc<AppState>,
     param: RegistryParam,
     key: Option<&str>,
 ) -> Result<(), Error> {
     let (app_name, address) = check_registration(&param)?;
     let key_hash = key.map(check_key).transpose()?;
-    let now = state.clock.now_ms();
-    state
-        .db
-        .transaction(move |conn| {
-            let Some(row) = agent::find(conn, &app_name, &address)? else {
-                return Ok(());
-            };
-            check_identity(&row, key_hash.as_deref())?;
-            // The row (and with it the key and the approval) stays: a restart should not need
-            // a new approval. It only stops being live.
-            agent::mark_gone(conn, row.id, now - DEAD_AFTER_MS)
-        })
-        .await
+    write_registry(
+        state,
+        crate::registry_batch::RegistryCall::Gone {
+            app_name,
+            address,
+            key_hash,
+            now_ms: state.clock.now_ms(),
+        },
+    )
+    .await
+    .map(|_| ())
 }
 
 /// The key's hash, after a check that it looks like one.

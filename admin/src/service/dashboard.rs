@@ -7,7 +7,7 @@ use crate::db::{Page, job, job_run, run_report_daily};
 use crate::domain::ids::JobId;
 use crate::domain::policy::RunStatus;
 use crate::error::Error;
-use crate::service::agents;
+use crate::service::fleet::{self, FleetView};
 use crate::state::AppState;
 
 const DAY_MS: i64 = 86_400_000;
@@ -27,6 +27,8 @@ pub struct Dashboard {
     pub jobs_total: i64,
     pub agents_live: usize,
     pub agents_total: usize,
+    /// The fleet at a glance (the fleet page's summary).
+    pub fleet: FleetView,
     pub in_flight: i64,
     /// Start of today (UTC), ms.
     pub today_start_ms: i64,
@@ -49,9 +51,10 @@ pub async fn load(state: &AppState, actor: &Actor) -> Result<Dashboard, Error> {
     let now = state.clock.now_ms();
     let today_start_ms = now - now.rem_euclid(DAY_MS);
     let visible = actor.visible_groups();
-    let agents = agents::list(state, actor).await?;
-    let agents_live = agents.iter().filter(|a| a.live).count();
-    let agents_total = agents.len();
+    let fleet = fleet::summary(state, actor).await?;
+    // Heartbeating, drained or not: what "live" meant before drains existed.
+    let agents_live = usize::try_from(fleet.agents.live + fleet.agents.drained).unwrap_or(0);
+    let agents_total = usize::try_from(fleet.agents.total).unwrap_or(0);
     state
         .db
         .run(move |conn| {
@@ -145,6 +148,7 @@ pub async fn load(state: &AppState, actor: &Actor) -> Result<Dashboard, Error> {
                 jobs_total,
                 agents_live,
                 agents_total,
+                fleet,
                 in_flight,
                 today_start_ms,
                 today,

@@ -7,6 +7,7 @@ pub mod alerts;
 pub mod audit;
 pub mod auth;
 pub mod dashboard;
+pub mod fleet;
 pub mod groups;
 pub mod job_bulk;
 pub mod jobs;

@@ -171,6 +171,32 @@ pub async fn job_names<'a>(
         .await
 }
 
+/// The runs the caller may see that are running on any of `addresses` (at most 500).
+///
+/// # Errors
+/// Database errors.
+pub async fn running_on(
+    state: &AppState,
+    actor: &Actor,
+    addresses: Vec<String>,
+) -> Result<Vec<RunView>, Error> {
+    let visible = actor.visible_groups();
+    state
+        .db
+        .run(move |conn| {
+            Ok(job_run::running_on_addresses(
+                conn,
+                &addresses,
+                visible.as_deref(),
+                Page::MAX_LIMIT,
+            )?
+            .into_iter()
+            .map(view)
+            .collect())
+        })
+        .await
+}
+
 pub async fn get(state: &AppState, actor: &Actor, id: RunId) -> Result<RunView, Error> {
     Ok(view(visible_run(state, actor, id).await?))
 }

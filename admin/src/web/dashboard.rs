@@ -37,6 +37,7 @@ async fn show(state: web::Data<AppState>, user: ConsoleUser) -> PageResult<Dashb
         jobs_total: data.jobs_total,
         agents_live: data.agents_live,
         agents_total: data.agents_total,
+        fleet: data.fleet,
         in_flight: data.in_flight,
         today_start: chrono::DateTime::from_timestamp_millis(data.today_start_ms)
             .map(|t| t.format("%Y-%m-%dT%H:%M").to_string())

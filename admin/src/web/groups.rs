@@ -2,22 +2,22 @@
 //! status, last heartbeat, host metrics and the runs each one is running.
 
 use actix_web::http::StatusCode;
-use actix_web::web;
+use actix_web::{HttpRequest, web};
 use askama::Template;
 use askama_web::WebTemplate;
 
 use super::forms::{
-    ConsoleUser, CsrfForm, Fields, heading_and_action, refilled, save_or_show_again,
+    ConsoleUser, CsrfForm, Fields, heading_and_action, listed, refilled, save_or_show_again,
 };
-use super::views::{Chrome, FormState, when};
+use super::views::{Chrome, FormState, Opt, Pager, group_options, when};
 use super::{PageResult, render, see_other_with};
 use crate::domain::ids::{GroupId, RunId};
 use crate::domain::policy::AddressMode;
 use crate::error::Error;
 use crate::service;
 use crate::service::agents::Decision;
+use crate::service::fleet::{AgentQuery, FleetView, Tally};
 use crate::service::groups::{GroupInput, GroupUpdate, GroupView};
-use crate::service::runs::RunQuery;
 use crate::state::AppState;
 
 const FORM_FIELDS: &[&str] = &[
@@ -84,25 +84,72 @@ pub struct AgentRow {
     pub connection: Option<(String, String, String)>,
 }
 
+/// Agents on one console page: a page stays small however large the fleet.
+const AGENTS_PER_PAGE: i64 = 50;
+
 #[derive(Template, WebTemplate)]
 #[template(path = "agents.html")]
 pub struct AgentsPage {
     pub c: Chrome,
     pub agents: Vec<AgentRow>,
+    pub groups: Vec<Opt>,
+    pub statuses: Vec<Opt>,
+    pub approvals: Vec<Opt>,
+    pub modes: Vec<Opt>,
+    pub sorts: Vec<Opt>,
+    pub descending: bool,
+    pub version: String,
+    pub label: String,
+    pub search: String,
+    pub pager: Pager,
+    pub error: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct DiedRow {
+    pub app_name: String,
+    pub address: String,
+    pub hostname: String,
+    pub last_seen: String,
+}
+
+/// One table of the fleet page: agents by a value (a version, a mode).
+#[derive(Debug, Clone)]
+pub struct TallyTable {
+    pub title: String,
+    pub id: &'static str,
+    /// The agents page's filter a value links to; empty for no link.
+    pub param: &'static str,
+    pub rows: Vec<Tally>,
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "fleet.html")]
+pub struct FleetPage {
+    pub c: Chrome,
+    pub fleet: FleetView,
+    pub tables: Vec<TallyTable>,
+    pub died: Vec<DiedRow>,
+    /// More agents died in the last hour than are listed.
+    pub more_died: bool,
 }
 
 async fn list(state: web::Data<AppState>, user: ConsoleUser) -> PageResult<GroupsPage> {
     let groups = service::groups::all(&state, &user.actor).await?;
-    let agents = service::agents::list(&state, &user.actor).await?;
+    let fleet = service::fleet::summary(&state, &user.actor).await?;
     Ok(GroupsPage {
         groups: groups
             .into_iter()
             .map(|g| {
-                let live = agents
+                let counts = fleet
+                    .groups
                     .iter()
-                    .filter(|a| a.live && a.app_name == g.app_name)
-                    .count();
-                let total = agents.iter().filter(|a| a.app_name == g.app_name).count();
+                    .find(|f| f.app_name == g.app_name)
+                    .map(|f| f.agents.clone())
+                    .unwrap_or_default();
+                // Heartbeating, drained or not, as before drains existed.
+                let live = counts.live + counts.drained;
+                let total = counts.total;
                 GroupRow {
                     id: g.id,
                     mode: g.address_mode.to_string(),
@@ -303,22 +350,98 @@ fn metrics_text(m: &serde_json::Value) -> String {
     }
 }
 
-async fn agents(state: web::Data<AppState>, user: ConsoleUser) -> PageResult<AgentsPage> {
-    let agents = service::agents::list(&state, &user.actor).await?;
-    let running = service::runs::list(
-        &state,
-        &user.actor,
-        RunQuery {
-            status: Some("running".into()),
-            limit: Some(service::Page::MAX_LIMIT),
-            ..RunQuery::default()
-        },
-    )
-    .await?
-    .items;
+/// The filters of the agents page, kept in its links.
+const AGENT_FILTERS: &[&str] = &[
+    "group_id", "status", "approval", "mode", "version", "label", "q", "sort", "order",
+];
+
+async fn agents(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    user: ConsoleUser,
+) -> PageResult<AgentsPage> {
+    let q = Fields::of_query(&req);
+    let groups = service::groups::all(&state, &user.actor).await?;
+    let query = q.number("offset", "offset").and_then(|offset| {
+        Ok(AgentQuery {
+            group_id: q.number("group_id", "group_id")?,
+            status: q.get("status").map(str::to_owned),
+            approval: q.get("approval").map(str::to_owned),
+            mode: q.get("mode").map(str::to_owned),
+            version: q.get("version").map(str::to_owned),
+            label: q.get("label").map(str::to_owned),
+            q: q.get("q").map(str::to_owned),
+            sort: q.get("sort").map(str::to_owned),
+            order: q.get("order").map(str::to_owned),
+            limit: Some(AGENTS_PER_PAGE),
+            offset,
+            ..AgentQuery::default()
+        })
+    });
+    let result = match query {
+        Ok(query) => service::fleet::list(&state, &user.actor, query).await,
+        Err(e) => Err(e),
+    };
+    let (paged, error) = listed(result)?;
+    let addresses: Vec<String> = paged.items.iter().map(|a| a.address.clone()).collect();
+    let running = service::runs::running_on(&state, &user.actor, addresses).await?;
     let names = service::runs::job_names(&state, &running).await?;
+    let c = user.page("agents");
+    let chosen = |name: &str| q.text(name);
+    let options = |name: &str, values: &[(&str, &str)]| -> Vec<Opt> {
+        let picked = chosen(name);
+        values
+            .iter()
+            .map(|(value, label)| Opt::new(*value, *label).picked(*value == picked))
+            .collect()
+    };
+    let statuses = options(
+        "status",
+        &[
+            ("live", c.t("agents.live")),
+            ("drained", c.t("agents.drained")),
+            ("dead", c.t("agents.dead")),
+        ],
+    );
+    let approvals = options(
+        "approval",
+        &[
+            ("approved", c.t("agents.approved")),
+            ("pending", c.t("agents.pending")),
+            ("revoked", c.t("agents.revoked")),
+        ],
+    );
+    let modes = options(
+        "mode",
+        &[("push", "push"), ("connect", "connect"), ("auto", "auto")],
+    );
+    let sorts = options(
+        "sort",
+        &[
+            ("group", c.t("field.app_name")),
+            ("address", c.t("field.address")),
+            ("hostname", c.t("agents.host")),
+            ("version", c.t("agents.version")),
+            ("last_seen", c.t("agents.last_heartbeat")),
+            ("registered", c.t("agents.registered")),
+        ],
+    );
+    let chosen_group = chosen("group_id");
+    let base = q.link_keeping("/console/agents", AGENT_FILTERS);
     Ok(AgentsPage {
-        agents: agents
+        groups: group_options(&groups, &chosen_group),
+        statuses,
+        approvals,
+        modes,
+        sorts,
+        descending: chosen("order") == "desc",
+        version: chosen("version"),
+        label: chosen("label"),
+        search: chosen("q"),
+        pager: Pager::of(&base, &paged),
+        error,
+        agents: paged
+            .items
             .into_iter()
             .map(|a| AgentRow {
                 runs: running
@@ -356,7 +479,50 @@ async fn agents(state: web::Data<AppState>, user: ConsoleUser) -> PageResult<Age
                 }),
             })
             .collect(),
-        c: user.page("agents"),
+        c,
+    })
+}
+
+/// The fleet at a glance: counts by status and group, versions and modes, recent deaths.
+async fn fleet(state: web::Data<AppState>, user: ConsoleUser) -> PageResult<FleetPage> {
+    let fleet = service::fleet::summary(&state, &user.actor).await?;
+    let c = user.page("fleet");
+    let table = |key: &'static str, id, param, rows: &[Tally]| TallyTable {
+        title: c.t(key).to_owned(),
+        id,
+        param,
+        rows: rows.to_vec(),
+    };
+    let tables = vec![
+        table(
+            "fleet.versions",
+            "fleet-versions",
+            "version",
+            &fleet.versions,
+        ),
+        table("fleet.modes", "fleet-modes", "mode", &fleet.modes),
+        table(
+            "fleet.limits_modes",
+            "fleet-limits",
+            "",
+            &fleet.limits_modes,
+        ),
+    ];
+    Ok(FleetPage {
+        tables,
+        more_died: fleet.died_last_hour > i64::try_from(fleet.died.len()).unwrap_or(i64::MAX),
+        died: fleet
+            .died
+            .iter()
+            .map(|d| DiedRow {
+                app_name: d.app_name.clone(),
+                address: d.address.clone(),
+                hostname: d.hostname.clone(),
+                last_seen: when(Some(d.last_seen_ms)),
+            })
+            .collect(),
+        fleet,
+        c,
     })
 }
 
@@ -368,6 +534,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/groups/{id}", web::post().to(update))
         .route("/groups/{id}/delete", web::post().to(delete))
         .route("/agents", web::get().to(agents))
+        .route("/fleet", web::get().to(fleet))
         .route("/agents/{id}/approve", web::post().to(approve))
         .route("/agents/{id}/revoke", web::post().to(revoke))
         .route("/agents/{id}/drain", web::post().to(drain))

@@ -10,7 +10,7 @@ use askama_web::WebTemplate;
 
 use super::PageResult;
 use super::forms::{ConsoleUser, Fields};
-use super::views::{Chrome, Opt, duration};
+use super::views::{Chrome, Opt, duration, group_options};
 use crate::error::Error;
 use crate::service;
 use crate::service::reports::{Figures, Report, ReportQuery};
@@ -240,13 +240,7 @@ async fn show(
         from: q.text("from"),
         to: q.text("to"),
         job_id: q.text("job_id"),
-        groups: groups
-            .iter()
-            .map(|g| {
-                Opt::new(g.id.to_string(), format!("{} ({})", g.title, g.app_name))
-                    .picked(g.id.to_string() == chosen_group)
-            })
-            .collect(),
+        groups: group_options(&groups, &chosen_group),
         error,
         has_report: report.is_some(),
         oldest_day: String::new(),

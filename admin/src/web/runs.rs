@@ -7,7 +7,7 @@ use askama_web::WebTemplate;
 use serde::Serialize;
 
 use super::forms::{ConsoleUser, CsrfForm, Fields, listed};
-use super::views::{Chrome, Opt, Pager, RunRow, duration, status_label, when};
+use super::views::{Chrome, Opt, Pager, RunRow, duration, group_options, status_label, when};
 use super::{PageError, PageResult, see_other_with};
 use crate::domain::ids::RunId;
 use crate::domain::policy::RunStatus;
@@ -95,13 +95,7 @@ async fn list(
         job_id: q.text("job_id"),
         from: q.text("from"),
         to: q.text("to"),
-        groups: groups
-            .iter()
-            .map(|g| {
-                Opt::new(g.id.to_string(), format!("{} ({})", g.title, g.app_name))
-                    .picked(g.id.to_string() == chosen_group)
-            })
-            .collect(),
+        groups: group_options(&groups, &chosen_group),
         statuses: RunStatus::ALL
             .iter()
             .map(|s| Opt::new(s.as_str(), status_label(&c, *s)).picked(s.as_str() == chosen_status))

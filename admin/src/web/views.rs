@@ -216,6 +216,18 @@ impl Pager {
     }
 }
 
+/// A filter's group choices, `title (app_name)`, with `chosen` (a group id as the query gave it)
+/// picked.
+pub fn group_options(groups: &[crate::service::groups::GroupView], chosen: &str) -> Vec<Opt> {
+    groups
+        .iter()
+        .map(|g| {
+            Opt::new(g.id.to_string(), format!("{} ({})", g.title, g.app_name))
+                .picked(g.id.to_string() == chosen)
+        })
+        .collect()
+}
+
 /// `YYYY-MM-DD HH:MM:SS` in UTC, or a dash.
 pub fn when(ms: Option<i64>) -> String {
     ms.and_then(chrono::DateTime::from_timestamp_millis)
@@ -399,6 +411,7 @@ pub struct DashboardPage {
     pub jobs_total: i64,
     pub agents_live: usize,
     pub agents_total: usize,
+    pub fleet: crate::service::fleet::FleetView,
     pub in_flight: i64,
     pub today_start: String,
     pub today: Vec<StatusCount>,

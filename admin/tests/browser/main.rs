@@ -611,7 +611,7 @@ async fn a_failing_job_produces_an_alert_event() {
 
 /// Whether the only agent is drained, as the API says.
 async fn agent_drained(app: &TestApp) -> bool {
-    app.get("/api/v1/agents", &app.admin).await.body[0]["drained_ms"].is_i64()
+    app.get("/api/v1/agents", &app.admin).await.body["items"][0]["drained_ms"].is_i64()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1177,5 +1177,162 @@ async fn an_admin_narrows_the_report_and_downloads_its_csv() {
             .unwrap()
             .is_empty()
     );
+    browser.quit().await.unwrap();
+}
+
+/// Two thousand agents: the Agents page shows fifty and a pager, its filters narrow the list in
+/// the browser and keep themselves across pages, and the Fleet page names the one that went
+/// silent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_thousand_agents_page_by_fifty_and_the_filters_find_the_silent_one() {
+    use support::{simulated_address, simulated_heartbeats};
+    // A manual clock at the real time: the agents are made silent by moving it.
+    let app = TestApp::sqlite().await;
+    app.group("fleet-web").await;
+    simulated_heartbeats(&app, 0..2_000, |_| "fleet-web").await;
+    app.clock.advance(20_000);
+    simulated_heartbeats(&app, (0..2_000).filter(|i| *i != 5), |_| "fleet-web").await;
+    app.clock.advance(15_000);
+    let driver = Driver::start().await;
+    let browser = driver.browser("en-US").await;
+    let base = &app.base;
+    login(&browser, base, "admin", ADMIN_PASSWORD).await;
+
+    browser
+        .goto(format!("{base}/console/agents"))
+        .await
+        .unwrap();
+    let rows = browser.find_all(By::Css("tr.agent-row")).await.unwrap();
+    assert_eq!(rows.len(), 50);
+    let source = browser.source().await.unwrap();
+    assert!(source.len() < 150_000, "{} bytes", source.len());
+    let pager = browser
+        .find(By::Css("nav.pager"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(pager.contains("1–50 / 2000"), "{pager}");
+
+    // Status: dead finds the silent one among two thousand.
+    let form = browser.find(By::Id("agent-filters")).await.unwrap();
+    choose(&form, "agents-status", "dead").await;
+    form.find(By::Id("agents-filter"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until(
+        &browser,
+        "the dead agent alone",
+        "document.querySelectorAll('tr.agent-row').length === 1",
+        Duration::from_secs(10),
+    )
+    .await;
+    let row = browser
+        .find(By::Css("tr.agent-row"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(row.contains(&simulated_address(5)), "{row}");
+
+    // A search and a label: a hundred hosts node-19xx, a third of them in zone z1; the second
+    // page keeps both filters.
+    browser
+        .goto(format!("{base}/console/agents"))
+        .await
+        .unwrap();
+    let form = browser.find(By::Id("agent-filters")).await.unwrap();
+    type_into(&form, "agents-q", "node-19").await;
+    form.find(By::Id("agents-filter"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until(
+        &browser,
+        "the hosts named node-19…",
+        "document.querySelector('nav.pager') && document.querySelector('nav.pager').textContent.includes('/ 100')",
+        Duration::from_secs(10),
+    )
+    .await;
+    browser
+        .find(By::Id("page-next"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until(
+        &browser,
+        "the second page of node-19…",
+        "document.querySelector('nav.pager').textContent.includes('51–100 / 100')",
+        Duration::from_secs(10),
+    )
+    .await;
+    let url = browser.current_url().await.unwrap();
+    assert!(url.as_str().contains("q=node-19"), "{url}");
+    let form = browser.find(By::Id("agent-filters")).await.unwrap();
+    let label = form.find(By::Id("agents-label")).await.unwrap();
+    label.send_keys("zone=z1").await.unwrap();
+    form.find(By::Id("agents-filter"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let in_z1 = (1900..2000).filter(|i| i % 3 == 1).count();
+    until(
+        &browser,
+        "node-19… in zone z1",
+        &format!("document.querySelector('nav.pager') && document.querySelector('nav.pager').textContent.includes('/ {in_z1}')"),
+        Duration::from_secs(10),
+    )
+    .await;
+    let hosts: Vec<String> = {
+        let mut hosts = Vec::new();
+        for row in browser.find_all(By::Css("tr.agent-row")).await.unwrap() {
+            hosts.push(row.text().await.unwrap());
+        }
+        hosts
+    };
+    assert!(
+        hosts
+            .iter()
+            .all(|h| h.contains("node-19") && h.contains("zone=z1")),
+        "{hosts:?}"
+    );
+
+    // The fleet page: the counts, and the agent that died.
+    browser.goto(format!("{base}/console/fleet")).await.unwrap();
+    let dead = browser
+        .find(By::Id("fleet-dead"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(dead, "1");
+    let live = browser
+        .find(By::Id("fleet-live"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(live, "1999");
+    let died = browser
+        .find(By::Css("tr.fleet-died-row"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(died.contains(&simulated_address(5)), "{died}");
     browser.quit().await.unwrap();
 }

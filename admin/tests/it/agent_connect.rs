@@ -39,7 +39,7 @@ async fn agent_row(app: &TestApp, app_name: &str, mode: &str) -> Value {
 /// In the agents list `agents` (as `/api/v1/agents` answers), the live agent of `app_name`
 /// that registered in `mode` and holds a connection.
 pub fn connected_row(agents: &Value, app_name: &str, mode: &str) -> Option<Value> {
-    agents
+    agents["items"]
         .as_array()
         .unwrap()
         .iter()

@@ -19,7 +19,7 @@ fn cgroups_enforced(run: &Value) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shell_and_script_jobs_run_with_their_context_and_log() {
     let (app, _dir, agent, g) = with_agent("e2e-basic", &[]).await;
-    let agents = app.get("/api/v1/agents", &app.admin).await.body;
+    let agents = app.get("/api/v1/agents", &app.admin).await.body["items"].clone();
     let me = &agents.as_array().unwrap()[0];
     assert!(
         me["metrics"]["memTotalMb"].as_u64().unwrap() > 0,
@@ -379,7 +379,7 @@ async fn sigterm_lets_the_running_job_finish_and_deregisters() {
         "the running job finished within the grace period: {done}"
     );
     // Deregistered: no longer live at once; the row (key, approval) stays for the next start.
-    let agents = app.get("/api/v1/agents", &app.admin).await.body;
+    let agents = app.get("/api/v1/agents", &app.admin).await.body["items"].clone();
     let agents = agents.as_array().unwrap();
     assert_eq!(agents.len(), 1, "{agents:?}");
     assert_eq!(agents[0]["live"], false, "deregistered: {agents:?}");

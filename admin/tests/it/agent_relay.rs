@@ -29,12 +29,12 @@ async fn connected_agents(
             let agents = call(
                 client,
                 "GET",
-                format!("{}/api/v1/agents", admin.base),
+                format!("{}/api/v1/agents?limit=500", admin.base),
                 token,
                 Value::Null,
             )
             .await;
-            let found: Vec<Value> = agents
+            let found: Vec<Value> = agents["items"]
                 .as_array()
                 .unwrap()
                 .iter()
@@ -359,12 +359,12 @@ async fn killing_the_admin_holding_the_connections_loses_and_repeats_nothing() {
             let agents = call(
                 &client,
                 "GET",
-                format!("{}/api/v1/agents", other.base),
+                format!("{}/api/v1/agents?limit=500", other.base),
                 &token,
                 Value::Null,
             )
             .await;
-            let moved = agents
+            let moved = agents["items"]
                 .as_array()
                 .unwrap()
                 .iter()

@@ -212,7 +212,8 @@ async fn login_trigger_wait_and_follow_a_live_log() {
 
     // Agents and groups.
     let agents = cli(&["agents", "list", "-o", "json"]).await.json();
-    assert_eq!(agents[0]["address"], agent.address.as_str());
+    assert_eq!(agents["items"][0]["address"], agent.address.as_str());
+    assert_eq!(agents["total"], 1);
     let table = cli(&["agents", "list", "--group", "cli-e2e"]).await.stdout;
     assert!(
         table.contains(&agent.address) && table.contains("live"),
@@ -478,6 +479,39 @@ async fn a_drained_agent_gets_nothing_new_while_its_run_finishes() {
             .any(|l| l.contains(&first.address) && l.contains(" yes ")),
         "{listed}"
     );
+    // Filters: the drained one alone; a bad status is refused naming it.
+    let drained_only = jobfleet(
+        &config,
+        &env,
+        &["agents", "list", "--status", "drained", "-o", "json"],
+        "",
+    )
+    .await
+    .json();
+    assert_eq!(drained_only["total"], 1, "{drained_only}");
+    assert_eq!(drained_only["items"][0]["address"], first.address.as_str());
+    let sorted = jobfleet(
+        &config,
+        &env,
+        &[
+            "agents", "list", "--sort", "address", "--desc", "--limit", "1", "-o", "json",
+        ],
+        "",
+    )
+    .await
+    .json();
+    assert_eq!(sorted["items"].as_array().unwrap().len(), 1, "{sorted}");
+    assert!(sorted["total"].as_i64().unwrap() >= 2, "{sorted}");
+    let bad = jobfleet(&config, &env, &["agents", "list", "--status", "alive"], "").await;
+    assert_eq!(bad.code, 5, "{}", bad.stderr);
+    assert!(bad.stderr.contains("status"), "{}", bad.stderr);
+    let summary = jobfleet(&config, &env, &["agents", "summary"], "").await;
+    assert_eq!(summary.code, 0, "{}", summary.stderr);
+    assert!(summary.stdout.contains("1 drained"), "{}", summary.stdout);
+    let summary = jobfleet(&config, &env, &["agents", "summary", "-o", "json"], "")
+        .await
+        .json();
+    assert_eq!(summary["drained"], 1, "{summary}");
 
     // Nothing new reaches it, by routing or by name; the other agent takes every run.
     for _ in 0..4 {
@@ -503,7 +537,7 @@ async fn a_drained_agent_gets_nothing_new_while_its_run_finishes() {
         .finished_run(held["id"].as_i64().unwrap(), Duration::from_secs(30))
         .await;
     assert_eq!(held["status"], "succeeded", "{held}");
-    let agents = app.get("/api/v1/agents", &app.admin).await.body;
+    let agents = app.get("/api/v1/agents", &app.admin).await.body["items"].clone();
     let drained = agents
         .as_array()
         .unwrap()
@@ -592,7 +626,7 @@ async fn jobs_that_require_labels_run_only_on_agents_that_carry_them() {
     .await
     .json();
     let labels_of = |address: &str| {
-        agents
+        agents["items"]
             .as_array()
             .unwrap()
             .iter()

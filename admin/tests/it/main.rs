@@ -20,6 +20,8 @@ mod api_rate_limit;
 mod cli;
 mod cluster;
 mod console;
+mod fleet;
+mod heartbeats;
 mod http_jobs;
 mod job_bulk;
 mod jobfleet_cli;

@@ -759,7 +759,7 @@ async fn a_run_on_an_agent_killed_mid_run_is_lost_and_retried_elsewhere() {
     app.wait_for_agent(&survivor.address).await;
     app.clock.advance(31_000);
     wait_for(WITHIN, "the survivor to beat again", || async {
-        let agents = app.get("/api/v1/agents", &app.admin).await.body;
+        let agents = app.get("/api/v1/agents", &app.admin).await.body["items"].clone();
         let live: Vec<&str> = agents
             .as_array()
             .unwrap()

@@ -202,7 +202,7 @@ async fn an_agent_trusting_the_admins_ca_runs_jobs_and_one_trusting_another_is_r
     // never got in.
     let said = log_saying(&stranger_log, "No admin accepted the heartbeat").await;
     assert!(said.contains("UnknownIssuer"), "{said}");
-    let agents = app.get("/api/v1/agents", &app.admin).await.body;
+    let agents = app.get("/api/v1/agents", &app.admin).await.body["items"].clone();
     let addresses: Vec<&str> = agents
         .as_array()
         .unwrap()
@@ -281,7 +281,7 @@ async fn mutual_tls_keeps_agents_without_a_client_certificate_out() {
     for log in [&bare_log, &rogue_log] {
         log_saying(log, "No admin accepted the heartbeat").await;
     }
-    let agents = app.get("/api/v1/agents", &app.admin).await.body;
+    let agents = app.get("/api/v1/agents", &app.admin).await.body["items"].clone();
     let addresses: Vec<&str> = agents
         .as_array()
         .unwrap()
@@ -582,7 +582,7 @@ async fn a_connect_agent_runs_jobs_over_wss_with_mutual_tls() {
         Duration::from_secs(20),
         "the agent's connection",
         || async {
-            let agents = app.get("/api/v1/agents", &app.admin).await.body;
+            let agents = app.get("/api/v1/agents", &app.admin).await.body["items"].clone();
             agents
                 .as_array()?
                 .iter()

@@ -51,10 +51,31 @@ impl Api {
     /// A document the admin writes as text (YAML or JSON), printed as it came: its keys stay in
     /// the admin's order.
     pub async fn get_text(&self, path: &str, query: &[(&str, String)]) -> Result<String, Failure> {
+        let answer = self.send(Method::GET, path, query, None).await?;
+        if answer.status.is_success() {
+            return String::from_utf8(answer.body).map_err(|_| {
+                Failure::Other(format!("{} answered text that is not UTF-8", answer.url))
+            });
+        }
+        let body = serde_json::from_slice(&answer.body).unwrap_or(Value::Null);
+        Err(self.failure(&answer, &body))
+    }
+
+    /// Sends one request with the token, and reads the whole answer.
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<Value>,
+    ) -> Result<Answer, Failure> {
         let url = self.url(path, query)?;
-        let mut request = self.http.get(url);
+        let mut request = self.http.request(method, url.clone());
         if let Some(token) = &self.token {
             request = request.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            request = request.json(&body);
         }
         let response = request
             .send()
@@ -66,20 +87,26 @@ impl Api {
             .get(reqwest::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        let text = response
-            .text()
+        let body = response
+            .bytes()
             .await
-            .map_err(|e| unreachable(self.base(), &e))?;
-        if status.is_success() {
-            return Ok(text);
-        }
-        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
-        Err(failure_of(
+            .map_err(|e| unreachable(self.base(), &e))?
+            .to_vec();
+        Ok(Answer {
+            url,
             status,
-            &body,
-            retry_after.as_deref(),
+            retry_after,
+            body,
+        })
+    }
+
+    fn failure(&self, answer: &Answer, body: &Value) -> Failure {
+        failure_of(
+            answer.status,
+            body,
+            answer.retry_after.as_deref(),
             self.token.is_some(),
-        ))
+        )
     }
 
     fn url(&self, path: &str, query: &[(&str, String)]) -> Result<url::Url, Failure> {
@@ -107,48 +134,32 @@ impl Api {
         query: &[(&str, String)],
         body: Option<Value>,
     ) -> Result<Value, Failure> {
-        let url = self.url(path, query)?;
-        let mut request = self.http.request(method, url.clone());
-        if let Some(token) = &self.token {
-            request = request.bearer_auth(token);
-        }
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = request
-            .send()
-            .await
-            .map_err(|e| unreachable(self.base(), &e))?;
-        let status = response.status();
-        let retry_after = response
-            .headers()
-            .get(reqwest::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|e| unreachable(self.base(), &e))?;
-        let value: Value = if bytes.is_empty() {
+        let answer = self.send(method, path, query, body).await?;
+        let value: Value = if answer.body.is_empty() {
             Value::Null
         } else {
-            serde_json::from_slice(&bytes).map_err(|_| {
+            serde_json::from_slice(&answer.body).map_err(|_| {
                 Failure::Other(format!(
-                    "{url} answered {status} with a body that is not JSON: is {} a jobfleet admin?",
+                    "{} answered {} with a body that is not JSON: is {} a jobfleet admin?",
+                    answer.url,
+                    answer.status,
                     self.base()
                 ))
             })?
         };
-        if status.is_success() {
+        if answer.status.is_success() {
             return Ok(value);
         }
-        Err(failure_of(
-            status,
-            &value,
-            retry_after.as_deref(),
-            self.token.is_some(),
-        ))
+        Err(self.failure(&answer, &value))
     }
+}
+
+/// An admin's whole answer to one request.
+struct Answer {
+    url: url::Url,
+    status: StatusCode,
+    retry_after: Option<String>,
+    body: Vec<u8>,
 }
 
 fn parse_base(raw: &str) -> Result<url::Url, Failure> {

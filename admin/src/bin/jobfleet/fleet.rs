@@ -45,13 +45,7 @@ const AGENT_COLUMNS: &[Column] = &[
     },
     Column {
         heading: "STATUS",
-        cell: |a| {
-            if a["live"].as_bool() == Some(true) {
-                "live".into()
-            } else {
-                "dead".into()
-            }
-        },
+        cell: |a| table::text(&a["status"]),
     },
     Column {
         heading: "LABELS",
@@ -158,20 +152,110 @@ pub async fn group(api: &Api, out: Output, group: &str) -> Result<(), Failure> {
     Ok(())
 }
 
-pub async fn agents(api: &Api, out: Output, group: Option<&str>) -> Result<(), Failure> {
-    let all = api.get("/agents", &[]).await?;
-    let mut items: Vec<Value> = all.as_array().cloned().unwrap_or_default();
-    if let Some(group) = group {
-        // The list is of every visible agent; a group is named by its app name on each.
-        let name = if let Ok(id) = group.parse::<i64>() {
-            let found = api.get(&format!("/groups/{id}"), &[]).await?;
-            table::text(&found["app_name"])
-        } else {
-            group.to_owned()
-        };
-        items.retain(|a| a["app_name"].as_str() == Some(name.as_str()));
+/// The agents list's filters and order, as `GET /agents` takes them.
+#[derive(Debug, Default)]
+pub struct AgentFilter {
+    pub group: Option<String>,
+    pub status: Option<String>,
+    pub approval: Option<String>,
+    pub mode: Option<String>,
+    pub limits_mode: Option<String>,
+    pub version: Option<String>,
+    pub label: Option<String>,
+    pub search: Option<String>,
+    pub sort: Option<String>,
+    pub descending: bool,
+    pub limit: i64,
+    pub offset: i64,
+}
+
+pub async fn agents(api: &Api, out: Output, filter: AgentFilter) -> Result<(), Failure> {
+    let mut query = vec![
+        ("limit", filter.limit.to_string()),
+        ("offset", filter.offset.to_string()),
+    ];
+    if let Some(group) = &filter.group {
+        query.push(("group_id", group_id(api, group).await?.to_string()));
     }
-    out.list(&Value::Array(items.clone()), &items, AGENT_COLUMNS);
+    for (key, value) in [
+        ("status", filter.status),
+        ("approval", filter.approval),
+        ("mode", filter.mode),
+        ("limits_mode", filter.limits_mode),
+        ("version", filter.version),
+        ("label", filter.label),
+        ("q", filter.search),
+        ("sort", filter.sort),
+    ] {
+        if let Some(value) = value {
+            query.push((key, value));
+        }
+    }
+    if filter.descending {
+        query.push(("order", "desc".into()));
+    }
+    let page = api.get("/agents", &query).await?;
+    out.page(&page, AGENT_COLUMNS);
+    Ok(())
+}
+
+/// The fleet at a glance: agents by status and group, versions and modes, recent deaths.
+pub async fn summary(api: &Api, out: Output) -> Result<(), Failure> {
+    let fleet = api.get("/fleet", &[]).await?;
+    out.object(&fleet, || {
+        let counts = |v: &Value| {
+            format!(
+                "{} live, {} drained, {} dead",
+                table::text(&v["live"]),
+                table::text(&v["drained"]),
+                table::text(&v["dead"])
+            )
+        };
+        let mut text = format!(
+            "{} agents: {}; {} pending approval, {} revoked\n",
+            table::text(&fleet["total"]),
+            counts(&fleet),
+            table::text(&fleet["pending"]),
+            table::text(&fleet["revoked"])
+        );
+        for (title, key) in [
+            ("Groups", "groups"),
+            ("Versions", "versions"),
+            ("Limits modes", "limits_modes"),
+            ("Connection modes", "modes"),
+        ] {
+            text.push_str(&format!("\n{title}:\n"));
+            for item in fleet[key].as_array().into_iter().flatten() {
+                let name = if key == "groups" {
+                    table::text(&item["app_name"])
+                } else {
+                    match item["value"].as_str() {
+                        Some("") | None => "(not said)".to_owned(),
+                        Some(value) => value.to_owned(),
+                    }
+                };
+                text.push_str(&format!(
+                    "  {name}: {} ({})\n",
+                    table::text(&item["total"]),
+                    counts(item)
+                ));
+            }
+        }
+        text.push_str(&format!(
+            "\nDied in the last hour: {}\n",
+            table::text(&fleet["died_last_hour"])
+        ));
+        for agent in fleet["died"].as_array().into_iter().flatten() {
+            text.push_str(&format!(
+                "  {} {} ({}), last seen {}\n",
+                table::text(&agent["app_name"]),
+                table::text(&agent["address"]),
+                table::text(&agent["hostname"]),
+                table::time(&agent["last_seen_ms"])
+            ));
+        }
+        text
+    });
     Ok(())
 }
 
@@ -181,8 +265,14 @@ async fn agent_id(api: &Api, agent: &str) -> Result<i64, Failure> {
         return Ok(id);
     }
     let wanted = agent.trim_end_matches('/');
-    let all = api.get("/agents", &[]).await?;
-    let found: Vec<&Value> = all
+    // The search narrows the page to the agents whose address holds it; the match is exact.
+    let page = api
+        .get(
+            "/agents",
+            &[("q", wanted.to_owned()), ("limit", "500".to_owned())],
+        )
+        .await?;
+    let found: Vec<&Value> = page["items"]
         .as_array()
         .into_iter()
         .flatten()

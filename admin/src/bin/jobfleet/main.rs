@@ -332,14 +332,48 @@ enum RunsCommand {
     },
 }
 
+#[derive(Debug, clap::Args)]
+struct AgentListArgs {
+    /// Only this group (id or name).
+    #[arg(short, long)]
+    group: Option<String>,
+    /// Only agents that are live (heartbeating, in service), drained or dead.
+    #[arg(short, long)]
+    status: Option<String>,
+    /// Only agents that are approved, pending or revoked.
+    #[arg(long)]
+    approval: Option<String>,
+    /// Only agents reached by push, connect or auto.
+    #[arg(long)]
+    mode: Option<String>,
+    /// Only agents limiting their jobs this way (cgroup2, rlimit …).
+    #[arg(long)]
+    limits_mode: Option<String>,
+    /// Only agents of this version.
+    #[arg(long)]
+    version: Option<String>,
+    /// Only agents with this label: key=value, or key for any value.
+    #[arg(short, long)]
+    label: Option<String>,
+    /// Only agents whose address or hostname holds this.
+    #[arg(short = 'q', long)]
+    search: Option<String>,
+    /// Order by group, address, hostname, version, last_seen or registered.
+    #[arg(long)]
+    sort: Option<String>,
+    /// Largest first.
+    #[arg(long)]
+    desc: bool,
+    #[command(flatten)]
+    paging: Paging,
+}
+
 #[derive(Debug, Subcommand)]
 enum AgentsCommand {
-    /// List agents.
-    List {
-        /// Only this group (id or name).
-        #[arg(short, long)]
-        group: Option<String>,
-    },
+    /// List agents, by group then address unless `--sort` says otherwise.
+    List(Box<AgentListArgs>),
+    /// The fleet at a glance: agents by status and group, versions, modes, recent deaths.
+    Summary,
     /// Take an agent out of service (id or address): no new runs; the runs it holds finish.
     Drain { agent: String },
     /// Put a drained agent back in service.
@@ -443,9 +477,37 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 }
                 Command::Jobs(command) => jobs_command(&api, out, command).await,
                 Command::Runs(command) => runs_command(&api, out, command).await,
-                Command::Agents(AgentsCommand::List { group }) => {
-                    fleet::agents(&api, out, group.as_deref()).await
+                Command::Agents(AgentsCommand::List(args)) => {
+                    let AgentListArgs {
+                        group,
+                        status,
+                        approval,
+                        mode,
+                        limits_mode,
+                        version,
+                        label,
+                        search,
+                        sort,
+                        desc,
+                        paging,
+                    } = *args;
+                    let filter = fleet::AgentFilter {
+                        group,
+                        status,
+                        approval,
+                        mode,
+                        limits_mode,
+                        version,
+                        label,
+                        search,
+                        sort,
+                        descending: desc,
+                        limit: paging.limit,
+                        offset: paging.offset,
+                    };
+                    fleet::agents(&api, out, filter).await
                 }
+                Command::Agents(AgentsCommand::Summary) => fleet::summary(&api, out).await,
                 Command::Agents(AgentsCommand::Drain { agent }) => {
                     fleet::act_on_agent(&api, out, &agent, fleet::AgentAction::Drain).await
                 }

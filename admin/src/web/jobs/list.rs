@@ -4,7 +4,7 @@ use actix_web::{HttpRequest, web};
 use askama::Template;
 use askama_web::WebTemplate;
 
-use super::{group_label, group_name, next_fire, schedule_text};
+use super::{group_name, next_fire, schedule_text};
 use crate::domain::ids::JobId;
 use crate::domain::schedule::ScheduleType;
 use crate::error::Error;
@@ -12,7 +12,7 @@ use crate::service;
 use crate::service::jobs::JobQuery;
 use crate::state::AppState;
 use crate::web::forms::{ConsoleUser, CsrfForm, Fields, listed};
-use crate::web::views::{Chrome, Opt, Pager};
+use crate::web::views::{Chrome, Opt, Pager, group_options};
 use crate::web::{PageResult, see_other_with};
 
 #[derive(Debug, Clone)]
@@ -91,12 +91,7 @@ pub(super) async fn list(
         q: q.text("q"),
         tag: q.text("tag"),
         enabled: q.text("enabled"),
-        groups: groups
-            .iter()
-            .map(|g| {
-                Opt::new(g.id.to_string(), group_label(g)).picked(g.id.to_string() == chosen_group)
-            })
-            .collect(),
+        groups: group_options(&groups, &chosen_group),
         schedule_types: ScheduleType::ALL
             .iter()
             .map(|t| Opt::new(t.as_str(), t.as_str()).picked(t.as_str() == chosen_type))

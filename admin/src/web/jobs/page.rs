@@ -39,17 +39,23 @@ pub(super) async fn show(
 ) -> PageResult<JobPage> {
     let job = service::jobs::get(&state, &user.actor, *id).await?;
     let groups = service::groups::all(&state, &user.actor).await?;
-    let app_name = groups
-        .iter()
-        .find(|g| g.id == job.group_id)
-        .map(|g| g.app_name.clone())
-        .unwrap_or_default();
-    let agents = service::agents::list(&state, &user.actor)
-        .await?
-        .into_iter()
-        .filter(|a| a.live && a.app_name == app_name)
-        .map(|a| Opt::new(a.address.clone(), a.address))
-        .collect();
+    // The agents a trigger may name: the group's live ones, by address (the largest page).
+    let agents = service::fleet::list(
+        &state,
+        &user.actor,
+        service::fleet::AgentQuery {
+            group_id: Some(job.group_id),
+            status: Some("live".into()),
+            sort: Some("address".into()),
+            limit: Some(service::Page::MAX_LIMIT),
+            ..service::fleet::AgentQuery::default()
+        },
+    )
+    .await?
+    .items
+    .into_iter()
+    .map(|a| Opt::new(a.address.clone(), a.address))
+    .collect();
     let versions = if job.handler.kind == HandlerType::Script {
         service::jobs::script_versions(&state, &user.actor, job.id)
             .await?

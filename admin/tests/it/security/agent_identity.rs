@@ -46,7 +46,7 @@ fn key_of(agent: &AgentProc) -> String {
 }
 
 async fn agent_row(app: &TestApp, address: &str) -> Option<Value> {
-    let agents = app.get("/api/v1/agents", &app.admin).await.body;
+    let agents = app.get("/api/v1/agents", &app.admin).await.body["items"].clone();
     agents
         .as_array()
         .unwrap()
@@ -220,7 +220,7 @@ async fn registrations_are_bound_to_their_key_and_checked(mysql: bool) {
             "{body}: {answer}"
         );
     }
-    let agents = app.get("/api/v1/agents", &app.admin).await.body;
+    let agents = app.get("/api/v1/agents", &app.admin).await.body["items"].clone();
     assert_eq!(
         agents.as_array().unwrap().len(),
         1,

@@ -550,8 +550,60 @@ pub fn proc_status_kb(pid: u32, key: &str) -> u64 {
 }
 
 /// Whether the agents list `agents` (as `/api/v1/agents` answers) has `address` live.
+/// The address of simulated agent `i`: loopback, a port no one listens on.
+pub fn simulated_address(i: usize) -> String {
+    format!("http://127.0.0.1:{}/", 20_000 + i)
+}
+
+/// Heartbeats of simulated agents `which`, as a jobfleet agent sends them (its own key, host
+/// `node-NNNN`, version `2.(i % 4)`, label `zone=z(i % 3)`), into the group `group_of(i)`,
+/// sixteen at a time over the real registry endpoint.
+pub async fn simulated_heartbeats(
+    app: &TestApp,
+    which: impl Iterator<Item = usize>,
+    group_of: impl Fn(usize) -> &'static str,
+) {
+    let which: Vec<usize> = which.collect();
+    for chunk in which.chunks(16) {
+        futures_util::future::join_all(chunk.iter().map(|&i| {
+            let group = group_of(i);
+            async move {
+                let answer = app
+                    .client
+                    .post(format!("{}/api/registry", app.base))
+                    .header("XXL-JOB-ACCESS-TOKEN", "test-agent-token")
+                    .header(
+                        "X-Jobfleet-Agent-Key",
+                        format!("simulated-agent-key-{i:08}-{}", "k".repeat(24)),
+                    )
+                    .json(&json!({
+                        "registryGroup": "EXECUTOR",
+                        "registryKey": group,
+                        "registryValue": simulated_address(i),
+                        "hostname": format!("node-{i:04}"),
+                        "agentVersion": format!("2.{}", i % 4),
+                        "limitsMode": "rlimit",
+                        "mode": "push",
+                        "labels": {"zone": format!("z{}", i % 3)},
+                    }))
+                    .send()
+                    .await
+                    .unwrap();
+                let status = answer.status();
+                let body: Value = answer.json().await.unwrap();
+                assert!(
+                    status.is_success() && body["code"] == 200,
+                    "agent {i}: {status} {body}"
+                );
+            }
+        }))
+        .await;
+    }
+}
+
+/// Whether the agents page `agents` (of `GET /api/v1/agents`) shows `address` live.
 pub fn is_live_agent(agents: &Value, address: &str) -> bool {
-    agents
+    agents["items"]
         .as_array()
         .unwrap()
         .iter()

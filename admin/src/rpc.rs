@@ -23,7 +23,16 @@ fn reply(result: Result<(), Error>) -> HttpResponse {
             if matches!(e, Error::Internal(_)) {
                 tracing::error!(error = ?e, "Agent call failed");
             }
-            HttpResponse::Ok().json(Envelope::<()>::fail(e.public_message()))
+            // The envelope has no field of its own: a refused field is named in the message.
+            let message = match &e {
+                Error::Invalid {
+                    field: Some(field),
+                    message,
+                    ..
+                } => format!("{field}: {message}"),
+                other => other.public_message(),
+            };
+            HttpResponse::Ok().json(Envelope::<()>::fail(message))
         }
     }
 }

@@ -4,6 +4,7 @@ use diesel::prelude::*;
 
 use super::schema::agent;
 use super::{AnyConnection, Page};
+use crate::domain::agent::AgentStatus;
 use crate::error::Error;
 
 #[derive(Debug, Clone, PartialEq, Queryable, Selectable)]
@@ -530,7 +531,8 @@ pub fn count(conn: &mut AnyConnection, filter: &AgentFilter) -> Result<i64, Erro
     Ok(filtered(filter).count().get_result(conn)?)
 }
 
-/// A number of agents sharing a group, version, limits mode, connection mode and approval.
+/// A number of agents sharing a group, version, limits mode, connection mode, approval and
+/// status.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CensusRow {
     pub app_name: String,
@@ -538,37 +540,50 @@ pub struct CensusRow {
     pub limits_mode: String,
     pub mode: String,
     pub approval: String,
+    pub status: AgentStatus,
     pub agents: i64,
 }
 
-/// The agents `filter` matches, counted by group, version, limits mode, connection mode and
-/// approval: one row per combination, in that order. Reads those five short columns of each
-/// agent (a `GROUP BY` over a boxed, filtered query is beyond diesel's DSL); ten thousand agents
-/// are a few hundred kilobytes.
-pub fn census(conn: &mut AnyConnection, filter: &AgentFilter) -> Result<Vec<CensusRow>, Error> {
-    type Key = (String, String, String, String, String);
-    let rows: Vec<Key> = filtered(filter)
+/// The agents `filter` matches, counted by group, version, limits mode, connection mode,
+/// approval and their status at `now_ms`: one row per combination, in that order. One read, so
+/// every agent is counted once in one status; it reads seven short columns of each agent (a
+/// `GROUP BY` over a boxed, filtered query is beyond diesel's DSL): ten thousand agents are a
+/// few hundred kilobytes.
+pub fn census(
+    conn: &mut AnyConnection,
+    filter: &AgentFilter,
+    now_ms: i64,
+) -> Result<Vec<CensusRow>, Error> {
+    type Key = (String, String, String, String, String, AgentStatus);
+    type Row = (String, String, String, String, String, i64, Option<i64>);
+    let rows: Vec<Row> = filtered(filter)
         .select((
             agent::app_name,
             agent::version,
             agent::limits_mode,
             agent::mode,
             agent::approval,
+            agent::last_seen_ms,
+            agent::drained_ms,
         ))
         .load(conn)?;
     let mut counted: std::collections::BTreeMap<Key, i64> = std::collections::BTreeMap::new();
-    for row in rows {
-        *counted.entry(row).or_default() += 1;
+    for (app_name, version, limits_mode, mode, approval, last_seen_ms, drained_ms) in rows {
+        let status = AgentStatus::of(last_seen_ms, drained_ms.is_some(), now_ms);
+        *counted
+            .entry((app_name, version, limits_mode, mode, approval, status))
+            .or_default() += 1;
     }
     Ok(counted
         .into_iter()
         .map(
-            |((app_name, version, limits_mode, mode, approval), agents)| CensusRow {
+            |((app_name, version, limits_mode, mode, approval, status), agents)| CensusRow {
                 app_name,
                 version,
                 limits_mode,
                 mode,
                 approval,
+                status,
                 agents,
             },
         )
@@ -929,7 +944,14 @@ mod tests {
                 ..narrow
             };
             assert_eq!(matching(conn, hidden), 0);
-            let census = census(conn, &everyone).unwrap();
+            // At 32,599 ms the agents seen from 2,600 on are live (seen at 1,000 + 100 i: i ≥ 16).
+            let census = census(conn, &everyone, 2_600 + 30_000 - 1).unwrap();
+            let live: i64 = census
+                .iter()
+                .filter(|r| r.status == AgentStatus::Live)
+                .map(|r| r.agents)
+                .sum();
+            assert_eq!(live, 14);
             assert_eq!(census.iter().map(|r| r.agents).sum::<i64>(), 30);
             let pending: i64 = census
                 .iter()

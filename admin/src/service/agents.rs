@@ -206,6 +206,14 @@ pub async fn register(
     let instance_id = short("instanceId", param.instance_id.as_deref(), 64)?;
     let run_as = short("runAs", param.run_as.as_deref(), 64)?;
     let mode = short("mode", param.mode.as_deref(), 16)?;
+    // Bounded as their columns are: one beat the database refuses would fail the whole batch
+    // it is written in, and then every beat of that batch is written again on its own.
+    let version = match param.agent_version.as_deref() {
+        Some(version) => short("agentVersion", Some(version), 64)?,
+        None => "xxl-job".to_owned(),
+    };
+    let hostname = short("hostname", param.hostname.as_deref(), 255)?;
+    let limits_mode = short("limitsMode", param.limits_mode.as_deref(), 16)?;
     if !matches!(mode.as_str(), "" | "push" | "connect" | "auto") {
         return Err(Error::invalid("mode", "must be push, connect or auto"));
     }
@@ -243,10 +251,10 @@ pub async fn register(
         app_name,
         address,
         key_hash,
-        version: param.agent_version.unwrap_or_else(|| "xxl-job".to_owned()),
-        hostname: param.hostname.unwrap_or_default(),
+        version,
+        hostname,
         metrics,
-        limits_mode: param.limits_mode.unwrap_or_default(),
+        limits_mode,
         instance_id,
         run_as,
         mode,
@@ -702,6 +710,12 @@ fn check_registration(param: &RegistryParam) -> Result<(String, String), Error> 
     } else {
         format!("{value}/")
     };
+    if address.len() > 255 {
+        return Err(Error::invalid(
+            "registryValue",
+            "at most 255 characters with its closing `/`",
+        ));
+    }
     Ok((app_name, address))
 }
 

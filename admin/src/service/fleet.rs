@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::auth::rbac::Actor;
-use crate::db::agent::{AgentFilter, AgentSort, CensusRow};
+use crate::db::agent::{AgentFilter, AgentSort};
 use crate::db::{AnyConnection, agent, executor_group};
 use crate::domain::agent::{AgentStatus, DEAD_AFTER_MS, live_since};
 use crate::domain::ids::GroupId;
@@ -344,14 +344,7 @@ pub async fn summary(state: &AppState, actor: &Actor) -> Result<FleetView, Error
                 visible_apps: apps,
                 ..AgentFilter::default()
             };
-            let mut census: Vec<(AgentStatus, CensusRow)> = Vec::new();
-            for status in AgentStatus::ALL {
-                census.extend(
-                    agent::census(conn, &with_status(base.clone(), status, now))?
-                        .into_iter()
-                        .map(|row| (status, row)),
-                );
-            }
+            let census = agent::census(conn, &base, now)?;
             let mut fleet = FleetView {
                 at_ms: now,
                 agents: StatusCounts::default(),
@@ -367,7 +360,8 @@ pub async fn summary(state: &AppState, actor: &Actor) -> Result<FleetView, Error
             let mut by_group: BTreeMap<String, StatusCounts> = BTreeMap::new();
             let (mut versions, mut limits_modes, mut modes) =
                 (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
-            for (status, row) in &census {
+            for row in &census {
+                let status = &row.status;
                 fleet.agents.add(*status, row.agents);
                 match row.approval.as_str() {
                     agent::PENDING => fleet.pending += row.agents,

@@ -23,19 +23,62 @@ fn run(cmd: &mut Command) -> (i32, String, String) {
 fn version_names_the_databases_built_in() {
     let (code, out, err) = run(admin_command().arg("--version"));
     assert_eq!(code, 0, "{err}");
-    let databases = if cfg!(feature = "mysql") {
-        "databases: sqlite, mysql"
-    } else {
-        "databases: sqlite;"
-    };
     assert!(
-        out.starts_with("jobfleet-admin ") && out.contains(databases),
+        out.starts_with("jobfleet-admin ") && out.contains("databases: sqlite"),
         "{out}"
     );
     let agent = crate::support::agent::agent_binary();
     let (code, out, _) = run(Command::new(agent).arg("--version"));
     assert_eq!(code, 0);
     assert!(out.contains("modes: push, connect, auto"), "{out}");
+}
+
+/// The mysql build says it speaks MySQL (CI's MariaDB step runs this; packages check it).
+#[cfg(feature = "mysql")]
+#[test]
+fn a_mysql_build_names_mysql_in_its_version() {
+    let (code, out, err) = run(admin_command().arg("--version"));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("databases: sqlite, mysql;"), "{out}");
+}
+
+/// A build without the feature says it speaks SQLite alone.
+#[cfg(not(feature = "mysql"))]
+#[test]
+fn a_sqlite_build_names_only_sqlite_in_its_version() {
+    let (code, out, err) = run(admin_command().arg("--version"));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("databases: sqlite;"), "{out}");
+}
+
+/// `check-config` with a MySQL URL: what the build can say about it.
+fn check_config_of_a_mysql_url() -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, err) = run(admin_command()
+        .arg("check-config")
+        .env(
+            "JOBFLEET_DATABASE_URL",
+            "mysql://jobfleet:pw@127.0.0.1:1/jobfleet",
+        )
+        .current_dir(dir.path()));
+    assert_eq!(code, 2, "{err}");
+    err
+}
+
+/// A MySQL cluster's admins need the shared secrets; the error names the key.
+#[cfg(feature = "mysql")]
+#[test]
+fn check_config_of_a_mysql_cluster_asks_for_its_shared_secrets() {
+    let err = check_config_of_a_mysql_url();
+    assert!(err.contains("jwt_secret"), "{err}");
+}
+
+/// A build without MySQL says so instead of failing to connect.
+#[cfg(not(feature = "mysql"))]
+#[test]
+fn check_config_of_a_mysql_url_without_mysql_support_says_so() {
+    let err = check_config_of_a_mysql_url();
+    assert!(err.contains("no MySQL support"), "{err}");
 }
 
 /// Operators and CI check a configuration before a start: nothing is created or connected.
@@ -59,21 +102,6 @@ fn check_config_validates_without_touching_anything() {
         "check-config created the data folder"
     );
 
-    // A MySQL cluster's admins need the shared secrets; the error names the key.
-    let (code, _, err) = run(admin_command()
-        .arg("check-config")
-        .env(
-            "JOBFLEET_DATABASE_URL",
-            "mysql://jobfleet:pw@127.0.0.1:1/jobfleet",
-        )
-        .current_dir(dir.path()));
-    assert_eq!(code, 2, "{err}");
-    let key_at_fault = if cfg!(feature = "mysql") {
-        "jwt_secret"
-    } else {
-        "no MySQL support"
-    };
-    assert!(err.contains(key_at_fault), "{err}");
     std::fs::write(&config, "listen = [1, 2]\n").unwrap();
     let (code, _, err) = run(admin_command()
         .args(["check-config", "--config"])

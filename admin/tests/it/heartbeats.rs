@@ -327,3 +327,48 @@ async fn runs_agents_no_longer_hold_are_lost_each_by_its_own_beat(app: &TestApp)
     );
 }
 api_test!(runs_agents_no_longer_hold_are_lost_each_by_its_own_beat);
+
+/// A field longer than its column is refused at the door, named in the answer, and the beat
+/// beside it in the same moment is written: on MariaDB such a value would otherwise fail the
+/// whole batch it was written in.
+async fn an_oversized_field_is_refused_alone_and_named(app: &TestApp) {
+    app.group("hb-long").await;
+    let mut bodies: Vec<Value> = (0..5)
+        .map(|i| beat_body("hb-long", i, &format!("instance-{i}"), 1.0, &[], 0))
+        .collect();
+    bodies[0]["agentVersion"] = json!("v".repeat(65));
+    bodies[1]["hostname"] = json!("h".repeat(256));
+    bodies[2]["limitsMode"] = json!("cgroup-v2-and-more");
+    // 255 characters, 256 with the `/` the admin adds.
+    bodies[3]["registryValue"] = json!(format!("http://127.0.0.1:1/{}", "a".repeat(236)));
+    let answers = futures_util::future::join_all(
+        bodies
+            .iter()
+            .enumerate()
+            .map(|(i, body)| async move { rpc(app, "registry", Some(&key(i)), body).await }),
+    )
+    .await;
+    for (answer, field) in
+        answers
+            .iter()
+            .zip(["agentVersion", "hostname", "limitsMode", "registryValue"])
+    {
+        assert_ne!(answer["code"], 200, "{field}: {answer}");
+        assert!(
+            answer["msg"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("{field}: ")),
+            "{answer}"
+        );
+    }
+    assert_eq!(answers[4]["code"], 200, "{}", answers[4]);
+    assert!(row(app, "hb-long", 4).await.is_some());
+    for i in 0..3 {
+        assert!(
+            row(app, "hb-long", i).await.is_none(),
+            "agent {i} was stored"
+        );
+    }
+}
+api_test!(an_oversized_field_is_refused_alone_and_named);

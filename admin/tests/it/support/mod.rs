@@ -549,7 +549,6 @@ pub fn proc_status_kb(pid: u32, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("{key} in /proc/{pid}/status"))
 }
 
-/// Whether the agents list `agents` (as `/api/v1/agents` answers) has `address` live.
 /// The address of simulated agent `i`: loopback, a port no one listens on.
 pub fn simulated_address(i: usize) -> String {
     format!("http://127.0.0.1:{}/", 20_000 + i)

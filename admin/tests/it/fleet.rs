@@ -49,7 +49,7 @@ async fn total(app: &TestApp, query: &str) -> i64 {
 
 async fn the_fleet_is_paged_filtered_and_the_silent_agent_is_found(app: &TestApp) {
     let group_a = app.group("fleet-a").await;
-    app.group("fleet-b").await;
+    let group_b = app.group("fleet-b").await;
     beat_all(app, 0..AGENTS).await;
     // Twenty seconds later everyone beats again but agents 7 and 8; fifteen more and those two
     // have been silent for 35 s: dead. Agent 10 is drained.
@@ -248,6 +248,17 @@ async fn the_fleet_is_paged_filtered_and_the_silent_agent_is_found(app: &TestApp
     assert_eq!(fleet["groups"].as_array().unwrap().len(), 1);
     let hidden = agents_page(app, &viewer, "status=dead").await;
     assert_eq!(addresses(&hidden), [address(8)]);
+    // Naming another group's id finds nothing, exactly like an id that does not exist.
+    for group in [group_b, 999_999] {
+        let other = agents_page(app, &viewer, &format!("group_id={group}")).await;
+        assert_eq!(
+            (
+                other["total"].as_i64(),
+                other["items"].as_array().map(Vec::len)
+            ),
+            (Some(0), Some(0))
+        );
+    }
 
     // The console: a page of fifty agents, however many there are; filters in the URL.
     let mut console = Console::new(app);

@@ -152,27 +152,47 @@ pub async fn group(api: &Api, out: Output, group: &str) -> Result<(), Failure> {
     Ok(())
 }
 
-/// The agents list's filters and order, as `GET /agents` takes them.
-#[derive(Debug, Default)]
+/// `jobfleet agents list`'s filters and order, as `GET /agents` takes them.
+#[derive(Debug, clap::Args)]
 pub struct AgentFilter {
+    /// Only this group (id or name).
+    #[arg(short, long)]
     pub group: Option<String>,
+    /// Only agents that are live (heartbeating, in service), drained or dead.
+    #[arg(short, long)]
     pub status: Option<String>,
+    /// Only agents that are approved, pending or revoked.
+    #[arg(long)]
     pub approval: Option<String>,
+    /// Only agents reached by push, connect or auto.
+    #[arg(long)]
     pub mode: Option<String>,
+    /// Only agents limiting their jobs this way (cgroup2, rlimit …).
+    #[arg(long)]
     pub limits_mode: Option<String>,
+    /// Only agents of this version.
+    #[arg(long)]
     pub version: Option<String>,
+    /// Only agents with this label: key=value, or key for any value.
+    #[arg(short, long)]
     pub label: Option<String>,
+    /// Only agents whose address or hostname holds this.
+    #[arg(short = 'q', long)]
     pub search: Option<String>,
+    /// Order by group, address, hostname, version, last_seen or registered.
+    #[arg(long)]
     pub sort: Option<String>,
-    pub descending: bool,
-    pub limit: i64,
-    pub offset: i64,
+    /// Largest first.
+    #[arg(long)]
+    pub desc: bool,
+    #[command(flatten)]
+    pub paging: crate::Paging,
 }
 
 pub async fn agents(api: &Api, out: Output, filter: AgentFilter) -> Result<(), Failure> {
     let mut query = vec![
-        ("limit", filter.limit.to_string()),
-        ("offset", filter.offset.to_string()),
+        ("limit", filter.paging.limit.to_string()),
+        ("offset", filter.paging.offset.to_string()),
     ];
     if let Some(group) = &filter.group {
         query.push(("group_id", group_id(api, group).await?.to_string()));
@@ -191,7 +211,7 @@ pub async fn agents(api: &Api, out: Output, filter: AgentFilter) -> Result<(), F
             query.push((key, value));
         }
     }
-    if filter.descending {
+    if filter.desc {
         query.push(("order", "desc".into()));
     }
     let page = api.get("/agents", &query).await?;

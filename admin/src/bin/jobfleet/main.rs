@@ -184,13 +184,13 @@ struct ApplyArgs {
 }
 
 #[derive(Debug, clap::Args)]
-struct Paging {
+pub(crate) struct Paging {
     /// At most this many (1–500).
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(i64).range(1..=500))]
-    limit: i64,
+    pub(crate) limit: i64,
     /// Skip this many.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(i64).range(0..))]
-    offset: i64,
+    pub(crate) offset: i64,
 }
 
 #[derive(Debug, Subcommand)]
@@ -332,46 +332,10 @@ enum RunsCommand {
     },
 }
 
-#[derive(Debug, clap::Args)]
-struct AgentListArgs {
-    /// Only this group (id or name).
-    #[arg(short, long)]
-    group: Option<String>,
-    /// Only agents that are live (heartbeating, in service), drained or dead.
-    #[arg(short, long)]
-    status: Option<String>,
-    /// Only agents that are approved, pending or revoked.
-    #[arg(long)]
-    approval: Option<String>,
-    /// Only agents reached by push, connect or auto.
-    #[arg(long)]
-    mode: Option<String>,
-    /// Only agents limiting their jobs this way (cgroup2, rlimit …).
-    #[arg(long)]
-    limits_mode: Option<String>,
-    /// Only agents of this version.
-    #[arg(long)]
-    version: Option<String>,
-    /// Only agents with this label: key=value, or key for any value.
-    #[arg(short, long)]
-    label: Option<String>,
-    /// Only agents whose address or hostname holds this.
-    #[arg(short = 'q', long)]
-    search: Option<String>,
-    /// Order by group, address, hostname, version, last_seen or registered.
-    #[arg(long)]
-    sort: Option<String>,
-    /// Largest first.
-    #[arg(long)]
-    desc: bool,
-    #[command(flatten)]
-    paging: Paging,
-}
-
 #[derive(Debug, Subcommand)]
 enum AgentsCommand {
     /// List agents, by group then address unless `--sort` says otherwise.
-    List(Box<AgentListArgs>),
+    List(Box<fleet::AgentFilter>),
     /// The fleet at a glance: agents by status and group, versions, modes, recent deaths.
     Summary,
     /// Take an agent out of service (id or address): no new runs; the runs it holds finish.
@@ -477,35 +441,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 }
                 Command::Jobs(command) => jobs_command(&api, out, command).await,
                 Command::Runs(command) => runs_command(&api, out, command).await,
-                Command::Agents(AgentsCommand::List(args)) => {
-                    let AgentListArgs {
-                        group,
-                        status,
-                        approval,
-                        mode,
-                        limits_mode,
-                        version,
-                        label,
-                        search,
-                        sort,
-                        desc,
-                        paging,
-                    } = *args;
-                    let filter = fleet::AgentFilter {
-                        group,
-                        status,
-                        approval,
-                        mode,
-                        limits_mode,
-                        version,
-                        label,
-                        search,
-                        sort,
-                        descending: desc,
-                        limit: paging.limit,
-                        offset: paging.offset,
-                    };
-                    fleet::agents(&api, out, filter).await
+                Command::Agents(AgentsCommand::List(filter)) => {
+                    fleet::agents(&api, out, *filter).await
                 }
                 Command::Agents(AgentsCommand::Summary) => fleet::summary(&api, out).await,
                 Command::Agents(AgentsCommand::Drain { agent }) => {

@@ -9,7 +9,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::db::job_run::{self, JobRun, RunResult};
+use crate::db::job_run::{self, Acceptance, JobRun, RunResult};
+use crate::dispatch::answer::{Answer, HeldAcceptances};
 use crate::dispatch::send::{self, Prepared};
 use crate::domain::ids::RunId;
 use crate::domain::policy::RunStatus;
@@ -65,6 +66,7 @@ fn result_of(cb: &HandleCallbackParam) -> RunResult {
                 .take(jobfleet_agent::protocol::MAX_OUTPUT_BYTES)
                 .collect()
         }),
+        acceptance: None,
     }
 }
 
@@ -88,11 +90,26 @@ pub async fn accept(
     let batch = Arc::new(batch);
     let key = key.map(str::to_owned);
     let handovers = state.scheduler.handovers();
+    let held = handovers.as_ref().map(|h| h.held.clone());
     let started = Instant::now();
-    match store(state, batch.clone(), key.clone(), handovers.is_some()).await {
+    match store(
+        state,
+        batch.clone(),
+        key.clone(),
+        held.as_deref(),
+        handovers.is_some(),
+    )
+    .await
+    {
         Ok((stored, prepared)) => {
             if let Some(handovers) = handovers {
-                send::start_handovers(state, prepared, &handovers, started).await;
+                send::start_handovers(
+                    state,
+                    prepared.into_iter().map(|p| (p, None)),
+                    &handovers,
+                    started,
+                )
+                .await;
             }
             Ok(stored)
         }
@@ -100,7 +117,7 @@ pub async fn accept(
         // to the timer as before.
         Err(e) if handovers.is_some() => {
             tracing::warn!(error = %e, "Storing results and taking the runs they start failed; storing the results alone");
-            store(state, batch, key, false)
+            store(state, batch, key, held.as_deref(), false)
                 .await
                 .map(|(stored, _)| stored)
         }
@@ -108,22 +125,32 @@ pub async fn accept(
     }
 }
 
-/// One transaction: the batch's results stored, and with `take_new` the runs they start that
-/// are due now taken for sending. Returns how many results were stored and the taken runs.
+/// One transaction: the batch's results stored (with the agents' acceptances of those runs
+/// that the recorder still holds back, `held`), and with `take_new` the runs they start that are
+/// due now taken for sending. Returns how many results were stored and the taken runs.
 async fn store(
     state: &AppState,
     batch: Arc<Vec<HandleCallbackParam>>,
     key: Option<String>,
+    held: Option<&HeldAcceptances>,
     take_new: bool,
 ) -> Result<(usize, Vec<Prepared>), Error> {
     let changes = Changes::new(state);
     let router = state.router.clone();
-    let (stored, refused, prepared, changes) = state
+    let mut acceptances: HashMap<RunId, Answer> = held
+        .map(|held| held.of(batch.iter().map(|cb| RunId(cb.log_id))))
+        .unwrap_or_default()
+        .into_iter()
+        .map(|answer| (answer.run_id, answer))
+        .collect();
+    let (stored, settled, refused, prepared, changes) = state
         .db
         .transaction(move |conn| {
             let mut changes = changes;
             let now = changes.now_ms();
             let mut refused = Vec::new();
+            // Runs whose held acceptance no longer needs storing once this commits.
+            let mut settled = Vec::new();
             let mut finishing = Vec::with_capacity(batch.len());
             let reporter = agents::reporter(conn, key.as_deref())?;
             let ids: Vec<RunId> = batch.iter().map(|cb| RunId(cb.log_id)).collect();
@@ -138,6 +165,12 @@ async fn store(
                     continue;
                 };
                 let mut run = std::borrow::Cow::Borrowed(run);
+                let acceptance = acceptances.remove(&run_id);
+                if let Some(answer) = &acceptance
+                    && run.agent_address.is_none()
+                {
+                    run.to_mut().agent_address.clone_from(&answer.agent);
+                }
                 match agents::may_report(
                     conn,
                     &reporter,
@@ -165,24 +198,48 @@ async fn store(
                         cb.handle_msg.as_deref().unwrap_or("the agent restarted")
                     );
                     changes.requeued(conn, run_id, &why)?;
+                    // It goes out again: a late acceptance must not mark it running.
+                    settled.push(run_id);
                     continue;
                 }
                 let mut result = result_of(cb);
                 if result.finished_ms.is_none_or(|t| t <= 0) {
                     result.finished_ms = Some(now);
                 }
+                result.acceptance = acceptance.map(|answer| Acceptance {
+                    agent_address: answer.agent,
+                    trigger_msg: Some(answer.message),
+                    agent_instance: answer.taken_by.as_ref().map(|t| t.instance_id.clone()),
+                    agent_seq: answer
+                        .taken_by
+                        .as_ref()
+                        .map(|t| i64::try_from(t.seq).unwrap_or(i64::MAX)),
+                });
                 finishing.push((run.into_owned(), result));
             }
             let stored = changes.finished_all(conn, &finishing)?;
+            // When a result was not stored (its run had ended), its acceptance stays held for
+            // the recorder to store alone, as before.
+            if stored == finishing.len() {
+                settled.extend(
+                    finishing
+                        .iter()
+                        .filter(|(_, result)| result.acceptance.is_some())
+                        .map(|(run, _)| run.id),
+                );
+            }
             let prepared = if take_new {
                 let due = changes.take_due_now();
                 send::prepare_all(conn, &mut changes, &router, &due)?
             } else {
                 Vec::new()
             };
-            Ok((stored, refused, prepared, changes))
+            Ok((stored, settled, refused, prepared, changes))
         })
         .await?;
+    if let Some(held) = held {
+        held.forget(settled);
+    }
     if !refused.is_empty() {
         tracing::warn!(runs = ?refused, "Results from an agent the runs were not sent to were ignored");
     }

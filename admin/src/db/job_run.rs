@@ -889,6 +889,20 @@ pub struct RunResult {
     pub oom_killed: Option<bool>,
     pub limits_mode: Option<String>,
     pub outputs: Option<String>,
+    /// The agent's acceptance of the trigger when it was not stored yet (the recorder held it
+    /// back, `dispatch::answer::HeldAcceptances`): stored with the result, in the same write.
+    #[diesel(embed)]
+    pub acceptance: Option<Acceptance>,
+}
+
+/// An agent's acceptance of a trigger, as the result that follows it stores it.
+#[derive(Debug, Clone, AsChangeset)]
+#[diesel(table_name = job_run)]
+pub struct Acceptance {
+    pub agent_address: Option<String>,
+    pub trigger_msg: Option<String>,
+    pub agent_instance: Option<String>,
+    pub agent_seq: Option<i64>,
 }
 
 impl RunResult {
@@ -916,6 +930,18 @@ impl RunResult {
             limits_mode,
             outputs
         );
+        if let Some(acceptance) = &self.acceptance {
+            let Acceptance {
+                agent_address,
+                trigger_msg,
+                agent_instance,
+                agent_seq,
+            } = acceptance.clone();
+            run.agent_address = agent_address.or(run.agent_address);
+            run.trigger_msg = trigger_msg.or(run.trigger_msg);
+            run.agent_instance = agent_instance.or(run.agent_instance);
+            run.agent_seq = agent_seq.or(run.agent_seq);
+        }
         run
     }
 }
@@ -957,6 +983,10 @@ pub fn record_results_all(
     })
 }
 
+fn accepted(result: &RunResult) -> Option<&Acceptance> {
+    result.acceptance.as_ref()
+}
+
 fn results_update<'a>(chunk: &[(RunId, &'a RunResult)]) -> RowsUpdate<'a> {
     let values = |of: &dyn Fn(&'a RunResult) -> Value<'a>| -> Vec<Value<'a>> {
         chunk.iter().map(|(_, result)| of(result)).collect()
@@ -994,6 +1024,26 @@ fn results_update<'a>(chunk: &[(RunId, &'a RunResult)]) -> RowsUpdate<'a> {
             "outputs",
             kept,
             values(&|r| Value::Text(r.outputs.as_deref())),
+        )
+        .column(
+            "agent_address",
+            kept,
+            values(&|r| Value::Text(accepted(r).and_then(|a| a.agent_address.as_deref()))),
+        )
+        .column(
+            "trigger_msg",
+            kept,
+            values(&|r| Value::Text(accepted(r).and_then(|a| a.trigger_msg.as_deref()))),
+        )
+        .column(
+            "agent_instance",
+            kept,
+            values(&|r| Value::Text(accepted(r).and_then(|a| a.agent_instance.as_deref()))),
+        )
+        .column(
+            "agent_seq",
+            kept,
+            values(&|r| Value::BigInt(accepted(r).and_then(|a| a.agent_seq))),
         )
         .where_text_in(
             "status",
@@ -1249,6 +1299,7 @@ mod tests {
                 oom_killed: Some(false),
                 limits_mode: Some("none".into()),
                 outputs: Some("K=v".into()),
+                acceptance: None,
             };
             // A field the result leaves out keeps what the row has.
             let sparse = RunResult {
@@ -1316,6 +1367,62 @@ mod tests {
         }
     );
 
+    storage_test!(a_result_stores_the_acceptance_held_back_with_it, |conn| {
+        let ids: Vec<RunId> = (0..3)
+            .map(|i| insert(conn, &run(JobId(5), Some(i), 0)).unwrap())
+            .collect();
+        assert!(claim_all(conn, &ids, 60).unwrap());
+        let result = |i: i64| RunResult {
+            status: RunStatus::Succeeded,
+            started_ms: Some(70 + i),
+            finished_ms: Some(80 + i),
+            handle_code: Some(200),
+            handle_msg: None,
+            exit_code: Some(0),
+            term_signal: None,
+            cpu_ms: None,
+            max_rss_kb: None,
+            oom_killed: None,
+            limits_mode: None,
+            outputs: None,
+            acceptance: Some(Acceptance {
+                agent_address: Some(format!("http://a{i}:1/")),
+                trigger_msg: Some(format!("accepted by a{i}")),
+                agent_instance: (i != 2).then(|| format!("inst-{i}")),
+                agent_seq: Some(100 + i),
+            }),
+        };
+        let results: Vec<RunResult> = (0..3).map(result).collect();
+        let before = get_all(conn, &ids).unwrap();
+        // One alone, two with the statement a batch of results takes on MySQL.
+        assert!(record_result(conn, ids[0], &results[0]).unwrap());
+        let rest: Vec<(RunId, &RunResult)> = vec![(ids[1], &results[1]), (ids[2], &results[2])];
+        assert!(record_results_all(conn, &rest).unwrap());
+        for (i, id) in ids.iter().enumerate() {
+            let row = get(conn, *id).unwrap();
+            let acceptance = results[i].acceptance.as_ref().unwrap();
+            assert_eq!(
+                (
+                    row.status,
+                    row.agent_address.as_deref(),
+                    row.trigger_msg.as_deref(),
+                    row.agent_instance.as_deref(),
+                    row.agent_seq,
+                ),
+                (
+                    RunStatus::Succeeded,
+                    acceptance.agent_address.as_deref(),
+                    acceptance.trigger_msg.as_deref(),
+                    acceptance.agent_instance.as_deref(),
+                    acceptance.agent_seq,
+                ),
+                "run {i}"
+            );
+            let was = before.iter().find(|r| r.id == *id).unwrap();
+            assert_eq!(row, results[i].applied_to(was), "run {i}");
+        }
+    });
+
     storage_test!(results_are_stored_once, |conn| {
         let id = insert(conn, &run(JobId(3), None, 0)).unwrap();
         record_trigger(
@@ -1355,6 +1462,7 @@ mod tests {
             oom_killed: Some(false),
             limits_mode: Some("cgroup_v1".into()),
             outputs: None,
+            acceptance: None,
         };
         assert!(record_result(conn, id, &result).unwrap());
         let late = RunResult {

@@ -7,6 +7,7 @@ use actix_web::web;
 use tokio::sync::{Semaphore, mpsc};
 
 use crate::dispatch::answer::Handovers;
+use crate::dispatch::send::{TAKE_AHEAD_MS, TAKE_SPAN_MS};
 use crate::state::AppState;
 use crate::worker::Worker;
 
@@ -34,23 +35,28 @@ pub async fn run(
     let handovers = Handovers {
         answers,
         slots: Arc::new(Semaphore::new(MAX_HANDOVERS)),
+        held: Arc::default(),
     };
     let recorder = tokio::spawn(crate::dispatch::send::record_forever(
         state.clone(),
         recorder_inbox,
+        handovers.held.clone(),
     ));
     state.scheduler.set_handovers(Some(handovers.clone()));
     while !worker.stopping() {
-        let now = state.clock.now_ms();
-        while dues.any_due(now) {
+        let horizon = state.clock.now_ms() + TAKE_AHEAD_MS;
+        while dues.any_due(horizon) {
             let Ok(permit) = permits.clone().acquire_owned().await else {
                 break;
             };
             // Everything due by the time a permit is free goes in, up to a batch.
             let batch: Vec<_> = dues
-                .take_due(state.clock.now_ms(), MAX_BATCH)
+                .take_due(
+                    state.clock.now_ms() + TAKE_AHEAD_MS + TAKE_SPAN_MS,
+                    MAX_BATCH,
+                )
                 .into_iter()
-                .map(|due| due.run_id)
+                .map(|due| (due.run_id, due.at_ms))
                 .collect();
             let (state, handovers) = (state.clone(), handovers.clone());
             tokio::spawn(async move {
@@ -65,7 +71,7 @@ pub async fn run(
             });
         }
         if !dues
-            .wait(now, &state.scheduler.timer_wake, &mut worker)
+            .wait(horizon, &state.scheduler.timer_wake, &mut worker)
             .await
         {
             break;

@@ -456,7 +456,11 @@ pub async fn log(
             });
         }
     }
-    let Some(address) = run.agent_address.clone() else {
+    let address = run
+        .agent_address
+        .clone()
+        .or_else(|| crate::dispatch::send::held_agent(state, run.id));
+    let Some(address) = address else {
         return Ok(LogPage {
             from_line,
             to_line: from_line - 1,
@@ -479,8 +483,12 @@ pub async fn log(
 
 /// Asks the run's agent to kill it; the agent reports the run as killed through its callback.
 pub async fn kill(state: &AppState, actor: &Actor, run_id: RunId) -> Result<RunView, Error> {
-    let run = visible_run(state, actor, run_id).await?;
+    let mut run = visible_run(state, actor, run_id).await?;
     actor.write_group(run.group_id)?;
+    // Just taken by an agent whose acceptance is held back: stored first, so the run is running.
+    if run.status == RunStatus::Pending && crate::dispatch::send::store_held(state, run_id).await? {
+        run = visible_run(state, actor, run_id).await?;
+    }
     if run.status != RunStatus::Running {
         return Err(Error::Conflict {
             field: None,

@@ -1035,6 +1035,7 @@ async fn an_admin_narrows_the_report_and_downloads_its_csv() {
                         oom_killed: None,
                         limits_mode: None,
                         outputs: None,
+                        acceptance: None,
                     },
                 )?;
             }

@@ -126,6 +126,7 @@ fn result(status: RunStatus, started_ms: Option<i64>, finished_ms: Option<i64>) 
         oom_killed: None,
         limits_mode: None,
         outputs: None,
+        acceptance: None,
     }
 }
 

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use jobfleet_admin::dispatch::send;
 use jobfleet_admin::scheduler::{monitors, tick};
 use serde_json::{Value, json};
 
@@ -13,6 +14,8 @@ use crate::support::both_backends;
 use crate::support::{AgentProc, Opts, TestApp, wait_for};
 
 const WITHIN: Duration = Duration::from_secs(30);
+/// The most before its time the timer takes a run.
+const TAKEN_EARLY_MS: i64 = send::TAKE_AHEAD_MS + send::TAKE_SPAN_MS;
 
 async fn finished_runs(app: &TestApp, job: i64, at_least: usize) -> Vec<Value> {
     wait_for(
@@ -87,12 +90,18 @@ async fn scheduled_jobs_fire_on_time_on_a_real_agent(mysql: bool) {
                 (Some("succeeded"), Some("schedule")),
                 "{run}"
             );
-            // Sent at its millisecond, not at the next whole second: the timer holds stored fires.
-            let late =
-                run["triggered_ms"].as_i64().unwrap() - run["scheduled_ms"].as_i64().unwrap();
+            // Started at its millisecond, not at the next whole second: the timer holds stored
+            // fires, takes them a moment ahead and hands each over at its time, never before.
+            let scheduled = run["scheduled_ms"].as_i64().unwrap();
+            let late = run["started_ms"].as_i64().unwrap() - scheduled;
             assert!(
                 (0..900).contains(&late),
-                "sent {late} ms after its time: {run}"
+                "started {late} ms after its time: {run}"
+            );
+            let taken = run["triggered_ms"].as_i64().unwrap() - scheduled;
+            assert!(
+                (-TAKEN_EARLY_MS..900).contains(&taken),
+                "taken {taken} ms after its time: {run}"
             );
         }
         // Created and planned at once, without waiting for a poll.
@@ -164,9 +173,13 @@ async fn scheduled_jobs_fire_on_time_on_a_real_agent(mysql: bool) {
         "no new fires after disable: {} > {count}",
         after.len()
     );
+    // A fire the timer took a moment ahead, before the disable, was sent.
     let sent: Vec<&Value> = after
         .iter()
-        .filter(|r| r["scheduled_ms"].as_i64().unwrap() > disabled_at && r["status"] != "skipped")
+        .filter(|r| {
+            r["scheduled_ms"].as_i64().unwrap() > disabled_at + TAKEN_EARLY_MS
+                && r["status"] != "skipped"
+        })
         .collect();
     assert!(
         sent.is_empty(),
@@ -196,6 +209,128 @@ jobfleet_agents_alive 1
     );
 }
 both_backends!(scheduled_jobs_fire_on_time_on_a_real_agent);
+
+/// Runs due within moments of each other are taken in one transaction ahead of their time, and
+/// each is still handed over at its own millisecond, never before it.
+async fn runs_due_moments_apart_are_taken_together_and_started_on_time(mysql: bool) {
+    let app = TestApp::scheduling(mysql, &[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let g = app.group("sched-ahead").await;
+    let _agents = agents(&app, "sched-ahead", 1, &dir).await;
+    // Far enough ahead that every run is planned and with the timer before the first is due.
+    let first_at = app.now_ms() + 3_000;
+    let step = send::TAKE_SPAN_MS / 5;
+    let mut jobs = Vec::new();
+    for i in 0..5 {
+        jobs.push(
+            app.job_from(
+                g,
+                json!({"name": format!("ahead-{i}"), "enabled": true,
+                "schedule": {"type": "once", "at_ms": first_at + i * step},
+                "handler": {"type": "shell", "command": "true"}}),
+            )
+            .await,
+        );
+    }
+    let mut taken_at = std::collections::BTreeSet::new();
+    for job in jobs {
+        let run = finished_runs(&app, job, 1).await.remove(0);
+        assert_eq!(run["status"], "succeeded", "{run}");
+        let scheduled = run["scheduled_ms"].as_i64().unwrap();
+        let started = run["started_ms"].as_i64().unwrap();
+        assert!(
+            started >= scheduled,
+            "started {} ms before its time: {run}",
+            scheduled - started
+        );
+        let triggered = run["triggered_ms"].as_i64().unwrap();
+        assert!(
+            (-TAKEN_EARLY_MS..900).contains(&(triggered - scheduled)),
+            "taken {} ms after its time: {run}",
+            triggered - scheduled
+        );
+        taken_at.insert(triggered);
+    }
+    assert_eq!(
+        taken_at.len(),
+        1,
+        "one take for the five runs: {taken_at:?}"
+    );
+}
+both_backends!(runs_due_moments_apart_are_taken_together_and_started_on_time);
+
+/// A timed run's acceptance is held back for a short run's result to store it; a kill in that
+/// moment, while the run still reads as pending without an agent, stores it first and kills the
+/// run on its agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_killed_while_its_acceptance_is_held_back_is_killed_on_its_agent() {
+    let app = TestApp::scheduling(false, &[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let g = app.group("sched-held").await;
+    let agent = agents(&app, "sched-held", 1, &dir).await.remove(0);
+    let at = app.now_ms() + 2_000;
+    let job = app
+        .job_from(
+            g,
+            json!({"name": "long", "enabled": true,
+            "schedule": {"type": "once", "at_ms": at},
+            "handler": {"type": "shell", "command": "sleep 30"}}),
+        )
+        .await;
+    let id = wait_for(WITHIN, "the run to be stored", || async {
+        app.runs_of(job)
+            .await
+            .first()
+            .and_then(|r| r["id"].as_i64())
+    })
+    .await;
+    let mut killed_while_held = None;
+    while killed_while_held.is_none() {
+        let run = app.run(id).await;
+        assert!(app.now_ms() < at + 5_000, "never killed: {run}");
+        if run["status"] == "running" {
+            // Too slow to catch the held moment: the kill must still work.
+            killed_while_held = Some(false);
+        } else if run["status"] == "pending" && !run["triggered_ms"].is_null() && app.now_ms() > at
+        {
+            let r = app
+                .post(&format!("/api/v1/runs/{id}/kill"), &app.admin, json!({}))
+                .await;
+            if r.status.is_success() {
+                killed_while_held = Some(true);
+            } else {
+                // The hand-over itself may still be going.
+                assert_eq!(r.status, 409, "{}", r.body);
+            }
+            continue;
+        } else {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            continue;
+        }
+        let r = app
+            .post(&format!("/api/v1/runs/{id}/kill"), &app.admin, json!({}))
+            .await;
+        assert!(r.status.is_success(), "{}", r.body);
+    }
+    assert_eq!(
+        killed_while_held,
+        Some(true),
+        "the kill came too late to test"
+    );
+    let run = app.finished_run(id, WITHIN).await;
+    assert_eq!(
+        (run["status"].as_str(), run["agent"].as_str()),
+        (Some("killed"), Some(agent.address.as_str())),
+        "{run}"
+    );
+    assert!(
+        run["trigger_msg"]
+            .as_str()
+            .unwrap()
+            .starts_with("accepted by"),
+        "{run}"
+    );
+}
 
 /// A manual-clock admin without workers: passes are run by hand.
 async fn manual(mysql: bool) -> TestApp {

@@ -10,12 +10,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::db::job_run::{self, Acceptance, JobRun, RunResult};
+use crate::db::run_log;
 use crate::dispatch::answer::{Answer, HeldAcceptances};
 use crate::dispatch::send::{self, Prepared};
 use crate::domain::ids::RunId;
 use crate::domain::policy::RunStatus;
 use crate::error::Error;
 use crate::lifecycle::Changes;
+use crate::scheduler::log_keeper;
 use crate::service::agents;
 use crate::state::AppState;
 
@@ -137,6 +139,7 @@ async fn store(
 ) -> Result<(usize, Vec<Prepared>), Error> {
     let changes = Changes::new(state);
     let router = state.router.clone();
+    let kept_log_bytes = state.config.kept_log_bytes;
     let mut acceptances: HashMap<RunId, Answer> = held
         .map(|held| held.of(batch.iter().map(|cb| RunId(cb.log_id))))
         .unwrap_or_default()
@@ -152,6 +155,8 @@ async fn store(
             // Runs whose held acceptance no longer needs storing once this commits.
             let mut settled = Vec::new();
             let mut finishing = Vec::with_capacity(batch.len());
+            // The logs that came whole with the results, to keep with them.
+            let mut logs: Vec<(RunId, &str)> = Vec::new();
             let reporter = agents::reporter(conn, key.as_deref())?;
             let ids: Vec<RunId> = batch.iter().map(|cb| RunId(cb.log_id)).collect();
             let runs: HashMap<RunId, JobRun> = job_run::get_all(conn, &ids)?
@@ -215,9 +220,27 @@ async fn store(
                         .as_ref()
                         .map(|t| i64::try_from(t.seq).unwrap_or(i64::MAX)),
                 });
+                if let Some(log) = &cb.log {
+                    logs.push((run_id, log.as_str()));
+                }
                 finishing.push((run.into_owned(), result));
             }
             let stored = changes.finished_all(conn, &finishing)?;
+            // Kept only where every result was stored (a run that had ended keeps what it has);
+            // otherwise the log keeper reads them back from the agents as it does for long logs.
+            if stored == finishing.len() && kept_log_bytes > 0 {
+                for (run_id, log) in logs {
+                    let kept = log_keeper::kept_whole(log, kept_log_bytes);
+                    run_log::insert_kept(
+                        conn,
+                        run_id,
+                        &kept.content,
+                        kept.bytes,
+                        kept.truncated,
+                        now,
+                    )?;
+                }
+            }
             // When a result was not stored (its run had ended), its acceptance stays held for
             // the recorder to store alone, as before.
             if stored == finishing.len() {

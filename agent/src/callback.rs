@@ -12,6 +12,9 @@ use crate::spool::Spool;
 
 /// Results per request, about: whole spool files are sent, so one may go a little over.
 const BATCH: usize = 500;
+/// Bytes of spool files per request at most (one file alone may be more): within the 1 MiB an
+/// admin accepts by default (`max_body_bytes`), now that results carry small logs.
+const MAX_REQUEST_BYTES: usize = 768 * 1024;
 const COLLECT_FOR: Duration = Duration::from_millis(5);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
@@ -27,7 +30,11 @@ pub async fn drain_once(client: &AdminClient, spool: &Spool) -> Result<usize, St
         // Whole files per request, so a file is removed exactly when all it holds is stored.
         let mut batch = Vec::new();
         let mut results = Vec::new();
-        while let Some(file) = files.next_if(|_| results.len() < BATCH) {
+        let mut bytes = 0;
+        while let Some(file) = files.next_if(|file| {
+            batch.is_empty() || (results.len() < BATCH && bytes + file.bytes <= MAX_REQUEST_BYTES)
+        }) {
+            bytes += file.bytes;
             results.extend(file.results.iter().cloned());
             batch.push(file);
         }

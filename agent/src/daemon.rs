@@ -124,6 +124,7 @@ fn settle_leftovers(
         start_latency_us: None,
         attempt: None,
         output: None,
+        log: None,
     };
     let (unspawned, interrupted): (Vec<&Interrupted>, Vec<&Interrupted>) = leftovers
         .interrupted

@@ -17,6 +17,20 @@ use crate::protocol::HandleCallbackParam;
 
 /// Results written in one file at most.
 const MAX_PER_FILE: usize = 1_000;
+/// About the most bytes of results written in one file (a result carries its log when small):
+/// a file is sent whole, and a request must stay within what an admin accepts.
+const MAX_FILE_BYTES: usize = 384 * 1024;
+
+/// An upper bound of a result's size as JSON: its texts escaped at worst (`\u0000` for a byte)
+/// and the fixed fields.
+fn bound_bytes(result: &HandleCallbackParam) -> usize {
+    let text = |t: &Option<String>| t.as_ref().map_or(0, String::len);
+    384 + 6
+        * (text(&result.log)
+            + text(&result.handle_msg)
+            + text(&result.output)
+            + text(&result.limits_mode))
+}
 
 #[derive(Debug, Clone)]
 pub struct Spool {
@@ -32,6 +46,8 @@ pub struct Spool {
 pub struct Spooled {
     path: PathBuf,
     pub results: Vec<HandleCallbackParam>,
+    /// The file's size.
+    pub bytes: usize,
 }
 
 impl Spool {
@@ -104,14 +120,21 @@ impl Spool {
                 continue;
             }
             let parsed = std::fs::read(&path).map(|bytes| {
-                serde_json::from_slice::<Vec<HandleCallbackParam>>(&bytes)
-                    // Agents before group commit wrote one result per file.
-                    .or_else(|_| {
-                        serde_json::from_slice::<HandleCallbackParam>(&bytes).map(|r| vec![r])
-                    })
+                (
+                    serde_json::from_slice::<Vec<HandleCallbackParam>>(&bytes)
+                        // Agents before group commit wrote one result per file.
+                        .or_else(|_| {
+                            serde_json::from_slice::<HandleCallbackParam>(&bytes).map(|r| vec![r])
+                        }),
+                    bytes.len(),
+                )
             });
             match parsed {
-                Ok(Ok(results)) if !results.is_empty() => out.push(Spooled { path, results }),
+                Ok((Ok(results), bytes)) if !results.is_empty() => out.push(Spooled {
+                    path,
+                    results,
+                    bytes,
+                }),
                 // A file we cannot read is set aside, not deleted: someone may want it.
                 _ => {
                     let _ = std::fs::rename(&path, path.with_extension("bad"));
@@ -175,11 +198,26 @@ async fn write_forever(
     mut inbox: mpsc::UnboundedReceiver<Write_>,
     written: Arc<Notify>,
 ) {
-    while let Some(first) = inbox.recv().await {
+    let mut next = None;
+    loop {
+        let first = match next.take() {
+            Some(first) => first,
+            None => match inbox.recv().await {
+                Some(first) => first,
+                None => return,
+            },
+        };
+        let mut bytes = bound_bytes(&first.0);
         let mut group = vec![first];
         while group.len() < MAX_PER_FILE
             && let Ok(more) = inbox.try_recv()
         {
+            bytes += bound_bytes(&more.0);
+            if bytes > MAX_FILE_BYTES {
+                // The first of the next file.
+                next = Some(more);
+                break;
+            }
             group.push(more);
         }
         let (results, waiters): (Vec<_>, Vec<_>) = group.into_iter().unzip();
@@ -283,5 +321,42 @@ mod tests {
             .flat_map(|f| f.results.iter().map(|r| r.log_id))
             .collect();
         assert_eq!(ids.len(), 50);
+    }
+
+    /// Results carrying logs are split so that a file, sent whole, stays within what an admin
+    /// takes in one request.
+    #[tokio::test]
+    async fn a_group_of_results_with_logs_is_split_into_files_of_bounded_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(dir.path().join("spool")).unwrap();
+        let writer = SpoolWriter::start(spool.clone(), Arc::new(Notify::new()));
+        let with_log = |id: i64| HandleCallbackParam {
+            log: Some("x".repeat(crate::protocol::INLINE_LOG_MAX_BYTES)),
+            ..result(id)
+        };
+        assert!(bound_bytes(&with_log(1)) > 6 * crate::protocol::INLINE_LOG_MAX_BYTES);
+        let writes: Vec<_> = (1..=100)
+            .map(|id| {
+                let writer = writer.clone();
+                tokio::spawn(async move { writer.write(with_log(id)).await })
+            })
+            .collect();
+        for write in writes {
+            write.await.unwrap().unwrap();
+        }
+        let files = spool.pending().unwrap();
+        assert_eq!(files.iter().map(|f| f.results.len()).sum::<usize>(), 100);
+        for file in &files {
+            let bound: usize = file.results.iter().map(bound_bytes).sum();
+            assert!(
+                file.results.len() == 1 || bound <= MAX_FILE_BYTES,
+                "{} results, {bound} bytes at most",
+                file.results.len()
+            );
+            assert_eq!(
+                file.bytes,
+                std::fs::metadata(&file.path).unwrap().len() as usize
+            );
+        }
     }
 }

@@ -55,6 +55,54 @@ pub fn claim(conn: &mut AnyConnection, ids: &[RunId], now_ms: i64) -> Result<Vec
     Ok(claimed)
 }
 
+/// Keeps the log of run `id` that came with its result: stored at once, no claim and no read
+/// from the agent. Returns whether it was stored; a run that has a row already keeps it.
+///
+/// # Errors
+/// Database errors.
+pub fn insert_kept(
+    conn: &mut AnyConnection,
+    id: RunId,
+    content: &str,
+    bytes: i64,
+    truncated: bool,
+    now_ms: i64,
+) -> Result<bool, Error> {
+    let inserted = diesel::insert_into(run_log::table)
+        .values((
+            run_log::run_id.eq(id),
+            run_log::state.eq(KEPT),
+            run_log::content.eq(content),
+            run_log::bytes.eq(bytes),
+            run_log::truncated.eq(truncated),
+            run_log::updated_ms.eq(now_ms),
+        ))
+        .execute(conn);
+    match inserted {
+        Ok(_) => Ok(true),
+        // Neither SQLite nor MySQL aborts the transaction on a duplicate key.
+        Err(Diesel::DatabaseError(DatabaseErrorKind::UniqueViolation, _)) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The runs of `ids` that have a row (kept, missing or being read).
+///
+/// # Errors
+/// Database errors.
+pub fn having_row(conn: &mut AnyConnection, ids: &[RunId]) -> Result<Vec<RunId>, Error> {
+    let mut found = Vec::new();
+    for chunk in ids.chunks(super::IN_LIST_MAX) {
+        found.extend(
+            run_log::table
+                .filter(run_log::run_id.eq_any(chunk))
+                .select(run_log::run_id)
+                .load::<RunId>(conn)?,
+        );
+    }
+    Ok(found)
+}
+
 /// Stores what was read for a claimed run.
 ///
 /// # Errors

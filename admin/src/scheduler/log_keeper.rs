@@ -158,7 +158,14 @@ impl Keeper {
         } else {
             state
                 .db
-                .transaction(move |conn| run_log::claim(conn, &ids, now))
+                .transaction(move |conn| {
+                    // Most short runs' logs came with their results: nothing to read back.
+                    let have: BTreeSet<RunId> =
+                        run_log::having_row(conn, &ids)?.into_iter().collect();
+                    let unkept: Vec<RunId> =
+                        ids.into_iter().filter(|id| !have.contains(id)).collect();
+                    run_log::claim(conn, &unkept, now)
+                })
                 .await?
         };
         self.cursor = Some(next_cursor);
@@ -218,6 +225,14 @@ pub struct Kept {
     pub content: String,
     pub bytes: i64,
     pub truncated: bool,
+}
+
+/// A log that came whole (with its run's result), kept as a read from the agent keeps it: at
+/// most `cap` bytes, its head and its tail when longer.
+pub fn kept_whole(log: &str, cap: u64) -> Kept {
+    let mut kept = Bounded::new(usize::try_from(cap).unwrap_or(usize::MAX));
+    kept.push(log);
+    kept.finish()
 }
 
 /// Reads a run's whole log from its agent, page by page, keeping at most `cap` bytes.

@@ -48,9 +48,6 @@ async fn a_log_is_readable_after_its_agent_and_its_files_are_gone() {
     let long_from_agent = app.full_log(long_run).await;
     assert_eq!(long_from_agent.lines().count(), 2000);
 
-    // One pass keeps the finished runs' logs and leaves the running one for later.
-    let mut keeper = Keeper::default();
-    keeper.pass(&app.state).await.unwrap();
     let kept = |run: i64| {
         let state = app.state.clone();
         async move {
@@ -63,7 +60,20 @@ async fn a_log_is_readable_after_its_agent_and_its_files_are_gone() {
                 .unwrap()
         }
     };
-    assert!(kept(short_run).await.is_some());
+    // A short log came whole with its result and was kept with it; a long one is read back.
+    let came_with_result = kept(short_run).await.expect("kept with the result");
+    assert_eq!(
+        (
+            came_with_result.content.as_str(),
+            came_with_result.truncated
+        ),
+        (from_agent.as_str(), false)
+    );
+    assert!(kept(long_run).await.is_none(), "too long to come with it");
+    // One pass keeps the other finished run's log and leaves the running one for later.
+    let mut keeper = Keeper::default();
+    keeper.pass(&app.state).await.unwrap();
+    assert_eq!(kept(short_run).await, Some(came_with_result));
     assert!(
         kept(pending_run).await.is_none(),
         "a running run's log is not kept yet"

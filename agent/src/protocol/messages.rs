@@ -208,10 +208,18 @@ pub struct HandleCallbackParam {
     /// at most [`MAX_OUTPUT_BYTES`]. Workflows pass them to downstream nodes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
+    /// jobfleet: the run's whole log when it is at most [`INLINE_LOG_MAX_BYTES`] (invalid UTF-8
+    /// replaced), so that an admin keeping logs stores it with the result instead of reading it
+    /// back from the agent; absent for a longer log, which the admin reads page by page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<String>,
 }
 
 /// The most of a run's output file an agent sends (whole lines; the rest is dropped).
 pub const MAX_OUTPUT_BYTES: usize = 16 * 1024;
+
+/// The longest log a result carries whole (`HandleCallbackParam::log`).
+pub const INLINE_LOG_MAX_BYTES: usize = 4 * 1024;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -275,6 +283,7 @@ mod tests {
             start_latency_us: None,
             attempt: None,
             output: None,
+            log: None,
         };
         assert_eq!(
             serde_json::to_string(&cb).unwrap(),

@@ -621,20 +621,37 @@ impl Runner {
                 );
             }
         };
+        let mut result = self
+            .execute_logged(&prepared, &log, started_ms, stop_rx)
+            .await;
+        // Complete now: the output is closed and the notes are in. A small log travels with
+        // the result, so an admin keeping logs need not read it back.
+        result.log = log.whole_if_within(crate::protocol::INLINE_LOG_MAX_BYTES);
+        result
+    }
+
+    async fn execute_logged(
+        self: &Arc<Self>,
+        prepared: &Prepared,
+        log: &RunLog,
+        started_ms: i64,
+        stop_rx: oneshot::Receiver<StopReason>,
+    ) -> HandleCallbackParam {
+        let trigger = &prepared.trigger;
         let interpreter = match &prepared.work {
             Work::Process(interpreter) => interpreter,
             Work::Http(job) => {
                 return self
-                    .send_http(&prepared, job, &log, started_ms, stop_rx)
+                    .send_http(prepared, job, log, started_ms, stop_rx)
                     .await;
             }
         };
-        let launch = match prepare::launch(&prepared, interpreter, &self.config, &log) {
+        let launch = match prepare::launch(prepared, interpreter, &self.config, log) {
             Ok(launch) => launch,
             Err(msg) => return outcome::failed(trigger, started_ms, msg, self.limits_mode()),
         };
-        match self.supervise(&prepared, launch, &log, stop_rx).await {
-            Ok(ended) => outcome::finished(&prepared, started_ms, ended),
+        match self.supervise(prepared, launch, log, stop_rx).await {
+            Ok(ended) => outcome::finished(prepared, started_ms, ended),
             Err(not_run) => outcome::failed(trigger, started_ms, not_run.msg, not_run.limits_mode),
         }
     }

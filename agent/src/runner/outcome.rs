@@ -66,6 +66,7 @@ pub(super) fn finished(prepared: &Prepared, started_ms: i64, ended: Ended) -> Ha
         start_latency_us: Some(start_latency_us),
         attempt: trigger.attempt,
         output,
+        log: None,
     }
 }
 
@@ -91,6 +92,7 @@ pub(super) fn failed(
         start_latency_us: None,
         attempt: trigger.attempt,
         output: None,
+        log: None,
     }
 }
 

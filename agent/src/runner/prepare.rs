@@ -59,6 +59,19 @@ impl RunLog {
             .set_permissions(std::fs::Permissions::from_mode(STARTED_MODE))
     }
 
+    /// The whole log when it is at most `max` bytes (invalid UTF-8 replaced); `None` when it
+    /// is longer or cannot be read.
+    pub fn whole_if_within(&self, max: usize) -> Option<String> {
+        use std::os::unix::fs::FileExt;
+        let len = usize::try_from(self.file.metadata().ok()?.len()).ok()?;
+        if len > max {
+            return None;
+        }
+        let mut bytes = vec![0; len];
+        self.file.read_exact_at(&mut bytes, 0).ok()?;
+        Some(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
     /// Appends what the run produced (an http job's answer), ending it with a newline. Best
     /// effort, as notes are.
     pub fn append(&self, bytes: &[u8]) {
@@ -334,6 +347,20 @@ fn env(trigger: &TriggerParam, params: String) -> BTreeMap<String, String> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_log_comes_whole_only_within_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = RunLog::open(dir.path().join("day/7.log")).unwrap();
+        assert_eq!(log.whole_if_within(10).as_deref(), Some(""));
+        log.append(b"hello \xff");
+        log.note("done");
+        assert_eq!(
+            log.whole_if_within(100).as_deref(),
+            Some("hello \u{fffd}\n[jobfleet-agent] done\n")
+        );
+        assert_eq!(log.whole_if_within(10), None);
+    }
 
     // A job that writes outputs runs the same on its own and as a node; only a node's
     // outputs have a file (and are sent).

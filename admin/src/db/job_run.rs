@@ -269,7 +269,9 @@ pub fn record_trigger(
                 )
                 .otherwise(job_run::status)),
             ),
-            job_run::id.eq(id),
+            job_run::id
+                .eq(id)
+                .and(job_run::triggered_ms.eq(answer.claimed_ms)),
         )
         .execute(conn)?;
         return Ok(false);
@@ -284,7 +286,8 @@ pub fn record_trigger(
         ),
         job_run::id
             .eq(id)
-            .and(job_run::status.eq(RunStatus::Pending)),
+            .and(job_run::status.eq(RunStatus::Pending))
+            .and(job_run::triggered_ms.eq(answer.claimed_ms)),
     )
     .execute(conn)?
         > 0)
@@ -322,6 +325,7 @@ pub fn record_accepted_all<'a>(
                 RunStatus::Pending.as_str(),
                 RunStatus::Running.as_str(),
             )
+            .where_each_equals("triggered_ms", values(&|a| Value::BigInt(a.claimed_ms)))
             .execute(conn)?;
     }
     Ok(())
@@ -336,6 +340,11 @@ pub struct TriggerAnswer<'a> {
     /// The accepting agent process and its accept sequence number (jobfleet agents only).
     pub instance: Option<&'a str>,
     pub seq: Option<i64>,
+    /// The claim the trigger went out under (the run's `triggered_ms` then). An answer stores
+    /// nothing once the run was handed back and claimed anew, or is unclaimed: a late answer
+    /// must not mark a requeued run running on an agent that gave it back, nor fail its new
+    /// trigger.
+    pub claimed_ms: Option<i64>,
 }
 
 /// The runs of `ids` that exist, as they are, in no particular order: the callback checks who
@@ -1271,6 +1280,7 @@ mod tests {
                             },
                             instance: (i != 2).then_some("inst"),
                             seq: Some(i64::try_from(i).unwrap() + 100),
+                            claimed_ms: Some(if i == 1 { 50 } else { 70 }),
                         },
                     )
                 })
@@ -1325,6 +1335,7 @@ mod tests {
                     message: "m",
                     instance: None,
                     seq: None,
+                    claimed_ms: Some(50),
                 },
                 95,
             )
@@ -1425,6 +1436,7 @@ mod tests {
 
     storage_test!(results_are_stored_once, |conn| {
         let id = insert(conn, &run(JobId(3), None, 0)).unwrap();
+        assert!(claim(conn, id, 5).unwrap());
         record_trigger(
             conn,
             id,
@@ -1434,6 +1446,7 @@ mod tests {
                 message: "ok",
                 instance: Some("i1"),
                 seq: Some(7),
+                claimed_ms: Some(5),
             },
             10,
         )
@@ -1476,6 +1489,7 @@ mod tests {
         assert_eq!(get(conn, id).unwrap().status, RunStatus::Succeeded);
         assert!(!record_result(conn, RunId(424242), &result).unwrap());
         let failed = insert(conn, &run(JobId(3), None, 0)).unwrap();
+        assert!(claim(conn, failed, 25).unwrap());
         record_trigger(
             conn,
             failed,
@@ -1485,6 +1499,7 @@ mod tests {
                 message: "no live agent",
                 instance: None,
                 seq: None,
+                claimed_ms: Some(25),
             },
             30,
         )
@@ -1495,6 +1510,61 @@ mod tests {
                 get(conn, failed).unwrap().finished_ms
             ),
             ("failed", Some(30))
+        );
+    });
+    storage_test!(a_late_answer_to_an_earlier_claim_stores_nothing, |conn| {
+        let accepted_by = |agent: &'static str, claimed_ms: i64| TriggerAnswer {
+            agent: Some(agent),
+            accepted: true,
+            message: "accepted",
+            instance: Some("i"),
+            seq: Some(1),
+            claimed_ms: Some(claimed_ms),
+        };
+        let handed_back = insert(conn, &run(JobId(5), None, 0)).unwrap();
+        let other = insert(conn, &run(JobId(5), None, 0)).unwrap();
+        assert!(claim_all(conn, &[handed_back, other], 10).unwrap());
+        // The agent gave the run back before its acceptance was stored (another admin took the
+        // hand-back, or this one stored it first): the late acceptance must not mark it running.
+        assert!(requeue(conn, handed_back, "handed back").unwrap());
+        record_trigger(conn, handed_back, &accepted_by("http://a:1/", 10), 11).unwrap();
+        let row = get(conn, handed_back).unwrap();
+        assert_eq!(
+            (row.status, row.agent_address, row.triggered_ms),
+            (RunStatus::Pending, None, None)
+        );
+        // Claimed anew: answers to the old claim, alone or in a batch, leave the new one alone.
+        assert!(claim(conn, handed_back, 20).unwrap());
+        let refused = TriggerAnswer {
+            accepted: false,
+            message: "refused",
+            ..accepted_by("http://a:1/", 10)
+        };
+        assert!(!record_trigger(conn, handed_back, &refused, 21).unwrap());
+        record_accepted_all(
+            conn,
+            &[
+                (handed_back, accepted_by("http://a:1/", 10)),
+                (other, accepted_by("http://b:2/", 10)),
+            ],
+        )
+        .unwrap();
+        let row = get(conn, handed_back).unwrap();
+        assert_eq!(
+            (row.status, row.agent_address, row.triggered_ms),
+            (RunStatus::Pending, None, Some(20))
+        );
+        let row = get(conn, other).unwrap();
+        assert_eq!(
+            (row.status, row.agent_address.as_deref()),
+            (RunStatus::Running, Some("http://b:2/"))
+        );
+        // The answer to the claim it went out under is stored.
+        record_trigger(conn, handed_back, &accepted_by("http://c:3/", 20), 22).unwrap();
+        let row = get(conn, handed_back).unwrap();
+        assert_eq!(
+            (row.status, row.agent_address.as_deref()),
+            (RunStatus::Running, Some("http://c:3/"))
         );
     });
 }

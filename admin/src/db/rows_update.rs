@@ -45,6 +45,7 @@ pub struct RowsUpdate<'a> {
     parts: Vec<Part<'a>>,
     columns: usize,
     also: Option<(&'static str, Vec<&'a str>)>,
+    matching: Option<(&'static str, Vec<Value<'a>>)>,
 }
 
 impl<'a> RowsUpdate<'a> {
@@ -55,6 +56,7 @@ impl<'a> RowsUpdate<'a> {
             parts: vec![Part::Sql("UPDATE "), Part::Ident(table), Part::Sql(" SET ")],
             columns: 0,
             also: None,
+            matching: None,
         }
     }
 
@@ -120,6 +122,17 @@ impl<'a> RowsUpdate<'a> {
         self.also = Some((column, values));
         self
     }
+
+    /// Only the rows whose `column` equals their own `values[i]` change (`NULL` matches nothing).
+    ///
+    /// # Panics
+    /// When `values` and the ids differ in length (a caller's bug).
+    #[must_use]
+    pub fn where_each_equals(mut self, column: &'static str, values: Vec<Value<'a>>) -> Self {
+        assert_eq!(values.len(), self.ids.len(), "a value per row");
+        self.matching = Some((column, values));
+        self
+    }
 }
 
 impl QueryFragment<MultiBackend> for RowsUpdate<'_> {
@@ -130,10 +143,7 @@ impl QueryFragment<MultiBackend> for RowsUpdate<'_> {
             match part {
                 Part::Sql(sql) => out.push_sql(sql),
                 Part::Ident(name) => out.push_identifier(name)?,
-                Part::Bind(Value::Text(v)) => out.push_bind_param::<Nullable<Text>, _>(v)?,
-                Part::Bind(Value::Int(v)) => out.push_bind_param::<Nullable<Integer>, _>(v)?,
-                Part::Bind(Value::BigInt(v)) => out.push_bind_param::<Nullable<BigInt>, _>(v)?,
-                Part::Bind(Value::Bool(v)) => out.push_bind_param::<Nullable<Bool>, _>(v)?,
+                Part::Bind(value) => push_value(&mut out, value)?,
             }
         }
         out.push_sql(" WHERE ");
@@ -158,7 +168,32 @@ impl QueryFragment<MultiBackend> for RowsUpdate<'_> {
             }
             out.push_sql(")");
         }
+        if let Some((column, values)) = &self.matching {
+            out.push_sql(" AND ");
+            out.push_identifier(column)?;
+            out.push_sql(" = CASE ");
+            out.push_identifier("id")?;
+            for (id, value) in self.ids.iter().zip(values) {
+                out.push_sql(" WHEN ");
+                out.push_bind_param::<BigInt, _>(id)?;
+                out.push_sql(" THEN ");
+                push_value(&mut out, value)?;
+            }
+            out.push_sql(" END");
+        }
         Ok(())
+    }
+}
+
+fn push_value<'b>(
+    out: &mut AstPass<'_, 'b, MultiBackend>,
+    value: &'b Value<'_>,
+) -> QueryResult<()> {
+    match value {
+        Value::Text(v) => out.push_bind_param::<Nullable<Text>, _>(v),
+        Value::Int(v) => out.push_bind_param::<Nullable<Integer>, _>(v),
+        Value::BigInt(v) => out.push_bind_param::<Nullable<BigInt>, _>(v),
+        Value::Bool(v) => out.push_bind_param::<Nullable<Bool>, _>(v),
     }
 }
 

@@ -21,6 +21,8 @@ pub struct Answer {
     pub outcome: &'static str,
     /// Which agent process took the run (jobfleet agents say so; XXL-Job executors do not).
     pub taken_by: Option<RunAccepted>,
+    /// The claim this hand-over went out under (see `job_run::TriggerAnswer::claimed_ms`).
+    pub claimed_ms: Option<i64>,
 }
 
 /// The running timer's hand-over slots and its recorder of answers. Whoever holds a clone keeps
@@ -116,6 +118,7 @@ mod tests {
             message: format!("accepted by {agent}"),
             outcome: "accepted",
             taken_by: None,
+            claimed_ms: Some(1),
         }
     }
 

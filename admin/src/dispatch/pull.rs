@@ -100,6 +100,7 @@ pub async fn take(state: &AppState, address: &str, max: u32) -> Result<TakeResul
                 message,
                 outcome: "no_agent",
                 taken_by: None,
+                claimed_ms: run.triggered_ms,
             }),
             Prepared::Send {
                 job,
@@ -143,6 +144,7 @@ pub async fn take(state: &AppState, address: &str, max: u32) -> Result<TakeResul
                                 },
                                 outcome: "accepted",
                                 taken_by,
+                                claimed_ms: one.run.triggered_ms,
                             }
                         }
                         Err(e) => Answer {
@@ -152,6 +154,7 @@ pub async fn take(state: &AppState, address: &str, max: u32) -> Result<TakeResul
                             message: format!("{address} {e}"),
                             outcome: "refused",
                             taken_by: None,
+                            claimed_ms: one.run.triggered_ms,
                         },
                     });
                 }

@@ -338,6 +338,7 @@ async fn hand_over(state: &AppState, job: &Job, routing: Routing, send: Send) ->
             Ok((msg, taken_by)) => {
                 return Answer {
                     taken_by,
+                    claimed_ms: send.run.triggered_ms,
                     run_id: send.run.id,
                     agent: Some(address.clone()),
                     accepted: true,
@@ -365,6 +366,7 @@ async fn hand_over(state: &AppState, job: &Job, routing: Routing, send: Send) ->
                         message: reasons.join("; "),
                         outcome: "refused",
                         taken_by: None,
+                        claimed_ms: send.run.triggered_ms,
                     };
                 }
             }
@@ -377,6 +379,7 @@ async fn hand_over(state: &AppState, job: &Job, routing: Routing, send: Send) ->
         message: format!("no agent accepted the trigger: {}", reasons.join("; ")),
         outcome: "unreachable",
         taken_by: None,
+        claimed_ms: send.run.triggered_ms,
     }
 }
 
@@ -454,26 +457,64 @@ pub fn prepare_all(
     run_ids: &[RunId],
 ) -> Result<Vec<Prepared>, Error> {
     let mut lookups = Lookups::default();
-    if run_ids.len() > 1 && lifecycle::all_claimed(conn, run_ids, changes.now_ms())? {
-        let mut runs: HashMap<RunId, JobRun> = job_run::get_all(conn, run_ids)?
-            .into_iter()
-            .map(|run| (run.id, run))
-            .collect();
-        changes
-            .jobs()
-            .read_all(conn, runs.values().map(|run| run.job_id))?;
-        return run_ids
-            .iter()
-            .map(|id| {
-                let run = runs.remove(id).ok_or(Error::NotFound("run"))?;
-                prepare_claimed(conn, changes, &mut lookups, router, run, None)
-            })
-            .collect();
+    let mut prepared =
+        if run_ids.len() > 1 && lifecycle::all_claimed(conn, run_ids, changes.now_ms())? {
+            let mut runs: HashMap<RunId, JobRun> = job_run::get_all(conn, run_ids)?
+                .into_iter()
+                .map(|run| (run.id, run))
+                .collect();
+            changes
+                .jobs()
+                .read_all(conn, runs.values().map(|run| run.job_id))?;
+            run_ids
+                .iter()
+                .map(|id| {
+                    let run = runs.remove(id).ok_or(Error::NotFound("run"))?;
+                    prepare_claimed(conn, changes, &mut lookups, router, run, None)
+                })
+                .collect::<Result<Vec<_>, Error>>()?
+        } else {
+            run_ids
+                .iter()
+                .map(|&id| prepare(conn, changes, &mut lookups, router, id, None))
+                .collect::<Result<Vec<_>, Error>>()?
+        };
+    drop_replaced_in_batch(&mut prepared);
+    Ok(prepared)
+}
+
+/// A run that a later run of the same batch replaced (concurrency policy `replace`, two fires
+/// within one take) is stored killed already: it must not go out at all, and there is nothing
+/// to kill for it on an agent. Sent, it would start after its replacement's kill had passed.
+fn drop_replaced_in_batch(prepared: &mut [Prepared]) {
+    let mut replaced = std::collections::HashSet::new();
+    let mut in_batch = std::collections::HashSet::new();
+    for one in prepared.iter() {
+        if let Prepared::Send {
+            sends, replaced: r, ..
+        } = one
+        {
+            replaced.extend(r.iter().map(|run| run.id));
+            in_batch.extend(sends.iter().map(|send| send.run.id));
+        }
     }
-    run_ids
-        .iter()
-        .map(|&id| prepare(conn, changes, &mut lookups, router, id, None))
-        .collect()
+    if replaced.is_disjoint(&in_batch) {
+        return;
+    }
+    for one in prepared.iter_mut() {
+        if let Prepared::Send {
+            sends,
+            replaced: kills,
+            ..
+        } = one
+        {
+            sends.retain(|send| !replaced.contains(&send.run.id));
+            kills.retain(|old| !in_batch.contains(&old.id));
+            if sends.is_empty() {
+                *one = Prepared::Ended;
+            }
+        }
+    }
 }
 
 /// Sends the runs `due` (each with the millisecond it is due at, now or within the timer's
@@ -586,6 +627,7 @@ async fn send_prepared(state: &AppState, prepared: Prepared) -> Vec<Answer> {
             message,
             outcome: "no_agent",
             taken_by: None,
+            claimed_ms: run.triggered_ms,
         }],
         Prepared::Send {
             job,
@@ -629,6 +671,7 @@ pub(super) async fn store_answers(state: &AppState, answers: Vec<Answer>) -> Res
                             .taken_by
                             .as_ref()
                             .map(|t| i64::try_from(t.seq).unwrap_or(i64::MAX)),
+                        claimed_ms: a.claimed_ms,
                     };
                     (a.run_id, answer)
                 })

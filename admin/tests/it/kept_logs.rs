@@ -140,3 +140,137 @@ async fn a_log_is_readable_after_its_agent_and_its_files_are_gone() {
     assert!(kept(short_run).await.is_none(), "gone with its run");
     assert!(kept(long_run).await.is_some());
 }
+
+/// Posts to an agent endpoint (`registry`, `callback`) as an XXL-Job executor would: the shared
+/// token, no key. Returns the XXL-Job envelope.
+async fn as_executor(app: &TestApp, path: &str, body: &serde_json::Value) -> serde_json::Value {
+    let response = reqwest::Client::new()
+        .post(format!("{}/api/{path}", app.base))
+        .header("XXL-JOB-ACCESS-TOKEN", "test-agent-token")
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "XXL-Job peers read `code`");
+    response.json().await.unwrap()
+}
+
+/// The `log` a result may carry is an agent's input like any other: a log of the wrong type
+/// refuses the whole batch with a clear message and stores nothing (the agent resends it); one
+/// above `kept_log_bytes` is kept as its head and tail; control characters and NUL are kept as
+/// they came.
+async fn a_log_sent_with_a_result_is_checked_and_bounded(mysql: bool) {
+    let app = TestApp::scheduling(mysql, &[("JOBFLEET_KEPT_LOG_BYTES", "4096")]).await;
+    let group = app
+        .post(
+            "/api/v1/groups",
+            &app.admin,
+            json!({"app_name": "log-input", "title": "Logs", "allow_executors": true}),
+        )
+        .await;
+    let g = group.body["id"].as_i64().unwrap();
+    let executor =
+        crate::support::agent::fake_executor(crate::support::agent::Executor::Accepting).await;
+    let registered = as_executor(
+        &app,
+        "registry",
+        &json!({"registryGroup": "EXECUTOR",
+        "registryKey": "log-input", "registryValue": executor}),
+    )
+    .await;
+    assert_eq!(registered["code"], 200, "{registered}");
+    let job = app
+        .job_from(
+            g,
+            json!({"name": "bean", "handler": {"type": "bean", "name": "demoJobHandler"}}),
+        )
+        .await;
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        let run = app.trigger(job, json!({})).await;
+        assert_eq!(run["status"], "running", "{run}");
+        runs.push(run["id"].as_i64().unwrap());
+    }
+    let result = |id: i64, log: serde_json::Value| json!({"logId": id, "logDateTim": app.now_ms(), "handleCode": 200, "log": log});
+
+    let wrong_type = as_executor(&app, "callback", &json!([result(runs[0], json!(42))])).await;
+    assert_eq!(wrong_type["code"], 500, "{wrong_type}");
+    assert!(
+        wrong_type["msg"]
+            .as_str()
+            .unwrap()
+            .contains("expected a string"),
+        "the message says what is wrong: {wrong_type}"
+    );
+    assert_eq!(
+        app.run(runs[0]).await["status"],
+        "running",
+        "nothing stored"
+    );
+
+    let controls = "\u{0}nul\u{1b}[31mred\u{1b}[0m\r\n\ttab\u{7f}\u{feff}end\n";
+    let long: String = (0..2_000).map(|i| format!("line {i}\n")).collect();
+    let stored = as_executor(
+        &app,
+        "callback",
+        &json!([
+            result(runs[0], json!(controls)),
+            result(runs[1], json!(long))
+        ]),
+    )
+    .await;
+    assert_eq!(stored["code"], 200, "{stored}");
+    for run in &runs[..2] {
+        assert_eq!(app.run(*run).await["status"], "succeeded");
+    }
+    let kept = |run: i64| {
+        let state = app.state.clone();
+        async move {
+            state
+                .db
+                .run(move |conn| {
+                    jobfleet_admin::db::run_log::kept(conn, jobfleet_admin::domain::ids::RunId(run))
+                })
+                .await
+                .unwrap()
+                .expect("kept with its result")
+        }
+    };
+    let exact = kept(runs[0]).await;
+    assert_eq!((exact.content.as_str(), exact.truncated), (controls, false));
+    let bounded = kept(runs[1]).await;
+    assert!(bounded.truncated);
+    assert_eq!(bounded.bytes, long.len() as i64);
+    assert!(
+        bounded.content.len() <= 4096 + 200,
+        "{}",
+        bounded.content.len()
+    );
+    assert!(bounded.content.starts_with("line 0\n"));
+    assert!(bounded.content.ends_with("line 1999\n"));
+    // Served as kept through the API, whatever the executor would say.
+    let page = app
+        .get(&format!("/api/v1/runs/{}/log", runs[0]), &app.admin)
+        .await;
+    assert_eq!(page.body["content"], controls, "{}", page.body);
+
+    // A log that is not a valid JSON string at all (a lone surrogate) is refused as well.
+    let body = format!(
+        r#"[{{"logId": {}, "logDateTim": 1, "handleCode": 200, "log": "\ud800"}}]"#,
+        runs[2]
+    );
+    let raw: serde_json::Value = reqwest::Client::new()
+        .post(format!("{}/api/callback", app.base))
+        .header("XXL-JOB-ACCESS-TOKEN", "test-agent-token")
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(raw["code"], 500, "{raw}");
+    assert_eq!(app.run(runs[2]).await["status"], "running");
+}
+crate::support::both_backends!(a_log_sent_with_a_result_is_checked_and_bounded);

@@ -759,6 +759,96 @@ async fn forbid_skips_and_replace_kills_the_running_run() {
     .await;
 }
 
+/// Two runs of a `replace` job due within one take: the later one replaces the earlier in the
+/// take's transaction, so the earlier never goes out (sent, it would start on its agent after the
+/// kill meant for it had passed) and the later runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_replaced_within_its_own_take_is_never_sent() {
+    use jobfleet_admin::db::job_run::{self, NewJobRun};
+    use jobfleet_admin::domain::ids::{GroupId, JobId, RunId};
+    use jobfleet_admin::domain::policy::{RunStatus, TriggerKind};
+    use jobfleet_admin::scheduler::Due;
+    let app = TestApp::scheduling(false, &[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let g = app.group("sched-replace-take").await;
+    let _agents = agents(&app, "sched-replace-take", 1, &dir).await;
+    let job = app
+        .job_from(
+            g,
+            json!({"name": "replace", "concurrency": "replace",
+                "handler": {"type": "shell", "command": "sleep 20"}}),
+        )
+        .await;
+    let at = app.now_ms() + 1_500;
+    let new_run = move |scheduled_ms: i64| NewJobRun {
+        job_id: JobId(job),
+        group_id: GroupId(g),
+        first_run_id: None,
+        attempt: 1,
+        trigger_kind: TriggerKind::Api,
+        fire_slot_ms: None,
+        scheduled_ms,
+        status: RunStatus::Pending,
+        params: String::new(),
+        shard_index: 0,
+        shard_total: 1,
+        created_ms: at - 1_500,
+        workflow_node_id: None,
+        node_attempt: None,
+        timeout_s: None,
+        env: None,
+    };
+    let (earlier, later) = app
+        .state
+        .db
+        .run(move |conn| {
+            Ok((
+                job_run::insert(conn, &new_run(at))?,
+                job_run::insert(conn, &new_run(at + send::TAKE_SPAN_MS / 5))?,
+            ))
+        })
+        .await
+        .unwrap();
+    app.state.scheduler.enqueue([
+        Due {
+            at_ms: at,
+            run_id: earlier,
+        },
+        Due {
+            at_ms: at + send::TAKE_SPAN_MS / 5,
+            run_id: later,
+        },
+    ]);
+    let running = wait_for(WITHIN, "the later run running", || async {
+        let run = app.run(later.0).await;
+        (run["status"] == "running").then_some(run)
+    })
+    .await;
+    let RunId(earlier) = earlier;
+    // Long enough for a hand-over of the earlier run, had there been one, to be answered.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let replaced = app.run(earlier).await;
+    assert_eq!(
+        (
+            replaced["status"].as_str(),
+            replaced["agent"].as_str(),
+            replaced["started_ms"].as_i64()
+        ),
+        (Some("killed"), None, None),
+        "{replaced}"
+    );
+    assert_eq!(
+        replaced["triggered_ms"], running["triggered_ms"],
+        "one take: {replaced} {running}"
+    );
+    app.post(
+        &format!("/api/v1/runs/{}/kill", later.0),
+        &app.admin,
+        json!({}),
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_runs_are_retried_with_growing_backoff_and_children_follow_success() {
     let app = TestApp::scheduling(false, &[]).await;

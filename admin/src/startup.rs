@@ -267,8 +267,11 @@ pub async fn serve(
         "jobfleet: admin listening on {scheme}://{}",
         running.addr
     ));
+    // What stays resident is then what the admin uses, not all that start-up or a burst touched.
+    let idle_memory = tokio::spawn(jobfleet_agent::idle_memory::release_forever());
     stop.await;
     tracing::info!("Shutting down");
+    idle_memory.abort();
     if let Some(reloader) = reloader {
         reloader.abort();
     }

@@ -399,6 +399,8 @@ pub async fn run(config: Config) -> Result<(), Error> {
         }
     });
 
+    let idle_memory = tokio::spawn(crate::idle_memory::release_forever());
+
     tokio::select! {
         _ = term.recv() => {}
         _ = tokio::signal::ctrl_c() => {}
@@ -420,6 +422,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
         tracing::warn!(error = %e, "Results stay spooled until the next start");
     }
     retention.abort();
+    idle_memory.abort();
     if let Some(link) = link {
         link.abort();
     }

@@ -2,6 +2,8 @@
 //! both sides); `settings` is the layered-config machinery both configs use (feature
 //! `settings`); everything else is the daemon, behind the default `daemon` feature.
 
+#[cfg(feature = "idle-memory")]
+pub mod idle_memory;
 pub mod protocol;
 #[cfg(feature = "settings")]
 pub mod settings;

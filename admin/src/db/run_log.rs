@@ -35,21 +35,8 @@ pub struct RunLog {
 pub fn claim(conn: &mut AnyConnection, ids: &[RunId], now_ms: i64) -> Result<Vec<RunId>, Error> {
     let mut claimed = Vec::with_capacity(ids.len());
     for id in ids {
-        let inserted = diesel::insert_into(run_log::table)
-            .values((
-                run_log::run_id.eq(id),
-                run_log::state.eq(FETCHING),
-                run_log::content.eq(""),
-                run_log::bytes.eq(0),
-                run_log::truncated.eq(false),
-                run_log::updated_ms.eq(now_ms),
-            ))
-            .execute(conn);
-        match inserted {
-            Ok(_) => claimed.push(*id),
-            // Neither SQLite nor MySQL aborts the transaction on a duplicate key.
-            Err(Diesel::DatabaseError(DatabaseErrorKind::UniqueViolation, _)) => {}
-            Err(e) => return Err(e.into()),
+        if insert_if_absent(conn, *id, FETCHING, "", 0, false, now_ms)? {
+            claimed.push(*id);
         }
     }
     Ok(claimed)
@@ -68,10 +55,23 @@ pub fn insert_kept(
     truncated: bool,
     now_ms: i64,
 ) -> Result<bool, Error> {
+    insert_if_absent(conn, id, KEPT, content, bytes, truncated, now_ms)
+}
+
+/// A row for run `id` unless it has one (another admin's, an earlier pass's): whether inserted.
+fn insert_if_absent(
+    conn: &mut AnyConnection,
+    id: RunId,
+    state: &str,
+    content: &str,
+    bytes: i64,
+    truncated: bool,
+    now_ms: i64,
+) -> Result<bool, Error> {
     let inserted = diesel::insert_into(run_log::table)
         .values((
             run_log::run_id.eq(id),
-            run_log::state.eq(KEPT),
+            run_log::state.eq(state),
             run_log::content.eq(content),
             run_log::bytes.eq(bytes),
             run_log::truncated.eq(truncated),

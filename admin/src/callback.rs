@@ -158,6 +158,9 @@ async fn store(
             // The logs that came whole with the results, to keep with them.
             let mut logs: Vec<(RunId, &str)> = Vec::new();
             let reporter = agents::reporter(conn, key.as_deref())?;
+            let mut groups = HashMap::new();
+            // Runs whose held acceptance this transaction stores with their result.
+            let mut with_held = Vec::new();
             let ids: Vec<RunId> = batch.iter().map(|cb| RunId(cb.log_id)).collect();
             let runs: HashMap<RunId, JobRun> = job_run::get_all(conn, &ids)?
                 .into_iter()
@@ -170,21 +173,40 @@ async fn store(
                     continue;
                 };
                 let mut run = std::borrow::Cow::Borrowed(run);
-                let acceptance = acceptances.remove(&run_id);
-                if let Some(answer) = &acceptance
+                let held = acceptances.remove(&run_id);
+                let had_held = held.is_some();
+                if let Some(answer) = &held
                     && run.agent_address.is_none()
                 {
                     run.to_mut().agent_address.clone_from(&answer.agent);
                 }
+                let mut acceptance = held.map(|answer| Acceptance {
+                    agent_address: answer.agent,
+                    trigger_msg: Some(answer.message),
+                    agent_instance: answer.taken_by.as_ref().map(|t| t.instance_id.clone()),
+                    agent_seq: answer
+                        .taken_by
+                        .as_ref()
+                        .map(|t| i64::try_from(t.seq).unwrap_or(i64::MAX)),
+                });
                 match agents::may_report(
                     conn,
                     &reporter,
+                    &mut groups,
                     run.group_id,
                     run.agent_address.as_deref(),
                 )? {
                     Ok(None) => {}
                     Ok(Some(agent)) => {
-                        job_run::set_agent_if_unknown(conn, run_id, &agent)?;
+                        // The result overtook the trigger's answer (or the sending admin died
+                        // before storing it): the reporter is recorded as the run's agent in
+                        // the result's own write, not a statement of its own.
+                        acceptance = Some(Acceptance {
+                            agent_address: Some(agent.clone()),
+                            trigger_msg: None,
+                            agent_instance: None,
+                            agent_seq: None,
+                        });
                         run.to_mut().agent_address = Some(agent);
                     }
                     Err(why) => {
@@ -211,15 +233,10 @@ async fn store(
                 if result.finished_ms.is_none_or(|t| t <= 0) {
                     result.finished_ms = Some(now);
                 }
-                result.acceptance = acceptance.map(|answer| Acceptance {
-                    agent_address: answer.agent,
-                    trigger_msg: Some(answer.message),
-                    agent_instance: answer.taken_by.as_ref().map(|t| t.instance_id.clone()),
-                    agent_seq: answer
-                        .taken_by
-                        .as_ref()
-                        .map(|t| i64::try_from(t.seq).unwrap_or(i64::MAX)),
-                });
+                if had_held {
+                    with_held.push(run_id);
+                }
+                result.acceptance = acceptance;
                 if let Some(log) = &cb.log {
                     logs.push((run_id, log.as_str()));
                 }
@@ -229,27 +246,28 @@ async fn store(
             // Kept only where every result was stored (a run that had ended keeps what it has);
             // otherwise the log keeper reads them back from the agents as it does for long logs.
             if stored == finishing.len() && kept_log_bytes > 0 {
-                for (run_id, log) in logs {
-                    let kept = log_keeper::kept_whole(log, kept_log_bytes);
-                    run_log::insert_kept(
-                        conn,
-                        run_id,
-                        &kept.content,
-                        kept.bytes,
-                        kept.truncated,
-                        now,
-                    )?;
-                }
+                let kept: Vec<_> = logs
+                    .into_iter()
+                    .map(|(run_id, log)| (run_id, log_keeper::kept_whole(log, kept_log_bytes)))
+                    .collect();
+                let rows: Vec<_> = kept
+                    .iter()
+                    .map(|(run_id, kept)| {
+                        run_log::KeptLog::new(
+                            *run_id,
+                            &kept.content,
+                            kept.bytes,
+                            kept.truncated,
+                            now,
+                        )
+                    })
+                    .collect();
+                run_log::insert_kept_all(conn, &rows)?;
             }
             // When a result was not stored (its run had ended), its acceptance stays held for
             // the recorder to store alone, as before.
             if stored == finishing.len() {
-                settled.extend(
-                    finishing
-                        .iter()
-                        .filter(|(_, result)| result.acceptance.is_some())
-                        .map(|(run, _)| run.id),
-                );
+                settled.extend(with_held);
             }
             let prepared = if take_new {
                 let due = changes.take_due_now();

@@ -58,6 +58,67 @@ pub fn insert_kept(
     insert_if_absent(conn, id, KEPT, content, bytes, truncated, now_ms)
 }
 
+/// A log kept with its run's result, as [`insert_kept_all`] stores it.
+#[derive(Debug, Insertable)]
+#[diesel(table_name = run_log)]
+pub struct KeptLog<'a> {
+    pub run_id: RunId,
+    pub state: &'static str,
+    pub content: &'a str,
+    pub bytes: i64,
+    pub truncated: bool,
+    pub updated_ms: i64,
+}
+
+impl<'a> KeptLog<'a> {
+    #[must_use]
+    pub fn new(run_id: RunId, content: &'a str, bytes: i64, truncated: bool, now_ms: i64) -> Self {
+        Self {
+            run_id,
+            state: KEPT,
+            content,
+            bytes,
+            truncated,
+            updated_ms: now_ms,
+        }
+    }
+}
+
+/// Keeps the logs that came with a batch of results, as [`insert_kept`] each: on MySQL with one
+/// statement for the batch when none of the runs has a row yet (the usual case; a statement per
+/// run was a round trip per run), run by run otherwise.
+///
+/// # Errors
+/// Database errors.
+pub fn insert_kept_all(conn: &mut AnyConnection, logs: &[KeptLog<'_>]) -> Result<(), Error> {
+    if logs.len() > 1 && super::batch_writes_pay(conn) {
+        let all = super::all_or_none(conn, logs.len(), |conn| {
+            let inserted = crate::db_run!(conn: {
+                diesel::insert_into(run_log::table).values(logs).execute(conn)
+            });
+            match inserted {
+                // One of them has a row already: none is kept, and each goes alone below.
+                Err(Diesel::DatabaseError(DatabaseErrorKind::UniqueViolation, _)) => Ok(0),
+                other => other,
+            }
+        })?;
+        if all {
+            return Ok(());
+        }
+    }
+    for log in logs {
+        insert_kept(
+            conn,
+            log.run_id,
+            log.content,
+            log.bytes,
+            log.truncated,
+            log.updated_ms,
+        )?;
+    }
+    Ok(())
+}
+
 /// A row for run `id` unless it has one (another admin's, an earlier pass's): whether inserted.
 fn insert_if_absent(
     conn: &mut AnyConnection,
@@ -242,4 +303,52 @@ mod tests {
             "a freed id may be claimed"
         );
     });
+    storage_test!(
+        logs_kept_with_a_batch_of_results_are_stored_once_each,
+        |conn| {
+            use crate::db::job::tests::{fields, insert_group, write};
+            let g = insert_group(conn, "kept-batch");
+            let job = crate::db::job::insert(
+                conn,
+                &write(g),
+                &crate::db::job::NewJob {
+                    fields: fields(g, "j"),
+                    created_ms: 1,
+                },
+            )
+            .unwrap();
+            let runs: Vec<RunId> = (0..4).map(|_| a_run(conn, job, g)).collect();
+            let batch: Vec<KeptLog<'_>> = runs[..2]
+                .iter()
+                .map(|&id| KeptLog::new(id, "ok\n", 3, false, 5))
+                .collect();
+            insert_kept_all(conn, &batch).unwrap();
+            // One of the next batch has a row already (claimed by a keeper): it keeps that row,
+            // the others are kept.
+            assert_eq!(claim(conn, &[runs[2]], 6).unwrap(), [runs[2]]);
+            let next: Vec<KeptLog<'_>> = runs[1..]
+                .iter()
+                .map(|&id| KeptLog::new(id, "second\n", 7, true, 8))
+                .collect();
+            insert_kept_all(conn, &next).unwrap();
+            let logs: Vec<Option<(String, i64, bool)>> = runs
+                .iter()
+                .map(|&id| {
+                    kept(conn, id)
+                        .unwrap()
+                        .map(|log| (log.content, log.bytes, log.truncated))
+                })
+                .collect();
+            assert_eq!(
+                logs,
+                [
+                    Some(("ok\n".to_owned(), 3, false)),
+                    Some(("ok\n".to_owned(), 3, false)),
+                    None,
+                    Some(("second\n".to_owned(), 7, true)),
+                ]
+            );
+            insert_kept_all(conn, &[]).unwrap();
+        }
+    );
 }

@@ -8,7 +8,7 @@
 //! heartbeat there or report results for runs sent there. XXL-Job executors cannot send a key:
 //! a group takes them only when an admin set `allow_executors`.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 
 use serde::Serialize;
@@ -878,16 +878,26 @@ pub fn reporter(conn: &mut AnyConnection, key: Option<&str>) -> Result<Reporter,
 
 /// Whether `reporter` may report the result of a run of group `group_id` sent to
 /// `sent_to`; for a run whose agent was never stored (the admin sending it died before it
-/// stored the answer), the address to record as its agent.
+/// stored the answer, or the result overtook the answer), the address to record as its agent.
+/// `groups` keeps the groups read for a batch of results: one read per group, not per run.
 ///
 /// # Errors
 /// Database errors.
 pub fn may_report(
     conn: &mut AnyConnection,
     reporter: &Reporter,
+    groups: &mut HashMap<GroupId, executor_group::ExecutorGroup>,
     group_id: GroupId,
     sent_to: Option<&str>,
 ) -> Result<Result<Option<String>, &'static str>, Error> {
+    let mut group_of = |conn: &mut AnyConnection| -> Result<executor_group::ExecutorGroup, Error> {
+        if let Some(group) = groups.get(&group_id) {
+            return Ok(group.clone());
+        }
+        let group = executor_group::get(conn, group_id)?;
+        groups.insert(group_id, group.clone());
+        Ok(group)
+    };
     match (reporter, sent_to) {
         (Reporter::Agent(rows), Some(address)) => {
             Ok(if rows.iter().any(|r| r.address == address) {
@@ -897,7 +907,7 @@ pub fn may_report(
             })
         }
         (Reporter::Agent(rows), None) => {
-            let group = executor_group::get(conn, group_id)?;
+            let group = group_of(conn)?;
             Ok(rows
                 .iter()
                 .find(|r| r.app_name == group.app_name && r.approval == agent::APPROVED)
@@ -905,7 +915,7 @@ pub fn may_report(
                 .ok_or("the run belongs to a group this agent is not in"))
         }
         (Reporter::Executor, address) => {
-            let group = executor_group::get(conn, group_id)?;
+            let group = group_of(conn)?;
             if !group.allow_executors {
                 return Ok(Err(
                     "the run's group does not take results without an agent key",

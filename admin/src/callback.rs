@@ -161,6 +161,8 @@ async fn store(
             let mut groups = HashMap::new();
             // Runs whose held acceptance this transaction stores with their result.
             let mut with_held = Vec::new();
+            // Runs whose agent only the reporter names (the result overtook the trigger's answer).
+            let mut named: Vec<(RunId, String)> = Vec::new();
             let ids: Vec<RunId> = batch.iter().map(|cb| RunId(cb.log_id)).collect();
             let runs: HashMap<RunId, JobRun> = job_run::get_all(conn, &ids)?
                 .into_iter()
@@ -173,7 +175,11 @@ async fn store(
                     continue;
                 };
                 let mut run = std::borrow::Cow::Borrowed(run);
-                let held = acceptances.remove(&run_id);
+                // An acceptance answers one claim; once the run was handed back and claimed
+                // anew, the old one is not this run's.
+                let held = acceptances
+                    .remove(&run_id)
+                    .filter(|answer| answer.claimed_ms == run.triggered_ms);
                 let had_held = held.is_some();
                 if let Some(answer) = &held
                     && run.agent_address.is_none()
@@ -207,6 +213,7 @@ async fn store(
                             agent_instance: None,
                             agent_seq: None,
                         });
+                        named.push((run_id, agent.clone()));
                         run.to_mut().agent_address = Some(agent);
                     }
                     Err(why) => {
@@ -243,6 +250,13 @@ async fn store(
                 finishing.push((run.into_owned(), result));
             }
             let stored = changes.finished_all(conn, &finishing)?;
+            if stored < finishing.len() {
+                // A result not stored (its run had ended) still says where the run was, for its
+                // log; stored ones carried it in their own write.
+                for (run_id, agent) in &named {
+                    job_run::set_agent_if_unknown(conn, *run_id, agent)?;
+                }
+            }
             // Kept only where every result was stored (a run that had ended keeps what it has);
             // otherwise the log keeper reads them back from the agents as it does for long logs.
             if stored == finishing.len() && kept_log_bytes > 0 {

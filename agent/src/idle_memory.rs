@@ -70,7 +70,12 @@ pub fn release() -> std::io::Result<u64> {
 pub async fn release_forever() {
     tokio::time::sleep(FIRST_RELEASE_AFTER).await;
     loop {
-        match release() {
+        // Reading smaps and trimming the heap take a few milliseconds: not on the agent's one
+        // runtime thread.
+        let released = tokio::task::spawn_blocking(release)
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+        match released {
             Ok(bytes) => tracing::debug!(code_bytes = bytes, "Released idle memory"),
             Err(e) => {
                 tracing::info!(error = %e, "Idle memory is not released on this system");
@@ -96,20 +101,21 @@ fn release_free_heap() {}
 /// The mappings of `exe` in `smaps` (the format of `/proc/<pid>/smaps`) that may be released.
 fn releasable(smaps: &str, exe: &str) -> Vec<Region> {
     let mut out = Vec::new();
-    // The mapping being read: its region, and whether it qualifies so far.
-    let mut current: Option<(Region, bool)> = None;
-    let finish = |current: Option<(Region, bool)>, out: &mut Vec<Region>| {
-        if let Some((region, true)) = current {
+    // The mapping being read: its region, whether it qualifies so far, and whether its
+    // `Anonymous` line was seen (a mapping without one is left alone).
+    let mut current: Option<(Region, bool, bool)> = None;
+    let finish = |current: Option<(Region, bool, bool)>, out: &mut Vec<Region>| {
+        if let Some((region, true, true)) = current {
             out.push(region);
         }
     };
     for line in smaps.lines() {
         if let Some((region, readonly_of_exe)) = mapping_header(line, exe) {
             finish(current.take(), &mut out);
-            current = Some((region, readonly_of_exe));
+            current = Some((region, readonly_of_exe, false));
             continue;
         }
-        let Some((region, qualifies)) = current.as_mut() else {
+        let Some((region, qualifies, anonymous_seen)) = current.as_mut() else {
             continue;
         };
         let Some((field, value)) = line.split_once(':') else {
@@ -121,7 +127,10 @@ fn releasable(smaps: &str, exe: &str) -> Vec<Region> {
             .and_then(|n| n.trim().parse::<u64>().ok());
         match (field, kb) {
             ("Rss", Some(kb)) => region.resident_kb = kb,
-            ("Anonymous" | "Private_Dirty" | "Swap", Some(kb)) if kb > 0 => *qualifies = false,
+            ("Anonymous", Some(0)) => *anonymous_seen = true,
+            // Not `Private_Dirty`: it also counts the file's own pages not written back yet (a
+            // binary just installed), which are the file's content all the same.
+            ("Anonymous" | "Swap", Some(kb)) if kb > 0 => *qualifies = false,
             _ => {}
         }
     }
@@ -187,6 +196,8 @@ Anonymous:           300 kB
 7f0000300000-7f0000301000 r--p 00000000 fd:01 43 /usr/bin/jobfleet-agent-old
 Rss:                   4 kB
 Anonymous:             0 kB
+7f0000400000-7f0000401000 r--p 00000000 fd:01 42 /usr/bin/jobfleet-agent
+Rss:                   4 kB
 ";
 
     #[test]
@@ -205,14 +216,31 @@ Anonymous:             0 kB
                     resident_kb: 2048
                 },
             ],
-            "not the relocated (anonymous) one, the writable one, a library or another file"
+            "not the relocated (anonymous) one, the writable one, a library, another file, or one \
+             whose smaps entry does not say it holds no private page"
         );
         assert!(releasable("", "/usr/bin/jobfleet-agent").is_empty());
         assert!(releasable("garbage\nRss: 5 kB\n", "/x").is_empty());
     }
 
+    /// Run alone in a child process of its own (this test binary, one test): in the shared
+    /// process the other tests' threads fault code back in while this one measures.
     #[test]
     fn releasing_leaves_the_code_running_and_less_of_it_resident() {
+        const ALONE: &str = "JOBFLEET_IDLE_MEMORY_TEST_ALONE";
+        if std::env::var_os(ALONE).is_none() {
+            let status = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "idle_memory::tests::releasing_leaves_the_code_running_and_less_of_it_resident",
+                    "--test-threads=1",
+                ])
+                .env(ALONE, "1")
+                .status()
+                .unwrap();
+            assert!(status.success(), "the test alone: {status}");
+            return;
+        }
         let exe = std::fs::read_link("/proc/self/exe").unwrap();
         let resident = || -> u64 {
             let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();

@@ -489,6 +489,21 @@ pub fn running_on_addresses(
     Ok(runs)
 }
 
+/// Names the agent of a run whose agent was never stored; a run whose agent is known keeps it.
+pub fn set_agent_if_unknown(
+    conn: &mut AnyConnection,
+    id: RunId,
+    address: &str,
+) -> Result<(), Error> {
+    prepared::update(
+        job_run::table,
+        job_run::agent_address.eq(address),
+        job_run::id.eq(id).and(job_run::agent_address.is_null()),
+    )
+    .execute(conn)?;
+    Ok(())
+}
+
 /// Takes a pending run for dispatch: only one admin (and one task) wins, so a run is sent once
 /// even when the recovery monitor of another admin finds it at the same moment.
 pub fn claim(conn: &mut AnyConnection, id: RunId, now_ms: i64) -> Result<bool, Error> {

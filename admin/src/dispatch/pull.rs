@@ -83,6 +83,7 @@ pub async fn take(state: &AppState, address: &str, max: u32) -> Result<TakeResul
                     )?);
                 }
             }
+            send::drop_replaced_in_batch(&mut prepared);
             Ok((prepared, changes))
         })
         .await?;

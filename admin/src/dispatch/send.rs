@@ -484,9 +484,10 @@ pub fn prepare_all(
 }
 
 /// A run that a later run of the same batch replaced (concurrency policy `replace`, two fires
-/// within one take) is stored killed already: it must not go out at all, and there is nothing
-/// to kill for it on an agent. Sent, it would start after its replacement's kill had passed.
-fn drop_replaced_in_batch(prepared: &mut [Prepared]) {
+/// within one take, or a pulled backlog) is stored killed already: it must not go out at all,
+/// and there is nothing to kill for it on an agent. Sent, it would start after its replacement's
+/// kill had passed. The kills it carries for runs outside the batch still happen.
+pub(super) fn drop_replaced_in_batch(prepared: &mut [Prepared]) {
     let mut replaced = std::collections::HashSet::new();
     let mut in_batch = std::collections::HashSet::new();
     for one in prepared.iter() {
@@ -510,7 +511,7 @@ fn drop_replaced_in_batch(prepared: &mut [Prepared]) {
         {
             sends.retain(|send| !replaced.contains(&send.run.id));
             kills.retain(|old| !in_batch.contains(&old.id));
-            if sends.is_empty() {
+            if sends.is_empty() && kills.is_empty() {
                 *one = Prepared::Ended;
             }
         }

@@ -759,9 +759,10 @@ async fn forbid_skips_and_replace_kills_the_running_run() {
     .await;
 }
 
-/// Two runs of a `replace` job due within one take: the later one replaces the earlier in the
-/// take's transaction, so the earlier never goes out (sent, it would start on its agent after the
-/// kill meant for it had passed) and the later runs.
+/// Two runs of a `replace` job due within one take while a third runs: the earlier of the two
+/// replaces the running one, which is killed on its agent, and the later replaces the earlier in
+/// the take's transaction, so the earlier never goes out (sent, it would start on its agent after
+/// the kill meant for it had passed) and the later runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_replaced_within_its_own_take_is_never_sent() {
     use jobfleet_admin::db::job_run::{self, NewJobRun};
@@ -776,9 +777,12 @@ async fn a_run_replaced_within_its_own_take_is_never_sent() {
         .job_from(
             g,
             json!({"name": "replace", "concurrency": "replace",
-                "handler": {"type": "shell", "command": "sleep 20"}}),
+                "handler": {"type": "shell", "command": format!(
+                    "sleep 3; touch {}/done-$JOBFLEET_RUN_ID", dir.path().display())}}),
         )
         .await;
+    let running_before = app.trigger(job, json!({})).await;
+    assert_eq!(running_before["status"], "running", "{running_before}");
     let at = app.now_ms() + 1_500;
     let new_run = move |scheduled_ms: i64| NewJobRun {
         job_id: JobId(job),
@@ -841,12 +845,23 @@ async fn a_run_replaced_within_its_own_take_is_never_sent() {
         replaced["triggered_ms"], running["triggered_ms"],
         "one take: {replaced} {running}"
     );
+    let killed = app.run(running_before["id"].as_i64().unwrap()).await;
+    assert_eq!(killed["status"], "killed", "{killed}");
     app.post(
         &format!("/api/v1/runs/{}/kill", later.0),
         &app.admin,
         json!({}),
     )
     .await;
+    // Had either the run that was running or the replaced one been left on the agent, it would
+    // have finished by now.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let done: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|name| name.starts_with("done-"))
+        .collect();
+    assert!(done.is_empty(), "runs left running: {done:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -267,9 +267,9 @@ mod tests {
         .unwrap()
     }
 
-    storage_test!(a_log_is_claimed_once_kept_and_goes_with_its_run, |conn| {
+    fn a_job(conn: &mut AnyConnection, group: &str) -> (GroupId, JobId) {
         use crate::db::job::tests::{fields, insert_group, write};
-        let g = insert_group(conn, "kept-logs");
+        let g = insert_group(conn, group);
         let job = crate::db::job::insert(
             conn,
             &write(g),
@@ -279,6 +279,11 @@ mod tests {
             },
         )
         .unwrap();
+        (g, job)
+    }
+
+    storage_test!(a_log_is_claimed_once_kept_and_goes_with_its_run, |conn| {
+        let (g, job) = a_job(conn, "kept-logs");
         let (a, b) = (a_run(conn, job, g), a_run(conn, job, g));
         assert_eq!(claim(conn, &[a, b], 5).unwrap(), [a, b]);
         assert!(claim(conn, &[a, b], 6).unwrap().is_empty(), "claimed once");
@@ -306,17 +311,7 @@ mod tests {
     storage_test!(
         logs_kept_with_a_batch_of_results_are_stored_once_each,
         |conn| {
-            use crate::db::job::tests::{fields, insert_group, write};
-            let g = insert_group(conn, "kept-batch");
-            let job = crate::db::job::insert(
-                conn,
-                &write(g),
-                &crate::db::job::NewJob {
-                    fields: fields(g, "j"),
-                    created_ms: 1,
-                },
-            )
-            .unwrap();
+            let (g, job) = a_job(conn, "kept-batch");
             let runs: Vec<RunId> = (0..4).map(|_| a_run(conn, job, g)).collect();
             let batch: Vec<KeptLog<'_>> = runs[..2]
                 .iter()

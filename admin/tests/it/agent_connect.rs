@@ -345,9 +345,7 @@ async fn the_connect_endpoint_refuses_bad_tokens_and_unknown_keys() {
 /// no scheduler) in batches of at most 16 over its connection, and runs each once. Runs of a
 /// job whose routing names the agent (`first`) are left for their push.
 async fn an_agent_with_free_slots_takes_due_runs_in_batches(mysql: bool) {
-    use jobfleet_admin::db::job_run::{self, NewJobRun};
-    use jobfleet_admin::domain::ids::{GroupId, JobId};
-    use jobfleet_admin::domain::policy::{RunStatus, TriggerKind};
+    use jobfleet_admin::db::job_run;
     const RUNS: usize = 40;
     let app = TestApp::start_opts(
         crate::support::test_db(mysql).await,
@@ -377,24 +375,7 @@ async fn an_agent_with_free_slots_takes_due_runs_in_batches(mysql: bool) {
         .job_from(g, json!({"name": "pinned", "routing": "first", "handler": {"type": "shell", "command": "true"}}))
         .await;
     let now = app.now_ms();
-    let new_run = move |job: i64| NewJobRun {
-        job_id: JobId(job),
-        group_id: GroupId(g),
-        first_run_id: None,
-        attempt: 1,
-        trigger_kind: TriggerKind::Api,
-        fire_slot_ms: None,
-        scheduled_ms: now,
-        status: RunStatus::Pending,
-        params: String::new(),
-        shard_index: 0,
-        shard_total: 1,
-        created_ms: now,
-        workflow_node_id: None,
-        node_attempt: None,
-        timeout_s: None,
-        env: None,
-    };
+    let new_run = move |job: i64| crate::support::pending_api_run(job, g, now, now);
     let (taken, left): (Vec<i64>, Vec<i64>) = app
         .state
         .db

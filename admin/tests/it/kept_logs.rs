@@ -48,18 +48,7 @@ async fn a_log_is_readable_after_its_agent_and_its_files_are_gone() {
     let long_from_agent = app.full_log(long_run).await;
     assert_eq!(long_from_agent.lines().count(), 2000);
 
-    let kept = |run: i64| {
-        let state = app.state.clone();
-        async move {
-            state
-                .db
-                .run(move |conn| {
-                    jobfleet_admin::db::run_log::kept(conn, jobfleet_admin::domain::ids::RunId(run))
-                })
-                .await
-                .unwrap()
-        }
-    };
+    let kept = |run: i64| kept_log(&app, run);
     // A short log came whole with its result and was kept with it; a long one is read back.
     let came_with_result = kept(short_run).await.expect("kept with the result");
     assert_eq!(
@@ -139,6 +128,17 @@ async fn a_log_is_readable_after_its_agent_and_its_files_are_gone() {
         .unwrap();
     assert!(kept(short_run).await.is_none(), "gone with its run");
     assert!(kept(long_run).await.is_some());
+}
+
+/// The log the admin keeps for `run`, if any.
+async fn kept_log(app: &TestApp, run: i64) -> Option<jobfleet_admin::db::run_log::RunLog> {
+    app.state
+        .db
+        .run(move |conn| {
+            jobfleet_admin::db::run_log::kept(conn, jobfleet_admin::domain::ids::RunId(run))
+        })
+        .await
+        .unwrap()
 }
 
 /// Posts to an agent endpoint (`registry`, `callback`) as an XXL-Job executor would: the shared
@@ -223,19 +223,8 @@ async fn a_log_sent_with_a_result_is_checked_and_bounded(mysql: bool) {
     for run in &runs[..2] {
         assert_eq!(app.run(*run).await["status"], "succeeded");
     }
-    let kept = |run: i64| {
-        let state = app.state.clone();
-        async move {
-            state
-                .db
-                .run(move |conn| {
-                    jobfleet_admin::db::run_log::kept(conn, jobfleet_admin::domain::ids::RunId(run))
-                })
-                .await
-                .unwrap()
-                .expect("kept with its result")
-        }
-    };
+    let app = &app;
+    let kept = |run: i64| async move { kept_log(app, run).await.expect("kept with its result") };
     let exact = kept(runs[0]).await;
     assert_eq!((exact.content.as_str(), exact.truncated), (controls, false));
     let bounded = kept(runs[1]).await;

@@ -765,9 +765,8 @@ async fn forbid_skips_and_replace_kills_the_running_run() {
 /// the kill meant for it had passed) and the later runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_replaced_within_its_own_take_is_never_sent() {
-    use jobfleet_admin::db::job_run::{self, NewJobRun};
-    use jobfleet_admin::domain::ids::{GroupId, JobId, RunId};
-    use jobfleet_admin::domain::policy::{RunStatus, TriggerKind};
+    use jobfleet_admin::db::job_run;
+    use jobfleet_admin::domain::ids::RunId;
     use jobfleet_admin::scheduler::Due;
     let app = TestApp::scheduling(false, &[]).await;
     let dir = tempfile::tempdir().unwrap();
@@ -784,24 +783,8 @@ async fn a_run_replaced_within_its_own_take_is_never_sent() {
     let running_before = app.trigger(job, json!({})).await;
     assert_eq!(running_before["status"], "running", "{running_before}");
     let at = app.now_ms() + 1_500;
-    let new_run = move |scheduled_ms: i64| NewJobRun {
-        job_id: JobId(job),
-        group_id: GroupId(g),
-        first_run_id: None,
-        attempt: 1,
-        trigger_kind: TriggerKind::Api,
-        fire_slot_ms: None,
-        scheduled_ms,
-        status: RunStatus::Pending,
-        params: String::new(),
-        shard_index: 0,
-        shard_total: 1,
-        created_ms: at - 1_500,
-        workflow_node_id: None,
-        node_attempt: None,
-        timeout_s: None,
-        env: None,
-    };
+    let new_run =
+        move |scheduled_ms: i64| crate::support::pending_api_run(job, g, scheduled_ms, at - 1_500);
     let (earlier, later) = app
         .state
         .db

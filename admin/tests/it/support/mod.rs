@@ -635,3 +635,33 @@ impl Drop for TestApp {
         drop(tokio::spawn(async move { handle.stop(false).await }));
     }
 }
+
+/// A pending run of `job` as an API trigger stores it, due at `scheduled_ms`, for tests that put
+/// runs in the table directly (the timer's or a pull's input, without going through a trigger).
+pub fn pending_api_run(
+    job: i64,
+    group: i64,
+    scheduled_ms: i64,
+    created_ms: i64,
+) -> jobfleet_admin::db::job_run::NewJobRun {
+    use jobfleet_admin::domain::ids::{GroupId, JobId};
+    use jobfleet_admin::domain::policy::{RunStatus, TriggerKind};
+    jobfleet_admin::db::job_run::NewJobRun {
+        job_id: JobId(job),
+        group_id: GroupId(group),
+        first_run_id: None,
+        attempt: 1,
+        trigger_kind: TriggerKind::Api,
+        fire_slot_ms: None,
+        scheduled_ms,
+        status: RunStatus::Pending,
+        params: String::new(),
+        shard_index: 0,
+        shard_total: 1,
+        created_ms,
+        workflow_node_id: None,
+        node_attempt: None,
+        timeout_s: None,
+        env: None,
+    }
+}

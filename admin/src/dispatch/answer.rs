@@ -25,6 +25,21 @@ pub struct Answer {
     pub claimed_ms: Option<i64>,
 }
 
+impl Answer {
+    /// No agent may take the run: it fails (and is retried) as a trigger nobody took.
+    pub fn no_agent(run_id: RunId, claimed_ms: Option<i64>, message: String) -> Self {
+        Self {
+            run_id,
+            agent: None,
+            accepted: false,
+            message,
+            outcome: "no_agent",
+            taken_by: None,
+            claimed_ms,
+        }
+    }
+}
+
 /// The running timer's hand-over slots and its recorder of answers. Whoever holds a clone keeps
 /// the recorder alive, so a stopping timer waits for those hand-overs' answers to be stored.
 #[derive(Debug, Clone)]

@@ -94,15 +94,14 @@ pub async fn take(state: &AppState, address: &str, max: u32) -> Result<TakeResul
     for one in prepared {
         match one {
             Prepared::Taken | Prepared::Ended => {}
-            Prepared::NoAgent(run, message) => answers.push(Answer {
-                run_id: run.id,
-                agent: None,
-                accepted: false,
+            Prepared::NoAgent {
+                run,
                 message,
-                outcome: "no_agent",
-                taken_by: None,
-                claimed_ms: run.triggered_ms,
-            }),
+                replaced,
+            } => {
+                send::kill_on_agents(state, &replaced).await;
+                answers.push(Answer::no_agent(run.id, run.triggered_ms, message));
+            }
             Prepared::Send {
                 job,
                 sends,

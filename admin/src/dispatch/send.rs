@@ -54,7 +54,13 @@ pub enum Prepared {
     Taken,
     /// Ended without sending (concurrency policy, disabled job), with why.
     Ended,
-    NoAgent(Box<JobRun>, String),
+    /// No agent may take the run now, with why.
+    NoAgent {
+        run: Box<JobRun>,
+        message: String,
+        /// Runs this one replaces, to kill on their agents all the same.
+        replaced: Vec<JobRun>,
+    },
     Send {
         job: Arc<Job>,
         sends: Vec<Send>,
@@ -215,42 +221,17 @@ fn prepare_claimed(
             }
         }
     }
-    let (app_name, mut candidates) = lookups.candidates(conn, owner.group_id, now)?;
-    if let Some(address) = only {
-        candidates.retain(|c| c.address == address);
-    }
-    let wanted = owner.agent_labels();
-    if !wanted.is_empty() {
-        candidates.retain(|c| jobfleet_agent::protocol::labels::satisfies(&c.labels, &wanted));
-        if candidates.is_empty() {
-            return Ok(Prepared::NoAgent(
-                Box::new(run),
-                format!(
-                    "no live agent in group `{app_name}` has the labels {}",
-                    jobfleet_agent::protocol::labels::format_labels(&wanted)
-                ),
-            ));
+    let candidates = match eligible(conn, lookups, &owner, only, now)? {
+        Ok(candidates) => candidates,
+        // The runs it replaced are ended all the same, and still killed on their agents.
+        Err(message) => {
+            return Ok(Prepared::NoAgent {
+                run: Box::new(run),
+                message,
+                replaced,
+            });
         }
-    }
-    if candidates.is_empty() {
-        return Ok(Prepared::NoAgent(
-            Box::new(run),
-            format!("no live agent in group `{app_name}`"),
-        ));
-    }
-    if owner.routing == Routing::LeastLoaded
-        && let Some(memory_mb) = owner.limit_memory_mb
-    {
-        candidates = super::routing::with_memory_for(candidates, memory_mb);
-        if candidates.is_empty() {
-            return Ok(Prepared::NoAgent(
-                Box::new(run),
-                format!(
-                    "no live agent in group `{app_name}` has the {memory_mb} MB free that the job's memory limit asks for (least_loaded)"
-                ),
-            ));
-        }
-    }
+    };
     let routing = owner.routing;
     let sends = if routing == Routing::ShardingBroadcast
         && only.is_none()
@@ -269,6 +250,44 @@ fn prepare_claimed(
         sends,
         replaced,
     })
+}
+
+/// The agents a run of `owner` may go to now (only `only` when named), or why there is none.
+fn eligible(
+    conn: &mut AnyConnection,
+    lookups: &mut Lookups,
+    owner: &Job,
+    only: Option<&str>,
+    now: i64,
+) -> Result<Result<Vec<Candidate>, String>, Error> {
+    let (app_name, mut candidates) = lookups.candidates(conn, owner.group_id, now)?;
+    if let Some(address) = only {
+        candidates.retain(|c| c.address == address);
+    }
+    let wanted = owner.agent_labels();
+    if !wanted.is_empty() {
+        candidates.retain(|c| jobfleet_agent::protocol::labels::satisfies(&c.labels, &wanted));
+        if candidates.is_empty() {
+            return Ok(Err(format!(
+                "no live agent in group `{app_name}` has the labels {}",
+                jobfleet_agent::protocol::labels::format_labels(&wanted)
+            )));
+        }
+    }
+    if candidates.is_empty() {
+        return Ok(Err(format!("no live agent in group `{app_name}`")));
+    }
+    if owner.routing == Routing::LeastLoaded
+        && let Some(memory_mb) = owner.limit_memory_mb
+    {
+        candidates = super::routing::with_memory_for(candidates, memory_mb);
+        if candidates.is_empty() {
+            return Ok(Err(format!(
+                "no live agent in group `{app_name}` has the {memory_mb} MB free that the job's memory limit asks for (least_loaded)"
+            )));
+        }
+    }
+    Ok(Ok(candidates))
 }
 
 /// Splits a broadcast into one run per live agent: this run is shard 0, the others are new rows
@@ -491,37 +510,58 @@ pub(super) fn drop_replaced_in_batch(prepared: &mut [Prepared]) {
     let mut replaced = std::collections::HashSet::new();
     let mut in_batch = std::collections::HashSet::new();
     for one in prepared.iter() {
-        if let Prepared::Send {
-            sends, replaced: r, ..
-        } = one
-        {
-            replaced.extend(r.iter().map(|run| run.id));
-            in_batch.extend(sends.iter().map(|send| send.run.id));
+        match one {
+            Prepared::Send {
+                sends, replaced: r, ..
+            } => {
+                replaced.extend(r.iter().map(|run| run.id));
+                in_batch.extend(sends.iter().map(|send| send.run.id));
+            }
+            Prepared::NoAgent {
+                run, replaced: r, ..
+            } => {
+                replaced.extend(r.iter().map(|run| run.id));
+                in_batch.insert(run.id);
+            }
+            Prepared::Taken | Prepared::Ended => {}
         }
     }
     if replaced.is_disjoint(&in_batch) {
         return;
     }
     for one in prepared.iter_mut() {
-        if let Prepared::Send {
-            sends,
-            replaced: kills,
-            ..
-        } = one
-        {
-            sends.retain(|send| !replaced.contains(&send.run.id));
-            kills.retain(|old| !in_batch.contains(&old.id));
-            if sends.is_empty() && kills.is_empty() {
-                *one = Prepared::Ended;
+        let nothing_left = match one {
+            Prepared::Send {
+                sends,
+                replaced: kills,
+                ..
+            } => {
+                sends.retain(|send| !replaced.contains(&send.run.id));
+                kills.retain(|old| !in_batch.contains(&old.id));
+                sends.is_empty() && kills.is_empty()
             }
+            // Its refusal would store nothing on a run already killed.
+            Prepared::NoAgent {
+                run,
+                replaced: kills,
+                ..
+            } => {
+                kills.retain(|old| !in_batch.contains(&old.id));
+                replaced.contains(&run.id) && kills.is_empty()
+            }
+            Prepared::Taken | Prepared::Ended => false,
+        };
+        if nothing_left {
+            *one = Prepared::Ended;
         }
     }
 }
 
 /// Sends the runs `due` (each with the millisecond it is due at, now or within the timer's
 /// take-ahead): one transaction takes them all, then each hand-over goes out as its own task
-/// (`start_handovers`) at its millisecond. Returns once the runs are taken and their hand-overs
-/// started.
+/// (`start_handovers`) at its millisecond. `taken` is called once that transaction has ended,
+/// committed or not (the timer stops holding the runs back from a second batch then). Returns
+/// once the runs are taken and their hand-overs started.
 ///
 /// # Errors
 /// Database errors taking the batch, after each run was tried on its own (so one bad run does
@@ -530,12 +570,13 @@ pub async fn dispatch_batch(
     state: &web::Data<AppState>,
     due: Vec<(RunId, i64)>,
     handovers: &Handovers,
+    taken: impl FnOnce(),
 ) -> Result<(), Error> {
     let started = Instant::now();
     let router = state.router.clone();
     let ids: Vec<RunId> = due.iter().map(|(id, _)| *id).collect();
     let changes = Changes::new(state);
-    let taken = state
+    let prepared_or_failed = state
         .db
         .transaction(move |conn| {
             let mut changes = changes;
@@ -543,7 +584,8 @@ pub async fn dispatch_batch(
             Ok((prepared, changes))
         })
         .await;
-    let prepared = match taken {
+    taken();
+    let prepared = match prepared_or_failed {
         Ok((prepared, changes)) => {
             changes.committed(state);
             prepared
@@ -621,15 +663,14 @@ async fn send_prepared(state: &AppState, prepared: Prepared) -> Vec<Answer> {
             state.metrics.trigger_outcomes.inc("skipped");
             Vec::new()
         }
-        Prepared::NoAgent(run, message) => vec![Answer {
-            run_id: run.id,
-            agent: None,
-            accepted: false,
+        Prepared::NoAgent {
+            run,
             message,
-            outcome: "no_agent",
-            taken_by: None,
-            claimed_ms: run.triggered_ms,
-        }],
+            replaced,
+        } => {
+            kill_on_agents(state, &replaced).await;
+            vec![Answer::no_agent(run.id, run.triggered_ms, message)]
+        }
         Prepared::Send {
             job,
             sends,

@@ -5,6 +5,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashSet};
 use std::hash::Hash;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::{Notify, mpsc};
@@ -43,25 +44,48 @@ impl DueAt for WorkflowDue {
     }
 }
 
-/// The heap holds each piece of work once: the recovery monitor hands the timer the runs it
-/// finds unsent, and while a burst is worked off those are mostly runs the heap holds already.
+/// The heap holds each piece of work once, and a taken item counts as held until its taker
+/// releases it: the recovery monitor hands the timer the runs it finds unsent, and while a burst
+/// is worked off those are mostly runs the heap holds already or a batch is taking right now
+/// (a second batch taking them would find its claim refused and fall back to one run at a time).
 pub struct Dues<T: DueAt> {
     heap: BinaryHeap<Reverse<T>>,
-    held: HashSet<T::Key>,
+    held: Arc<Mutex<HashSet<T::Key>>>,
     inbox: mpsc::UnboundedReceiver<T>,
+}
+
+/// The keys of items taken together; they stay held until this is dropped.
+#[must_use = "the items stay held until this is dropped"]
+pub struct Taken<K: Eq + Hash> {
+    keys: Vec<K>,
+    held: Arc<Mutex<HashSet<K>>>,
+}
+
+impl<K: Eq + Hash> Drop for Taken<K> {
+    fn drop(&mut self) {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        for key in &self.keys {
+            held.remove(key);
+        }
+    }
 }
 
 impl<T: DueAt> Dues<T> {
     pub fn new(inbox: mpsc::UnboundedReceiver<T>) -> Self {
         Self {
             heap: BinaryHeap::new(),
-            held: HashSet::new(),
+            held: Arc::default(),
             inbox,
         }
     }
 
     fn push(&mut self, due: T) {
-        if self.held.insert(due.key()) {
+        let newly_held = self
+            .held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(due.key());
+        if newly_held {
             self.heap.push(Reverse(due));
         }
     }
@@ -72,16 +96,21 @@ impl<T: DueAt> Dues<T> {
             .is_some_and(|Reverse(d)| d.due_at_ms() <= now_ms)
     }
 
-    /// Takes up to `max` items due by `now_ms`, earliest first.
-    pub fn take_due(&mut self, now_ms: i64, max: usize) -> Vec<T> {
-        let mut taken = Vec::new();
-        while taken.len() < max && self.any_due(now_ms) {
+    /// Takes up to `max` items due by `now_ms`, earliest first; they stay held (the same work
+    /// arriving again is dropped) until the returned `Taken` is dropped.
+    pub fn take_due(&mut self, now_ms: i64, max: usize) -> (Vec<T>, Taken<T::Key>) {
+        let mut items = Vec::new();
+        while items.len() < max && self.any_due(now_ms) {
             if let Some(Reverse(due)) = self.heap.pop() {
-                self.held.remove(&due.key());
-                taken.push(due);
+                items.push(due);
             }
         }
-        taken
+        let keys = items.iter().map(DueAt::key).collect();
+        let taken = Taken {
+            keys,
+            held: self.held.clone(),
+        };
+        (items, taken)
     }
 
     /// Waits until the earliest item is due, something new arrives, `wake` is notified or the
@@ -133,8 +162,8 @@ mod tests {
             let mut dues = Dues::new(rx);
             let woke = dues.wait(0, &Notify::new(), &mut worker).await;
             let early = dues.any_due(9);
-            let first = dues.take_due(25, 10);
-            let second = dues.take_due(100, 10);
+            let (first, _) = dues.take_due(25, 10);
+            let (second, _) = dues.take_due(100, 10);
             drop(tx);
             let closed = !dues.wait(100, &Notify::new(), &mut worker).await;
             let _ = report.send((woke, early, first, second, closed));
@@ -158,15 +187,21 @@ mod tests {
         workers.spawn("dues", move |mut worker| async move {
             let mut dues = Dues::new(rx);
             dues.wait(0, &Notify::new(), &mut worker).await;
-            let first = dues.take_due(100, 10);
-            // Taken, it may come back (a requeued run goes out again as the same run).
+            let (first, taken) = dues.take_due(100, 10);
+            // While its batch is being taken, the recovery monitor's copy is the same work.
+            tx.send(due(55, 1)).unwrap();
+            dues.wait(100, &Notify::new(), &mut worker).await;
+            let (while_taken, _) = dues.take_due(100, 10);
+            drop(taken);
+            // Released, it may come back (a requeued run goes out again as the same run).
             tx.send(due(60, 1)).unwrap();
             dues.wait(100, &Notify::new(), &mut worker).await;
-            let again = dues.take_due(100, 10);
-            let _ = report.send((first, again));
+            let (again, _) = dues.take_due(100, 10);
+            let _ = report.send((first, while_taken, again));
         });
-        let (first, again) = outcome.await.unwrap();
+        let (first, while_taken, again) = outcome.await.unwrap();
         assert_eq!(first, vec![due(10, 1), due(20, 2)]);
+        assert_eq!(while_taken, vec![]);
         assert_eq!(again, vec![due(60, 1)]);
         workers.shutdown(Duration::from_secs(1)).await;
     }

@@ -50,19 +50,22 @@ pub async fn run(
                 break;
             };
             // Everything due by the time a permit is free goes in, up to a batch.
-            let batch: Vec<_> = dues
-                .take_due(
-                    state.clock.now_ms() + TAKE_AHEAD_MS + TAKE_SPAN_MS,
-                    MAX_BATCH,
-                )
+            let (taken, held) = dues.take_due(
+                state.clock.now_ms() + TAKE_AHEAD_MS + TAKE_SPAN_MS,
+                MAX_BATCH,
+            );
+            let batch: Vec<_> = taken
                 .into_iter()
                 .map(|due| (due.run_id, due.at_ms))
                 .collect();
             let (state, handovers) = (state.clone(), handovers.clone());
             tokio::spawn(async move {
                 let runs = batch.len();
+                // Held until the batch's claim has committed or failed: a requeued run coming
+                // back after that goes out again.
+                let taken = move || drop(held);
                 if let Err(e) =
-                    crate::dispatch::send::dispatch_batch(&state, batch, &handovers).await
+                    crate::dispatch::send::dispatch_batch(&state, batch, &handovers, taken).await
                 {
                     // The runs stay pending; the recovery monitor sends them later.
                     tracing::warn!(runs, error = %e, "Dispatch failed; the runs will be recovered");

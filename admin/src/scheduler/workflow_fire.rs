@@ -174,7 +174,10 @@ pub async fn run(
     let mut dues = Dues::new(inbox);
     while !worker.stopping() {
         let now = state.clock.now_ms();
-        for due in dues.take_due(now, usize::MAX) {
+        let (slots, held) = dues.take_due(now, usize::MAX);
+        // A slot started twice is refused by its row, so nothing needs holding while it starts.
+        drop(held);
+        for due in slots {
             let state = state.clone();
             tokio::spawn(async move {
                 if let Err(e) = fire(&state, due).await {

@@ -43,6 +43,15 @@ async fn agents(app: &TestApp, name: &str, n: usize, dir: &tempfile::TempDir) ->
     out
 }
 
+/// The `done-<run id>` files that runs of the replace tests' job leave when they finish.
+fn done_files(dir: &tempfile::TempDir) -> Vec<String> {
+    std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|name| name.starts_with("done-"))
+        .collect()
+}
+
 async fn scheduled_jobs_fire_on_time_on_a_real_agent(mysql: bool) {
     let app = TestApp::scheduling(mysql, &[]).await;
     let dir = tempfile::tempdir().unwrap();
@@ -839,12 +848,58 @@ async fn a_run_replaced_within_its_own_take_is_never_sent() {
     // Had either the run that was running or the replaced one been left on the agent, it would
     // have finished by now.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let done: Vec<_> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|name| name.starts_with("done-"))
-        .collect();
+    let done = done_files(&dir);
     assert!(done.is_empty(), "runs left running: {done:?}");
+}
+
+/// A `replace` job whose new run finds no agent (its labels were changed to ones no agent has)
+/// still kills the run it replaces on that run's agent: no later trigger reaches the agent to
+/// cover the old run, so the kill is the only thing that stops it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replacing_run_with_no_agent_still_kills_the_run_it_replaces() {
+    let app = TestApp::scheduling(false, &[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let g = app.group("sched-replace-none").await;
+    let agent = AgentProc::start_with(
+        &app.base,
+        "sched-replace-none",
+        &dir.path().join("agent"),
+        &[("JOBFLEET_AGENT_LABELS", "zone=a")],
+    );
+    app.wait_for_agent(&agent.address).await;
+    let body = |zone: &str| {
+        json!({"name": "replace", "concurrency": "replace", "group_id": g,
+            "schedule": {"type": "none"}, "agent_labels": {"zone": zone},
+            "handler": {"type": "shell", "command": format!(
+                "sleep 3; touch {}/done-$JOBFLEET_RUN_ID", dir.path().display())}})
+    };
+    let job = app.job_from(g, body("a")).await;
+    let old = app.trigger(job, json!({})).await;
+    assert_eq!(old["status"], "running", "{old}");
+    let moved = app
+        .call(
+            "PUT",
+            &format!("/api/v1/jobs/{job}"),
+            Some(&app.admin),
+            Some(body("nowhere")),
+        )
+        .await;
+    assert!(moved.status.is_success(), "{}", moved.body);
+    let new = app.trigger(job, json!({})).await;
+    assert!(new["agent"].is_null(), "{new}");
+    assert!(
+        new["trigger_msg"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("has the labels zone=nowhere"),
+        "{new}"
+    );
+    let old = app.run(old["id"].as_i64().unwrap()).await;
+    assert_eq!(old["status"], "killed", "{old}");
+    // Left on its agent, the old run would have finished by now.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let done = done_files(&dir);
+    assert!(done.is_empty(), "the replaced run kept running: {done:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

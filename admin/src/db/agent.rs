@@ -347,13 +347,24 @@ pub fn delete(conn: &mut AnyConnection, id: i64) -> Result<bool, Error> {
     Ok(diesel::delete(agent::table.find(id)).execute(conn)? > 0)
 }
 
+/// What a callback needs of a registration made with its key; read for every batch of results,
+/// so without the heartbeat's metrics and the rest of the row.
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable)]
+#[diesel(table_name = agent)]
+pub struct KeyHolder {
+    pub app_name: String,
+    pub address: String,
+    /// `approved` or `pending` (revoked ones are not listed).
+    pub approval: String,
+}
+
 /// The registrations made with this key that are not revoked: the addresses its owner may
 /// report results for.
-pub fn list_by_key(conn: &mut AnyConnection, key_hash: &str) -> Result<Vec<Agent>, Error> {
+pub fn list_by_key(conn: &mut AnyConnection, key_hash: &str) -> Result<Vec<KeyHolder>, Error> {
     Ok(agent::table
         .filter(agent::key_hash.eq(key_hash))
         .filter(agent::approval.ne(REVOKED))
-        .select(Agent::as_select())
+        .select(KeyHolder::as_select())
         .load(conn)?)
 }
 

@@ -854,7 +854,7 @@ pub async fn link_closed(
 #[derive(Debug, Clone)]
 pub enum Reporter {
     /// A jobfleet agent with its key: the registrations made with it.
-    Agent(Vec<agent::Agent>),
+    Agent(Vec<agent::KeyHolder>),
     /// Only the shared token: an XXL-Job executor.
     Executor,
 }

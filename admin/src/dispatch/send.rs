@@ -560,8 +560,8 @@ pub(super) fn drop_replaced_in_batch(prepared: &mut [Prepared]) {
 /// Sends the runs `due` (each with the millisecond it is due at, now or within the timer's
 /// take-ahead): one transaction takes them all, then each hand-over goes out as its own task
 /// (`start_handovers`) at its millisecond. `taken` is called once that transaction has ended,
-/// committed or not (the timer stops holding the runs back from a second batch then). Returns
-/// once the runs are taken and their hand-overs started.
+/// with the runs it took (none when it failed): the timer stops holding the runs back from a
+/// second batch then. Returns once the runs are taken and their hand-overs started.
 ///
 /// # Errors
 /// Database errors taking the batch, after each run was tried on its own (so one bad run does
@@ -570,7 +570,7 @@ pub async fn dispatch_batch(
     state: &web::Data<AppState>,
     due: Vec<(RunId, i64)>,
     handovers: &Handovers,
-    taken: impl FnOnce(),
+    taken: impl FnOnce(&[RunId]),
 ) -> Result<(), Error> {
     let started = Instant::now();
     let router = state.router.clone();
@@ -584,7 +584,17 @@ pub async fn dispatch_batch(
             Ok((prepared, changes))
         })
         .await;
-    taken();
+    let took: Vec<RunId> = match &prepared_or_failed {
+        // `prepare_all` answers each run in the order given.
+        Ok((prepared, _)) => due
+            .iter()
+            .zip(prepared)
+            .filter(|(_, one)| !matches!(one, Prepared::Taken))
+            .map(|((id, _), _)| *id)
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    taken(&took);
     let prepared = match prepared_or_failed {
         Ok((prepared, changes)) => {
             changes.committed(state);

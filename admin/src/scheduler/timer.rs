@@ -1,6 +1,7 @@
 //! The in-memory timer: holds stored pending runs until their millisecond (`dues`) and sends
 //! them through dispatch in batches.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use actix_web::web;
@@ -8,6 +9,7 @@ use tokio::sync::{Semaphore, mpsc};
 
 use crate::dispatch::answer::Handovers;
 use crate::dispatch::send::{TAKE_AHEAD_MS, TAKE_SPAN_MS};
+use crate::domain::ids::RunId;
 use crate::state::AppState;
 use crate::worker::Worker;
 
@@ -61,9 +63,12 @@ pub async fn run(
             let (state, handovers) = (state.clone(), handovers.clone());
             tokio::spawn(async move {
                 let runs = batch.len();
-                // Held until the batch's claim has committed or failed: a requeued run coming
-                // back after that goes out again.
-                let taken = move || drop(held);
+                // Held until the batch's claim has committed or failed; then copies of the runs
+                // it took are stale, and those of runs someone else had taken go out again.
+                let taken = move |took: &[RunId]| {
+                    let took: HashSet<RunId> = took.iter().copied().collect();
+                    held.release(|run| took.contains(run));
+                };
                 if let Err(e) =
                     crate::dispatch::send::dispatch_batch(&state, batch, &handovers, taken).await
                 {

@@ -98,6 +98,7 @@ pub async fn take(state: &AppState, address: &str, max: u32) -> Result<TakeResul
                 run,
                 message,
                 replaced,
+                ..
             } => {
                 send::kill_on_agents(state, &replaced).await;
                 answers.push(Answer::no_agent(run.id, run.triggered_ms, message));

@@ -57,6 +57,7 @@ pub enum Prepared {
     /// No agent may take the run now, with why.
     NoAgent {
         run: Box<JobRun>,
+        job: Arc<Job>,
         message: String,
         /// Runs this one replaces, to kill on their agents all the same.
         replaced: Vec<JobRun>,
@@ -227,6 +228,7 @@ fn prepare_claimed(
         Err(message) => {
             return Ok(Prepared::NoAgent {
                 run: Box::new(run),
+                job: owner,
                 message,
                 replaced,
             });
@@ -530,7 +532,7 @@ pub(super) fn drop_replaced_in_batch(prepared: &mut [Prepared]) {
         return;
     }
     for one in prepared.iter_mut() {
-        let nothing_left = match one {
+        match one {
             Prepared::Send {
                 sends,
                 replaced: kills,
@@ -538,21 +540,31 @@ pub(super) fn drop_replaced_in_batch(prepared: &mut [Prepared]) {
             } => {
                 sends.retain(|send| !replaced.contains(&send.run.id));
                 kills.retain(|old| !in_batch.contains(&old.id));
-                sends.is_empty() && kills.is_empty()
+                if sends.is_empty() && kills.is_empty() {
+                    *one = Prepared::Ended;
+                }
             }
-            // Its refusal would store nothing on a run already killed.
+            // Its refusal would store nothing on a run already killed: only its kills are left.
             Prepared::NoAgent {
                 run,
+                job,
                 replaced: kills,
                 ..
             } => {
                 kills.retain(|old| !in_batch.contains(&old.id));
-                replaced.contains(&run.id) && kills.is_empty()
+                if replaced.contains(&run.id) {
+                    *one = if kills.is_empty() {
+                        Prepared::Ended
+                    } else {
+                        Prepared::Send {
+                            job: job.clone(),
+                            sends: Vec::new(),
+                            replaced: std::mem::take(kills),
+                        }
+                    };
+                }
             }
-            Prepared::Taken | Prepared::Ended => false,
-        };
-        if nothing_left {
-            *one = Prepared::Ended;
+            Prepared::Taken | Prepared::Ended => {}
         }
     }
 }
@@ -677,6 +689,7 @@ async fn send_prepared(state: &AppState, prepared: Prepared) -> Vec<Answer> {
             run,
             message,
             replaced,
+            ..
         } => {
             kill_on_agents(state, &replaced).await;
             vec![Answer::no_agent(run.id, run.triggered_ms, message)]

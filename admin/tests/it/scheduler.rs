@@ -857,6 +857,8 @@ async fn a_run_replaced_within_its_own_take_is_never_sent() {
 /// cover the old run, so the kill is the only thing that stops it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replacing_run_with_no_agent_still_kills_the_run_it_replaces() {
+    use jobfleet_admin::db::job_run;
+    use jobfleet_admin::scheduler::Due;
     let app = TestApp::scheduling(false, &[]).await;
     let dir = tempfile::tempdir().unwrap();
     let g = app.group("sched-replace-none").await;
@@ -897,6 +899,71 @@ async fn a_replacing_run_with_no_agent_still_kills_the_run_it_replaces() {
     let old = app.run(old["id"].as_i64().unwrap()).await;
     assert_eq!(old["status"], "killed", "{old}");
     // Left on its agent, the old run would have finished by now.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let done = done_files(&dir);
+    assert!(done.is_empty(), "the replaced run kept running: {done:?}");
+
+    // Two runs within one take, neither with an agent, while a third runs: the earlier kills the
+    // running one and is replaced by the later, so only the later answers `no_agent` (the earlier
+    // is killed already: its refusal would store nothing).
+    let no_agent_outcomes = || async {
+        let metrics = app.metrics_text().await;
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(r#"jobfleet_trigger_outcomes_total{outcome="no_agent"} "#))
+            .map_or(0, |n| n.trim().parse::<i64>().unwrap())
+    };
+    let back = app
+        .call(
+            "PUT",
+            &format!("/api/v1/jobs/{job}"),
+            Some(&app.admin),
+            Some(body("a")),
+        )
+        .await;
+    assert!(back.status.is_success(), "{}", back.body);
+    let running = app.trigger(job, json!({})).await;
+    assert_eq!(running["status"], "running", "{running}");
+    app.call(
+        "PUT",
+        &format!("/api/v1/jobs/{job}"),
+        Some(&app.admin),
+        Some(body("nowhere")),
+    )
+    .await;
+    let before = no_agent_outcomes().await;
+    let at = app.now_ms() + 1_000;
+    let new_run =
+        move |scheduled_ms: i64| crate::support::pending_api_run(job, g, scheduled_ms, at - 1_000);
+    let (earlier, later) = app
+        .state
+        .db
+        .run(move |conn| {
+            Ok((
+                job_run::insert(conn, &new_run(at))?,
+                job_run::insert(conn, &new_run(at + send::TAKE_SPAN_MS / 5))?,
+            ))
+        })
+        .await
+        .unwrap();
+    app.state.scheduler.enqueue([
+        Due {
+            at_ms: at,
+            run_id: earlier,
+        },
+        Due {
+            at_ms: at + send::TAKE_SPAN_MS / 5,
+            run_id: later,
+        },
+    ]);
+    let failed = app.finished_run(later.0, WITHIN).await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    let replaced = app.run(earlier.0).await;
+    assert_eq!(replaced["status"], "killed", "{replaced}");
+    assert_eq!(replaced["triggered_ms"], failed["triggered_ms"], "one take");
+    let killed = app.run(running["id"].as_i64().unwrap()).await;
+    assert_eq!(killed["status"], "killed", "{killed}");
+    assert_eq!(no_agent_outcomes().await - before, 1);
     tokio::time::sleep(Duration::from_secs(4)).await;
     let done = done_files(&dir);
     assert!(done.is_empty(), "the replaced run kept running: {done:?}");

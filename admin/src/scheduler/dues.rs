@@ -197,20 +197,20 @@ impl<T: DueAt> Dues<T> {
         });
         tokio::select! {
             received = self.inbox.recv() => match received {
-                Some(due) => {
-                    self.push(due);
-                    // Take everything already queued before looking at the clock again.
-                    while let Ok(more) = self.inbox.try_recv() {
-                        self.push(more);
-                    }
-                }
+                Some(due) => self.push(due),
                 None => return false,
             },
             () = tokio::time::sleep(Duration::from_millis(sleep_ms.unsigned_abs())) => {}
             () = wake.notified() => {}
-            () = self.put_back.notified() => self.take_back(),
+            () = self.put_back.notified() => {}
             () = worker.stopped() => {}
         }
+        // Take everything already queued or put back before looking at the clock again,
+        // whichever branch woke us.
+        while let Ok(more) = self.inbox.try_recv() {
+            self.push(more);
+        }
+        self.take_back();
         true
     }
 }

@@ -43,6 +43,47 @@ async fn agents(app: &TestApp, name: &str, n: usize, dir: &tempfile::TempDir) ->
     out
 }
 
+/// Two pending runs of `job` due `lead_ms` from now, a fifth of a take apart, handed to the timer:
+/// one take holds both.
+async fn two_runs_in_one_take(
+    app: &TestApp,
+    job: i64,
+    g: i64,
+    lead_ms: i64,
+) -> (
+    jobfleet_admin::domain::ids::RunId,
+    jobfleet_admin::domain::ids::RunId,
+) {
+    use jobfleet_admin::db::job_run;
+    use jobfleet_admin::scheduler::Due;
+    let at = app.now_ms() + lead_ms;
+    let new_run = move |scheduled_ms: i64| {
+        crate::support::pending_api_run(job, g, scheduled_ms, at - lead_ms)
+    };
+    let (earlier, later) = app
+        .state
+        .db
+        .run(move |conn| {
+            Ok((
+                job_run::insert(conn, &new_run(at))?,
+                job_run::insert(conn, &new_run(at + send::TAKE_SPAN_MS / 5))?,
+            ))
+        })
+        .await
+        .unwrap();
+    app.state.scheduler.enqueue([
+        Due {
+            at_ms: at,
+            run_id: earlier,
+        },
+        Due {
+            at_ms: at + send::TAKE_SPAN_MS / 5,
+            run_id: later,
+        },
+    ]);
+    (earlier, later)
+}
+
 /// The `done-<run id>` files that runs of the replace tests' job leave when they finish.
 fn done_files(dir: &tempfile::TempDir) -> Vec<String> {
     std::fs::read_dir(dir.path())
@@ -774,9 +815,7 @@ async fn forbid_skips_and_replace_kills_the_running_run() {
 /// the kill meant for it had passed) and the later runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_replaced_within_its_own_take_is_never_sent() {
-    use jobfleet_admin::db::job_run;
     use jobfleet_admin::domain::ids::RunId;
-    use jobfleet_admin::scheduler::Due;
     let app = TestApp::scheduling(false, &[]).await;
     let dir = tempfile::tempdir().unwrap();
     let g = app.group("sched-replace-take").await;
@@ -791,30 +830,7 @@ async fn a_run_replaced_within_its_own_take_is_never_sent() {
         .await;
     let running_before = app.trigger(job, json!({})).await;
     assert_eq!(running_before["status"], "running", "{running_before}");
-    let at = app.now_ms() + 1_500;
-    let new_run =
-        move |scheduled_ms: i64| crate::support::pending_api_run(job, g, scheduled_ms, at - 1_500);
-    let (earlier, later) = app
-        .state
-        .db
-        .run(move |conn| {
-            Ok((
-                job_run::insert(conn, &new_run(at))?,
-                job_run::insert(conn, &new_run(at + send::TAKE_SPAN_MS / 5))?,
-            ))
-        })
-        .await
-        .unwrap();
-    app.state.scheduler.enqueue([
-        Due {
-            at_ms: at,
-            run_id: earlier,
-        },
-        Due {
-            at_ms: at + send::TAKE_SPAN_MS / 5,
-            run_id: later,
-        },
-    ]);
+    let (earlier, later) = two_runs_in_one_take(&app, job, g, 1_500).await;
     let running = wait_for(WITHIN, "the later run running", || async {
         let run = app.run(later.0).await;
         (run["status"] == "running").then_some(run)
@@ -857,8 +873,6 @@ async fn a_run_replaced_within_its_own_take_is_never_sent() {
 /// cover the old run, so the kill is the only thing that stops it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replacing_run_with_no_agent_still_kills_the_run_it_replaces() {
-    use jobfleet_admin::db::job_run;
-    use jobfleet_admin::scheduler::Due;
     let app = TestApp::scheduling(false, &[]).await;
     let dir = tempfile::tempdir().unwrap();
     let g = app.group("sched-replace-none").await;
@@ -932,30 +946,7 @@ async fn a_replacing_run_with_no_agent_still_kills_the_run_it_replaces() {
     )
     .await;
     let before = no_agent_outcomes().await;
-    let at = app.now_ms() + 1_000;
-    let new_run =
-        move |scheduled_ms: i64| crate::support::pending_api_run(job, g, scheduled_ms, at - 1_000);
-    let (earlier, later) = app
-        .state
-        .db
-        .run(move |conn| {
-            Ok((
-                job_run::insert(conn, &new_run(at))?,
-                job_run::insert(conn, &new_run(at + send::TAKE_SPAN_MS / 5))?,
-            ))
-        })
-        .await
-        .unwrap();
-    app.state.scheduler.enqueue([
-        Due {
-            at_ms: at,
-            run_id: earlier,
-        },
-        Due {
-            at_ms: at + send::TAKE_SPAN_MS / 5,
-            run_id: later,
-        },
-    ]);
+    let (earlier, later) = two_runs_in_one_take(&app, job, g, 1_000).await;
     let failed = app.finished_run(later.0, WITHIN).await;
     assert_eq!(failed["status"], "failed", "{failed}");
     let replaced = app.run(earlier.0).await;

@@ -149,7 +149,7 @@ async fn store(
     let (stored, settled, refused, prepared, changes) = state
         .db
         .transaction(move |conn| {
-            let mut changes = changes;
+            let mut changes = changes.afresh();
             let now = changes.now_ms();
             let mut refused = Vec::new();
             // Runs whose held acceptance no longer needs storing once this commits.

@@ -40,6 +40,10 @@ pub enum Error {
     /// A bounded resource (password hashing) is busy past its queue deadline; not the caller's fault.
     #[error("the server is busy; try again in {retry_after_s} seconds")]
     Overloaded { retry_after_s: u64 },
+    /// The database gave this write up to let another one through (a MySQL deadlock victim), as
+    /// often as [`crate::db::Db::transaction`] retries it; nothing of it was kept.
+    #[error("the database is busy with conflicting writes; try again in a second")]
+    Contended(String),
     #[error("{0}")]
     AgentUnreachable(String),
     #[error("service unavailable: {0}")]
@@ -154,7 +158,7 @@ impl Error {
             Error::Unauthenticated(_) => Code::Unauthenticated,
             Error::Forbidden(_) => Code::Forbidden,
             Error::RateLimited { .. } | Error::RequestLimited { .. } => Code::RateLimited,
-            Error::Overloaded { .. } => Code::Overloaded,
+            Error::Overloaded { .. } | Error::Contended(_) => Code::Overloaded,
             Error::AgentUnreachable(_) => Code::AgentUnreachable,
             Error::Unavailable(_) => Code::Unavailable,
             Error::Internal(_) => Code::Internal,
@@ -167,6 +171,7 @@ impl Error {
             Error::RateLimited { retry_after_s }
             | Error::RequestLimited { retry_after_s, .. }
             | Error::Overloaded { retry_after_s } => Some(*retry_after_s),
+            Error::Contended(_) => Some(1),
             Error::Unavailable(_) => Some(5),
             _ => None,
         }
@@ -240,6 +245,11 @@ impl From<diesel::result::Error> for Error {
                 field: None,
                 message: "the object is referenced by, or refers to, another object that does not allow this".into(),
             },
+            D::DatabaseError(Kind::SerializationFailure, info) => Error::Contended(info.message().to_owned()),
+            // Text statements (`batch_execute`) come without the server's error number.
+            D::DatabaseError(_, ref info) if info.message().starts_with("Deadlock found") => {
+                Error::Contended(info.message().to_owned())
+            }
             D::DatabaseError(Kind::ClosedConnection, info) => Error::Unavailable(info.message().to_owned()),
             D::DatabaseError(_, ref info) if looks_like_lost_connection(info.message()) => {
                 Error::Unavailable(info.message().to_owned())
@@ -297,6 +307,7 @@ impl std::fmt::Display for DisplayChain<'_> {
         match self.0 {
             Error::Internal(cause) => write!(f, "internal: {cause:#}"),
             Error::Unavailable(cause) => write!(f, "unavailable: {cause}"),
+            Error::Contended(cause) => write!(f, "contended: {cause}"),
             other => write!(f, "{other}"),
         }
     }

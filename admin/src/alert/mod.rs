@@ -198,13 +198,14 @@ pub async fn deliver_due(state: &AppState) -> Result<Delivered, Error> {
         .db
         .transaction(move |conn| {
             let mut ends = Vec::new();
-            for (id, attempts, outcome) in outcomes {
+            for (id, attempts, outcome) in &outcomes {
+                let (id, attempts) = (*id, *attempts);
                 match outcome {
                     Ok(()) => {
                         alert_event::mark_sent(conn, id, attempts, finished)?;
                     }
                     Err(e) => {
-                        let retry = match &e {
+                        let retry = match e {
                             SendError::Retry(_) => retry_at(attempts, finished),
                             SendError::Permanent(_) => None,
                         };

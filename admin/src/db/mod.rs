@@ -111,6 +111,28 @@ pub fn in_transaction<T>(
     }
 }
 
+/// Runs `f` in a transaction until it ends otherwise than as a deadlock victim, at most
+/// `DEADLOCK_ATTEMPTS` times. SQLite never gets here with a deadlock: its writers take turns.
+fn retrying_deadlocks<T>(
+    conn: &mut AnyConnection,
+    f: &mut impl FnMut(&mut AnyConnection) -> Result<T, Error>,
+) -> Result<T, Error> {
+    const DEADLOCK_ATTEMPTS: u32 = 4;
+    let mut attempt = 1;
+    loop {
+        match in_transaction(conn, &mut *f) {
+            Err(Error::Contended(cause)) if attempt < DEADLOCK_ATTEMPTS => {
+                tracing::debug!(attempt, %cause, "deadlock victim; running the transaction again");
+                // Random, so that the two writers that met do not meet again in step.
+                let pause_ms = rand::random_range(1..=10u64 << attempt);
+                std::thread::sleep(std::time::Duration::from_millis(pause_ms));
+                attempt += 1;
+            }
+            outcome => return outcome,
+        }
+    }
+}
+
 /// Runs `write` in a savepoint and keeps what it wrote only if it changed exactly `expected`
 /// rows: a batch's conditional writes, all or none, so a refused batch can be done again row by
 /// row to learn which rows the condition held for. Returns whether it was kept.
@@ -455,15 +477,21 @@ impl Db {
 
     /// Runs `f` inside one transaction: everything it writes lands together or not at all.
     ///
+    /// A transaction the database gives up to break a deadlock (MySQL rolls the whole of it
+    /// back) is run again, a few times, after a short random pause: two writers that meet on a
+    /// job row (a console edit and the scheduler's claim) both get through instead of one
+    /// answering a 500. So `f` may run more than once and must do nothing but database work.
+    ///
     /// # Errors
-    /// As [`Db::run`]; a failing `f` rolls the transaction back.
-    pub async fn transaction<T, F>(&self, f: F) -> Result<T, Error>
+    /// As [`Db::run`]; a failing `f` rolls the transaction back; `Contended` when every attempt
+    /// was a deadlock victim.
+    pub async fn transaction<T, F>(&self, mut f: F) -> Result<T, Error>
     where
-        F: FnOnce(&mut AnyConnection) -> Result<T, Error> + Send + 'static,
+        F: FnMut(&mut AnyConnection) -> Result<T, Error> + Send + 'static,
         T: Send + 'static,
     {
         let Some(writer) = self.writer.clone() else {
-            return self.run(move |conn| in_transaction(conn, f)).await;
+            return self.run(move |conn| retrying_deadlocks(conn, &mut f)).await;
         };
         // The turn before the connection, and on the async side: a writer waiting for its turn
         // holds neither a connection the current writer or a reader needs nor a blocking thread.
@@ -694,8 +722,11 @@ mod tests {
         let holder = {
             let db = db.clone();
             tokio::spawn(async move {
+                let mut held_tx = Some(held_tx);
                 db.transaction(move |_| {
-                    let _ = held_tx.send(());
+                    if let Some(held) = held_tx.take() {
+                        let _ = held.send(());
+                    }
                     let _ = release_rx.recv();
                     Ok(())
                 })
@@ -713,6 +744,71 @@ mod tests {
         release_tx.send(()).unwrap();
         holder.await.unwrap().unwrap();
         db.transaction(|_| Ok(())).await.unwrap();
+    }
+
+    // Two writers that take two rows in opposite order deadlock on MariaDB; the server rolls
+    // one back, and `transaction` runs that one again: both land, nobody sees an error.
+    #[cfg(feature = "mysql")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_deadlock_victim_is_run_again_and_lands() {
+        use diesel::connection::SimpleConnection;
+        use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
+        let test_db = tokio::task::spawn_blocking(crate::testing::TestDb::mysql)
+            .await
+            .unwrap();
+        let db = Db::new(test_db.url().clone(), 4, Duration::from_secs(5)).unwrap();
+        db.run(|conn| {
+            conn.batch_execute(
+                "CREATE TABLE deadlock_probe (id INT PRIMARY KEY, n INT NOT NULL);
+                 INSERT INTO deadlock_probe VALUES (1, 0), (2, 0)",
+            )
+            .map_err(Error::from)
+        })
+        .await
+        .unwrap();
+        let both_hold_one = Arc::new(std::sync::Barrier::new(2));
+        let attempts = Arc::new(AtomicU32::new(0));
+        let writer = |first: i32, second: i32| {
+            let (db, both_hold_one, attempts) =
+                (db.clone(), both_hold_one.clone(), attempts.clone());
+            async move {
+                let mut met = false;
+                db.transaction(move |conn| {
+                    attempts.fetch_add(1, SeqCst);
+                    // Statements as the admin's queries go (prepared), not as batch text.
+                    let mut bump = |id: i32| {
+                        diesel::sql_query("UPDATE deadlock_probe SET n = n + 1 WHERE id = ?")
+                            .bind::<diesel::sql_types::Integer, _>(id)
+                            .execute(conn)
+                    };
+                    bump(first)?;
+                    if !met {
+                        met = true;
+                        both_hold_one.wait();
+                    }
+                    bump(second)?;
+                    Ok(())
+                })
+                .await
+            }
+        };
+        let (a, b) = tokio::join!(writer(1, 2), writer(2, 1));
+        a.unwrap();
+        b.unwrap();
+        assert_eq!(attempts.load(SeqCst), 3, "one of the two ran again");
+        let total = db
+            .run(|conn| {
+                use diesel::dsl::sql;
+                use diesel::sql_types::BigInt;
+                diesel::select(sql::<BigInt>(
+                    "(SELECT CAST(SUM(n) AS SIGNED) FROM deadlock_probe)",
+                ))
+                .get_result::<i64>(conn)
+                .map_err(Error::from)
+            })
+            .await
+            .unwrap();
+        assert_eq!(total, 4, "each writer's two updates landed once");
     }
 
     // Each backend's migrations must produce every column `schema.rs` declares, with types the

@@ -53,7 +53,7 @@ pub async fn take(state: &AppState, address: &str, max: u32) -> Result<TakeResul
     let (prepared, changes) = state
         .db
         .transaction(move |conn| {
-            let mut changes = changes;
+            let mut changes = changes.afresh();
             let now = changes.now_ms();
             let mut lookups = Lookups::default();
             let mut prepared = Vec::new();

@@ -442,7 +442,7 @@ pub async fn dispatch(state: &AppState, run_id: RunId, only: Option<String>) -> 
     let (prepared, changes) = state
         .db
         .transaction(move |conn| {
-            let mut changes = changes;
+            let mut changes = changes.afresh();
             let prepared = prepare(
                 conn,
                 &mut changes,
@@ -591,7 +591,7 @@ pub async fn dispatch_batch(
     let prepared_or_failed = state
         .db
         .transaction(move |conn| {
-            let mut changes = changes;
+            let mut changes = changes.afresh();
             let prepared = prepare_all(conn, &mut changes, &router, &ids)?;
             Ok((prepared, changes))
         })
@@ -723,7 +723,7 @@ pub(super) async fn store_answers(state: &AppState, answers: Vec<Answer>) -> Res
     let changes = state
         .db
         .transaction(move |conn| {
-            let mut changes = changes;
+            let mut changes = changes.afresh();
             let stored: Vec<(RunId, job_run::TriggerAnswer<'_>)> = answers
                 .iter()
                 .map(|a| {

@@ -15,7 +15,7 @@ use actix_web::{HttpMessage, ResponseError, web};
 use crate::auth::api_limit::{Class, Subject, Verdict};
 use crate::auth::extract::{ResolvedCaller, resolve_caller};
 use crate::auth::rbac::ActorKind;
-use crate::error::{ApiError, Error};
+use crate::error::{ApiError, Code, Error};
 use crate::http::request::client_ip;
 use crate::state::AppState;
 
@@ -52,6 +52,18 @@ pub async fn limit(
         return Ok(next.call(req).await?.map_into_boxed_body());
     };
     let resolved = resolve_caller(req.request()).await;
+    // A caller that could not be checked for a reason of ours (the database busy or away) is
+    // not a stranger: charging its request to the anonymous bucket of its address would answer
+    // a 429 for a 503 and use up the quota of everyone behind that address.
+    if let Err(e) = &resolved
+        && matches!(
+            e.code(),
+            Code::Unavailable | Code::Overloaded | Code::Internal
+        )
+    {
+        req.extensions_mut().insert(ResolvedCaller(resolved));
+        return Ok(next.call(req).await?.map_into_boxed_body());
+    }
     let ip = client_ip(req.request());
     let subject = match &resolved {
         Ok(actor) => match (&actor.kind, actor.user_id) {

@@ -113,6 +113,19 @@ impl Changes {
         }
     }
 
+    /// The same start again, for a transaction the database gave up and runs again: what the
+    /// given-up attempt gathered was rolled back with it and must not be acted on.
+    pub fn afresh(&self) -> Self {
+        Self {
+            now_ms: self.now_ms,
+            alerts: self.alerts.clone(),
+            dues: Vec::new(),
+            ended: Vec::new(),
+            graphs: self.graphs.clone(),
+            jobs: JobsRead::default(),
+        }
+    }
+
     /// The jobs this transaction has read.
     pub fn jobs(&mut self) -> &mut JobsRead {
         &mut self.jobs

@@ -162,8 +162,11 @@ impl Keeper {
                     // Most short runs' logs came with their results: nothing to read back.
                     let have: BTreeSet<RunId> =
                         run_log::having_row(conn, &ids)?.into_iter().collect();
-                    let unkept: Vec<RunId> =
-                        ids.into_iter().filter(|id| !have.contains(id)).collect();
+                    let unkept: Vec<RunId> = ids
+                        .iter()
+                        .copied()
+                        .filter(|id| !have.contains(id))
+                        .collect();
                     run_log::claim(conn, &unkept, now)
                 })
                 .await?

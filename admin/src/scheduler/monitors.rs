@@ -116,7 +116,7 @@ pub async fn time_out_workflows(state: &AppState) -> Result<usize, Error> {
         let outcome = state
             .db
             .transaction(move |conn| {
-                let mut changes = changes;
+                let mut changes = changes.afresh();
                 let killed = crate::lifecycle::workflow::cancel(
                     conn,
                     &mut changes,
@@ -197,7 +197,7 @@ pub(super) async fn end_run(
     let (ended, changes) = state
         .db
         .transaction(move |conn| {
-            let mut changes = changes;
+            let mut changes = changes.afresh();
             let ended = changes.ended_by_admin(conn, run_id, status, &message)?;
             Ok((ended, changes))
         })

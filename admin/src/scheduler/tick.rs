@@ -37,6 +37,26 @@ pub struct TickOutcome {
     pub soonest_ms: Option<i64>,
     /// The batch was full: more jobs may be due right now.
     pub more: bool,
+    /// What the pass fired and dropped, counted into the metrics once it has committed: a
+    /// pass rolled back (and run again) must not count twice.
+    counted: PassCounts,
+}
+
+#[derive(Debug, Default)]
+struct PassCounts {
+    fires: Vec<&'static str>,
+    misfired: Vec<(&'static str, u64)>,
+}
+
+impl PassCounts {
+    fn record(&self, metrics: &Metrics) {
+        for kind in &self.fires {
+            metrics.fires.inc(kind);
+        }
+        for (policy, missed) in &self.misfired {
+            metrics.misfired_slots.add(policy, *missed);
+        }
+    }
 }
 
 /// Runs one pass.
@@ -84,7 +104,8 @@ pub async fn tick(state: &AppState) -> Result<TickOutcome, Error> {
         Err(e) => Err(e),
     };
     state.metrics.scheduler_loop.observe(started.elapsed());
-    if outcome.is_ok() {
+    if let Ok(done) = &outcome {
+        done.counted.record(&state.metrics);
         state.scheduler.pass_done(state.clock.now_ms());
     }
     outcome
@@ -119,6 +140,7 @@ fn plan_due(
     let waiting = Instant::now();
     scheduler_lock::take(conn, scheduler_lock::SCHEDULE, holder, clock.now_ms())?;
     metrics.lock_wait.observe(waiting.elapsed());
+    let mut counted = PassCounts::default();
     // Read the clock after the lock: the wait may have been long.
     let now = clock.now_ms();
     let window = Window {
@@ -155,7 +177,7 @@ fn plan_due(
         let plan = plan(&schedule, tz, misfire, stored_next, job_window);
         if plan.missed > 0 {
             tracing::warn!(job_id = %row.id, missed = plan.missed, policy = %misfire.as_str(), "Misfired slots (no admin could fire them in time)");
-            metrics.misfired_slots.add(misfire.as_str(), plan.missed);
+            counted.misfired.push((misfire.as_str(), plan.missed));
         }
         planned.push(Planned {
             job: row,
@@ -171,10 +193,8 @@ fn plan_due(
         },
         Mode::OneByOne => write_one_by_one(conn, &planned, now)?,
     };
-    for (_, kind) in &dues {
-        metrics.fires.inc(kind.as_str());
-    }
-    let (workflow_dues, more_workflows) = plan_workflows(conn, window, metrics)?;
+    counted.fires = dues.iter().map(|(_, kind)| kind.as_str()).collect();
+    let (workflow_dues, more_workflows) = plan_workflows(conn, window, &mut counted)?;
     let soonest_ms = [job::soonest_fire(conn)?, workflow::soonest_fire(conn)?]
         .into_iter()
         .flatten()
@@ -184,6 +204,7 @@ fn plan_due(
         workflow_dues,
         soonest_ms,
         more: more || more_workflows,
+        counted,
     }))
 }
 
@@ -194,7 +215,7 @@ fn plan_due(
 fn plan_workflows(
     conn: &mut AnyConnection,
     window: Window,
-    metrics: &Arc<Metrics>,
+    counted: &mut PassCounts,
 ) -> Result<(Vec<WorkflowDue>, bool), Error> {
     let rows = workflow::due(conn, window.horizon_ms, BATCH)?;
     let more = rows.len() as i64 == BATCH;
@@ -218,9 +239,9 @@ fn plan_workflows(
         let planned = plan(&schedule, tz, row.misfire, stored_next, one);
         if planned.missed > 0 {
             tracing::warn!(workflow_id = %row.id, missed = planned.missed, policy = %row.misfire.as_str(), "Misfired workflow slots (no admin could fire them in time)");
-            metrics
-                .misfired_slots
-                .add(row.misfire.as_str(), planned.missed);
+            counted
+                .misfired
+                .push((row.misfire.as_str(), planned.missed));
         }
         let fire = planned.fires.first().map(|f| (f.slot_ms, f.at_ms));
         if !workflow::plan(conn, row.id, stored_next, planned.next_fire_ms, fire)? {

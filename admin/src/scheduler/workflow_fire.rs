@@ -63,7 +63,7 @@ pub async fn fire(state: &AppState, due: WorkflowDue) -> Result<Fired, Error> {
     let (fired, killed, changes) = state
         .db
         .transaction(move |conn| {
-            let mut changes = changes;
+            let mut changes = changes.afresh();
             let id = due.workflow_id;
             if !workflow::take_pending(conn, id, due.slot_ms)? {
                 return Ok((Fired::Gone, Vec::new(), changes));

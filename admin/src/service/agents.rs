@@ -360,8 +360,9 @@ async fn write_registry_calls(
     let (written, changes) = state
         .db
         .transaction(move |conn| {
-            let mut changes = changes;
-            let written = write_calls_in(conn, &calls[range], needs_approval, &mut changes)?;
+            let mut changes = changes.afresh();
+            let written =
+                write_calls_in(conn, &calls[range.clone()], needs_approval, &mut changes)?;
             Ok((written, changes))
         })
         .await?;

@@ -146,7 +146,7 @@ pub async fn create(
     let proof = proof.clone();
     state
         .db
-        .transaction(move |conn| create_in(conn, &actor, &proof, input, now))
+        .transaction(move |conn| create_in(conn, &actor, &proof, input.clone(), now))
         .await
 }
 
@@ -203,7 +203,7 @@ pub async fn update(
     let proof = proof.clone();
     state
         .db
-        .transaction(move |conn| update_in(conn, &actor, &proof, id, input, now))
+        .transaction(move |conn| update_in(conn, &actor, &proof, id, input.clone(), now))
         .await
 }
 

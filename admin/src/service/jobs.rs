@@ -460,7 +460,7 @@ pub async fn create(state: &AppState, actor: &Actor, spec: JobSpec) -> Result<Jo
     let actor = actor.clone();
     state
         .db
-        .transaction(move |conn| create_in(conn, &actor, spec, now))
+        .transaction(move |conn| create_in(conn, &actor, spec.clone(), now))
         .await
         // Plan at once: a new or changed schedule must not wait for the next pass.
         .inspect(|_| state.scheduler.jobs_changed())
@@ -520,7 +520,7 @@ pub async fn update(
     let actor = actor.clone();
     state
         .db
-        .transaction(move |conn| update_in(conn, &actor, id, spec, now))
+        .transaction(move |conn| update_in(conn, &actor, id, spec.clone(), now))
         .await
         // Plan at once: a new or changed schedule must not wait for the next pass.
         .inspect(|_| state.scheduler.jobs_changed())

@@ -128,6 +128,7 @@ pub struct ApplyReport {
 }
 
 /// A job of the document that passed every rule needing no database, its group not yet known.
+#[derive(Clone)]
 struct PlannedJob {
     group: usize,
     field: String,
@@ -668,10 +669,10 @@ pub async fn apply(
         .transaction(move |conn| {
             if options.dry_run {
                 crate::db::rehearse(conn, |conn| {
-                    apply_in(conn, &actor, &document, planned, options, now)
+                    apply_in(conn, &actor, &document, planned.clone(), options, now)
                 })
             } else {
-                apply_in(conn, &actor, &document, planned, options, now)
+                apply_in(conn, &actor, &document, planned.clone(), options, now)
             }
         })
         .await?;

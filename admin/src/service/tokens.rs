@@ -116,7 +116,7 @@ pub async fn create(
                 Entry::new("token.create", "token", id).after(&info)?,
             )?;
             Ok(CreatedToken {
-                token: minted.secret,
+                token: minted.secret.clone(),
                 info,
             })
         })

@@ -361,7 +361,7 @@ pub async fn list(state: &AppState, _: &AdminProof, page: Page) -> Result<Paged<
 }
 
 /// What first start did about the admin account.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Bootstrap {
     /// Users exist already; nothing was done.
     Existing,
@@ -403,7 +403,7 @@ pub async fn bootstrap_admin(
                 return Ok(Bootstrap::Existing);
             }
             insert_audited(conn, &system, now, "admin", &hash, Role::Admin, &[])?;
-            Ok(outcome)
+            Ok(outcome.clone())
         })
         .await;
     match created {

@@ -514,7 +514,7 @@ pub async fn trigger(
     let (run_id, killed, changes) = state
         .db
         .transaction(move |conn| {
-            let mut changes = changes;
+            let mut changes = changes.afresh();
             let now = changes.now_ms();
             let row = visible_workflow(conn, &actor_owned, id)?;
             actor_owned.write_group(row.group_id)?;
@@ -541,7 +541,7 @@ pub async fn trigger(
                     Error::Internal(anyhow::anyhow!("workflow {id}: stored definition: {e}"))
                 })?,
             )?;
-            let params = request.params.unwrap_or_else(|| row.params.clone());
+            let params = request.params.clone().unwrap_or_else(|| row.params.clone());
             let run_id = engine::start(
                 conn,
                 &mut changes,
@@ -696,7 +696,7 @@ pub async fn operate(
     let (killed, changes) = state
         .db
         .transaction(move |conn| {
-            let mut changes = changes;
+            let mut changes = changes.afresh();
             let now = changes.now_ms();
             let run = visible_run(conn, &actor_owned, id)?;
             actor_owned.write_group(run.group_id)?;
@@ -940,7 +940,7 @@ pub async fn import(
         .db
         .transaction(move |conn| {
             let mut ids: BTreeMap<String, JobId> = BTreeMap::new();
-            for spec in specs {
+            for spec in specs.iter().cloned() {
                 let name = spec.name.clone();
                 let view = match job::find_by_name(conn, group_id, &name)? {
                     Some(existing) => {
@@ -950,7 +950,7 @@ pub async fn import(
                 };
                 ids.insert(name, view.id);
             }
-            let body = document.workflow;
+            let body = document.workflow.clone();
             let mut nodes = Vec::with_capacity(body.nodes.len());
             for (i, node) in body.nodes.into_iter().enumerate() {
                 let job_id = match ids.get(&node.job) {

@@ -849,3 +849,123 @@ async fn two_admins_start_each_workflow_slot_once() {
         "fired through the kill: {keys:?}"
     );
 }
+
+/// Edits of jobs that fire every second, on MariaDB: the scheduler's run insert takes a shared
+/// lock on the job row and its plan then updates the row, so an edit that updates the same row
+/// can be chosen as a deadlock's victim. The admin runs the victim's transaction again; every
+/// edit answers 2xx (it answered 500 before), and what the last edit said is what is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_edits_while_the_jobs_fire_all_succeed() {
+    // Four editors go past an admin's default request rate.
+    let app = TestApp::scheduling(true, &[("JOBFLEET_API_REQUESTS_PER_MINUTE_ADMIN", "0")]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let g = app.group("busy-edits").await;
+    let agent = AgentProc::start(&app.base, "busy-edits", &dir.path().join("agent"));
+    app.wait_for_agent(&agent.address).await;
+    let mut jobs = Vec::new();
+    for i in 0..12 {
+        let job = app
+            .job_from(
+                g,
+                json!({"name": format!("busy-{i}"), "routing": "round_robin",
+                    "schedule": {"type": "fixed_rate", "interval_s": 1},
+                    "handler": {"type": "shell", "command": "true"}}),
+            )
+            .await;
+        jobs.push(job);
+    }
+    let deadlocks_before = innodb_deadlocks(&app).await;
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    // Four editors at once, each over every job, while the twelve jobs fire.
+    let editor = |shift: usize| {
+        let app = &app;
+        let jobs = &jobs;
+        async move {
+            let mut edits = 0;
+            while std::time::Instant::now() < until {
+                for (i, job) in jobs.iter().enumerate() {
+                    let action = if (i + shift + edits).is_multiple_of(2) {
+                        "disable"
+                    } else {
+                        "enable"
+                    };
+                    let r = app
+                        .post(
+                            &format!("/api/v1/jobs/{job}/{action}"),
+                            &app.admin,
+                            json!({}),
+                        )
+                        .await;
+                    assert!(
+                        r.status.is_success(),
+                        "{action} of job {job} while it fires: {} {}",
+                        r.status,
+                        r.body
+                    );
+                }
+                edits += 1;
+            }
+            edits
+        }
+    };
+    let rounds = futures_util::future::join_all((0..4).map(editor)).await;
+    eprintln!(
+        "edit rounds per editor {rounds:?}; InnoDB deadlocks during them: {}",
+        innodb_deadlocks(&app).await - deadlocks_before
+    );
+    for job in &jobs {
+        let r = app
+            .post(&format!("/api/v1/jobs/{job}/enable"), &app.admin, json!({}))
+            .await;
+        assert!(r.status.is_success(), "{}", r.body);
+        let stored = app.get(&format!("/api/v1/jobs/{job}"), &app.admin).await;
+        assert_eq!(stored.body["enabled"], true, "{}", stored.body);
+    }
+    // Still firing after the storm: every job runs again.
+    let since_ms = chrono::Utc::now().timestamp_millis();
+    wait_for(
+        Duration::from_secs(20),
+        "every job to fire again",
+        || async {
+            for job in &jobs {
+                let runs = app
+                    .get(&format!("/api/v1/runs?job_id={job}&limit=5"), &app.admin)
+                    .await;
+                let fired = runs.body["items"].as_array().is_some_and(|items| {
+                    items.iter().any(|r| {
+                        r["status"] == "succeeded" && r["scheduled_ms"].as_i64().unwrap() > since_ms
+                    })
+                });
+                if !fired {
+                    return None;
+                }
+            }
+            Some(())
+        },
+    )
+    .await;
+}
+
+/// The server's count of deadlocks it broke, for the test's report: whether the run had any
+/// to retry depends on timing.
+async fn innodb_deadlocks(app: &TestApp) -> i64 {
+    use diesel::prelude::*;
+    let jobfleet_admin::db::DbUrl::Mysql(url) = app.state.db.url().clone() else {
+        unreachable!("a MariaDB test")
+    };
+    tokio::task::spawn_blocking(move || {
+        #[derive(QueryableByName)]
+        struct Status {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            #[diesel(column_name = Value)]
+            value: String,
+        }
+        let mut conn = diesel::MysqlConnection::establish(&url).unwrap();
+        let rows: Vec<Status> = diesel::sql_query("SHOW GLOBAL STATUS LIKE 'Innodb_deadlocks'")
+            .load(&mut conn)
+            .unwrap();
+        rows.first().and_then(|s| s.value.parse().ok()).unwrap_or(0)
+    })
+    .await
+    .unwrap()
+}

@@ -754,9 +754,8 @@ async fn failover_passes_dead_refusing_silent_and_garbage_agents() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn forbid_skips_and_replace_kills_the_running_run() {
-    let app = TestApp::scheduling(false, &[]).await;
+async fn forbid_skips_and_replace_kills_the_running_run(mysql: bool) {
+    let app = TestApp::scheduling(mysql, &[]).await;
     let dir = tempfile::tempdir().unwrap();
     let g = app.group("sched-conc").await;
     let _agents = agents(&app, "sched-conc", 2, &dir).await;
@@ -809,14 +808,15 @@ async fn forbid_skips_and_replace_kills_the_running_run() {
     .await;
 }
 
+both_backends!(forbid_skips_and_replace_kills_the_running_run);
+
 /// Two runs of a `replace` job due within one take while a third runs: the earlier of the two
 /// replaces the running one, which is killed on its agent, and the later replaces the earlier in
 /// the take's transaction, so the earlier never goes out (sent, it would start on its agent after
 /// the kill meant for it had passed) and the later runs.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_replaced_within_its_own_take_is_never_sent() {
+async fn a_run_replaced_within_its_own_take_is_never_sent(mysql: bool) {
     use jobfleet_admin::domain::ids::RunId;
-    let app = TestApp::scheduling(false, &[]).await;
+    let app = TestApp::scheduling(mysql, &[]).await;
     let dir = tempfile::tempdir().unwrap();
     let g = app.group("sched-replace-take").await;
     let _agents = agents(&app, "sched-replace-take", 1, &dir).await;
@@ -868,12 +868,13 @@ async fn a_run_replaced_within_its_own_take_is_never_sent() {
     assert!(done.is_empty(), "runs left running: {done:?}");
 }
 
+both_backends!(a_run_replaced_within_its_own_take_is_never_sent);
+
 /// A `replace` job whose new run finds no agent (its labels were changed to ones no agent has)
 /// still kills the run it replaces on that run's agent: no later trigger reaches the agent to
 /// cover the old run, so the kill is the only thing that stops it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replacing_run_with_no_agent_still_kills_the_run_it_replaces() {
-    let app = TestApp::scheduling(false, &[]).await;
+async fn a_replacing_run_with_no_agent_still_kills_the_run_it_replaces(mysql: bool) {
+    let app = TestApp::scheduling(mysql, &[]).await;
     let dir = tempfile::tempdir().unwrap();
     let g = app.group("sched-replace-none").await;
     let agent = AgentProc::start_with(
@@ -959,6 +960,8 @@ async fn a_replacing_run_with_no_agent_still_kills_the_run_it_replaces() {
     let done = done_files(&dir);
     assert!(done.is_empty(), "the replaced run kept running: {done:?}");
 }
+
+both_backends!(a_replacing_run_with_no_agent_still_kills_the_run_it_replaces);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_runs_are_retried_with_growing_backoff_and_children_follow_success() {

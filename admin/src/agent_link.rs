@@ -71,7 +71,7 @@ async fn connect(state: web::Data<AppState>, req: HttpRequest, body: web::Payloa
     let peer = match check(&state, &req).await {
         Ok(peer) => peer,
         Err(e) => {
-            if matches!(e, Error::Internal(_)) {
+            if matches!(e, Error::Internal(_) | Error::Contended(_)) {
                 tracing::error!(error = ?e, "Agent connection failed");
             }
             return HttpResponse::build(e.code().status())
@@ -207,7 +207,7 @@ fn on_text(state: &Arc<AppState>, peer: &Peer, link: &Arc<Link>, text: &str) {
                         data: None,
                     },
                     Err(e) => {
-                        if matches!(e, Error::Internal(_)) {
+                        if matches!(e, Error::Internal(_) | Error::Contended(_)) {
                             tracing::error!(error = ?e, "Agent call failed");
                         }
                         Envelope::fail(e.public_message())

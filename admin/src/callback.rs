@@ -140,7 +140,7 @@ async fn store(
     let changes = Changes::new(state);
     let router = state.router.clone();
     let kept_log_bytes = state.config.kept_log_bytes;
-    let mut acceptances: HashMap<RunId, Answer> = held
+    let acceptances: HashMap<RunId, Answer> = held
         .map(|held| held.of(batch.iter().map(|cb| RunId(cb.log_id))))
         .unwrap_or_default()
         .into_iter()
@@ -176,10 +176,12 @@ async fn store(
                 };
                 let mut run = std::borrow::Cow::Borrowed(run);
                 // An acceptance answers one claim; once the run was handed back and claimed
-                // anew, the old one is not this run's.
+                // anew, the old one is not this run's. Read, not taken: a transaction run again
+                // after a deadlock needs them all again.
                 let held = acceptances
-                    .remove(&run_id)
-                    .filter(|answer| answer.claimed_ms == run.triggered_ms);
+                    .get(&run_id)
+                    .filter(|answer| answer.claimed_ms == run.triggered_ms)
+                    .cloned();
                 let had_held = held.is_some();
                 if let Some(answer) = &held
                     && run.agent_address.is_none()

@@ -41,7 +41,7 @@ pub enum Error {
     #[error("the server is busy; try again in {retry_after_s} seconds")]
     Overloaded { retry_after_s: u64 },
     /// The database gave this write up to let another one through (a MySQL deadlock victim), as
-    /// often as [`crate::db::Db::transaction`] retries it; nothing of it was kept.
+    /// often as `Db::transaction` retries it; nothing of it was kept.
     #[error("the database is busy with conflicting writes; try again in a second")]
     Contended(String),
     #[error("{0}")]

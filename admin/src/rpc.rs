@@ -20,7 +20,7 @@ fn reply(result: Result<(), Error>) -> HttpResponse {
     match result {
         Ok(()) => HttpResponse::Ok().json(Envelope::<()>::success()),
         Err(e) => {
-            if matches!(e, Error::Internal(_)) {
+            if matches!(e, Error::Internal(_) | Error::Contended(_)) {
                 tracing::error!(error = ?e, "Agent call failed");
             }
             // The envelope has no field of its own: a refused field is named in the message.

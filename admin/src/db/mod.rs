@@ -123,7 +123,8 @@ fn retrying_deadlocks<T>(
         match in_transaction(conn, &mut *f) {
             Err(Error::Contended(cause)) if attempt < DEADLOCK_ATTEMPTS => {
                 tracing::debug!(attempt, %cause, "deadlock victim; running the transaction again");
-                // Random, so that the two writers that met do not meet again in step.
+                // Random, so that the two writers that met do not meet again in step: up to 20,
+                // 40, 80 ms.
                 let pause_ms = rand::random_range(1..=10u64 << attempt);
                 std::thread::sleep(std::time::Duration::from_millis(pause_ms));
                 attempt += 1;

@@ -58,6 +58,7 @@ impl std::fmt::Display for PageError {
         match &self.0 {
             Error::Internal(cause) => write!(f, "internal: {cause:#}"),
             Error::Unavailable(cause) => write!(f, "unavailable: {cause}"),
+            Error::Contended(cause) => write!(f, "contended: {cause}"),
             other => write!(f, "{other}"),
         }
     }

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use crate::clock::SharedClock;
 use crate::db::{AnyConnection, IN_LIST_MAX, job, job_run, scheduler_lock, workflow};
-use crate::domain::ids::JobId;
+use crate::domain::ids::{JobId, WorkflowId};
 use crate::domain::policy::RunStatus;
 use crate::domain::policy::TriggerKind;
 use crate::error::Error;
@@ -37,15 +37,29 @@ pub struct TickOutcome {
     pub soonest_ms: Option<i64>,
     /// The batch was full: more jobs may be due right now.
     pub more: bool,
-    /// What the pass fired and dropped, counted into the metrics once it has committed: a
-    /// pass rolled back (and run again) must not count twice.
+    /// What the pass fired and dropped, counted into the metrics and logged once it has
+    /// committed: a pass rolled back (and run again) must not count or warn twice.
     counted: PassCounts,
 }
 
 #[derive(Debug, Default)]
 struct PassCounts {
     fires: Vec<&'static str>,
-    misfired: Vec<(&'static str, u64)>,
+    misfired: Vec<Misfired>,
+}
+
+/// Slots of a job or workflow that passed while no admin could fire them.
+#[derive(Debug)]
+struct Misfired {
+    of: MisfiredOf,
+    policy: &'static str,
+    missed: u64,
+}
+
+#[derive(Debug)]
+enum MisfiredOf {
+    Job(JobId),
+    Workflow(WorkflowId),
 }
 
 impl PassCounts {
@@ -53,8 +67,16 @@ impl PassCounts {
         for kind in &self.fires {
             metrics.fires.inc(kind);
         }
-        for (policy, missed) in &self.misfired {
+        for Misfired { of, policy, missed } in &self.misfired {
             metrics.misfired_slots.add(policy, *missed);
+            match of {
+                MisfiredOf::Job(id) => {
+                    tracing::warn!(job_id = %id, missed, policy, "Misfired slots (no admin could fire them in time)");
+                }
+                MisfiredOf::Workflow(id) => {
+                    tracing::warn!(workflow_id = %id, missed, policy, "Misfired workflow slots (no admin could fire them in time)");
+                }
+            }
         }
     }
 }
@@ -176,8 +198,11 @@ fn plan_due(
         };
         let plan = plan(&schedule, tz, misfire, stored_next, job_window);
         if plan.missed > 0 {
-            tracing::warn!(job_id = %row.id, missed = plan.missed, policy = %misfire.as_str(), "Misfired slots (no admin could fire them in time)");
-            counted.misfired.push((misfire.as_str(), plan.missed));
+            counted.misfired.push(Misfired {
+                of: MisfiredOf::Job(row.id),
+                policy: misfire.as_str(),
+                missed: plan.missed,
+            });
         }
         planned.push(Planned {
             job: row,
@@ -238,10 +263,11 @@ fn plan_workflows(
         };
         let planned = plan(&schedule, tz, row.misfire, stored_next, one);
         if planned.missed > 0 {
-            tracing::warn!(workflow_id = %row.id, missed = planned.missed, policy = %row.misfire.as_str(), "Misfired workflow slots (no admin could fire them in time)");
-            counted
-                .misfired
-                .push((row.misfire.as_str(), planned.missed));
+            counted.misfired.push(Misfired {
+                of: MisfiredOf::Workflow(row.id),
+                policy: row.misfire.as_str(),
+                missed: planned.missed,
+            });
         }
         let fire = planned.fires.first().map(|f| (f.slot_ms, f.at_ms));
         if !workflow::plan(conn, row.id, stored_next, planned.next_fire_ms, fire)? {

@@ -275,6 +275,22 @@ async fn the_scheduler_survives_a_database_outage() {
         },
     )
     .await;
+    // A signed-in caller whose account cannot be read is told the database is away (503), not
+    // charged to its address's anonymous bucket: more requests than that bucket holds (120 a
+    // minute) all answer `unavailable`, none `rate_limited`.
+    let answers = futures_util::future::join_all(
+        (0..130).map(|_| app.get("/api/v1/jobs?limit=1", &app.admin)),
+    )
+    .await;
+    for r in &answers {
+        assert_eq!(
+            r.status,
+            reqwest::StatusCode::SERVICE_UNAVAILABLE,
+            "{}",
+            r.body
+        );
+        assert_eq!(r.code(), "unavailable", "{}", r.body);
+    }
     let left = cut_at + OUTAGE_MS - chrono::Utc::now().timestamp_millis();
     // The outage's length is what is tested: the scheduler sees real time pass without a pass.
     tokio::time::sleep(Duration::from_millis(left.max(0).unsigned_abs())).await;

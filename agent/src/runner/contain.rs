@@ -13,16 +13,18 @@
 //!
 //! Invariant: a pid in the leader table is never reaped here (its own waiter reaps it), and
 //! a leader is entered in the table under the same lock as its spawn, so a sweep never
-//! mistakes a just-spawned leader for an orphan.
+//! mistakes a just-spawned leader for an orphan. Spawns go to the spawner in batches (see
+//! `spawner`): the runs that became ready together are started under one hold of the lock.
 
 use std::collections::{HashMap, HashSet};
 use std::io::Read;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitPidFlag, waitpid};
 use nix::unistd::Pid;
+use tokio::sync::oneshot;
 
 /// The tag every run's environment carries.
 pub const RUN_TAG: &str = "JOBFLEET_RUN_ID";
@@ -40,10 +42,19 @@ pub fn become_subreaper() -> nix::Result<()> {
     nix::sys::prctl::set_child_subreaper(true)
 }
 
+/// A spawn waiting for the next batch.
+struct Waiting {
+    run_id: i64,
+    request: super::spawner::Queued,
+    started: oneshot::Sender<std::io::Result<i32>>,
+}
+
 /// The run leaders this agent has spawned and not yet reaped, by pid.
 #[derive(Default)]
 pub struct Containment {
     leaders: Mutex<HashMap<i32, i64>>,
+    /// Spawns asked for since the last batch went out.
+    waiting: Mutex<Vec<Waiting>>,
     /// Leaders reaped so far.
     reaps: AtomicU64,
     /// A look for strays found none after this many reaps (`has_strays`).
@@ -159,19 +170,67 @@ impl Containment {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Spawns a run's leader with `spawn` and enters it, under the table's lock.
+    /// Has the spawner start a run's leader and enters it. The request waits for the batch of
+    /// every spawn asked for before the runtime gets to the batch: the runs a trigger message
+    /// or a journal write made ready together start in one exchange.
     ///
     /// # Errors
-    /// What `spawn` returns.
-    pub fn spawn(
-        &self,
+    /// Why the spawner did not start it.
+    pub async fn spawn(
+        self: &Arc<Self>,
         run_id: i64,
-        spawn: impl FnOnce() -> std::io::Result<i32>,
+        request: super::spawner::Queued,
     ) -> std::io::Result<i32> {
+        let (started, answer) = oneshot::channel();
+        let first = {
+            let mut waiting = self
+                .waiting
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            waiting.push(Waiting {
+                run_id,
+                request,
+                started,
+            });
+            waiting.len() == 1
+        };
+        if first {
+            let containment = self.clone();
+            tokio::spawn(async move { containment.spawn_waiting() });
+        }
+        answer
+            .await
+            .unwrap_or_else(|_| Err(std::io::Error::other("the spawn's batch was dropped")))
+    }
+
+    /// Starts every waiting spawn in one exchange with the spawner and enters the leaders,
+    /// under the table's lock.
+    fn spawn_waiting(&self) {
+        let batch = std::mem::take(
+            &mut *self
+                .waiting
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        let encoded: Vec<_> = batch.iter().map(|w| w.request.encoded()).collect();
         let mut leaders = self.lock();
-        let pid = spawn()?;
-        leaders.insert(pid, run_id);
-        Ok(pid)
+        let results = super::spawner::spawn_batch(&encoded);
+        for (waiting, result) in batch.iter().zip(&results) {
+            if let Ok(pid) = result {
+                leaders.insert(*pid, waiting.run_id);
+            }
+        }
+        drop(leaders);
+        drop(encoded);
+        for (waiting, result) in batch.into_iter().zip(results) {
+            // Whoever asked is gone (the runtime is shutting down): nobody would wait for
+            // this process, so it ends here.
+            if let Err(Ok(pid)) = waiting.started.send(result) {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+                let _guard = self.reaping(pid);
+                let _ = waitpid(Pid::from_raw(pid), None);
+            }
+        }
     }
 
     /// Forgets a leader that has exited and is about to be reaped. The returned guard holds
@@ -271,6 +330,59 @@ mod tests {
         assert_eq!(tag_of(b"PATH=/bin\0XJOBFLEET_RUN_ID=42\0"), Tag::Missing);
         assert_eq!(tag_of(b""), Tag::Missing);
         assert_eq!(tag_of(b"JOBFLEET_RUN_ID=abc\0"), Tag::Missing);
+    }
+
+    /// Spawns asked for together each start their own process, a child of this process, and
+    /// are leaders of their runs until reaped; a failed exec fails its own run only.
+    #[tokio::test]
+    async fn spawns_asked_together_start_their_own_processes() {
+        use std::ffi::CString;
+        use std::os::fd::AsRawFd;
+        let containment = Arc::new(Containment::default());
+        let devnull = std::fs::File::options()
+            .write(true)
+            .open("/dev/null")
+            .unwrap();
+        let spawns = (0..20_i64).map(|run| {
+            let containment = containment.clone();
+            let output = devnull.as_raw_fd();
+            async move {
+                let script = CString::new(format!("exit {}", run % 5)).unwrap();
+                let argv = [c"sh".to_owned(), c"-c".to_owned(), script];
+                let program = if run == 13 {
+                    c"/nonexistent"
+                } else {
+                    c"/bin/sh"
+                };
+                let request = super::super::spawner::Queued::new(&super::super::spawner::Request {
+                    program,
+                    argv: &argv,
+                    env: &[],
+                    cwd: c"/",
+                    output,
+                    start_mark: None,
+                    cgroup_procs: &[],
+                    rlimits: &[],
+                    user: None,
+                })
+                .unwrap();
+                (run, containment.spawn(run, request).await)
+            }
+        });
+        for (run, outcome) in futures_util::future::join_all(spawns).await {
+            if run == 13 {
+                assert_eq!(outcome.unwrap_err().raw_os_error(), Some(libc::ENOENT));
+                continue;
+            }
+            let pid = outcome.unwrap();
+            assert_eq!(containment.lock().get(&pid), Some(&run));
+            let _guard = containment.reaping(pid);
+            assert_eq!(
+                waitpid(Pid::from_raw(pid), None).unwrap(),
+                nix::sys::wait::WaitStatus::Exited(Pid::from_raw(pid), (run % 5) as i32)
+            );
+        }
+        assert!(containment.lock().is_empty());
     }
 
     #[test]

@@ -50,9 +50,9 @@ pub struct Spec<'a> {
     pub start_mark: Option<&'a File>,
 }
 
-/// Spawns the process as the leader of a new process group, through the spawner (see
-/// `spawner` for why not a fork of the agent), and returns its pid: a child of this process.
-pub fn spawn(spec: &Spec<'_>, isolation: &Isolation) -> std::io::Result<i32> {
+/// The spawner's request for the process, the leader of a new process group (see `spawner` for
+/// why not a fork of the agent); `contain::Containment::spawn` has it started.
+pub fn request(spec: &Spec<'_>, isolation: &Isolation) -> std::io::Result<spawner::Queued> {
     let nul = |what: &str| {
         std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
@@ -71,7 +71,7 @@ pub fn spawn(spec: &Spec<'_>, isolation: &Isolation) -> std::io::Result<i32> {
         .map(|(k, v)| CString::new(format!("{k}={v}")))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|_| nul("environment"))?;
-    spawner::spawn(&spawner::Request {
+    spawner::Queued::new(&spawner::Request {
         program: &program,
         argv: &argv,
         env: &env,

@@ -116,9 +116,10 @@ impl Runner {
             output: &output_write,
             start_mark: self.logs.start_marks().then(|| log.start_mark()),
         };
-        let spawned = self
-            .containment
-            .spawn(run_id, || spawn::spawn(&spec, &isolation));
+        let spawned = match spawn::request(&spec, &isolation) {
+            Ok(request) => self.containment.spawn(run_id, request).await,
+            Err(e) => Err(e),
+        };
         // Only the job holds the write end now: the copier sees the end of the output when
         // the job's last process closes it.
         drop(output_write);

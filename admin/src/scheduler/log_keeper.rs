@@ -3,7 +3,8 @@
 //! so the run page can show it after the agent is gone, reinstalled or has rotated it.
 //!
 //! The keeper walks the run table by id behind the runs as they end: a cursor at the first id
-//! not yet looked at, and the ids it saw still pending or running, looked at again each pass.
+//! not yet looked at, and the ids it saw still pending or running, looked at again every
+//! `PASS_EVERY` (a pass, or several back to back while a burst keeps the cursor busy).
 //! It never touches the dispatch or callback path; it runs behind it, a batch at a time, with
 //! a few reads from agents in flight. Several admins share the work: a run's log is claimed
 //! with the insert of its `run_log` row, which only one admin's insert can make.
@@ -73,6 +74,8 @@ pub struct Keeper {
     waiting: BTreeSet<RunId>,
     /// When the look-back window was last swept.
     swept_ms: Option<i64>,
+    /// When the waiting ids were last looked at again.
+    rechecked: Option<std::time::Instant>,
 }
 
 impl Keeper {
@@ -96,7 +99,15 @@ impl Keeper {
                     .await?
             }
         };
-        let waiting: Vec<RunId> = self.waiting.iter().copied().collect();
+        // The ids seen unfinished are looked at again at most once per `PASS_EVERY`: in a burst
+        // the passes follow each other with no pause, and up to `MAX_WAITING` rows read back
+        // every pass were a tenth of the admin's CPU (BENCHMARKS).
+        let recheck = self.rechecked.is_none_or(|at| at.elapsed() >= PASS_EVERY);
+        let waiting: Vec<RunId> = if recheck {
+            self.waiting.iter().copied().collect()
+        } else {
+            Vec::new()
+        };
         let (fresh, again) = state
             .db
             .run(move |conn| {
@@ -119,7 +130,7 @@ impl Keeper {
             .waiting
             .iter()
             .copied()
-            .filter(|id| still.contains(id))
+            .filter(|id| !recheck || still.contains(id))
             .collect();
         let mut ended = Vec::new();
         for run in fresh.into_iter().chain(again) {
@@ -173,6 +184,9 @@ impl Keeper {
         };
         self.cursor = Some(next_cursor);
         self.waiting = waiting;
+        if recheck {
+            self.rechecked = Some(std::time::Instant::now());
+        }
         if self.swept_ms.is_none_or(|at| now - at >= SWEEP_EVERY_MS) {
             self.swept_ms = Some(now);
         }

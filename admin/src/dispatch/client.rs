@@ -216,7 +216,7 @@ impl AgentClient {
         deadline: tokio::time::Instant,
     ) -> Result<Envelope<serde_json::Value>, HereError> {
         while let Some(link) = self.links.get(address) {
-            match link.call(call.clone(), body.clone(), deadline).await {
+            match link.call(&call, &body, deadline).await {
                 Ok(reply) => return Ok(reply),
                 Err(LinkError::TimedOut) => return Err(HereError::TimedOut),
                 // The old connection may still be listed until its socket task ends, so

@@ -62,8 +62,8 @@ impl Link {
     /// `Dropped` when the connection closes first, `TimedOut` at the deadline.
     pub async fn call(
         &self,
-        call: Call,
-        body: Value,
+        call: &Call,
+        body: &Value,
         deadline: tokio::time::Instant,
     ) -> Result<Envelope<Value>, LinkError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -71,7 +71,7 @@ impl Link {
         if let Ok(mut pending) = self.pending.lock() {
             pending.insert(id, tx);
         }
-        if !self.send(&Frame::Call { id, call, body }) {
+        if self.out.send(Frame::call_text(id, call, body)).is_err() {
             self.forget(id);
             return Err(LinkError::Dropped);
         }
@@ -216,7 +216,7 @@ mod tests {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         let caller = {
             let link = link.clone();
-            tokio::spawn(async move { link.call(Call::Beat, Value::Null, deadline).await })
+            tokio::spawn(async move { link.call(&Call::Beat, &Value::Null, deadline).await })
         };
         let sent = Frame::parse(&rx.recv().await.unwrap()).unwrap();
         let Frame::Call { id, call, .. } = sent else {
@@ -228,7 +228,7 @@ mod tests {
 
         let caller = {
             let link = link.clone();
-            tokio::spawn(async move { link.call(Call::Beat, Value::Null, deadline).await })
+            tokio::spawn(async move { link.call(&Call::Beat, &Value::Null, deadline).await })
         };
         let _ = rx.recv().await.unwrap();
         link.close();

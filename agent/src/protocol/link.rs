@@ -101,6 +101,19 @@ pub struct RawFrame {
     pub reply: Option<Envelope<serde_json::Value>>,
 }
 
+/// `RawFrame` as it is written, borrowing what it sends: a frame goes out without a copy of its
+/// body or reply (one per trigger and per answer).
+#[derive(Serialize)]
+struct RawFrameOut<'a> {
+    id: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    call: Option<&'a Call>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    body: Option<&'a serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reply: Option<&'a Envelope<serde_json::Value>>,
+}
+
 /// A frame after its shape was checked.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Frame {
@@ -163,19 +176,31 @@ impl Frame {
     }
 
     /// The frame as text.
+    /// The text of a call frame, made from borrowed parts: the caller keeps its body (to send
+    /// it again on another connection) without a copy per call.
+    pub fn call_text(id: u64, call: &Call, body: &serde_json::Value) -> String {
+        let raw = RawFrameOut {
+            id,
+            call: Some(call),
+            body: Some(body),
+            reply: None,
+        };
+        serde_json::to_string(&raw).unwrap_or_default()
+    }
+
     pub fn to_text(&self) -> String {
         let raw = match self {
-            Frame::Call { id, call, body } => RawFrame {
+            Frame::Call { id, call, body } => RawFrameOut {
                 id: *id,
-                call: Some(call.clone()),
-                body: Some(body.clone()),
+                call: Some(call),
+                body: Some(body),
                 reply: None,
             },
-            Frame::Reply { id, reply } => RawFrame {
+            Frame::Reply { id, reply } => RawFrameOut {
                 id: *id,
                 call: None,
                 body: None,
-                reply: Some(reply.clone()),
+                reply: Some(reply),
             },
         };
         // Serialising a struct of strings, numbers and JSON values cannot fail.

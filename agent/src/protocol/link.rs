@@ -175,7 +175,6 @@ impl Frame {
         }
     }
 
-    /// The frame as text.
     /// The text of a call frame, made from borrowed parts: the caller keeps its body (to send
     /// it again on another connection) without a copy per call.
     pub fn call_text(id: u64, call: &Call, body: &serde_json::Value) -> String {
@@ -188,6 +187,7 @@ impl Frame {
         serde_json::to_string(&raw).unwrap_or_default()
     }
 
+    /// The frame as text.
     pub fn to_text(&self) -> String {
         let raw = match self {
             Frame::Call { id, call, body } => RawFrameOut {

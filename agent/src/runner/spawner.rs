@@ -211,6 +211,12 @@ fn spawn_via(
                 }
             }
         }
+        if failed.is_some() {
+            // A request may have gone out in part, and a spawner still alive would wait for
+            // its rest while holding the answers read below: the end of the stream tells it
+            // there is no rest, and it writes what it holds before it exits.
+            let _ = connection.stream.shutdown(std::net::Shutdown::Write);
+        }
         for (slot, result) in results[first..sent].iter_mut().enumerate() {
             match read_answer(&mut connection.stream) {
                 Ok((pid, 0)) => *result = Some(Ok(pid)),
@@ -454,8 +460,16 @@ fn serve_requests(mut stream: UnixStream) -> std::io::Result<()> {
             stream.write_all(&answers)?;
             answers.clear();
         }
-        let Some((body, fds)) = receive(&mut stream)? else {
-            return Ok(());
+        let (body, fds) = match receive(&mut stream) {
+            Ok(Some(request)) => request,
+            // The agent's end closed, at a request's boundary or inside one (it gave up on a
+            // request it could not write whole): the answers held are still the agent's.
+            ended => {
+                if !answers.is_empty() {
+                    let _ = stream.write_all(&answers);
+                }
+                return ended.map(|_| ());
+            }
         };
         let (pid, errno) = match Decoded::parse(&body, &fds) {
             Some(decoded) => launch(&decoded, devnull.as_raw_fd(), &mut stack),
@@ -1008,5 +1022,64 @@ mod tests {
             );
         }
         forget_spawner(&mut slot);
+    }
+
+    /// The agent gave up on a request it could not write whole (the stream ends inside it):
+    /// the spawner still hands over the answers it held for the requests before it, so that
+    /// those runs are known started, and exits.
+    #[test]
+    fn a_spawner_left_with_half_a_request_answers_what_it_held() {
+        let devnull = std::fs::File::options()
+            .write(true)
+            .open("/dev/null")
+            .unwrap();
+        let output = [devnull.as_raw_fd()];
+        let argv = [c"sh".to_owned(), c"-c".to_owned(), c"exit 3".to_owned()];
+        let message = encode(&Request {
+            program: c"/bin/sh",
+            argv: &argv,
+            env: &[],
+            cwd: c"/",
+            output: output[0],
+            start_mark: None,
+            cgroup_procs: &[],
+            rlimits: &[],
+            user: None,
+        })
+        .unwrap();
+        let whole = Encoded {
+            message: &message,
+            fds: &output,
+        };
+        let mut connection = fork_spawner().unwrap();
+        send_request(&mut connection.stream, &whole).unwrap();
+        send_request(&mut connection.stream, &whole).unwrap();
+        send_request(
+            &mut connection.stream,
+            &Encoded {
+                message: &message[..message.len() / 2],
+                fds: &output,
+            },
+        )
+        .unwrap();
+        connection
+            .stream
+            .shutdown(std::net::Shutdown::Write)
+            .unwrap();
+        for _ in 0..2 {
+            let (pid, errno) = read_answer(&mut connection.stream).unwrap();
+            assert_eq!(errno, 0);
+            let pid = nix::unistd::Pid::from_raw(pid);
+            assert_eq!(
+                nix::sys::wait::waitpid(pid, None).unwrap(),
+                nix::sys::wait::WaitStatus::Exited(pid, 3)
+            );
+        }
+        assert!(read_answer(&mut connection.stream).is_err(), "nothing more");
+        let spawner = nix::unistd::Pid::from_raw(connection.pid);
+        assert!(matches!(
+            nix::sys::wait::waitpid(spawner, None).unwrap(),
+            nix::sys::wait::WaitStatus::Exited(_, _)
+        ));
     }
 }

@@ -354,17 +354,9 @@ mod tests {
                 } else {
                     c"/bin/sh"
                 };
-                let request = super::super::spawner::Queued::new(&super::super::spawner::Request {
-                    program,
-                    argv: &argv,
-                    env: &[],
-                    cwd: c"/",
-                    output,
-                    start_mark: None,
-                    cgroup_procs: &[],
-                    rlimits: &[],
-                    user: None,
-                })
+                let request = super::super::spawner::Queued::new(
+                    &super::super::spawner::Request::plain(program, &argv, output),
+                )
                 .unwrap();
                 (run, containment.spawn(run, request).await)
             }

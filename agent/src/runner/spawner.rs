@@ -72,6 +72,24 @@ pub struct Request<'a> {
     pub user: Option<(u32, u32)>,
 }
 
+#[cfg(test)]
+impl<'a> Request<'a> {
+    /// `program` with `argv` in `/`, output to `output`, nothing else set: tests' plain run.
+    pub(super) fn plain(program: &'a CStr, argv: &'a [CString], output: RawFd) -> Self {
+        Self {
+            program,
+            argv,
+            env: &[],
+            cwd: c"/",
+            output,
+            start_mark: None,
+            cgroup_procs: &[],
+            rlimits: &[],
+            user: None,
+        }
+    }
+}
+
 struct Connection {
     stream: UnixStream,
     pid: i32,
@@ -865,6 +883,18 @@ mod tests {
         }
     }
 
+    /// A request to run `program` with `argv` in `/`, output to `output`, nothing else set.
+    fn plain_request(program: &CStr, argv: &[CString], output: RawFd) -> Vec<u8> {
+        encode(&Request::plain(program, argv, output)).unwrap()
+    }
+
+    fn devnull() -> std::fs::File {
+        std::fs::File::options()
+            .write(true)
+            .open("/dev/null")
+            .unwrap()
+    }
+
     fn request_bytes(n: usize) -> Vec<u8> {
         let argv = [c"true".to_owned()];
         let program = CString::new(format!("/bin/p{n}")).unwrap();
@@ -966,32 +996,21 @@ mod tests {
     /// a child of this process, and a failed exec is reported for its own request only.
     #[test]
     fn a_batch_through_a_real_spawner_starts_each_process() {
-        let devnull = std::fs::File::options()
-            .write(true)
-            .open("/dev/null")
-            .unwrap();
+        let devnull = devnull();
         let output = [devnull.as_raw_fd()];
         let bad = 17;
         let messages: Vec<Vec<u8>> = (0..MAX_BATCH + 10)
             .map(|i| {
                 let script = CString::new(format!("exit {}", i % 7)).unwrap();
-                let (program, argv) = if i == bad {
-                    (c"/nonexistent/program", vec![c"x".to_owned()])
+                if i == bad {
+                    plain_request(c"/nonexistent/program", &[c"x".to_owned()], output[0])
                 } else {
-                    (c"/bin/sh", vec![c"sh".to_owned(), c"-c".to_owned(), script])
-                };
-                encode(&Request {
-                    program,
-                    argv: &argv,
-                    env: &[],
-                    cwd: c"/",
-                    output: output[0],
-                    start_mark: None,
-                    cgroup_procs: &[],
-                    rlimits: &[],
-                    user: None,
-                })
-                .unwrap()
+                    plain_request(
+                        c"/bin/sh",
+                        &[c"sh".to_owned(), c"-c".to_owned(), script],
+                        output[0],
+                    )
+                }
             })
             .collect();
         let batch: Vec<Encoded<'_>> = messages
@@ -1029,24 +1048,10 @@ mod tests {
     /// those runs are known started, and exits.
     #[test]
     fn a_spawner_left_with_half_a_request_answers_what_it_held() {
-        let devnull = std::fs::File::options()
-            .write(true)
-            .open("/dev/null")
-            .unwrap();
+        let devnull = devnull();
         let output = [devnull.as_raw_fd()];
         let argv = [c"sh".to_owned(), c"-c".to_owned(), c"exit 3".to_owned()];
-        let message = encode(&Request {
-            program: c"/bin/sh",
-            argv: &argv,
-            env: &[],
-            cwd: c"/",
-            output: output[0],
-            start_mark: None,
-            cgroup_procs: &[],
-            rlimits: &[],
-            user: None,
-        })
-        .unwrap();
+        let message = plain_request(c"/bin/sh", &argv, output[0]);
         let whole = Encoded {
             message: &message,
             fds: &output,

@@ -23,6 +23,7 @@ use jobfleet_agent::protocol::{
     WRONG_TOKEN_MSG,
 };
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::dispatch::link::Link;
 use crate::error::Error;
@@ -233,13 +234,13 @@ async fn up_call(
     address: &str,
     key: &str,
     call: &Call,
-    body: Value,
+    body: Box<RawValue>,
 ) -> Result<Option<Value>, Error> {
     let malformed =
         |e: serde_json::Error| Error::invalid("body", format!("malformed request: {e}"));
     match call {
         Call::Registry => {
-            let param: RegistryParam = serde_json::from_value(body).map_err(malformed)?;
+            let param: RegistryParam = serde_json::from_str(body.get()).map_err(malformed)?;
             let named = param.registry_value.trim().trim_end_matches('/');
             if named != address.trim_end_matches('/') {
                 return Err(Error::Forbidden(
@@ -252,13 +253,13 @@ async fn up_call(
         }
         Call::Callback => {
             let batch: Vec<HandleCallbackParam> =
-                serde_json::from_value(body).map_err(malformed)?;
+                serde_json::from_str(body.get()).map_err(malformed)?;
             callback::accept(state, batch, Some(key))
                 .await
                 .map(|_| None)
         }
         Call::Take => {
-            let param: TakeParam = serde_json::from_value(body).map_err(malformed)?;
+            let param: TakeParam = serde_json::from_str(body.get()).map_err(malformed)?;
             let taken = crate::dispatch::pull::take(state, address, param.max).await?;
             Ok(Some(
                 serde_json::to_value(taken).map_err(|e| Error::Internal(e.into()))?,

@@ -59,7 +59,7 @@ async fn relay(
     let deadline = tokio::time::Instant::now() + wait;
     match state
         .agents
-        .call_here(&call.address, call.call, call.body, deadline)
+        .call_here(&call.address, &call.call, &call.body, deadline)
         .await
     {
         Ok(reply) => HttpResponse::Ok().json(reply),

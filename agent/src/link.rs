@@ -56,7 +56,11 @@ struct Session {
 
 impl Session {
     fn send(&self, frame: &Frame) -> bool {
-        self.out.send(Message::text(frame.to_text())).is_ok()
+        self.send_text(frame.to_text())
+    }
+
+    fn send_text(&self, text: String) -> bool {
+        self.out.send(Message::text(text)).is_ok()
     }
 
     fn complete(&self, id: u64, reply: Envelope<Value>) {
@@ -95,13 +99,14 @@ impl Uplink {
         body: &T,
     ) -> Result<(String, Envelope<Value>), String> {
         let session = self.session().ok_or("no connection")?;
-        let body = serde_json::to_value(body).map_err(|e| format!("encoding the call: {e}"))?;
+        let body =
+            serde_json::value::to_raw_value(body).map_err(|e| format!("encoding the call: {e}"))?;
         let id = session.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         if let Ok(mut pending) = session.pending.lock() {
             pending.insert(id, tx);
         }
-        if !session.send(&Frame::Call { id, call, body }) {
+        if !session.send_text(Frame::call_text(id, &call, &body)) {
             return Err("the connection closed".into());
         }
         match tokio::time::timeout(CALL_TIMEOUT, rx).await {
@@ -359,8 +364,7 @@ fn on_text(text: &str, session: &Arc<Session>, handlers: &Arc<Handlers>) {
     let (session, handlers) = (session.clone(), handlers.clone());
     // Each call is its own task: a trigger waiting for its journal fsync holds up no log read.
     tokio::spawn(async move {
-        let bytes = serde_json::to_vec(&body).unwrap_or_default();
-        let reply = handlers.handle(&call, &bytes).await;
+        let reply = handlers.handle(&call, body.get().as_bytes()).await;
         session.send(&Frame::Reply { id, reply });
     });
 }
@@ -368,7 +372,7 @@ fn on_text(text: &str, session: &Arc<Session>, handlers: &Arc<Handlers>) {
 /// Settles a text frame that needs no handler — a reply goes to its caller, a bad frame is
 /// answered with an error reply when it has an id (and only logged when it has none) — and
 /// returns a call to serve.
-fn route(text: &str, session: &Session) -> Option<(u64, Call, Value)> {
+fn route(text: &str, session: &Session) -> Option<(u64, Call, Box<serde_json::value::RawValue>)> {
     match Frame::parse(text) {
         Ok(Frame::Reply { id, reply }) => {
             session.complete(id, reply);
@@ -442,10 +446,9 @@ mod tests {
             other => panic!("expected an error reply: {other:?}"),
         }
         // A well-formed call is handed on; a reply nobody waits for is dropped quietly.
-        assert_eq!(
-            route(r#"{"id":5,"call":"kill","body":{"jobId":1}}"#, &session),
-            Some((5, Call::Kill, serde_json::json!({"jobId": 1})))
-        );
+        let (id, call, body) =
+            route(r#"{"id":5,"call":"kill","body":{"jobId":1}}"#, &session).unwrap();
+        assert_eq!((id, call, body.get()), (5, Call::Kill, r#"{"jobId":1}"#));
         assert!(route(r#"{"id":77,"reply":{"code":200}}"#, &session).is_none());
         assert!(sent(&mut rx).is_none());
     }

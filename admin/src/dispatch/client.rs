@@ -20,6 +20,7 @@ use super::link::{LinkError, Links};
 use super::relay::{self, Relay, RelayCall};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
 
 /// Why an agent call did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,14 +157,12 @@ impl AgentClient {
         deadline: tokio::time::Instant,
     ) -> Result<Envelope<serde_json::Value>, CallError> {
         let call = Call::from(path);
-        let body = serde_json::to_value(body)
+        // Encoded once: it may be sent again on another connection, relayed, or posted.
+        let body = serde_json::value::to_raw_value(body)
             .map_err(|e| CallError::Unreachable(format!("encoding the call: {e}")))?;
         let mut why = "the agent is not connected to any admin".to_owned();
         loop {
-            match self
-                .call_here(address, call.clone(), body.clone(), deadline)
-                .await
-            {
+            match self.call_here(address, &call, &body, deadline).await {
                 Ok(reply) => return Ok(reply),
                 Err(HereError::TimedOut) => {
                     return Err(CallError::Unreachable(
@@ -211,12 +210,12 @@ impl AgentClient {
     pub async fn call_here(
         &self,
         address: &str,
-        call: Call,
-        body: serde_json::Value,
+        call: &Call,
+        body: &RawValue,
         deadline: tokio::time::Instant,
     ) -> Result<Envelope<serde_json::Value>, HereError> {
         while let Some(link) = self.links.get(address) {
-            match link.call(&call, &body, deadline).await {
+            match link.call(call, body, deadline).await {
                 Ok(reply) => return Ok(reply),
                 Err(LinkError::TimedOut) => return Err(HereError::TimedOut),
                 // The old connection may still be listed until its socket task ends, so
@@ -239,14 +238,14 @@ impl AgentClient {
         url: &str,
         address: &str,
         call: &Call,
-        body: &serde_json::Value,
+        body: &RawValue,
         deadline: tokio::time::Instant,
     ) -> Result<Envelope<serde_json::Value>, RelayFailure> {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         let request = RelayCall {
             address: address.to_owned(),
             call: call.clone(),
-            body: body.clone(),
+            body: body.to_owned(),
             timeout_ms: u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
         };
         let response = self
@@ -352,10 +351,10 @@ impl AgentClient {
         triggers: &[TriggerParam],
     ) -> Result<Vec<Result<(String, Option<RunAccepted>), CallError>>, CallError> {
         let deadline = tokio::time::Instant::now() + self.timeout;
-        let body = serde_json::to_value(triggers)
+        let body = serde_json::value::to_raw_value(triggers)
             .map_err(|e| CallError::Unreachable(format!("encoding the call: {e}")))?;
         let reply = self
-            .call_here(address, Call::RunBatch, body, deadline)
+            .call_here(address, &Call::RunBatch, &body, deadline)
             .await
             .map_err(|e| {
                 CallError::Unreachable(match e {

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use jobfleet_agent::protocol::{Call, Envelope, Frame};
 use serde_json::Value;
+use serde_json::value::RawValue;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 /// Why a call over a connection got no reply.
@@ -63,7 +64,7 @@ impl Link {
     pub async fn call(
         &self,
         call: &Call,
-        body: &Value,
+        body: &RawValue,
         deadline: tokio::time::Instant,
     ) -> Result<Envelope<Value>, LinkError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -216,7 +217,7 @@ mod tests {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         let caller = {
             let link = link.clone();
-            tokio::spawn(async move { link.call(&Call::Beat, &Value::Null, deadline).await })
+            tokio::spawn(async move { link.call(&Call::Beat, RawValue::NULL, deadline).await })
         };
         let sent = Frame::parse(&rx.recv().await.unwrap()).unwrap();
         let Frame::Call { id, call, .. } = sent else {
@@ -228,7 +229,7 @@ mod tests {
 
         let caller = {
             let link = link.clone();
-            tokio::spawn(async move { link.call(&Call::Beat, &Value::Null, deadline).await })
+            tokio::spawn(async move { link.call(&Call::Beat, RawValue::NULL, deadline).await })
         };
         let _ = rx.recv().await.unwrap();
         link.close();

@@ -17,7 +17,7 @@ use std::time::Duration;
 use jobfleet_agent::protocol::Call;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::db::{self, Db};
 
@@ -34,8 +34,8 @@ pub struct RelayCall {
     /// The agent's registered address (`conn://…` or an `auto` agent's URL).
     pub address: String,
     pub call: Call,
-    /// The call's body, as the agent endpoint of the same name takes it.
-    pub body: Value,
+    /// The call's body, as the agent endpoint of the same name takes it (passed on as it came).
+    pub body: Box<RawValue>,
     /// How long the caller still waits for the agent's reply.
     pub timeout_ms: u64,
 }

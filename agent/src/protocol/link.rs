@@ -10,6 +10,7 @@
 //! call with the code that serves it over HTTP.
 
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 
 use super::envelope::Envelope;
 use super::wire_enum::wire_enum;
@@ -89,14 +90,16 @@ impl Call {
     }
 }
 
-/// One frame as it travels: a call (`call`, `body`) or a reply (`reply`), never both.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One frame as it travels: a call (`call`, `body`) or a reply (`reply`), never both. The body
+/// is kept as its text: the side that serves the call reads it straight into the type it takes
+/// (a trigger, a batch of results), never through a tree of JSON values first.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RawFrame {
     pub id: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub call: Option<Call>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub body: Option<serde_json::Value>,
+    pub body: Option<Box<RawValue>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply: Option<Envelope<serde_json::Value>>,
 }
@@ -104,28 +107,57 @@ pub struct RawFrame {
 /// `RawFrame` as it is written, borrowing what it sends: a frame goes out without a copy of its
 /// body or reply (one per trigger and per answer).
 #[derive(Serialize)]
-struct RawFrameOut<'a> {
+struct RawFrameOut<'a, B: Serialize + ?Sized = RawValue> {
     id: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     call: Option<&'a Call>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    body: Option<&'a serde_json::Value>,
+    body: Option<&'a B>,
     #[serde(skip_serializing_if = "Option::is_none")]
     reply: Option<&'a Envelope<serde_json::Value>>,
 }
 
-/// A frame after its shape was checked.
-#[derive(Debug, Clone, PartialEq)]
+/// A frame after its shape was checked. A call's body is its JSON text, checked to be JSON.
+#[derive(Debug, Clone)]
 pub enum Frame {
     Call {
         id: u64,
         call: Call,
-        body: serde_json::Value,
+        body: Box<RawValue>,
     },
     Reply {
         id: u64,
         reply: Envelope<serde_json::Value>,
     },
+}
+
+/// Equal frames say the same: a body compares by its text.
+impl PartialEq for Frame {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (
+                Frame::Call { id, call, body },
+                Frame::Call {
+                    id: other_id,
+                    call: other_call,
+                    body: other_body,
+                },
+            ) => id == other_id && call == other_call && body.get() == other_body.get(),
+            (
+                Frame::Reply { id, reply },
+                Frame::Reply {
+                    id: other_id,
+                    reply: other_reply,
+                },
+            ) => id == other_id && reply == other_reply,
+            _ => false,
+        }
+    }
+}
+
+/// The body of a call sent without one (`beat`, `held`).
+fn null_body() -> Box<RawValue> {
+    RawValue::NULL.to_owned()
 }
 
 /// A frame that cannot be served, with the id to answer when the frame had one.
@@ -162,12 +194,12 @@ impl Frame {
             id: Some(raw.id),
             message,
         };
-        match (raw.call.clone(), raw.reply.clone()) {
+        match (raw.call, raw.reply) {
             (Some(Call::Other(name)), None) => Err(bad(format!("unknown call `{name}`"))),
             (Some(call), None) => Ok(Frame::Call {
                 id: raw.id,
                 call,
-                body: raw.body.unwrap_or(serde_json::Value::Null),
+                body: raw.body.unwrap_or_else(null_body),
             }),
             (None, Some(reply)) => Ok(Frame::Reply { id: raw.id, reply }),
             (Some(_), Some(_)) => Err(bad("a frame is a call or a reply, not both".into())),
@@ -176,8 +208,9 @@ impl Frame {
     }
 
     /// The text of a call frame, made from borrowed parts: the caller keeps its body (to send
-    /// it again on another connection) without a copy per call.
-    pub fn call_text(id: u64, call: &Call, body: &serde_json::Value) -> String {
+    /// it again on another connection) without a copy per call. The body is JSON already, so
+    /// writing the frame cannot fail.
+    pub fn call_text(id: u64, call: &Call, body: &RawValue) -> String {
         let raw = RawFrameOut {
             id,
             call: Some(call),
@@ -193,7 +226,7 @@ impl Frame {
             Frame::Call { id, call, body } => RawFrameOut {
                 id: *id,
                 call: Some(call),
-                body: Some(body),
+                body: Some(&**body),
                 reply: None,
             },
             Frame::Reply { id, reply } => RawFrameOut {
@@ -229,7 +262,7 @@ mod tests {
             Frame::Call {
                 id: 7,
                 call: Call::Run,
-                body: serde_json::json!({"jobId": 1})
+                body: RawValue::from_string(r#"{"jobId":1}"#.to_owned()).unwrap()
             }
         );
         assert_eq!(Frame::parse(&call.to_text()).unwrap(), call);
@@ -242,11 +275,50 @@ mod tests {
             Frame::Call {
                 id: 1,
                 call: Call::Beat,
-                body: serde_json::Value::Null
+                body: null_body()
             }
         );
         assert!(Call::Run.is_down() && !Call::Run.is_up());
         assert!(Call::Callback.is_up() && !Call::Callback.is_down());
+    }
+
+    /// A body travels as the text it came as, whatever JSON it is, and a frame written again
+    /// from it reads the same.
+    #[test]
+    fn bodies_of_any_json_pass_through_as_text() {
+        for (frame, body) in [
+            (r#"{"id":1,"call":"held"}"#, "null"),
+            (r#"{"id":1,"call":"held","body":null}"#, "null"),
+            (
+                r#"{"id":1,"call":"runBatch","body":[{"jobId":1},{"jobId":2}]}"#,
+                r#"[{"jobId":1},{"jobId":2}]"#,
+            ),
+            (r#"{"id":1,"call":"log","body":"text"}"#, r#""text""#),
+            (
+                r#"{"id":1,"call":"kill","body": {"jobId" : 3} }"#,
+                r#"{"jobId" : 3}"#,
+            ),
+        ] {
+            let parsed = Frame::parse(frame).unwrap();
+            let Frame::Call { body: got, .. } = &parsed else {
+                panic!("{frame} is a call");
+            };
+            assert_eq!(got.get(), body, "{frame}");
+            assert_eq!(Frame::parse(&parsed.to_text()).unwrap(), parsed, "{frame}");
+        }
+        assert!(
+            Frame::parse(r#"{"id":2,"call":"run","body":{"jobId":}}"#)
+                .unwrap_err()
+                .message
+                .contains("malformed frame"),
+            "a body that is not JSON is refused whole"
+        );
+        let written = Frame::call_text(
+            3,
+            &Call::Kill,
+            &serde_json::value::to_raw_value(&serde_json::json!({"jobId": 4})).unwrap(),
+        );
+        assert_eq!(written, r#"{"id":3,"call":"kill","body":{"jobId":4}}"#);
     }
 
     #[test]

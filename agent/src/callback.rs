@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::admin_client::AdminClient;
-use crate::protocol::admin_path;
+use crate::protocol::{HandleCallbackParam, admin_path};
 use crate::spool::Spool;
 
 /// Results per request, about: whole spool files are sent, so one may go a little over.
@@ -29,15 +29,18 @@ pub async fn drain_once(client: &AdminClient, spool: &Spool) -> Result<usize, St
     while files.peek().is_some() {
         // Whole files per request, so a file is removed exactly when all it holds is stored.
         let mut batch = Vec::new();
-        let mut results = Vec::new();
+        let mut count = 0;
         let mut bytes = 0;
         while let Some(file) = files.next_if(|file| {
-            batch.is_empty() || (results.len() < BATCH && bytes + file.bytes <= MAX_REQUEST_BYTES)
+            batch.is_empty() || (count < BATCH && bytes + file.bytes <= MAX_REQUEST_BYTES)
         }) {
             bytes += file.bytes;
-            results.extend(file.results.iter().cloned());
+            count += file.results.len();
             batch.push(file);
         }
+        // Borrowed from the spool's files: the same JSON array as the results themselves.
+        let results: Vec<&HandleCallbackParam> =
+            batch.iter().flat_map(|file| file.results.iter()).collect();
         client.post(admin_path::CALLBACK, &results).await?;
         spool
             .ack(&batch)

@@ -313,6 +313,9 @@ fn rewrite(path: &Path, boot: Option<&str>, runs: &HashMap<i64, Known>) -> std::
 /// Appends lines as they come, a burst per write and fsync, and answers the waiters once their
 /// line is on disk. Compacts when the file has grown to twice what is remembered.
 async fn write_forever(journal: Journal, mut inbox: mpsc::UnboundedReceiver<Pending>) {
+    // Kept open between writes (an open and a close per burst less); opened again after a
+    // compaction put a new file in its place, or after a failed write.
+    let mut open: Option<std::fs::File> = None;
     while let Some(first) = inbox.recv().await {
         let mut batch = vec![first];
         while batch.len() < 4096
@@ -324,12 +327,15 @@ async fn write_forever(journal: Journal, mut inbox: mpsc::UnboundedReceiver<Pend
             batch.into_iter().unzip();
         let durable = waiters.iter().any(Option::is_some);
         let path = journal.path.clone();
-        let written = tokio::task::spawn_blocking(move || append_lines(&path, &lines, durable))
-            .await
-            .map_err(|e| std::io::Error::other(e.to_string()))
-            .and_then(|r| r);
+        let file = open.take();
+        let written =
+            tokio::task::spawn_blocking(move || append_lines(&path, file, &lines, durable))
+                .await
+                .map_err(|e| std::io::Error::other(e.to_string()))
+                .and_then(|r| r);
         match written {
-            Ok(n) => {
+            Ok((n, file)) => {
+                open = Some(file);
                 for waiter in waiters.into_iter().flatten() {
                     let _ = waiter.send(true);
                 }
@@ -340,6 +346,7 @@ async fn write_forever(journal: Journal, mut inbox: mpsc::UnboundedReceiver<Pend
                 };
                 if compact {
                     compact_now(&journal);
+                    open = None;
                 }
             }
             Err(e) => {
@@ -351,11 +358,21 @@ async fn write_forever(journal: Journal, mut inbox: mpsc::UnboundedReceiver<Pend
     }
 }
 
-fn append_lines(path: &Path, lines: &[String], durable: bool) -> std::io::Result<usize> {
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)?;
+/// Appends `lines` to the journal (`file` when it is open already); returns how many and the
+/// open file, to be used again.
+fn append_lines(
+    path: &Path,
+    file: Option<std::fs::File>,
+    lines: &[String],
+    durable: bool,
+) -> std::io::Result<(usize, std::fs::File)> {
+    let mut file = match file {
+        Some(file) => file,
+        None => std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?,
+    };
     let mut buf = String::with_capacity(lines.iter().map(String::len).sum());
     for line in lines {
         buf.push_str(line);
@@ -364,7 +381,7 @@ fn append_lines(path: &Path, lines: &[String], durable: bool) -> std::io::Result
     if durable {
         file.sync_data()?;
     }
-    Ok(lines.len())
+    Ok((lines.len(), file))
 }
 
 fn compact_now(journal: &Journal) {
@@ -465,6 +482,25 @@ mod tests {
             .lines()
             .count();
         assert!(lines <= 2 * 1000 + 2, "{lines} lines");
+    }
+
+    /// The writer keeps the file open between writes: a line written after a compaction put
+    /// a new file in place must land in that file, not in the one it replaced.
+    #[tokio::test]
+    async fn lines_after_a_compaction_land_in_the_new_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (journal, _) = Journal::open(dir.path(), 1000).unwrap();
+        let mut last = None;
+        for id in 1..=2100 {
+            last = Some(journal.accepted(id, false, id));
+            journal.finished(id);
+        }
+        assert!(last.unwrap().wait().await);
+        // 4,200 lines: the writer compacted after writing them.
+        assert!(journal.lock().lines < 4000, "compacted");
+        assert!(journal.accepted(7777, false, 1).wait().await);
+        let text = std::fs::read_to_string(dir.path().join(FILE)).unwrap();
+        assert!(text.lines().any(|line| line == "A 7777 1"), "{text}");
     }
 
     #[test]

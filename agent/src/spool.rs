@@ -2,7 +2,9 @@
 //! before anything tries to send them, and removed only after an admin acknowledged them: an
 //! admin outage or an agent crash loses nothing. Results that finish together share one file
 //! and one pair of fsyncs (group commit): an fsync costs a millisecond or more, and a burst of
-//! short runs would otherwise queue behind them one by one.
+//! short runs would otherwise queue behind them one by one. While the files waiting here are
+//! few (`REMEMBERED_BYTES`), the spool also keeps what they hold in memory, so that the drain
+//! sends them without listing the folder and reading each file back.
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -20,6 +22,9 @@ const MAX_PER_FILE: usize = 1_000;
 /// About the most bytes of results written in one file (a result carries its log when small):
 /// a file is sent whole, and a request must stay within what an admin accepts.
 const MAX_FILE_BYTES: usize = 384 * 1024;
+/// Bytes of spool files whose results are also kept in memory at most: beyond it (an admin
+/// outage), the drain reads the files, and memory stays bounded however long the outage.
+const REMEMBERED_BYTES: usize = 1024 * 1024;
 
 /// An upper bound of a result's size as JSON: its texts escaped at worst (`\u0000` for a byte)
 /// and the fixed fields.
@@ -39,15 +44,34 @@ pub struct Spool {
     /// Run ids with a result here, for heartbeats (reading the folder each beat would cost
     /// as much as the spool is long).
     held: Arc<Mutex<HashSet<i64>>>,
+    /// Every spool file and what it holds, while they total at most `REMEMBERED_BYTES`; `None`
+    /// when that is not known (more waited). A file is put in place and removed under this
+    /// lock, so the list and the folder never disagree.
+    files: Arc<Mutex<Remembered>>,
+}
+
+#[derive(Debug, Default)]
+struct Remembered {
+    files: Option<Vec<Spooled>>,
+    /// Counts the files put in place and removed: a read of the folder, done without the lock
+    /// (it may take long after an outage, and a kill waits on a put), is remembered only when
+    /// nothing changed meanwhile.
+    changes: u64,
 }
 
 /// One spool file and the results it holds.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Spooled {
     path: PathBuf,
-    pub results: Vec<HandleCallbackParam>,
+    pub results: Arc<Vec<HandleCallbackParam>>,
     /// The file's size.
     pub bytes: usize,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Spool {
@@ -63,6 +87,7 @@ impl Spool {
             dir,
             sequence: Arc::new(AtomicU64::new(0)),
             held: Arc::default(),
+            files: Arc::default(),
         };
         let ids: HashSet<i64> = spool
             .pending()?
@@ -74,9 +99,7 @@ impl Spool {
     }
 
     fn held_ids(&self) -> std::sync::MutexGuard<'_, HashSet<i64>> {
-        self.held
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.held)
     }
 
     /// Run ids whose results wait here for an admin's acknowledgement.
@@ -86,6 +109,11 @@ impl Spool {
 
     /// Writes results durably, all in one file.
     pub fn put_all(&self, results: &[HandleCallbackParam]) -> std::io::Result<()> {
+        self.put_shared(&Arc::new(results.to_vec()))
+    }
+
+    /// `put_all` for results the caller shares.
+    pub fn put_shared(&self, results: &Arc<Vec<HandleCallbackParam>>) -> std::io::Result<()> {
         let Some(first) = results.first() else {
             return Ok(());
         };
@@ -97,13 +125,30 @@ impl Spool {
             self.sequence.fetch_add(1, Ordering::Relaxed)
         ));
         let temp = target.with_extension("json.tmp");
-        let body = serde_json::to_vec(results).map_err(std::io::Error::other)?;
+        let body = serde_json::to_vec(&**results).map_err(std::io::Error::other)?;
         let mut f = std::fs::File::create(&temp)?;
         f.write_all(&body)?;
         f.sync_all()?;
-        std::fs::rename(&temp, &target)?;
+        {
+            let mut remembered = lock(&self.files);
+            std::fs::rename(&temp, &target)?;
+            remembered.changes += 1;
+            let files = &mut remembered.files;
+            if let Some(list) = files.as_mut() {
+                if list.iter().map(|f| f.bytes).sum::<usize>() + body.len() <= REMEMBERED_BYTES {
+                    list.push(Spooled {
+                        path: target,
+                        results: results.clone(),
+                        bytes: body.len(),
+                    });
+                } else {
+                    *files = None;
+                }
+            }
+            // Under the files' lock: an acknowledgement of these (which takes it) comes after.
+            self.held_ids().extend(results.iter().map(|r| r.log_id));
+        }
         std::fs::File::open(&self.dir)?.sync_all()?;
-        self.held_ids().extend(results.iter().map(|r| r.log_id));
         Ok(())
     }
 
@@ -113,6 +158,29 @@ impl Spool {
 
     /// Every spool file, oldest run first.
     pub fn pending(&self) -> std::io::Result<Vec<Spooled>> {
+        let (known, changes) = {
+            let remembered = lock(&self.files);
+            (remembered.files.clone(), remembered.changes)
+        };
+        let mut out = match known {
+            Some(list) => list,
+            None => {
+                let read = self.read_all()?;
+                let mut remembered = lock(&self.files);
+                if remembered.changes == changes
+                    && read.iter().map(|f| f.bytes).sum::<usize>() <= REMEMBERED_BYTES
+                {
+                    remembered.files = Some(read.clone());
+                }
+                read
+            }
+        };
+        out.sort_by_key(|s| s.results.iter().map(|r| r.log_id).min());
+        Ok(out)
+    }
+
+    /// Every spool file as the folder has it; an unreadable one is set aside.
+    fn read_all(&self) -> std::io::Result<Vec<Spooled>> {
         let mut out = Vec::new();
         for entry in std::fs::read_dir(&self.dir)?.flatten() {
             let path = entry.path();
@@ -132,7 +200,7 @@ impl Spool {
             match parsed {
                 Ok((Ok(results), bytes)) if !results.is_empty() => out.push(Spooled {
                     path,
-                    results,
+                    results: Arc::new(results),
                     bytes,
                 }),
                 // A file we cannot read is set aside, not deleted: someone may want it.
@@ -141,19 +209,23 @@ impl Spool {
                 }
             }
         }
-        out.sort_by_key(|s| s.results.iter().map(|r| r.log_id).min());
         Ok(out)
     }
 
     /// Removes files whose results an admin acknowledged.
     pub fn ack(&self, files: &[Spooled]) -> std::io::Result<()> {
+        let mut remembered = lock(&self.files);
         for file in files {
             match std::fs::remove_file(&file.path) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
                 _ => {}
             }
+            remembered.changes += 1;
+            if let Some(list) = remembered.files.as_mut() {
+                list.retain(|kept| kept.path != file.path);
+            }
             let mut held = self.held_ids();
-            for result in &file.results {
+            for result in file.results.iter() {
                 held.remove(&result.log_id);
             }
         }
@@ -225,7 +297,7 @@ async fn write_forever(
         let mut delay = Duration::from_millis(100);
         loop {
             let (spool, group) = (spool.clone(), results.clone());
-            let outcome = tokio::task::spawn_blocking(move || spool.put_all(&group))
+            let outcome = tokio::task::spawn_blocking(move || spool.put_shared(&group))
                 .await
                 .map_err(|e| e.to_string())
                 .and_then(|written| written.map_err(|e| e.to_string()));
@@ -292,11 +364,70 @@ mod tests {
         )
         .unwrap();
         std::fs::write(dir.path().join("spool/2-1.json"), b"[]").unwrap();
-        let pending = spool.pending().unwrap();
+        // Files an older agent left are found when the spool opens.
+        let pending = Spool::open(dir.path().join("spool"))
+            .unwrap()
+            .pending()
+            .unwrap();
         assert_eq!(pending.len(), 2, "the empty file is set aside");
         assert_eq!(pending[0].results[0].log_id, 1);
         assert_eq!(pending[1].results.len(), 3);
         assert!(dir.path().join("spool/2-1.bad").exists());
+    }
+
+    fn ids(files: &[Spooled]) -> Vec<i64> {
+        let mut ids: Vec<i64> = files
+            .iter()
+            .flat_map(|f| f.results.iter().map(|r| r.log_id))
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// What the drain is given comes from memory while little waits, from the folder once more
+    /// than `REMEMBERED_BYTES` waits (an outage), and from memory again once that was sent;
+    /// either way it is exactly what the folder holds.
+    #[test]
+    fn what_waits_is_remembered_while_small_and_read_back_once_large() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(dir.path().join("spool")).unwrap();
+        let remembered = |spool: &Spool| spool.files.lock().unwrap().files.is_some();
+        let on_disk = || {
+            ids(&Spool::open(dir.path().join("spool"))
+                .unwrap()
+                .pending()
+                .unwrap())
+        };
+        assert!(remembered(&spool), "an empty spool is known");
+        spool.put(&result(1)).unwrap();
+        spool.put_all(&[result(2), result(3)]).unwrap();
+        assert!(remembered(&spool));
+        assert_eq!(ids(&spool.pending().unwrap()), vec![1, 2, 3]);
+        assert_eq!(on_disk(), vec![1, 2, 3]);
+        spool.ack(&spool.pending().unwrap()[..1]).unwrap();
+        assert_eq!(ids(&spool.pending().unwrap()), vec![2, 3]);
+        assert_eq!(on_disk(), vec![2, 3]);
+
+        let large = |id: i64| HandleCallbackParam {
+            handle_msg: Some("m".repeat(REMEMBERED_BYTES / 4)),
+            ..result(id)
+        };
+        for id in 10..16 {
+            spool.put(&large(id)).unwrap();
+        }
+        assert!(!remembered(&spool), "more than it keeps in memory");
+        let pending = spool.pending().unwrap();
+        assert_eq!(ids(&pending), vec![2, 3, 10, 11, 12, 13, 14, 15]);
+        assert!(!remembered(&spool));
+        spool.ack(&pending[..5]).unwrap();
+        assert_eq!(ids(&spool.pending().unwrap()), vec![14, 15]);
+        assert!(remembered(&spool), "small again: read once, then kept");
+        spool.put(&result(20)).unwrap();
+        assert_eq!(ids(&spool.pending().unwrap()), vec![14, 15, 20]);
+        assert_eq!(on_disk(), vec![14, 15, 20]);
+        let mut held = spool.held();
+        held.sort_unstable();
+        assert_eq!(held, vec![14, 15, 20]);
     }
 
     #[tokio::test]

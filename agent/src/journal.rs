@@ -316,6 +316,10 @@ async fn write_forever(journal: Journal, mut inbox: mpsc::UnboundedReceiver<Pend
     // Kept open between writes (an open and a close per burst less); opened again after a
     // compaction put a new file in its place, or after a failed write.
     let mut open: Option<std::fs::File> = None;
+    // The file's length up to its last whole line, once a write went through: a write that
+    // failed part way is cut off before the next, so that a later line, maybe one whose run
+    // then starts, is never glued to a torn one and lost when the file is read back.
+    let mut whole: Option<u64> = None;
     while let Some(first) = inbox.recv().await {
         let mut batch = vec![first];
         while batch.len() < 4096
@@ -329,13 +333,14 @@ async fn write_forever(journal: Journal, mut inbox: mpsc::UnboundedReceiver<Pend
         let path = journal.path.clone();
         let file = open.take();
         let written =
-            tokio::task::spawn_blocking(move || append_lines(&path, file, &lines, durable))
+            tokio::task::spawn_blocking(move || append_lines(&path, file, whole, &lines, durable))
                 .await
-                .map_err(|e| std::io::Error::other(e.to_string()))
-                .and_then(|r| r);
+                .unwrap_or_else(|e| (whole, Err(std::io::Error::other(e.to_string()))));
+        let (before, written) = written;
         match written {
-            Ok((n, file)) => {
+            Ok((n, file, length)) => {
                 open = Some(file);
+                whole = Some(length);
                 for waiter in waiters.into_iter().flatten() {
                     let _ = waiter.send(true);
                 }
@@ -347,9 +352,11 @@ async fn write_forever(journal: Journal, mut inbox: mpsc::UnboundedReceiver<Pend
                 if compact {
                     compact_now(&journal);
                     open = None;
+                    whole = None;
                 }
             }
             Err(e) => {
+                whole = before;
                 // Waiters are dropped: their runs are not started (a run whose acceptance is
                 // not on disk must not run), and say why.
                 tracing::error!(error = %e, "Cannot write the accept journal");
@@ -358,30 +365,61 @@ async fn write_forever(journal: Journal, mut inbox: mpsc::UnboundedReceiver<Pend
     }
 }
 
-/// Appends `lines` to the journal (`file` when it is open already); returns how many and the
-/// open file, to be used again.
+/// Opens the journal to append, cut back to `whole` bytes when a failed write left more.
+fn open_whole(path: &Path, whole: Option<u64>) -> std::io::Result<(std::fs::File, u64)> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    let on_disk = file.metadata()?.len();
+    match whole {
+        Some(length) if on_disk > length => {
+            file.set_len(length)?;
+            Ok((file, length))
+        }
+        _ => Ok((file, on_disk)),
+    }
+}
+
+/// What `append_lines` gives back: the file's length up to its last whole line before the
+/// write (when known), and how many lines, the open file and its length after.
+type Appended = (Option<u64>, std::io::Result<(usize, std::fs::File, u64)>);
+
+/// Appends `lines` to the journal (`file` when it is open already; opened, and cut back to
+/// `whole` bytes when a failed write left more, when not).
 fn append_lines(
     path: &Path,
     file: Option<std::fs::File>,
+    whole: Option<u64>,
     lines: &[String],
     durable: bool,
-) -> std::io::Result<(usize, std::fs::File)> {
-    let mut file = match file {
-        Some(file) => file,
-        None => std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)?,
+) -> Appended {
+    let ready = match (file, whole) {
+        (Some(file), Some(length)) => Ok((file, length)),
+        // A file is kept open only after a write went through, which gives its length.
+        (_, whole) => open_whole(path, whole),
+    };
+    let (mut file, length) = match ready {
+        Ok(ready) => ready,
+        Err(e) => return (whole, Err(e)),
     };
     let mut buf = String::with_capacity(lines.iter().map(String::len).sum());
     for line in lines {
         buf.push_str(line);
     }
-    file.write_all(buf.as_bytes())?;
-    if durable {
-        file.sync_data()?;
+    let written = file.write_all(buf.as_bytes()).and_then(|()| {
+        if durable {
+            file.sync_data()?;
+        }
+        Ok(())
+    });
+    match written {
+        Ok(()) => (
+            Some(length),
+            Ok((lines.len(), file, length + buf.len() as u64)),
+        ),
+        Err(e) => (Some(length), Err(e)),
     }
-    Ok((lines.len(), file))
 }
 
 fn compact_now(journal: &Journal) {
@@ -501,6 +539,35 @@ mod tests {
         assert!(journal.accepted(7777, false, 1).wait().await);
         let text = std::fs::read_to_string(dir.path().join(FILE)).unwrap();
         assert!(text.lines().any(|line| line == "A 7777 1"), "{text}");
+    }
+
+    /// A write that failed part way left a torn line: the next write cuts it off first, so the
+    /// line it appends reads back whole.
+    #[test]
+    fn a_torn_write_is_cut_off_before_the_next() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE);
+        std::fs::write(&path, "A 1 10\nA 2 2").unwrap();
+        let (before, written) = append_lines(&path, None, Some(7), &["S 3\n".to_owned()], true);
+        let (n, _, length) = written.unwrap();
+        assert_eq!((before, n, length), (Some(7), 1, 11));
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "A 1 10\nS 3\n");
+        // Without a failure behind it, the file is taken as it is.
+        let (before, written) = append_lines(&path, None, None, &["F 3\n".to_owned()], false);
+        let (_, file, length) = written.unwrap();
+        assert_eq!((before, length), (Some(11), 15));
+        let (_, written) = append_lines(
+            &path,
+            Some(file),
+            Some(length),
+            &["R 4\n".to_owned()],
+            false,
+        );
+        assert_eq!(written.unwrap().2, 19);
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "A 1 10\nS 3\nF 3\nR 4\n"
+        );
     }
 
     #[test]

@@ -7,9 +7,10 @@
 //! the queue, `S id` a queued run starts, `F id` its result is in the spool, `R id` released (it
 //! never started and was handed back to the admins, so it may be accepted again). `A` and `S`
 //! are on disk (fsync, shared by the runs of a burst) before the run's process is spawned: a run
-//! whose start is not on disk never ran. `F` and `R` are written without waiting: losing one to
-//! a crash makes a finished run look interrupted, which is reported and ignored by the admin
-//! (the run is final there).
+//! whose start is not on disk never ran; a queued run starts only if its `Q` landed too. `F`
+//! and `R` are written without waiting: losing one to a crash makes a finished run look
+//! interrupted, which is reported and ignored by the admin (the run is final there). A last
+//! line without its newline (a crash mid-write) is not read.
 //!
 //! Memory and disk are bounded: the newest `capacity` runs are remembered, older ones are
 //! forgotten when the file is compacted (at start and whenever it has grown to twice that).
@@ -78,6 +79,17 @@ impl Landed {
     pub async fn wait(mut self) -> bool {
         self.0.wait_for(|written| *written).await.is_ok()
     }
+
+    /// A line already on disk (`true`) or that never will be (`false`).
+    #[cfg(test)]
+    pub fn settled(on_disk: bool) -> Self {
+        let (written, landed) = watch::channel(on_disk);
+        if on_disk {
+            // Kept: a receiver of a dropped sender that never said true reads as a failure.
+            std::mem::forget(written);
+        }
+        Self(landed)
+    }
 }
 
 #[derive(Clone)]
@@ -103,13 +115,24 @@ impl Journal {
         let mut written_in = None;
         match std::fs::File::open(&path) {
             Ok(file) => {
-                for line in std::io::BufReader::new(file).lines() {
-                    // A torn last line (a crash mid-write) is skipped, as is anything unreadable.
-                    let Ok(line) = line else { break };
+                let mut reader = std::io::BufReader::new(file);
+                let mut bytes = Vec::new();
+                loop {
+                    bytes.clear();
+                    // A torn last line (a crash mid-write: no newline yet) is skipped, and so is
+                    // anything unreadable: `A 12` torn from `A 1234 …` must not name run 12.
+                    match reader.read_until(b'\n', &mut bytes) {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) if bytes.last() != Some(&b'\n') => break,
+                        Ok(_) => {}
+                    }
+                    let Ok(line) = std::str::from_utf8(&bytes[..bytes.len() - 1]) else {
+                        continue;
+                    };
                     if let Some(boot) = line.strip_prefix("B ") {
                         written_in = Some(boot.to_owned());
                     } else {
-                        apply(&mut runs, &mut next_order, &line);
+                        apply(&mut runs, &mut next_order, line);
                     }
                 }
             }
@@ -418,7 +441,12 @@ fn append_lines(
             Some(length),
             Ok((lines.len(), file, length + buf.len() as u64)),
         ),
-        Err(e) => (Some(length), Err(e)),
+        Err(e) => {
+            // Cut now too where the disk lets us (the next write cuts again if not): a crash
+            // before it then finds no line of a batch whose runs were refused.
+            let _ = file.set_len(length);
+            (Some(length), Err(e))
+        }
     }
 }
 
@@ -567,6 +595,33 @@ mod tests {
         assert_eq!(
             std::fs::read_to_string(&path).unwrap(),
             "A 1 10\nS 3\nF 3\nR 4\n"
+        );
+    }
+
+    /// A crash mid-write leaves the last line without its newline: it is not read, so `A 12`
+    /// torn from `A 1234 …` names no run 12, and `R 12` forgets nothing.
+    #[tokio::test]
+    async fn a_last_line_without_its_newline_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join(FILE),
+            b"A 1 5\nA 2 6\nR 2\nA 3 7\n\xff\nA 4 8\nA 12",
+        )
+        .unwrap();
+        let (journal, leftovers) = Journal::open(dir.path(), 100).unwrap();
+        let interrupted: Vec<i64> = leftovers.interrupted.iter().map(|i| i.run_id).collect();
+        assert_eq!(
+            interrupted,
+            vec![1, 3, 4],
+            "a line that is not text is skipped, not the rest"
+        );
+        assert_eq!(journal.fate(12), None);
+        std::fs::write(dir.path().join(FILE), "A 1 5\nR 1").unwrap();
+        let (journal, _) = Journal::open(dir.path(), 100).unwrap();
+        assert_eq!(
+            journal.fate(1),
+            Some(Fate::Finished),
+            "R 1 torn: run 1 is still known"
         );
     }
 

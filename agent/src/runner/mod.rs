@@ -57,6 +57,9 @@ struct Prepared {
     work: Work,
     block: Block,
     limits: Limits,
+    /// A queued run's acceptance (`Q`) on its way to disk: the run starts only if it landed,
+    /// since the admin was told "not accepted" otherwise and may have sent it elsewhere.
+    queued: Option<Landed>,
 }
 
 /// What a run does: start a process with an interpreter, or send a request itself.
@@ -225,7 +228,18 @@ fn validate(trigger: TriggerParam, received: Instant) -> Result<Prepared, String
         work,
         block,
         limits,
+        queued: None,
     })
+}
+
+/// Whether a run may start: its start (`A`, or `S` for a queued run) is on disk, and a queued
+/// run's `Q` too. A run whose `Q` failed does not start even if a later write of its `S` went
+/// through: the admin was told "not accepted" and may have sent it elsewhere.
+async fn journalled(queued: Option<Landed>, started: Landed) -> bool {
+    match queued {
+        Some(queued) => queued.wait().await && started.wait().await,
+        None => started.wait().await,
+    }
 }
 
 /// Whether a run a previous agent process marked as started got as far as its own process,
@@ -321,13 +335,17 @@ impl Runner {
                 self.config.jobs_user
             ));
         }
-        let prepared = validate(trigger, received)?;
+        let mut prepared = validate(trigger, received)?;
         let job_id = prepared.trigger.job_id;
         let run_id = prepared.trigger.log_id;
         if !state.accepting {
             return Err("the agent is shutting down".into());
         }
-        let queued = |journal: &Journal| journal.accepted(run_id, true, crate::now_ms());
+        let queued = |journal: &Journal, prepared: &mut Prepared| {
+            let landed = journal.accepted(run_id, true, crate::now_ms());
+            prepared.queued = Some(landed.clone());
+            landed
+        };
         // A run waiting for a slot occupies its job as much as a running one.
         let busy = state
             .jobs
@@ -342,13 +360,14 @@ impl Runner {
                     );
                 }
                 Block::Serial => {
+                    let landed = queued(&self.journal, &mut prepared);
                     let job = state.jobs.entry(job_id).or_default();
                     job.queue.push_back(prepared);
                     let message = format!(
                         "queued behind the running run ({} waiting)",
                         job.queue.len()
                     );
-                    return Ok((message, queued(&self.journal)));
+                    return Ok((message, landed));
                 }
                 Block::CoverEarly => {
                     let job = state.jobs.entry(job_id).or_default();
@@ -359,16 +378,14 @@ impl Runner {
                         let _ = stop.send(StopReason::CoveredBy);
                     }
                     // The covered run frees the slot when it exits; the new run starts then.
+                    let landed = queued(&self.journal, &mut prepared);
                     job.queue.push_back(prepared);
                     self.report_dropped(
                         &covered,
                         RunOutcome::Killed,
                         "covered by a newer trigger (cover early) before it started",
                     );
-                    return Ok((
-                        "replacing the running run (cover early)".into(),
-                        queued(&self.journal),
-                    ));
+                    return Ok(("replacing the running run (cover early)".into(), landed));
                 }
             }
         }
@@ -379,6 +396,7 @@ impl Runner {
                     self.config.max_concurrent, self.config.max_queued
                 ));
             }
+            let landed = queued(&self.journal, &mut prepared);
             state
                 .jobs
                 .entry(job_id)
@@ -391,7 +409,7 @@ impl Runner {
                 state.running,
                 state.waiting.len()
             );
-            return Ok((message, queued(&self.journal)));
+            return Ok((message, landed));
         }
         let landed = self.journal.accepted(run_id, false, crate::now_ms());
         self.start(state, prepared, landed.clone());
@@ -400,7 +418,7 @@ impl Runner {
 
     /// Starts a run once `landed` says its start is in the journal: a run whose start is not
     /// on disk must not have run, or a restart would not know to report it.
-    fn start(self: &Arc<Self>, state: &mut State, prepared: Prepared, landed: Landed) {
+    fn start(self: &Arc<Self>, state: &mut State, mut prepared: Prepared, landed: Landed) {
         let (stop_tx, stop_rx) = oneshot::channel();
         state.running += 1;
         let job = state.jobs.entry(prepared.trigger.job_id).or_default();
@@ -412,7 +430,7 @@ impl Runner {
         tokio::spawn(async move {
             let job_id = prepared.trigger.job_id;
             let run_id = prepared.trigger.log_id;
-            let result = if landed.wait().await {
+            let result = if journalled(prepared.queued.take(), landed).await {
                 runner.execute(prepared, stop_rx).await
             } else {
                 outcome::never_started(
@@ -654,5 +672,23 @@ impl Runner {
             Ok(ended) => outcome::finished(prepared, started_ms, ended),
             Err(not_run) => outcome::failed(trigger, started_ms, not_run.msg, not_run.limits_mode),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_queued_run_starts_only_if_its_acceptance_landed_too() {
+        let landed = Landed::settled;
+        assert!(journalled(None, landed(true)).await);
+        assert!(!journalled(None, landed(false)).await);
+        assert!(journalled(Some(landed(true)), landed(true)).await);
+        assert!(
+            !journalled(Some(landed(false)), landed(true)).await,
+            "its Q failed: the admin was told no"
+        );
+        assert!(!journalled(Some(landed(true)), landed(false)).await);
     }
 }

@@ -5,7 +5,7 @@ use diesel::prelude::*;
 use super::schema::job;
 use super::{AnyConnection, Page, last_insert_id};
 use crate::auth::rbac::GroupWrite;
-use crate::db::prepared;
+use crate::db::{Prepare, prepared};
 use crate::domain::id_list::{ChannelIds, JobIds};
 use crate::domain::ids::{GroupId, JobId};
 use crate::domain::policy::{BlockStrategy, Concurrency, HandlerType, Interpreter, Misfire};
@@ -206,11 +206,12 @@ pub fn find(conn: &mut AnyConnection, id: JobId) -> Result<Option<Job>, Error> {
 /// The jobs of `ids` that exist, in no particular order.
 pub fn find_all(conn: &mut AnyConnection, ids: &[JobId]) -> Result<Vec<Job>, Error> {
     let mut out = Vec::with_capacity(ids.len());
-    for chunk in ids.chunks(super::IN_LIST_MAX) {
+    for list in super::in_lists(ids) {
         out.extend(
             job::table
-                .filter(job::id.eq_any(chunk))
+                .filter(job::id.eq_any(&*list))
                 .select(Job::as_select())
+                .prepared()
                 .load(conn)?,
         );
     }
@@ -487,14 +488,6 @@ pub fn soonest_fire(conn: &mut AnyConnection) -> Result<Option<i64>, Error> {
         .filter(job::enabled.eq(true))
         .select(min(job::next_fire_ms))
         .first(conn)?)
-}
-
-/// The jobs with these ids (missing ones are left out).
-pub fn by_ids(conn: &mut AnyConnection, ids: &[JobId]) -> Result<Vec<Job>, Error> {
-    Ok(job::table
-        .filter(job::id.eq_any(ids.to_vec()))
-        .select(Job::as_select())
-        .load(conn)?)
 }
 
 /// `(enabled, total)` job counts.

@@ -7,8 +7,8 @@ use diesel::sql_types::Text;
 
 use super::schema::job_run;
 use super::{AnyConnection, Page, last_insert_id};
-use crate::db::prepared;
 use crate::db::rows_update::{RowsUpdate, Set, Value};
+use crate::db::{Prepare, prepared};
 use crate::db_run;
 use crate::domain::ids::{GroupId, JobId, RunId};
 use crate::domain::policy::{RunStatus, TriggerKind};
@@ -358,11 +358,12 @@ pub fn get_all(conn: &mut AnyConnection, ids: &[RunId]) -> Result<Vec<JobRun>, E
             .load(conn)?);
     }
     let mut out = Vec::with_capacity(ids.len());
-    for chunk in ids.chunks(super::IN_LIST_MAX) {
+    for list in super::in_lists(ids) {
         out.extend(
             job_run::table
-                .filter(job_run::id.eq_any(chunk))
+                .filter(job_run::id.eq_any(&*list))
                 .select(JobRun::as_select())
+                .prepared()
                 .load(conn)?,
         );
     }
@@ -764,16 +765,17 @@ pub fn ends_from(conn: &mut AnyConnection, from: RunId, limit: i64) -> Result<Ve
 /// Database errors.
 pub fn ends_of(conn: &mut AnyConnection, ids: &[RunId]) -> Result<Vec<RunEnd>, Error> {
     let mut out = Vec::with_capacity(ids.len());
-    for chunk in ids.chunks(super::IN_LIST_MAX) {
+    for list in super::in_lists(ids) {
         out.extend(
             job_run::table
-                .filter(job_run::id.eq_any(chunk.to_vec()))
+                .filter(job_run::id.eq_any(&*list))
                 .select((
                     job_run::id,
                     job_run::status,
                     job_run::agent_address,
                     job_run::created_ms,
                 ))
+                .prepared()
                 .load::<RunEnd>(conn)?,
         );
     }

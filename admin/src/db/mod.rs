@@ -41,11 +41,27 @@ use diesel::r2d2::{self, ManageConnection};
 
 use crate::error::Error;
 
-/// One connection type for both backends; the backend is chosen from the database URL.
-/// SQLite stays last: the derive needs at least one variant when `mysql` is compiled out.
 /// Ids in one `IN (…)` list, or rows in one multi-row statement, at most: MariaDB and SQLite
 /// both take this many placeholders comfortably.
 pub const IN_LIST_MAX: usize = 500;
+
+/// `ids` in `IN (…)` lists of at most [`IN_LIST_MAX`], each padded by repeating its last id to
+/// the next power of two (or to the maximum): a list then takes one of ten lengths, so a select
+/// over it can be kept prepared (`.prepared()`), where each new length was SQL to parse afresh
+/// (5 % of the admin's CPU at 100 fires/s, BENCHMARKS.md). A repeated id matches the same row.
+pub fn in_lists<T: Clone>(ids: &[T]) -> impl Iterator<Item = std::borrow::Cow<'_, [T]>> {
+    ids.chunks(IN_LIST_MAX).map(|chunk| {
+        let len = chunk.len().next_power_of_two().min(IN_LIST_MAX);
+        match chunk.last() {
+            Some(last) if len > chunk.len() => {
+                let mut padded = chunk.to_vec();
+                padded.resize(len, last.clone());
+                std::borrow::Cow::Owned(padded)
+            }
+            _ => std::borrow::Cow::Borrowed(chunk),
+        }
+    })
+}
 
 /// `text` as a literal inside a `LIKE … ESCAPE '\\'` pattern.
 pub fn like_literal(text: &str) -> String {
@@ -54,6 +70,8 @@ pub fn like_literal(text: &str) -> String {
         .replace('_', "\\_")
 }
 
+/// One connection type for both backends; the backend is chosen from the database URL.
+/// SQLite stays last: the derive needs at least one variant when `mysql` is compiled out.
 #[derive(diesel::MultiConnection)]
 pub enum AnyConnection {
     #[cfg(feature = "mysql")]
@@ -595,6 +613,30 @@ mod tests {
     use super::*;
 
     use crate::testing::storage_test;
+
+    #[test]
+    fn in_lists_take_few_lengths_and_hold_every_id_once_at_least() {
+        let mut lengths = std::collections::BTreeSet::new();
+        for n in 0..=1_300_usize {
+            let ids: Vec<usize> = (0..n).collect();
+            let lists: Vec<_> = in_lists(&ids).collect();
+            assert_eq!(lists.len(), n.div_ceil(IN_LIST_MAX), "{n} ids");
+            let mut seen: Vec<usize> = lists.iter().flat_map(|l| l.iter().copied()).collect();
+            seen.dedup();
+            assert_eq!(
+                seen, ids,
+                "{n} ids: each in order, repeats only at a list's end"
+            );
+            for list in &lists {
+                assert!(list.len() <= IN_LIST_MAX);
+                lengths.insert(list.len());
+            }
+        }
+        assert_eq!(
+            lengths.into_iter().collect::<Vec<_>>(),
+            vec![1, 2, 4, 8, 16, 32, 64, 128, 256, IN_LIST_MAX]
+        );
+    }
 
     /// Without the planner's stability guarantee every `.first()` re-parses its statement at
     /// each execution (`.cargo/config.toml` says why).

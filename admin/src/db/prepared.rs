@@ -114,15 +114,19 @@ mod tests {
     use diesel::prelude::*;
 
     use super::Prepare;
+    use crate::db::AnyConnection;
     use crate::db::schema::job_run;
+    use crate::domain::ids::RunId;
     use crate::domain::policy::RunStatus;
     use crate::testing::storage_test;
 
-    storage_test!(a_kept_update_changes_what_diesels_would, |conn| {
+    type Kept = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
+    fn pending_run(conn: &mut AnyConnection, scheduled_ms: i64) -> RunId {
         use crate::db::job_run::{NewJobRun, insert};
         use crate::domain::ids::{GroupId, JobId};
         use crate::domain::policy::TriggerKind;
-        let id = insert(
+        insert(
             conn,
             &NewJobRun {
                 job_id: JobId(1),
@@ -131,7 +135,7 @@ mod tests {
                 attempt: 1,
                 trigger_kind: TriggerKind::Api,
                 fire_slot_ms: None,
-                scheduled_ms: 5,
+                scheduled_ms,
                 status: RunStatus::Pending,
                 params: String::new(),
                 shard_index: 0,
@@ -143,8 +147,12 @@ mod tests {
                 env: None,
             },
         )
-        .unwrap();
-        let kept = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        .unwrap()
+    }
+
+    /// The SQL of each statement the connection keeps from now on, as it keeps it.
+    fn kept_statements(conn: &mut AnyConnection) -> Kept {
+        let kept = Kept::default();
         let seen = kept.clone();
         diesel::connection::Connection::set_instrumentation(
             conn,
@@ -154,6 +162,12 @@ mod tests {
                 }
             },
         );
+        kept
+    }
+
+    storage_test!(a_kept_update_changes_what_diesels_would, |conn| {
+        let id = pending_run(conn, 5);
+        let kept = kept_statements(conn);
         // The same statement twice: the second use runs the kept statement with new binds.
         for (from, to) in [
             (RunStatus::Pending, RunStatus::Running),
@@ -195,4 +209,24 @@ mod tests {
             "the update prepared once and kept, the select with its list kept: {kept:?}"
         );
     });
+
+    storage_test!(
+        lists_padded_to_a_few_lengths_are_kept_and_match_each_row_once,
+        |conn| {
+            use crate::db::job_run::get_all;
+            let ids: Vec<RunId> = (0..6).map(|i| pending_run(conn, 5 + i)).collect();
+            let kept = kept_statements(conn);
+            // Three ids go out as a list of four (the last repeated), six as a list of eight: each
+            // row comes once all the same.
+            for some in [&ids[..3], &ids[3..], &ids[..]] {
+                let mut runs: Vec<RunId> =
+                    get_all(conn, some).unwrap().iter().map(|r| r.id).collect();
+                runs.sort_unstable();
+                assert_eq!(runs, some);
+            }
+            let kept = kept.lock().unwrap().clone();
+            assert_eq!(kept.len(), 2, "one kept select per length: {kept:#?}");
+            assert!(kept[0].ends_with("IN (?, ?, ?, ?))"), "{}", kept[0]);
+        }
+    );
 }

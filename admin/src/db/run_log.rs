@@ -4,8 +4,8 @@
 use diesel::prelude::*;
 use diesel::result::{DatabaseErrorKind, Error as Diesel};
 
-use super::AnyConnection;
 use super::schema::{job_run, run_log};
+use super::{AnyConnection, Prepare};
 use crate::domain::ids::RunId;
 use crate::error::Error;
 
@@ -153,11 +153,12 @@ fn insert_if_absent(
 /// Database errors.
 pub fn having_row(conn: &mut AnyConnection, ids: &[RunId]) -> Result<Vec<RunId>, Error> {
     let mut found = Vec::new();
-    for chunk in ids.chunks(super::IN_LIST_MAX) {
+    for list in super::in_lists(ids) {
         found.extend(
             run_log::table
-                .filter(run_log::run_id.eq_any(chunk))
+                .filter(run_log::run_id.eq_any(&*list))
                 .select(run_log::run_id)
+                .prepared()
                 .load::<RunId>(conn)?,
         );
     }

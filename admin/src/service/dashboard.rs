@@ -139,7 +139,7 @@ pub async fn load(state: &AppState, actor: &Actor) -> Result<Dashboard, Error> {
             recent_failures.sort_by_key(|r| std::cmp::Reverse(r.id));
             recent_failures.truncate(10);
             let ids: Vec<JobId> = recent_failures.iter().map(|r| r.job_id).collect();
-            let job_names = job::by_ids(conn, &ids)?
+            let job_names = job::find_all(conn, &ids)?
                 .into_iter()
                 .map(|j| (j.id, j.name))
                 .collect();

@@ -772,7 +772,7 @@ fn child_refs(
     app_of: &mut HashMap<GroupId, String>,
 ) -> Result<Vec<ChildRef>, Error> {
     let mut refs = Vec::with_capacity(ids.len());
-    let rows = job::by_ids(conn, ids)?;
+    let rows = job::find_all(conn, ids)?;
     for id in ids {
         let Some(child) = rows.iter().find(|r| r.id == *id) else {
             continue;

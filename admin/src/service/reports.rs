@@ -286,7 +286,7 @@ pub async fn report(state: &AppState, actor: &Actor, query: ReportQuery) -> Resu
             let mut job_names = HashMap::new();
             for chunk in job_ids.chunks(crate::db::IN_LIST_MAX) {
                 job_names.extend(
-                    job::by_ids(conn, chunk)?
+                    job::find_all(conn, chunk)?
                         .into_iter()
                         .map(|j| (j.id, j.name)),
                 );

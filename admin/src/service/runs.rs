@@ -163,7 +163,7 @@ pub async fn job_names<'a>(
     state
         .db
         .run(move |conn| {
-            Ok(job::by_ids(conn, &ids)?
+            Ok(job::find_all(conn, &ids)?
                 .into_iter()
                 .map(|j| (j.id, j.name))
                 .collect())

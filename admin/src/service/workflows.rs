@@ -834,7 +834,7 @@ pub async fn export(
                 Error::Internal(anyhow::anyhow!("workflow {id}: stored definition: {e}"))
             })?;
             let ids: Vec<JobId> = definition.nodes.iter().map(|n| JobId(n.job_id)).collect();
-            Ok((row, job::by_ids(conn, &ids)?))
+            Ok((row, job::find_all(conn, &ids)?))
         })
         .await?;
     let names: BTreeMap<JobId, String> = jobs.iter().map(|j| (j.id, j.name.clone())).collect();
@@ -1068,7 +1068,7 @@ pub async fn job_names(
     state
         .db
         .run(move |conn| {
-            Ok(job::by_ids(conn, &ids)?
+            Ok(job::find_all(conn, &ids)?
                 .into_iter()
                 .filter(|j| actor.sees_group(j.group_id))
                 .map(|j| (j.id, j.name))

@@ -123,8 +123,15 @@ impl RunLog {
         {
             let _ = self.file.read_at(&mut last, meta.len() - 1);
         }
-        let newline = if last[0] == b'\n' { "" } else { "\n" };
-        let _ = writeln!(&self.file, "{newline}[jobfleet-agent] {text}");
+        // One write: `writeln!` on a file writes each piece with a call of its own.
+        let mut line = String::with_capacity(text.len() + 19);
+        if last[0] != b'\n' {
+            line.push('\n');
+        }
+        line.push_str("[jobfleet-agent] ");
+        line.push_str(text);
+        line.push('\n');
+        let _ = (&self.file).write_all(line.as_bytes());
     }
 }
 

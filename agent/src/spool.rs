@@ -49,7 +49,7 @@ pub struct Spool {
     /// lock, so the list and the folder never disagree.
     files: Arc<Mutex<Remembered>>,
     /// The folder, open for the fsync that makes each rename durable (an open and a close per
-    /// result less).
+    /// spool file less).
     folder: Arc<std::fs::File>,
 }
 

@@ -203,10 +203,14 @@ pub fn find(conn: &mut AnyConnection, id: JobId) -> Result<Option<Job>, Error> {
         .optional()?)
 }
 
-/// The jobs of `ids` that exist, in no particular order.
+/// The jobs of `ids` that exist, each once (an id named twice, as by two workflow nodes, could
+/// otherwise fall in two lists), by id.
 pub fn find_all(conn: &mut AnyConnection, ids: &[JobId]) -> Result<Vec<Job>, Error> {
+    let mut ids = ids.to_vec();
+    ids.sort_unstable();
+    ids.dedup();
     let mut out = Vec::with_capacity(ids.len());
-    for list in super::in_lists(ids) {
+    for list in super::in_lists(&ids) {
         out.extend(
             job::table
                 .filter(job::id.eq_any(&*list))
@@ -215,6 +219,7 @@ pub fn find_all(conn: &mut AnyConnection, ids: &[JobId]) -> Result<Vec<Job>, Err
                 .load(conn)?,
         );
     }
+    out.sort_unstable_by_key(|job| job.id);
     Ok(out)
 }
 
@@ -588,6 +593,36 @@ pub(crate) mod tests {
         )
         .unwrap()
     }
+
+    storage_test!(jobs_named_twice_across_lists_come_once, |conn| {
+        let g = insert_group(conn, "g1");
+        let first = insert(
+            conn,
+            &write(g),
+            &NewJob {
+                fields: fields(g, "first"),
+                created_ms: 1,
+            },
+        )
+        .unwrap();
+        let second = insert(
+            conn,
+            &write(g),
+            &NewJob {
+                fields: fields(g, "second"),
+                created_ms: 1,
+            },
+        )
+        .unwrap();
+        // More ids than one list holds, both jobs at either end: without the dedup the first
+        // list and the last each found them.
+        let mut ids = vec![first, second];
+        let one_list = i64::try_from(crate::db::IN_LIST_MAX).unwrap();
+        ids.extend((0..one_list).map(|n| JobId(1_000_000 + n)));
+        ids.extend([second, first]);
+        let found: Vec<JobId> = find_all(conn, &ids).unwrap().iter().map(|j| j.id).collect();
+        assert_eq!(found, vec![first, second]);
+    });
 
     storage_test!(job_round_trip_filters_and_unique_name, |conn| {
         let g = insert_group(conn, "g1");

@@ -361,11 +361,13 @@ pub struct KeyHolder {
 /// The registrations made with this key that are not revoked: the addresses its owner may
 /// report results for.
 pub fn list_by_key(conn: &mut AnyConnection, key_hash: &str) -> Result<Vec<KeyHolder>, Error> {
-    Ok(agent::table
-        .filter(agent::key_hash.eq(key_hash))
-        .filter(agent::approval.ne(REVOKED))
-        .select(KeyHolder::as_select())
-        .load(conn)?)
+    Ok(crate::db_run!(conn: {
+        agent::table
+            .filter(agent::key_hash.eq(key_hash))
+            .filter(agent::approval.ne(REVOKED))
+            .select(KeyHolder::as_select())
+            .load(conn)?
+    }))
 }
 
 /// The registrations at `address` (in any group).
@@ -394,14 +396,16 @@ pub fn list_live(
     app_name: &str,
     since_ms: i64,
 ) -> Result<Vec<Agent>, Error> {
-    Ok(agent::table
-        .filter(agent::app_name.eq(app_name))
-        .filter(agent::last_seen_ms.ge(since_ms))
-        .filter(agent::approval.eq(APPROVED))
-        .filter(agent::drained_ms.is_null())
-        .order(agent::address.asc())
-        .select(Agent::as_select())
-        .load(conn)?)
+    Ok(crate::db_run!(conn: {
+        agent::table
+            .filter(agent::app_name.eq(app_name))
+            .filter(agent::last_seen_ms.ge(since_ms))
+            .filter(agent::approval.eq(APPROVED))
+            .filter(agent::drained_ms.is_null())
+            .order(agent::address.asc())
+            .select(Agent::as_select())
+            .load(conn)?
+    }))
 }
 
 /// Filters of the agents list and the fleet's counts; `None` filters nothing.

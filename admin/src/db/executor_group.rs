@@ -49,12 +49,14 @@ pub struct ExecutorGroupChanges<'a> {
 /// # Errors
 /// `NotFound` when no group has this id.
 pub fn get(conn: &mut AnyConnection, id: GroupId) -> Result<ExecutorGroup, Error> {
-    executor_group::table
-        .find(id)
-        .select(ExecutorGroup::as_select())
-        .first(conn)
-        .optional()?
-        .ok_or(Error::NotFound("executor group"))
+    crate::db_run!(conn: {
+        executor_group::table
+            .find(id)
+            .select(ExecutorGroup::as_select())
+            .first(conn)
+            .optional()?
+    })
+    .ok_or(Error::NotFound("executor group"))
 }
 
 pub fn find(conn: &mut AnyConnection, id: GroupId) -> Result<Option<ExecutorGroup>, Error> {

@@ -6,6 +6,7 @@ use super::schema::job;
 use super::{AnyConnection, Page, last_insert_id};
 use crate::auth::rbac::GroupWrite;
 use crate::db::{Prepare, prepared};
+use crate::db_run;
 use crate::domain::id_list::{ChannelIds, JobIds};
 use crate::domain::ids::{GroupId, JobId};
 use crate::domain::policy::{BlockStrategy, Concurrency, HandlerType, Interpreter, Misfire};
@@ -196,31 +197,117 @@ pub fn get(conn: &mut AnyConnection, id: JobId) -> Result<Job, Error> {
 }
 
 pub fn find(conn: &mut AnyConnection, id: JobId) -> Result<Option<Job>, Error> {
-    Ok(job::table
-        .find(id)
-        .select(Job::as_select())
-        .first(conn)
-        .optional()?)
+    Ok(db_run!(conn: {
+        job::table
+            .find(id)
+            .select(Job::as_select())
+            .first(conn)
+            .optional()?
+    }))
+}
+
+/// What a run's end needs of its job: whether and when it retries, and the jobs that follow a
+/// success. A result reads this, not the whole job: in a burst of results a job read per run
+/// was the callback's largest read, most of it columns (script, http request, texts) the end
+/// never looks at.
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable)]
+#[diesel(table_name = job)]
+pub struct EndRules {
+    pub id: JobId,
+    pub group_id: GroupId,
+    pub retry_count: i32,
+    pub retry_backoff_s: i64,
+    pub children: JobIds,
+}
+
+impl EndRules {
+    pub fn of(job: &Job) -> Self {
+        Self {
+            id: job.id,
+            group_id: job.group_id,
+            retry_count: job.retry_count,
+            retry_backoff_s: job.retry_backoff_s,
+            children: job.children.clone(),
+        }
+    }
+}
+
+/// The end rules of job `id`, `None` when it is gone.
+///
+/// # Errors
+/// Database errors.
+pub fn end_rules(conn: &mut AnyConnection, id: JobId) -> Result<Option<EndRules>, Error> {
+    Ok(db_run!(conn: {
+        job::table
+            .find(id)
+            .select(EndRules::as_select())
+            .first(conn)
+            .optional()?
+    }))
+}
+
+/// The end rules of the jobs of `ids` that exist, each once, by id.
+///
+/// # Errors
+/// Database errors.
+pub fn end_rules_all(conn: &mut AnyConnection, ids: &[JobId]) -> Result<Vec<EndRules>, Error> {
+    each_once(conn, ids, |conn, list| {
+        Ok(db_run!(conn: {
+            job::table
+                .filter(job::id.eq_any(list))
+                .select(EndRules::as_select())
+                .prepared()
+                .load(conn)?
+        }))
+    })
 }
 
 /// The jobs of `ids` that exist, each once (an id named twice, as by two workflow nodes, could
 /// otherwise fall in two lists), by id.
 pub fn find_all(conn: &mut AnyConnection, ids: &[JobId]) -> Result<Vec<Job>, Error> {
+    each_once(conn, ids, |conn, list| {
+        Ok(db_run!(conn: {
+            job::table
+                .filter(job::id.eq_any(list))
+                .select(Job::as_select())
+                .prepared()
+                .load(conn)?
+        }))
+    })
+}
+
+/// What `read` gives for `ids` sorted and without repeats, a padded list (`super::in_lists`)
+/// at a time, by id.
+fn each_once<T: HasJobId>(
+    conn: &mut AnyConnection,
+    ids: &[JobId],
+    mut read: impl FnMut(&mut AnyConnection, &[JobId]) -> Result<Vec<T>, Error>,
+) -> Result<Vec<T>, Error> {
     let mut ids = ids.to_vec();
     ids.sort_unstable();
     ids.dedup();
     let mut out = Vec::with_capacity(ids.len());
     for list in super::in_lists(&ids) {
-        out.extend(
-            job::table
-                .filter(job::id.eq_any(&*list))
-                .select(Job::as_select())
-                .prepared()
-                .load(conn)?,
-        );
+        out.extend(read(conn, &list)?);
     }
-    out.sort_unstable_by_key(|job| job.id);
+    out.sort_unstable_by_key(HasJobId::job_id);
     Ok(out)
+}
+
+trait HasJobId {
+    fn job_id(&self) -> JobId;
+}
+
+impl HasJobId for Job {
+    fn job_id(&self) -> JobId {
+        self.id
+    }
+}
+
+impl HasJobId for EndRules {
+    fn job_id(&self) -> JobId {
+        self.id
+    }
 }
 
 pub fn find_by_name(
@@ -476,14 +563,16 @@ pub fn advance_many(
         // A list of one would be prepared afresh; `advance`'s statement is kept.
         return Ok(usize::from(advance(conn, *id, expected, next)?));
     }
-    Ok(diesel::update(
-        job::table
-            .filter(job::id.eq_any(ids))
-            .filter(job::next_fire_ms.eq(expected))
-            .filter(job::enabled.eq(true)),
-    )
-    .set(job::next_fire_ms.eq(next))
-    .execute(conn)?)
+    Ok(db_run!(conn: {
+        diesel::update(
+            job::table
+                .filter(job::id.eq_any(ids))
+                .filter(job::next_fire_ms.eq(expected))
+                .filter(job::enabled.eq(true)),
+        )
+        .set(job::next_fire_ms.eq(next))
+        .execute(conn)?
+    }))
 }
 
 /// The soonest next fire of any enabled job, for the scheduler's sleep.
@@ -594,34 +683,70 @@ pub(crate) mod tests {
         .unwrap()
     }
 
-    storage_test!(jobs_named_twice_across_lists_come_once, |conn| {
-        let g = insert_group(conn, "g1");
-        let first = insert(
+    fn insert_job(conn: &mut AnyConnection, fields: JobFields) -> JobId {
+        let group = fields.group_id;
+        insert(
             conn,
-            &write(g),
+            &write(group),
             &NewJob {
-                fields: fields(g, "first"),
+                fields,
                 created_ms: 1,
             },
         )
-        .unwrap();
-        let second = insert(
-            conn,
-            &write(g),
-            &NewJob {
-                fields: fields(g, "second"),
-                created_ms: 1,
-            },
-        )
-        .unwrap();
-        // More ids than one list holds, both jobs at either end: without the dedup the first
-        // list and the last each found them.
+        .unwrap()
+    }
+
+    /// `ids` padded past one `IN` list, `first` and `second` at either end of it.
+    fn across_lists(first: JobId, second: JobId) -> Vec<JobId> {
         let mut ids = vec![first, second];
         let one_list = i64::try_from(crate::db::IN_LIST_MAX).unwrap();
         ids.extend((0..one_list).map(|n| JobId(1_000_000 + n)));
         ids.extend([second, first]);
+        ids
+    }
+
+    storage_test!(jobs_named_twice_across_lists_come_once, |conn| {
+        let g = insert_group(conn, "g1");
+        let first = insert_job(conn, fields(g, "first"));
+        let second = insert_job(conn, fields(g, "second"));
+        // More ids than one list holds, both jobs at either end: without the dedup the first
+        // list and the last each found them.
+        let ids = across_lists(first, second);
         let found: Vec<JobId> = find_all(conn, &ids).unwrap().iter().map(|j| j.id).collect();
         assert_eq!(found, vec![first, second]);
+    });
+
+    storage_test!(end_rules_are_the_jobs_own_each_once, |conn| {
+        let g = insert_group(conn, "g1");
+        let child = insert_job(conn, fields(g, "child"));
+        let parent = insert_job(
+            conn,
+            JobFields {
+                retry_count: 3,
+                retry_backoff_s: 7,
+                children: JobIds::from(vec![child]),
+                ..fields(g, "parent")
+            },
+        );
+        let whole = |conn: &mut AnyConnection, id| EndRules::of(&find(conn, id).unwrap().unwrap());
+        let expected = vec![whole(conn, child), whole(conn, parent)];
+        assert_eq!(expected[1].retry_count, 3);
+        assert_eq!(expected[1].retry_backoff_s, 7);
+        assert_eq!(expected[1].children, JobIds::from(vec![child]));
+        assert_eq!(
+            end_rules_all(conn, &across_lists(parent, child)).unwrap(),
+            expected
+        );
+        assert_eq!(
+            end_rules(conn, parent).unwrap().as_ref(),
+            Some(&expected[1])
+        );
+        assert_eq!(end_rules(conn, JobId(999_999)).unwrap(), None);
+        assert!(
+            end_rules_all(conn, &[JobId(999_998), JobId(999_999)])
+                .unwrap()
+                .is_empty()
+        );
     });
 
     storage_test!(job_round_trip_filters_and_unique_name, |conn| {

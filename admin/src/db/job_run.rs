@@ -94,12 +94,14 @@ pub struct RunFilter {
 /// # Errors
 /// `NotFound` when no run has this id.
 pub fn get(conn: &mut AnyConnection, id: RunId) -> Result<JobRun, Error> {
-    job_run::table
-        .find(id)
-        .select(JobRun::as_select())
-        .first(conn)
-        .optional()?
-        .ok_or(Error::NotFound("run"))
+    db_run!(conn: {
+        job_run::table
+            .find(id)
+            .select(JobRun::as_select())
+            .first(conn)
+            .optional()?
+    })
+    .ok_or(Error::NotFound("run"))
 }
 
 fn filtered(filter: &RunFilter) -> job_run::BoxedQuery<'static, super::MultiBackend> {
@@ -256,41 +258,45 @@ pub fn record_trigger(
         // A fast job's result can arrive before the agent's answer to the trigger is stored:
         // the agent and message are recorded either way, the final status is kept.
         // One statement: the agent and message always, `running` only from `pending`.
+        db_run!(conn: {
+            prepared::update(
+                job_run::table,
+                (
+                    job_run::agent_address.eq(answer.agent),
+                    job_run::trigger_msg.eq(answer.message),
+                    job_run::agent_instance.eq(answer.instance),
+                    job_run::agent_seq.eq(answer.seq),
+                    job_run::status.eq(case_when(
+                        job_run::status.eq(RunStatus::Pending),
+                        RunStatus::Running.into_sql::<Text>(),
+                    )
+                    .otherwise(job_run::status)),
+                ),
+                job_run::id
+                    .eq(id)
+                    .and(job_run::triggered_ms.eq(answer.claimed_ms)),
+            )
+            .execute(conn)?
+        });
+        return Ok(false);
+    }
+    let failed = db_run!(conn: {
         prepared::update(
             job_run::table,
             (
+                job_run::status.eq(RunStatus::Failed),
                 job_run::agent_address.eq(answer.agent),
                 job_run::trigger_msg.eq(answer.message),
-                job_run::agent_instance.eq(answer.instance),
-                job_run::agent_seq.eq(answer.seq),
-                job_run::status.eq(case_when(
-                    job_run::status.eq(RunStatus::Pending),
-                    RunStatus::Running.into_sql::<Text>(),
-                )
-                .otherwise(job_run::status)),
+                job_run::finished_ms.eq(now_ms),
             ),
             job_run::id
                 .eq(id)
+                .and(job_run::status.eq(RunStatus::Pending))
                 .and(job_run::triggered_ms.eq(answer.claimed_ms)),
         )
-        .execute(conn)?;
-        return Ok(false);
-    }
-    Ok(prepared::update(
-        job_run::table,
-        (
-            job_run::status.eq(RunStatus::Failed),
-            job_run::agent_address.eq(answer.agent),
-            job_run::trigger_msg.eq(answer.message),
-            job_run::finished_ms.eq(now_ms),
-        ),
-        job_run::id
-            .eq(id)
-            .and(job_run::status.eq(RunStatus::Pending))
-            .and(job_run::triggered_ms.eq(answer.claimed_ms)),
-    )
-    .execute(conn)?
-        > 0)
+        .execute(conn)?
+    });
+    Ok(failed > 0)
 }
 
 /// Agents' acceptances of triggers, stored as [`record_trigger`] stores an accepted answer, with
@@ -352,20 +358,22 @@ pub struct TriggerAnswer<'a> {
 pub fn get_all(conn: &mut AnyConnection, ids: &[RunId]) -> Result<Vec<JobRun>, Error> {
     if let [id] = ids {
         // The usual callback at low rates, one result: a list of one would be prepared afresh.
-        return Ok(job_run::table
-            .find(*id)
-            .select(JobRun::as_select())
-            .load(conn)?);
+        return Ok(db_run!(conn: {
+            job_run::table
+                .find(*id)
+                .select(JobRun::as_select())
+                .load(conn)?
+        }));
     }
     let mut out = Vec::with_capacity(ids.len());
     for list in super::in_lists(ids) {
-        out.extend(
+        out.extend(db_run!(conn: {
             job_run::table
                 .filter(job_run::id.eq_any(&*list))
                 .select(JobRun::as_select())
                 .prepared()
-                .load(conn)?,
-        );
+                .load(conn)?
+        }));
     }
     Ok(out)
 }
@@ -453,12 +461,14 @@ pub fn running_at(conn: &mut AnyConnection, addresses: &[&str]) -> Result<Vec<Jo
     if addresses.is_empty() {
         return Ok(Vec::new());
     }
-    Ok(job_run::table
-        .filter(job_run::agent_address.eq_any(addresses))
-        .filter(job_run::status.eq(RunStatus::Running))
-        .order(job_run::id.asc())
-        .select(JobRun::as_select())
-        .load(conn)?)
+    Ok(db_run!(conn: {
+        job_run::table
+            .filter(job_run::agent_address.eq_any(addresses))
+            .filter(job_run::status.eq(RunStatus::Running))
+            .order(job_run::id.asc())
+            .select(JobRun::as_select())
+            .load(conn)?
+    }))
 }
 
 /// Runs stored as running on any of `addresses` in the groups `visible` (all when `None`), at
@@ -508,16 +518,18 @@ pub fn set_agent_if_unknown(
 /// Takes a pending run for dispatch: only one admin (and one task) wins, so a run is sent once
 /// even when the recovery monitor of another admin finds it at the same moment.
 pub fn claim(conn: &mut AnyConnection, id: RunId, now_ms: i64) -> Result<bool, Error> {
-    Ok(prepared::update(
-        job_run::table,
-        job_run::triggered_ms.eq(now_ms),
-        job_run::id
-            .eq(id)
-            .and(job_run::status.eq(RunStatus::Pending))
-            .and(job_run::triggered_ms.is_null()),
-    )
-    .execute(conn)?
-        > 0)
+    let taken = db_run!(conn: {
+        prepared::update(
+            job_run::table,
+            job_run::triggered_ms.eq(now_ms),
+            job_run::id
+                .eq(id)
+                .and(job_run::status.eq(RunStatus::Pending))
+                .and(job_run::triggered_ms.is_null()),
+        )
+        .execute(conn)?
+    });
+    Ok(taken > 0)
 }
 
 /// Takes every run of `ids` for dispatch as [`claim`] does, or none of them: in a savepoint
@@ -527,14 +539,16 @@ pub fn claim_all(conn: &mut AnyConnection, ids: &[RunId], now_ms: i64) -> Result
     super::all_or_none(conn, ids.len(), |conn| {
         let mut taken = 0;
         for chunk in ids.chunks(super::IN_LIST_MAX) {
-            taken += diesel::update(
-                job_run::table
-                    .filter(job_run::id.eq_any(chunk))
-                    .filter(job_run::status.eq(RunStatus::Pending))
-                    .filter(job_run::triggered_ms.is_null()),
-            )
-            .set(job_run::triggered_ms.eq(now_ms))
-            .execute(conn)?;
+            taken += db_run!(conn: {
+                diesel::update(
+                    job_run::table
+                        .filter(job_run::id.eq_any(chunk))
+                        .filter(job_run::status.eq(RunStatus::Pending))
+                        .filter(job_run::triggered_ms.is_null()),
+                )
+                .set(job_run::triggered_ms.eq(now_ms))
+                .execute(conn)?
+            });
         }
         Ok(taken)
     })
@@ -766,7 +780,7 @@ pub fn ends_from(conn: &mut AnyConnection, from: RunId, limit: i64) -> Result<Ve
 pub fn ends_of(conn: &mut AnyConnection, ids: &[RunId]) -> Result<Vec<RunEnd>, Error> {
     let mut out = Vec::with_capacity(ids.len());
     for list in super::in_lists(ids) {
-        out.extend(
+        out.extend(db_run!(conn: {
             job_run::table
                 .filter(job_run::id.eq_any(&*list))
                 .select((
@@ -776,8 +790,8 @@ pub fn ends_of(conn: &mut AnyConnection, ids: &[RunId]) -> Result<Vec<RunEnd>, E
                     job_run::created_ms,
                 ))
                 .prepared()
-                .load::<RunEnd>(conn)?,
-        );
+                .load::<RunEnd>(conn)?
+        }));
     }
     Ok(out)
 }
@@ -963,16 +977,18 @@ pub fn record_result(
     id: RunId,
     result: &RunResult,
 ) -> Result<bool, Error> {
-    let n = prepared::update(
-        job_run::table,
-        result,
-        job_run::id.eq(id).and(
-            job_run::status
-                .eq(RunStatus::Pending)
-                .or(job_run::status.eq(RunStatus::Running)),
-        ),
-    )
-    .execute(conn)?;
+    let n = db_run!(conn: {
+        prepared::update(
+            job_run::table,
+            result,
+            job_run::id.eq(id).and(
+                job_run::status
+                    .eq(RunStatus::Pending)
+                    .or(job_run::status.eq(RunStatus::Running)),
+            ),
+        )
+        .execute(conn)?
+    });
     Ok(n > 0)
 }
 

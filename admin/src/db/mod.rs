@@ -80,7 +80,11 @@ pub enum AnyConnection {
 }
 
 /// Runs the same body on the concrete connection, for the statements the shared
-/// `MultiConnection` DSL does not cover (locking reads, batch inserts, last insert id).
+/// `MultiConnection` DSL does not cover (locking reads, batch inserts, last insert id), and for
+/// those on a run's path: the multi-connection builds a statement's SQL text about three times
+/// per execution to serialise it for the inner connection, where the inner connection alone
+/// builds it once, or not at all for a kept statement with a static query id (BENCHMARKS,
+/// issue 17: 22 % of the admin's CPU in a burst).
 #[macro_export]
 macro_rules! db_run {
     ($conn:ident: $body:block) => {

@@ -129,16 +129,18 @@ fn insert_if_absent(
     truncated: bool,
     now_ms: i64,
 ) -> Result<bool, Error> {
-    let inserted = diesel::insert_into(run_log::table)
-        .values((
-            run_log::run_id.eq(id),
-            run_log::state.eq(state),
-            run_log::content.eq(content),
-            run_log::bytes.eq(bytes),
-            run_log::truncated.eq(truncated),
-            run_log::updated_ms.eq(now_ms),
-        ))
-        .execute(conn);
+    let inserted = crate::db_run!(conn: {
+        diesel::insert_into(run_log::table)
+            .values((
+                run_log::run_id.eq(id),
+                run_log::state.eq(state),
+                run_log::content.eq(content),
+                run_log::bytes.eq(bytes),
+                run_log::truncated.eq(truncated),
+                run_log::updated_ms.eq(now_ms),
+            ))
+            .execute(conn)
+    });
     match inserted {
         Ok(_) => Ok(true),
         // Neither SQLite nor MySQL aborts the transaction on a duplicate key.
@@ -154,13 +156,13 @@ fn insert_if_absent(
 pub fn having_row(conn: &mut AnyConnection, ids: &[RunId]) -> Result<Vec<RunId>, Error> {
     let mut found = Vec::new();
     for list in super::in_lists(ids) {
-        found.extend(
+        found.extend(crate::db_run!(conn: {
             run_log::table
                 .filter(run_log::run_id.eq_any(&*list))
                 .select(run_log::run_id)
                 .prepared()
-                .load::<RunId>(conn)?,
-        );
+                .load::<RunId>(conn)?
+        }));
     }
     Ok(found)
 }

@@ -12,7 +12,7 @@ use crate::error::Error;
 use crate::scheduler::handle::Due;
 
 /// Statuses a retry answers. `killed` was someone's decision and `skipped` the policy's.
-fn retryable(status: RunStatus) -> bool {
+pub(super) fn retryable(status: RunStatus) -> bool {
     matches!(
         status,
         RunStatus::Failed | RunStatus::TimedOut | RunStatus::Lost
@@ -39,7 +39,7 @@ pub fn after_final(
     alerts: &Outbox,
     jobs: &mut super::JobsRead,
 ) -> Result<FollowUps, Error> {
-    let Some(owner) = jobs.get(conn, run.job_id)? else {
+    let Some(owner) = jobs.end_rules(conn, run.job_id)? else {
         return Ok(FollowUps {
             dues: Vec::new(),
             settled: Some(run),
@@ -79,7 +79,10 @@ pub fn after_final(
         // Read again: the agent and trigger message the alert names may have been stored
         // after the row the caller holds was read.
         let latest = job_run::get(conn, run.id)?;
-        alerts.run_final(conn, &latest, &owner, now_ms)?;
+        // The whole job only here: the alert names it and follows its settings.
+        if let Some(job) = jobs.get(conn, run.job_id)? {
+            alerts.run_final(conn, &latest, &job, now_ms)?;
+        }
     }
     // A sharded fire succeeds shard by shard; its children follow shard 0 only, once per fire.
     // In a workflow the graph says what follows, not the job's children.

@@ -48,10 +48,16 @@ pub struct Changes {
 }
 
 /// The jobs one transaction has read, each once however many of its runs the transaction
-/// touches: a burst's batch of results or fires names hundreds of jobs, and a read per run was
-/// a round trip per run on MariaDB. Nothing that writes a job runs in these transactions.
+/// touches (whole, or only its end rules for the end of a run; a job may be read both ways): a
+/// burst's batch of results or fires names hundreds of jobs, and a read per run was a round
+/// trip per run on MariaDB. Nothing that writes a job runs in these transactions.
 #[derive(Debug, Default)]
-pub struct JobsRead(HashMap<JobId, Option<Arc<Job>>>);
+pub struct JobsRead {
+    jobs: HashMap<JobId, Option<Arc<Job>>>,
+    /// What the ends of runs need of their jobs (`job::EndRules`), read apart from whole jobs:
+    /// most results need nothing more.
+    end_rules: HashMap<JobId, Option<job::EndRules>>,
+}
 
 impl JobsRead {
     /// Job `id`, read at its first use in this transaction; `None` when it is gone.
@@ -59,12 +65,56 @@ impl JobsRead {
     /// # Errors
     /// Database errors.
     pub fn get(&mut self, conn: &mut AnyConnection, id: JobId) -> Result<Option<Arc<Job>>, Error> {
-        if let Some(job) = self.0.get(&id) {
+        if let Some(job) = self.jobs.get(&id) {
             return Ok(job.clone());
         }
         let job = job::find(conn, id)?.map(Arc::new);
-        self.0.insert(id, job.clone());
+        self.jobs.insert(id, job.clone());
         Ok(job)
+    }
+
+    /// The end rules of job `id`, read at their first use in this transaction; `None` when the
+    /// job is gone.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn end_rules(
+        &mut self,
+        conn: &mut AnyConnection,
+        id: JobId,
+    ) -> Result<Option<job::EndRules>, Error> {
+        if let Some(rules) = self.end_rules.get(&id) {
+            return Ok(rules.clone());
+        }
+        let rules = match self.jobs.get(&id) {
+            Some(job) => job.as_deref().map(job::EndRules::of),
+            None => job::end_rules(conn, id)?,
+        };
+        self.end_rules.insert(id, rules.clone());
+        Ok(rules)
+    }
+
+    /// Reads the end rules of the jobs of `ids` not read yet, a few hundred per statement.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub fn read_end_rules_all(
+        &mut self,
+        conn: &mut AnyConnection,
+        ids: impl IntoIterator<Item = JobId>,
+    ) -> Result<(), Error> {
+        let Some(missing) = missing(ids, |id| {
+            self.end_rules.contains_key(id) || self.jobs.contains_key(id)
+        }) else {
+            return Ok(());
+        };
+        for found in job::end_rules_all(conn, &missing)? {
+            self.end_rules.insert(found.id, Some(found));
+        }
+        for id in missing {
+            self.end_rules.entry(id).or_insert(None);
+        }
+        Ok(())
     }
 
     /// Reads the jobs of `ids` not read yet, a few hundred per statement.
@@ -76,24 +126,29 @@ impl JobsRead {
         conn: &mut AnyConnection,
         ids: impl IntoIterator<Item = JobId>,
     ) -> Result<(), Error> {
-        let mut missing: Vec<JobId> = ids
-            .into_iter()
-            .filter(|id| !self.0.contains_key(id))
-            .collect();
-        missing.sort_unstable();
-        missing.dedup();
-        if missing.len() < 2 {
-            // One job is read by `get` with its kept statement when it is needed.
+        let Some(missing) = missing(ids, |id| self.jobs.contains_key(id)) else {
             return Ok(());
-        }
+        };
         for found in job::find_all(conn, &missing)? {
-            self.0.insert(found.id, Some(Arc::new(found)));
+            self.jobs.insert(found.id, Some(Arc::new(found)));
         }
         for id in missing {
-            self.0.entry(id).or_insert(None);
+            self.jobs.entry(id).or_insert(None);
         }
         Ok(())
     }
+}
+
+/// The ids of `ids` not `known`, each once, when they are worth a batch read: one is read by
+/// its kept single statement when it is needed.
+fn missing(
+    ids: impl IntoIterator<Item = JobId>,
+    known: impl Fn(&JobId) -> bool,
+) -> Option<Vec<JobId>> {
+    let mut missing: Vec<JobId> = ids.into_iter().filter(|id| !known(id)).collect();
+    missing.sort_unstable();
+    missing.dedup();
+    (missing.len() >= 2).then_some(missing)
 }
 
 impl Changes {
@@ -218,8 +273,14 @@ impl Changes {
             .iter()
             .map(|(run, result)| (run.id, result))
             .collect();
+        // A failure may page, which needs its whole job; the rest need only the end rules.
+        let (failures, rest): (Vec<_>, Vec<_>) = results
+            .iter()
+            .partition(|(_, result)| followup::retryable(result.status));
         self.jobs
-            .read_all(conn, results.iter().map(|(run, _)| run.job_id))?;
+            .read_all(conn, failures.iter().map(|(run, _)| run.job_id))?;
+        self.jobs
+            .read_end_rules_all(conn, rest.iter().map(|(run, _)| run.job_id))?;
         if results.len() > 1
             && crate::db::batch_writes_pay(conn)
             && job_run::record_results_all(conn, &pairs)?

@@ -879,7 +879,12 @@ pub fn ended_without_kept_log(
     limit: i64,
 ) -> Result<Vec<RunEnd>, Error> {
     use super::schema::run_log;
+    // From the window's first id on: ordered by id and filtered on `created_ms` alone, SQLite
+    // walks the table from its oldest run (every run retained, inside the keeper's write
+    // transaction) until it finds the window.
+    let first = first_since(conn, since_ms)?;
     Ok(job_run::table
+        .filter(job_run::id.ge(first))
         .filter(job_run::created_ms.ge(since_ms))
         .filter(job_run::status.ne_all([RunStatus::Pending, RunStatus::Running]))
         .filter(job_run::agent_address.is_not_null())

@@ -150,12 +150,16 @@ impl Keeper {
         let now = state.clock.now_ms();
         if self.swept_ms.is_none_or(|at| now - at >= SWEEP_EVERY_MS) {
             let since = now - LOOK_BACK_MS;
+            state
+                .db
+                .transaction(move |conn| run_log::release_stale(conn, now - STALE_CLAIM_MS))
+                .await?;
+            // Read outside a write transaction: it looks up each of the hour's ended runs
+            // (360,000 at 100 fires/s), and on SQLite a write transaction holds every other
+            // writer off meanwhile. A run it finds is claimed by its row, as any.
             let passed_by = state
                 .db
-                .transaction(move |conn| {
-                    run_log::release_stale(conn, now - STALE_CLAIM_MS)?;
-                    job_run::ended_without_kept_log(conn, since, BATCH)
-                })
+                .run(move |conn| job_run::ended_without_kept_log(conn, since, BATCH))
                 .await?;
             for run in passed_by {
                 if !ended.iter().any(|r| r.id == run.id) {

@@ -9,7 +9,9 @@ use actix_web::web;
 use chrono::{TimeZone, Utc};
 
 use crate::db::run_report_daily::DailyRow;
-use crate::db::{agent, executor_group, job, job_run, run_report_daily, scheduler_lock};
+use crate::db::{
+    AnyConnection, agent, executor_group, job, job_run, run_report_daily, scheduler_lock,
+};
 use crate::domain::agent::{DEAD_AFTER_MS, live_since};
 use crate::domain::duration_histogram::Histogram;
 use crate::domain::ids::{GroupId, JobId, RunId};
@@ -388,9 +390,11 @@ fn day_of(ms: i64) -> String {
 
 /// Recounts yesterday and today (UTC) into `run_report_daily`: outcome counts and the duration
 /// histogram of the runs that both started and finished, per day (of `created_ms`), group (the
-/// run's) and job. Under the scheduler lock so two admins do not rewrite the same day at once.
-/// The database counts runs per bucket (`job_run::report_counts`), so a busy day costs rows per
-/// job and bucket here, not per run.
+/// run's) and job. The database counts runs per bucket (`job_run::report_counts`), so a busy day
+/// costs rows per job and bucket here, not per run; the count still reads every run of the two
+/// days (about a second per million runs on SQLite), so it runs outside the write transaction,
+/// which on SQLite would hold every writer (the scheduler, the results) off meanwhile. The
+/// rows are then replaced under the scheduler lock, so two admins do not rewrite a day at once.
 ///
 /// # Errors
 /// Database errors.
@@ -398,59 +402,73 @@ pub async fn report(state: &AppState) -> Result<(), Error> {
     let now = state.clock.now_ms();
     let holder = state.scheduler.holder.clone();
     let keep_days = i64::from(state.config.retention_days);
+    let today_start = now.div_euclid(DAY_MS) * DAY_MS;
+    let days = state
+        .db
+        .run(move |conn| {
+            [today_start - DAY_MS, today_start]
+                .into_iter()
+                .map(|start| Ok((day_of(start), day_rows(conn, start, now)?)))
+                .collect::<Result<Vec<_>, Error>>()
+        })
+        .await?;
     state
         .db
         .transaction(move |conn| {
             scheduler_lock::take(conn, scheduler_lock::SCHEDULE, &holder, now)?;
-            let today_start = now.div_euclid(DAY_MS) * DAY_MS;
-            for start in [today_start - DAY_MS, today_start] {
-                let mut rows: HashMap<(JobId, GroupId), (DailyRow, Histogram)> = HashMap::new();
-                for job_run::ReportCount {
-                    job_id,
-                    group_id,
-                    status,
-                    bucket,
-                    runs: count,
-                } in job_run::report_counts(conn, start, start + DAY_MS)?
-                {
-                    let (row, durations) = rows.entry((job_id, group_id)).or_insert_with(|| {
-                        let row = DailyRow {
-                            day: day_of(start),
-                            group_id,
-                            job_id,
-                            updated_ms: now,
-                            ..Default::default()
-                        };
-                        (row, Histogram::default())
-                    });
-                    match status {
-                        RunStatus::Succeeded => row.succeeded += count,
-                        RunStatus::Failed => row.failed += count,
-                        RunStatus::TimedOut => row.timed_out += count,
-                        RunStatus::Killed => row.killed += count,
-                        RunStatus::Lost => row.lost += count,
-                        RunStatus::Skipped => row.skipped += count,
-                        RunStatus::Pending | RunStatus::Running => row.in_flight += count,
-                    }
-                    // -1: the run did not both start and finish.
-                    if let Ok(bucket) = usize::try_from(bucket) {
-                        durations.add(bucket, u64::try_from(count).unwrap_or(0));
-                    }
-                }
-                let mut rows: Vec<DailyRow> = rows
-                    .into_values()
-                    .map(|(row, durations)| DailyRow {
-                        durations: Some(durations.encode()),
-                        ..row
-                    })
-                    .collect();
-                rows.sort_by_key(|r| (r.group_id, r.job_id));
-                run_report_daily::replace_day(conn, &day_of(start), &rows)?;
+            for (day, rows) in &days {
+                run_report_daily::replace_day(conn, day, rows)?;
             }
             run_report_daily::delete_before(conn, &day_of(today_start - keep_days * DAY_MS))?;
             Ok(())
         })
         .await
+}
+
+/// The report rows of the day starting at `start`, counted now, by group and job.
+fn day_rows(conn: &mut AnyConnection, start: i64, now: i64) -> Result<Vec<DailyRow>, Error> {
+    let mut rows: HashMap<(JobId, GroupId), (DailyRow, Histogram)> = HashMap::new();
+    for job_run::ReportCount {
+        job_id,
+        group_id,
+        status,
+        bucket,
+        runs: count,
+    } in job_run::report_counts(conn, start, start + DAY_MS)?
+    {
+        let (row, durations) = rows.entry((job_id, group_id)).or_insert_with(|| {
+            let row = DailyRow {
+                day: day_of(start),
+                group_id,
+                job_id,
+                updated_ms: now,
+                ..Default::default()
+            };
+            (row, Histogram::default())
+        });
+        match status {
+            RunStatus::Succeeded => row.succeeded += count,
+            RunStatus::Failed => row.failed += count,
+            RunStatus::TimedOut => row.timed_out += count,
+            RunStatus::Killed => row.killed += count,
+            RunStatus::Lost => row.lost += count,
+            RunStatus::Skipped => row.skipped += count,
+            RunStatus::Pending | RunStatus::Running => row.in_flight += count,
+        }
+        // -1: the run did not both start and finish.
+        if let Ok(bucket) = usize::try_from(bucket) {
+            durations.add(bucket, u64::try_from(count).unwrap_or(0));
+        }
+    }
+    let mut rows: Vec<DailyRow> = rows
+        .into_values()
+        .map(|(row, durations)| DailyRow {
+            durations: Some(durations.encode()),
+            ..row
+        })
+        .collect();
+    rows.sort_by_key(|r| (r.group_id, r.job_id));
+    Ok(rows)
 }
 
 /// Deletes what is older than its retention, in batches: finished runs and workflow runs

@@ -880,8 +880,7 @@ pub fn ended_without_kept_log(
 ) -> Result<Vec<RunEnd>, Error> {
     use super::schema::run_log;
     // From the window's first id on: ordered by id and filtered on `created_ms` alone, SQLite
-    // walks the table from its oldest run (every run retained, inside the keeper's write
-    // transaction) until it finds the window.
+    // walks the table from its oldest run (every run retained) until it finds the window.
     let first = first_since(conn, since_ms)?;
     Ok(job_run::table
         .filter(job_run::id.ge(first))
@@ -1455,6 +1454,86 @@ mod tests {
             assert_eq!(row, results[i].applied_to(was), "run {i}");
         }
     });
+
+    /// A run created at `created_ms`, sent to an agent and `status` there (`None`: still running).
+    fn on_agent(conn: &mut AnyConnection, created_ms: i64, status: Option<RunStatus>) -> RunId {
+        let id = insert(
+            conn,
+            &NewJobRun {
+                created_ms,
+                ..run(JobId(3), None, 0)
+            },
+        )
+        .unwrap();
+        assert!(claim(conn, id, 5).unwrap());
+        let answer = TriggerAnswer {
+            agent: Some("http://a:1/"),
+            accepted: true,
+            message: "ok",
+            instance: None,
+            seq: None,
+            claimed_ms: Some(5),
+        };
+        record_trigger(conn, id, &answer, 10).unwrap();
+        if let Some(status) = status {
+            let result = RunResult {
+                status,
+                started_ms: Some(11),
+                finished_ms: Some(12),
+                handle_code: None,
+                handle_msg: None,
+                exit_code: None,
+                term_signal: None,
+                cpu_ms: None,
+                max_rss_kb: None,
+                oom_killed: None,
+                limits_mode: None,
+                outputs: None,
+                acceptance: None,
+            };
+            assert!(record_result(conn, id, &result).unwrap());
+        }
+        id
+    }
+
+    storage_test!(
+        the_sweep_finds_the_windows_ended_runs_without_a_log,
+        |conn| {
+            // Ids do not follow creation times: the window's first id is not the oldest run's.
+            let in_window = on_agent(conn, 5_000, Some(RunStatus::Succeeded));
+            let before_window = on_agent(conn, 100, Some(RunStatus::Failed));
+            let running = on_agent(conn, 6_000, None);
+            let with_log = on_agent(conn, 6_500, Some(RunStatus::Succeeded));
+            let never_sent = insert(
+                conn,
+                &NewJobRun {
+                    created_ms: 6_600,
+                    ..run(JobId(4), None, 0)
+                },
+            )
+            .unwrap();
+            finish(conn, never_sent, "failed", "no agent", 20).unwrap();
+            let late = on_agent(conn, 7_000, Some(RunStatus::TimedOut));
+            crate::db::run_log::insert_kept(conn, with_log, "hi", 2, false, 30).unwrap();
+            assert_eq!(first_since(conn, 1_000).unwrap(), in_window);
+            let found: Vec<RunId> = ended_without_kept_log(conn, 1_000, 10)
+                .unwrap()
+                .iter()
+                .map(|end| end.id)
+                .collect();
+            assert_eq!(found, vec![in_window, late]);
+            assert!(before_window < running);
+            let limited: Vec<RunId> = ended_without_kept_log(conn, 1_000, 1)
+                .unwrap()
+                .iter()
+                .map(|end| end.id)
+                .collect();
+            assert_eq!(limited, vec![in_window], "oldest first");
+            // No run in the window: the next id to come, and nothing found.
+            assert_eq!(first_since(conn, 8_000).unwrap(), RunId(late.0 + 1));
+            assert!(ended_without_kept_log(conn, 8_000, 10).unwrap().is_empty());
+        }
+    );
 
     storage_test!(results_are_stored_once, |conn| {
         let id = insert(conn, &run(JobId(3), None, 0)).unwrap();

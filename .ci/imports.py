@@ -10,7 +10,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "admin", "
 LAYERS = [
     ["clock", "error", "domain", "worker", "metrics", "db", "auth::password", "auth::rate_limit",
      "auth::jwt", "auth::api_token", "auth::csrf", "auth::rbac", "auth", "config", "audit",
-     "alert::outbox", "scheduler::handle", "dispatch::answer", "dispatch::client", "dispatch::link", "dispatch::relay", "dispatch::routing",
+     "alert::outbox", "scheduler::handle", "scheduler::report_tally", "dispatch::answer", "dispatch::client", "dispatch::link", "dispatch::relay", "dispatch::routing",
      "http::request", "registry_batch", "state", "testing", "tls"],
     ["lifecycle"],
     ["alert", "dispatch", "scheduler"],

@@ -8,6 +8,7 @@
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- burst [--mysql] [--jobs 50000]
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- rss [--jobs 100000]
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- idle
+//! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- day2 [--mysql] [--jobs 1000000]
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- spawn
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- modes [--mysql] [--jobs N]
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- fleet [--mysql] [--agents 10000] [--jobs 100] [--connections 64]
@@ -23,6 +24,10 @@
 //! `idle`: the quick start's shape (admin on SQLite, one agent) after three logins, two of them
 //! at once: CPU over 60 s with nothing scheduled, and the resident memory of the admin, the agent
 //! and its spawner, split into anonymous and file-backed (the binary's own pages).
+//! `day2`: a database as a day of work leaves it, N (1,000,000) ended runs spread over yesterday
+//! and N over today until five minutes ago, and the admin alone on it for 440 s: its CPU each
+//! second (the seconds over 30 ms printed: the minute passes, the report's count, the log
+//! keeper's sweep), the start-up's first 130 s apart from the steady rest.
 //! `spawn`: the machine's ceiling, `sh -c true` processes per second with nothing else running.
 //! `modes`: `lateness` at 100 and 500 fires/s with the agents in `push` mode and in `connect`
 //! mode (issue 14), each over a fresh admin and database, as one table (`--jobs N`: at N only).
@@ -1004,6 +1009,77 @@ fn idle() {
     }
 }
 
+/// The admin alone on a database holding a day's runs of yesterday and today: what its passes
+/// cost once the run table is large.
+fn day2(mysql: bool, per_day: usize) {
+    const DAY_MS: i64 = 86_400_000;
+    let now = now_ms();
+    let today = now - now.rem_euclid(DAY_MS);
+    // Today must hold runs, and no new UTC day may start while it runs (a new day's count).
+    assert!(
+        (900_000..DAY_MS - 900_000).contains(&(now - today)),
+        "run day2 at least 15 minutes from midnight UTC"
+    );
+    let bench = Bench::new(mysql);
+    let mut conn = bench.conn();
+    let started = Instant::now();
+    for (from, to) in [(today - DAY_MS, today), (today, now - 300_000)] {
+        let step = (to - from) as f64 / per_day as f64;
+        for chunk in (0..per_day).collect::<Vec<_>>().chunks(1000) {
+            let values: Vec<String> = chunk
+                .iter()
+                .map(|&i| {
+                    let t = from + (i as f64 * step) as i64;
+                    let status = if i % 10 == 0 { "failed" } else { "succeeded" };
+                    format!(
+                        "({}, 1, 1, 'schedule', {t}, '{status}', '', 0, 1, {}, {}, {}, {t})",
+                        1 + i % 100,
+                        t + 1,
+                        t + 2,
+                        t + 2 + (i % 50) as i64
+                    )
+                })
+                .collect();
+            conn.batch_execute(&format!(
+                "INSERT INTO job_run (job_id, group_id, attempt, trigger_kind, scheduled_ms, status, params, shard_index, shard_total, triggered_ms, started_ms, finished_ms, created_ms) VALUES {}",
+                values.join(",")
+            ))
+            .unwrap();
+        }
+    }
+    println!(
+        "{} ended runs stored in {:.1} s ({})",
+        2 * per_day,
+        started.elapsed().as_secs_f64(),
+        backend(mysql)
+    );
+    let (admin, _base) = bench.admin();
+    let seconds = 440;
+    let steady_from = 130;
+    let start = Instant::now();
+    let first = cpu_ms_of(admin.0.id());
+    let (mut last, mut at_steady) = (first, first);
+    for second in 1..=seconds {
+        let due = start + Duration::from_secs(second);
+        std::thread::sleep(due.saturating_duration_since(Instant::now()));
+        let cpu = cpu_ms_of(admin.0.id());
+        if cpu - last > 30 {
+            println!("  {second:>3} s: {} ms", cpu - last);
+        }
+        if second == steady_from {
+            at_steady = cpu;
+        }
+        last = cpu;
+    }
+    println!(
+        "admin CPU over {seconds} s: {} ms; first {steady_from} s {} ms; from {steady_from} s on {} ms ({:.0} ms a minute)",
+        last - first,
+        at_steady - first,
+        last - at_steady,
+        (last - at_steady) as f64 * 60.0 / (seconds - steady_from) as f64
+    );
+}
+
 /// The machine's own ceiling: how many `sh -c true` processes two threads (one per core) can
 /// start and reap per second with nothing else running. No scheduler can run jobs faster.
 fn spawn_ceiling() {
@@ -1047,6 +1123,7 @@ fn main() {
         Some("burst") => burst(mysql, jobs.unwrap_or(50_000)),
         Some("rss") => rss(mysql, jobs.unwrap_or(100_000)),
         Some("idle") => idle(),
+        Some("day2") => day2(mysql, jobs.unwrap_or(1_000_000)),
         Some("spawn") => spawn_ceiling(),
         Some("modes") => modes(mysql, jobs),
         Some("fleet") => {
@@ -1085,7 +1162,7 @@ fn main() {
         }
         _ => {
             eprintln!(
-                "usage: sched_bench lateness|http|burst|rss|idle|spawn|modes|workflows|fleet [--mysql] [--jobs N] \
+                "usage: sched_bench lateness|http|burst|rss|idle|day2|spawn|modes|workflows|fleet [--mysql] [--jobs N] \
                  [--agents N --connections N] [--chains N --length N --sleep-ms N --fan N --steps-only --fan-only]"
             );
             std::process::exit(2);

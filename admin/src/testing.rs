@@ -8,7 +8,33 @@
     reason = "test fixtures fail the test by panicking"
 )]
 
+use crate::db::job_run::RunResult;
 use crate::db::{self, AnyConnection, DbUrl};
+use crate::domain::policy::RunStatus;
+
+/// A result that says only how the run ended and when it started and finished, as a test
+/// stores it; the other fields, left out, keep what the row has.
+pub fn run_result(
+    status: RunStatus,
+    started_ms: Option<i64>,
+    finished_ms: Option<i64>,
+) -> RunResult {
+    RunResult {
+        status,
+        started_ms,
+        finished_ms,
+        handle_code: None,
+        handle_msg: None,
+        exit_code: None,
+        term_signal: None,
+        cpu_ms: None,
+        max_rss_kb: None,
+        oom_killed: None,
+        limits_mode: None,
+        outputs: None,
+        acceptance: None,
+    }
+}
 
 /// Where MariaDB runs for tests; override with `JOBFLEET_TEST_MYSQL_URL` (no database part).
 pub fn mysql_server_url() -> String {

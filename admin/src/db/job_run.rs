@@ -796,15 +796,26 @@ pub fn ends_of(conn: &mut AnyConnection, ids: &[RunId]) -> Result<Vec<RunEnd>, E
     Ok(out)
 }
 
+/// The query of `first_since`. `MIN(id + 0)`, not `MIN(id)`: for the smallest rowid SQLite
+/// walks the table in rowid order from its oldest run until a row matches (plan `SEARCH
+/// job_run`), past every retained run, 0.2 to 0.8 s with two million of them; for an expression
+/// it reads the window's entries of the created index (`SEARCH job_run USING COVERING INDEX
+/// ix_job_run_created`), milliseconds.
+/// (A macro: the query's type is long to spell and a test reads its plan.)
+macro_rules! first_since_query {
+    ($since_ms:expr) => {
+        job_run::table
+            .filter(job_run::created_ms.ge($since_ms))
+            .select(diesel::dsl::min(job_run::id + 0_i64))
+    };
+}
+
 /// The first run created at or after `since_ms` (by the created index), or the next id to come.
 ///
 /// # Errors
 /// Database errors.
 pub fn first_since(conn: &mut AnyConnection, since_ms: i64) -> Result<RunId, Error> {
-    let first: Option<RunId> = job_run::table
-        .filter(job_run::created_ms.ge(since_ms))
-        .select(diesel::dsl::min(job_run::id))
-        .first(conn)?;
+    let first: Option<RunId> = first_since_query!(since_ms).first(conn)?;
     if let Some(id) = first {
         return Ok(id);
     }
@@ -816,8 +827,8 @@ pub fn first_since(conn: &mut AnyConnection, since_ms: i64) -> Result<RunId, Err
 
 /// Deletes finished runs of `job_id` beyond its newest `keep` succeeded ones (`succeeded`) or
 /// its newest `keep` that did not succeed, at most `limit` at a time: a job's history limit.
-/// Only runs created before `before_ms` go, so the days the daily report still recounts keep
-/// every run it counts.
+/// Only runs created before `before_ms` go, so the days the daily report still counts (whole,
+/// each hour) keep every run it counts.
 ///
 /// # Errors
 /// Database errors.
@@ -1098,7 +1109,8 @@ pub struct ReportCount {
 }
 
 /// What the report monitor counts for a day: runs created in `[from_ms, to_ms)` per job, group,
-/// status and duration bucket.
+/// status and duration bucket; with `settled_through`, only the final runs up to that id (what
+/// `scheduler::report_tally` keeps as settled).
 ///
 /// The bucket is computed by the database (a `CASE` tree over the fixed bucket bounds, seven
 /// comparisons deep, plain SQL on both backends), so a day of millions of runs comes back as at
@@ -1110,20 +1122,107 @@ pub fn report_counts(
     conn: &mut AnyConnection,
     from_ms: i64,
     to_ms: i64,
+    settled_through: Option<RunId>,
 ) -> Result<Vec<ReportCount>, Error> {
     use diesel::sql_types::BigInt;
     // Raw SQL: diesel's DSL cannot group by an SQL expression next to columns.
     let bucket = duration_bucket_sql();
+    let settled = if settled_through.is_some() {
+        "AND id <= ? AND status NOT IN ('pending', 'running') "
+    } else {
+        ""
+    };
     let text = format!(
         "SELECT job_id, group_id, status, {bucket} AS bucket, COUNT(*) AS runs FROM job_run \
-         WHERE created_ms >= ? AND created_ms < ? GROUP BY job_id, group_id, status, {bucket}"
+         WHERE created_ms >= ? AND created_ms < ? {settled}\
+         GROUP BY job_id, group_id, status, {bucket}"
     );
     Ok(db_run!(conn: {
-        diesel::sql_query(&text)
+        let query = diesel::sql_query(&text)
             .bind::<BigInt, _>(from_ms)
-            .bind::<BigInt, _>(to_ms)
+            .bind::<BigInt, _>(to_ms);
+        match settled_through {
+            Some(through) => query.bind::<BigInt, _>(through).load(conn)?,
+            None => query.load(conn)?,
+        }
+    }))
+}
+
+/// What the report monitor needs of one run to count it one by one.
+#[derive(Debug, Clone, PartialEq, Eq, Queryable, Selectable)]
+#[diesel(table_name = job_run)]
+pub struct ReportRun {
+    pub id: RunId,
+    pub job_id: JobId,
+    pub group_id: GroupId,
+    pub status: RunStatus,
+    pub created_ms: i64,
+    pub started_ms: Option<i64>,
+    pub finished_ms: Option<i64>,
+}
+
+/// The highest run id this connection sees (committed, or its own), if any.
+///
+/// # Errors
+/// Database errors.
+pub fn max_id(conn: &mut AnyConnection) -> Result<Option<RunId>, Error> {
+    use diesel::dsl::max;
+    Ok(db_run!(conn: {
+        job_run::table.select(max(job_run::id)).first(conn)?
+    }))
+}
+
+/// Every run with an id above `after`: the ones the report has not settled. By the primary key
+/// only; a filter on `created_ms` could lead SQLite to the created index and two days of runs.
+///
+/// # Errors
+/// Database errors.
+pub fn report_runs_after(conn: &mut AnyConnection, after: RunId) -> Result<Vec<ReportRun>, Error> {
+    Ok(db_run!(conn: {
+        job_run::table
+            .filter(job_run::id.gt(after))
+            .select(ReportRun::as_select())
             .load(conn)?
     }))
+}
+
+/// The runs of `ids` that exist, as the report counts them.
+///
+/// # Errors
+/// Database errors.
+pub fn report_runs_of(conn: &mut AnyConnection, ids: &[RunId]) -> Result<Vec<ReportRun>, Error> {
+    let mut out = Vec::with_capacity(ids.len());
+    for list in super::in_lists(ids) {
+        out.extend(db_run!(conn: {
+            job_run::table
+                .filter(job_run::id.eq_any(&*list))
+                .select(ReportRun::as_select())
+                .prepared()
+                .load(conn)?
+        }));
+    }
+    // A padded list names its last id more than once; the database returns the row once.
+    Ok(out)
+}
+
+/// Ids up to `through` of runs created in `[from_ms, to_ms)` and still pending or running: the
+/// report re-reads them until they end (by the status index).
+///
+/// # Errors
+/// Database errors.
+pub fn in_flight_through(
+    conn: &mut AnyConnection,
+    from_ms: i64,
+    to_ms: i64,
+    through: RunId,
+) -> Result<Vec<RunId>, Error> {
+    Ok(job_run::table
+        .filter(job_run::status.eq_any([RunStatus::Pending, RunStatus::Running]))
+        .filter(job_run::id.le(through))
+        .filter(job_run::created_ms.ge(from_ms))
+        .filter(job_run::created_ms.lt(to_ms))
+        .select(job_run::id)
+        .load(conn)?)
 }
 
 /// The SQL of a run's duration bucket (see [`report_counts`]).
@@ -1405,24 +1504,15 @@ mod tests {
             .collect();
         assert!(claim_all(conn, &ids, 60).unwrap());
         let result = |i: i64| RunResult {
-            status: RunStatus::Succeeded,
-            started_ms: Some(70 + i),
-            finished_ms: Some(80 + i),
             handle_code: Some(200),
-            handle_msg: None,
             exit_code: Some(0),
-            term_signal: None,
-            cpu_ms: None,
-            max_rss_kb: None,
-            oom_killed: None,
-            limits_mode: None,
-            outputs: None,
             acceptance: Some(Acceptance {
                 agent_address: Some(format!("http://a{i}:1/")),
                 trigger_msg: Some(format!("accepted by a{i}")),
                 agent_instance: (i != 2).then(|| format!("inst-{i}")),
                 agent_seq: Some(100 + i),
             }),
+            ..crate::testing::run_result(RunStatus::Succeeded, Some(70 + i), Some(80 + i))
         };
         let results: Vec<RunResult> = (0..3).map(result).collect();
         let before = get_all(conn, &ids).unwrap();
@@ -1476,24 +1566,34 @@ mod tests {
         };
         record_trigger(conn, id, &answer, 10).unwrap();
         if let Some(status) = status {
-            let result = RunResult {
-                status,
-                started_ms: Some(11),
-                finished_ms: Some(12),
-                handle_code: None,
-                handle_msg: None,
-                exit_code: None,
-                term_signal: None,
-                cpu_ms: None,
-                max_rss_kb: None,
-                oom_killed: None,
-                limits_mode: None,
-                outputs: None,
-                acceptance: None,
-            };
+            let result = crate::testing::run_result(status, Some(11), Some(12));
             assert!(record_result(conn, id, &result).unwrap());
         }
         id
+    }
+
+    #[test]
+    fn the_window_start_is_read_from_the_created_index() {
+        #[derive(QueryableByName)]
+        struct Step {
+            #[diesel(sql_type = Text)]
+            detail: String,
+        }
+        let db = crate::testing::TestDb::sqlite();
+        let mut conn = db.conn();
+        let text = diesel::debug_query::<diesel::sqlite::Sqlite, _>(&first_since_query!(5_i64))
+            .to_string();
+        let sql = text.split(" -- binds").next().unwrap().replace('?', "5");
+        let plan: Vec<Step> = diesel::sql_query(format!("EXPLAIN QUERY PLAN {sql}"))
+            .load(&mut conn)
+            .unwrap();
+        assert!(
+            plan.iter().any(|s| s.detail.starts_with(
+                "SEARCH job_run USING COVERING INDEX ix_job_run_created (created_ms>"
+            )),
+            "{sql}: {:?}",
+            plan.iter().map(|s| &s.detail).collect::<Vec<_>>()
+        );
     }
 
     storage_test!(

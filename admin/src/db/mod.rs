@@ -96,6 +96,27 @@ macro_rules! db_run {
     };
 }
 
+/// Runs `f`'s reads in one transaction, so that they see one snapshot: on SQLite a deferred
+/// transaction that only reads, which under WAL holds no writer off; on MySQL the consistent
+/// read of REPEATABLE READ, from its first statement on, asked for because a server or session
+/// may default to READ COMMITTED, where each statement reads anew. Not inside a transaction:
+/// MySQL refuses to change the isolation of one under way, and SQLite's savepoint would take
+/// no snapshot of its own.
+///
+/// # Errors
+/// Whatever `f` returns, or the database's error on begin or commit.
+pub fn in_snapshot<T>(
+    conn: &mut AnyConnection,
+    f: impl FnOnce(&mut AnyConnection) -> Result<T, Error>,
+) -> Result<T, Error> {
+    #[cfg(feature = "mysql")]
+    if let AnyConnection::Mysql(mysql) = conn {
+        // For the next transaction only.
+        mysql.batch_execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")?;
+    }
+    conn.transaction(f)
+}
+
 /// Runs `f` in a transaction. On SQLite it is `BEGIN IMMEDIATE`: a deferred transaction that
 /// reads and then writes fails at once with "database is locked" when another connection wrote
 /// in between (busy_timeout cannot help a stale snapshot), so writers take the lock up front

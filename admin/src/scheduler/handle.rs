@@ -39,6 +39,8 @@ pub struct SchedulerHandle {
     /// The running timer's hand-overs, for runs sent outside the timer; none while it is not
     /// running.
     handovers: Mutex<Option<Handovers>>,
+    /// The daily report's count between its passes (the report monitor's alone).
+    pub(super) report: std::sync::Arc<Mutex<crate::scheduler::report_tally::ReportMemory>>,
 }
 
 /// Whether this admin's passes have run without a break, so a late slot can be told apart:
@@ -78,6 +80,7 @@ impl SchedulerHandle {
             workflow_inbox: Mutex::new(Some(workflow_inbox)),
             continuity: std::sync::Mutex::new(Continuity::default()),
             handovers: Mutex::new(None),
+            report: std::sync::Arc::default(),
         }
     }
 

@@ -8,6 +8,7 @@ pub mod in_doubt;
 pub mod log_keeper;
 pub mod monitors;
 pub mod plan;
+pub mod report_tally;
 pub mod tick;
 pub mod timer;
 mod workers;

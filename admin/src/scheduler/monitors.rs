@@ -13,8 +13,7 @@ use crate::db::{
     AnyConnection, agent, executor_group, job, job_run, run_report_daily, scheduler_lock,
 };
 use crate::domain::agent::{DEAD_AFTER_MS, live_since};
-use crate::domain::duration_histogram::Histogram;
-use crate::domain::ids::{GroupId, JobId, RunId};
+use crate::domain::ids::{JobId, RunId};
 use crate::domain::policy::RunStatus;
 use crate::error::Error;
 use crate::lifecycle::Changes;
@@ -22,6 +21,7 @@ use crate::state::AppState;
 use crate::worker::Worker;
 
 use super::Due;
+use super::report_tally::{DayCounts, ReportMemory, RunTally, add_counts};
 
 /// A pending run nobody took this long after its time lost its admin (or its admin is behind):
 /// send it from here. Taking a run is a compare-and-set, so helping a live admin is harmless.
@@ -388,13 +388,16 @@ fn day_of(ms: i64) -> String {
         .map_or_else(|| "1970-01-01".into(), |t| t.format("%Y-%m-%d").to_string())
 }
 
-/// Recounts yesterday and today (UTC) into `run_report_daily`: outcome counts and the duration
+/// Counts yesterday and today (UTC) into `run_report_daily`: outcome counts and the duration
 /// histogram of the runs that both started and finished, per day (of `created_ms`), group (the
-/// run's) and job. The database counts runs per bucket (`job_run::report_counts`), so a busy day
-/// costs rows per job and bucket here, not per run; the count still reads every run of the two
-/// days (about a second per million runs on SQLite), so it runs outside the write transaction,
-/// which on SQLite would hold every writer (the scheduler, the results) off meanwhile. The
-/// rows are then replaced under the scheduler lock, so two admins do not rewrite a day at once.
+/// run's) and job. The count goes on from the last pass (`report_tally`): a pass reads the runs
+/// of the last few minutes and those still in flight, and the whole two days only when it
+/// starts over (in an admin's first two minutes, after its clock went back, on a new day, each
+/// hour), where the database counts them per
+/// bucket (`job_run::report_counts`, about a second per million runs on SQLite). Both read
+/// outside the write transaction, which on SQLite would hold every writer (the scheduler, the
+/// results) off meanwhile. The rows are then replaced under the scheduler lock, so two admins do
+/// not rewrite a day at once.
 ///
 /// # Errors
 /// Database errors.
@@ -403,15 +406,22 @@ pub async fn report(state: &AppState) -> Result<(), Error> {
     let holder = state.scheduler.holder.clone();
     let keep_days = i64::from(state.config.retention_days);
     let today_start = now.div_euclid(DAY_MS) * DAY_MS;
-    let days = state
+    // Locked where the pass runs, so that a pass that fails, or never gets a connection, leaves
+    // the memory as it was (a tally that might have half moved is dropped by `count_days`).
+    let memory = state.scheduler.report.clone();
+    let [yesterday, today] = state
         .db
         .run(move |conn| {
-            [today_start - DAY_MS, today_start]
-                .into_iter()
-                .map(|start| Ok((day_of(start), day_rows(conn, start, now)?)))
-                .collect::<Result<Vec<_>, Error>>()
+            let mut memory = memory.lock().unwrap_or_else(|poisoned| {
+                let mut memory = poisoned.into_inner();
+                memory.tally = None;
+                memory
+            });
+            count_days(conn, &mut memory, today_start, now)
         })
         .await?;
+    let days = [(today_start - DAY_MS, yesterday), (today_start, today)]
+        .map(|(start, counts)| (day_of(start), rows_of(&day_of(start), counts, now)));
     state
         .db
         .transaction(move |conn| {
@@ -425,50 +435,92 @@ pub async fn report(state: &AppState) -> Result<(), Error> {
         .await
 }
 
-/// The report rows of the day starting at `start`, counted now, by group and job.
-fn day_rows(conn: &mut AnyConnection, start: i64, now: i64) -> Result<Vec<DailyRow>, Error> {
-    let mut rows: HashMap<(JobId, GroupId), (DailyRow, Histogram)> = HashMap::new();
-    for job_run::ReportCount {
-        job_id,
-        group_id,
-        status,
-        bucket,
-        runs: count,
-    } in job_run::report_counts(conn, start, start + DAY_MS)?
-    {
-        let (row, durations) = rows.entry((job_id, group_id)).or_insert_with(|| {
-            let row = DailyRow {
-                day: day_of(start),
-                group_id,
-                job_id,
-                updated_ms: now,
-                ..Default::default()
-            };
-            (row, Histogram::default())
-        });
-        match status {
-            RunStatus::Succeeded => row.succeeded += count,
-            RunStatus::Failed => row.failed += count,
-            RunStatus::TimedOut => row.timed_out += count,
-            RunStatus::Killed => row.killed += count,
-            RunStatus::Lost => row.lost += count,
-            RunStatus::Skipped => row.skipped += count,
-            RunStatus::Pending | RunStatus::Running => row.in_flight += count,
+/// Yesterday's and today's counts: from `memory`'s tally, or counted anew.
+fn count_days(
+    conn: &mut AnyConnection,
+    memory: &mut ReportMemory,
+    today_start: i64,
+    now: i64,
+) -> Result<[DayCounts; 2], Error> {
+    let top = job_run::max_id(conn)?;
+    let Some(through) = memory.settled_through(now, top) else {
+        // No id is known to be settled yet (the admin started, or its clock went back, within
+        // the last two minutes): count everything.
+        memory.tally = None;
+        let mut days = [DayCounts::new(), DayCounts::new()];
+        for (start, counts) in [today_start - DAY_MS, today_start]
+            .into_iter()
+            .zip(&mut days)
+        {
+            add_counts(
+                counts,
+                job_run::report_counts(conn, start, start + DAY_MS, None)?,
+            );
         }
-        // -1: the run did not both start and finish.
-        if let Ok(bucket) = usize::try_from(bucket) {
-            durations.add(bucket, u64::try_from(count).unwrap_or(0));
+        return Ok(days);
+    };
+    let tally = match memory.tally.take() {
+        Some(tally) if tally.fits(today_start, now, through) => tally,
+        _ => settled_tally(conn, today_start, now, through)?,
+    };
+    let mut read = || -> Result<Vec<job_run::ReportRun>, Error> {
+        let mut runs = job_run::report_runs_after(conn, tally.through())?;
+        runs.extend(job_run::report_runs_of(conn, tally.open())?);
+        Ok(runs)
+    };
+    let runs = match read() {
+        Ok(runs) => runs,
+        Err(e) => {
+            // Unmoved, so still true.
+            memory.tally = Some(tally);
+            return Err(e);
         }
-    }
-    let mut rows: Vec<DailyRow> = rows
-        .into_values()
-        .map(|(row, durations)| DailyRow {
-            durations: Some(durations.encode()),
-            ..row
-        })
+    };
+    let mut tally = tally;
+    let days = tally.advance(through, runs);
+    memory.tally = Some(tally);
+    Ok(days)
+}
+
+/// A tally counted anew: the final runs of the two days up to `through`, and the ids of the
+/// others up to it.
+fn settled_tally(
+    conn: &mut AnyConnection,
+    today_start: i64,
+    now: i64,
+    through: RunId,
+) -> Result<RunTally, Error> {
+    let yesterday = today_start - DAY_MS;
+    // One snapshot, or a run ending between the count of the settled runs and the list of the
+    // open ones would be counted in both or in neither.
+    let (settled, open) = crate::db::in_snapshot(conn, |conn| {
+        let mut days = [DayCounts::new(), DayCounts::new()];
+        for (start, counts) in [yesterday, today_start].into_iter().zip(&mut days) {
+            let settled = job_run::report_counts(conn, start, start + DAY_MS, Some(through))?;
+            add_counts(counts, settled);
+        }
+        let open = job_run::in_flight_through(conn, yesterday, today_start + DAY_MS, through)?;
+        Ok((days, open))
+    })?;
+    let [settled_yesterday, settled_today] = settled;
+    Ok(RunTally::new(
+        today_start,
+        now,
+        through,
+        settled_yesterday,
+        settled_today,
+        open,
+    ))
+}
+
+/// A day's stored rows, by group and job.
+fn rows_of(day: &str, counts: DayCounts, now: i64) -> Vec<DailyRow> {
+    let mut rows: Vec<DailyRow> = counts
+        .into_iter()
+        .map(|((job_id, group_id), counts)| counts.row(day.to_owned(), job_id, group_id, now))
         .collect();
     rows.sort_by_key(|r| (r.group_id, r.job_id));
-    Ok(rows)
+    rows
 }
 
 /// Deletes what is older than its retention, in batches: finished runs and workflow runs
@@ -487,7 +539,7 @@ pub async fn retention(state: &AppState) -> Result<usize, Error> {
     .await?;
     // Jobs with history limits keep only their newest succeeded and unsuccessful runs.
     let limits = state.db.run(crate::db::job::history_limits).await?;
-    // Today and yesterday are recounted by the daily report: their runs stay until it is done.
+    // Today's and yesterday's runs stay: the daily report counts them (whole, each hour).
     let today_start = now - now.rem_euclid(DAY_MS);
     let counted_before = today_start - DAY_MS;
     for limit in limits {

@@ -963,7 +963,7 @@ async fn tags_filter_the_job_list_and_ticked_jobs_are_disabled_at_once() {
 /// and the CSV link follow the filters, and a backwards range is refused on the page.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_admin_narrows_the_report_and_downloads_its_csv() {
-    use jobfleet_admin::db::job_run::{self, NewJobRun, RunResult};
+    use jobfleet_admin::db::job_run::{self, NewJobRun};
     use jobfleet_admin::domain::ids::{GroupId, JobId};
     use jobfleet_admin::domain::policy::{RunStatus, TriggerKind};
     const DAY_MS: i64 = 86_400_000;
@@ -1022,21 +1022,11 @@ async fn an_admin_narrows_the_report_and_downloads_its_csv() {
                 job_run::record_result(
                     conn,
                     id,
-                    &RunResult {
+                    &jobfleet_admin::testing::run_result(
                         status,
-                        started_ms: Some(created + 10),
-                        finished_ms: Some(created + 10 + took),
-                        handle_code: None,
-                        handle_msg: None,
-                        exit_code: None,
-                        term_signal: None,
-                        cpu_ms: None,
-                        max_rss_kb: None,
-                        oom_killed: None,
-                        limits_mode: None,
-                        outputs: None,
-                        acceptance: None,
-                    },
+                        Some(created + 10),
+                        Some(created + 10 + took),
+                    ),
                 )?;
             }
             Ok(())

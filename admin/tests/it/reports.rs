@@ -5,11 +5,14 @@
 use std::collections::HashMap;
 
 use jobfleet_admin::db::Page as DbPage;
-use jobfleet_admin::db::job_run::{self, JobRun, NewJobRun, RunFilter, RunResult};
+use jobfleet_admin::db::job_run::{self, JobRun, NewJobRun, RunFilter};
+use jobfleet_admin::db::run_report_daily::{self, DailyRow};
 use jobfleet_admin::domain::duration_histogram::bucket_of;
 use jobfleet_admin::domain::ids::{GroupId, JobId, RunId};
 use jobfleet_admin::domain::policy::{RunStatus, TriggerKind};
 use jobfleet_admin::scheduler::monitors;
+use jobfleet_admin::scheduler::report_tally::{self, DayCounts, add_counts};
+use jobfleet_admin::testing::run_result;
 use reqwest::StatusCode;
 use serde_json::Value;
 
@@ -90,7 +93,7 @@ async fn insert(app: &TestApp, today_start: i64, runs: Vec<Planned>) {
                         job_run::record_result(
                             conn,
                             id,
-                            &result(RunStatus::Running, started.map(|ms| created + ms), None),
+                            &run_result(RunStatus::Running, started.map(|ms| created + ms), None),
                         )?;
                     }
                     // Ended without ever starting (lost before the agent took it, skipped).
@@ -101,7 +104,7 @@ async fn insert(app: &TestApp, today_start: i64, runs: Vec<Planned>) {
                         job_run::record_result(
                             conn,
                             id,
-                            &result(status, Some(created + started), finished),
+                            &run_result(status, Some(created + started), finished),
                         )?;
                     }
                 }
@@ -110,24 +113,6 @@ async fn insert(app: &TestApp, today_start: i64, runs: Vec<Planned>) {
         })
         .await
         .unwrap();
-}
-
-fn result(status: RunStatus, started_ms: Option<i64>, finished_ms: Option<i64>) -> RunResult {
-    RunResult {
-        status,
-        started_ms,
-        finished_ms,
-        handle_code: None,
-        handle_msg: None,
-        exit_code: None,
-        term_signal: None,
-        cpu_ms: None,
-        max_rss_kb: None,
-        oom_killed: None,
-        limits_mode: None,
-        outputs: None,
-        acceptance: None,
-    }
 }
 
 /// Runs the report monitor as it runs once a minute, on each day from `first_day_ms` to today
@@ -610,4 +595,181 @@ async fn the_console_page_shows_the_report_and_its_errors(app: &TestApp) {
     assert!(bad.body.contains("id=\"filter-error\""), "{}", bad.body);
     assert!(bad.body.contains("value=\"2026-02-30\""));
     assert!(!bad.body.contains("id=\"report-chart\""));
+}
+
+/// The stored rows of yesterday and today next to a recount of the run table by the database,
+/// both without their update time and in one order.
+async fn stored_and_recounted(app: &TestApp, today_start: i64) -> (Vec<DailyRow>, Vec<DailyRow>) {
+    let (mut stored, mut recounted) = app
+        .state
+        .db
+        .run(move |conn| {
+            let (mut stored, mut recounted) = (Vec::new(), Vec::new());
+            for start in [today_start - DAY_MS, today_start] {
+                let day = day_of(start);
+                stored.extend(run_report_daily::list(conn, &day, &day, None)?);
+                let mut counts = DayCounts::new();
+                add_counts(
+                    &mut counts,
+                    job_run::report_counts(conn, start, start + DAY_MS, None)?,
+                );
+                recounted.extend(
+                    counts
+                        .into_iter()
+                        .map(|((job, group), c)| c.row(day.clone(), job, group, 0)),
+                );
+            }
+            Ok((stored, recounted))
+        })
+        .await
+        .unwrap();
+    for rows in [&mut stored, &mut recounted] {
+        for row in rows.iter_mut() {
+            row.updated_ms = 0;
+        }
+        rows.sort_by(|a, b| (&a.day, a.group_id, a.job_id).cmp(&(&b.day, b.group_id, b.job_id)));
+    }
+    (stored, recounted)
+}
+
+/// Runs the report pass at `at` and checks its rows against a recount.
+async fn pass_matches_a_recount(app: &TestApp, at: i64, today_start: i64) -> Vec<DailyRow> {
+    app.clock.set(at);
+    monitors::report(&app.state).await.unwrap();
+    let (stored, recounted) = stored_and_recounted(app, today_start).await;
+    assert_eq!(stored, recounted, "at {at}");
+    stored
+}
+
+/// Ends every run still pending or running as succeeded after 25 ms.
+async fn end_in_flight(app: &TestApp) {
+    let open: Vec<JobRun> = all_runs(app)
+        .await
+        .into_iter()
+        .filter(|r| matches!(r.status, RunStatus::Pending | RunStatus::Running))
+        .collect();
+    assert!(!open.is_empty());
+    app.state
+        .db
+        .run(move |conn| {
+            for run in open {
+                let started = run.created_ms + 100;
+                job_run::record_result(
+                    conn,
+                    run.id,
+                    &run_result(RunStatus::Succeeded, Some(started), Some(started + 25)),
+                )?;
+            }
+            Ok(())
+        })
+        .await
+        .unwrap();
+}
+
+// The report monitor goes on from its last pass: it reads the runs new since then and those it
+// saw in flight, not two days of runs. Whatever it counts that way must be what a recount of
+// the run table says, as runs arrive and end between passes; and what it settled stays settled
+// until its hourly recount (a run deleted behind its back shows that the pass did not recount).
+api_test!(the_running_count_matches_a_recount_pass_after_pass);
+async fn the_running_count_matches_a_recount_pass_after_pass(app: &TestApp) {
+    use RunStatus::*;
+    let group = app.group("tally").await;
+    let job = app.job(&app.admin, group, "tallied").await;
+    let other = app.job(&app.admin, group, "tallied too").await;
+    let now = app.now_ms();
+    let today_start = now - now.rem_euclid(DAY_MS);
+    let mut at = today_start + 2 * 3_600_000;
+    insert(
+        app,
+        today_start,
+        vec![
+            plan(job, group, 1, Succeeded, Some(40)),
+            plan(job, group, 1, Pending, None),
+            plan(job, group, 0, Pending, None),
+            Planned {
+                started: Some(1_000),
+                ..plan(job, group, 0, Running, None)
+            },
+            plan(other, group, 0, Failed, Some(3)),
+        ],
+    )
+    .await;
+    // Nothing is settled yet: the first pass counts everything.
+    pass_matches_a_recount(app, at, today_start).await;
+    // Two minutes on, the first pass's runs settle: final ones counted once, the others open.
+    at += report_tally::SETTLE_MS;
+    insert(
+        app,
+        today_start,
+        vec![plan(other, group, 0, Succeeded, Some(9))],
+    )
+    .await;
+    pass_matches_a_recount(app, at, today_start).await;
+    for _ in 0..3 {
+        end_in_flight(app).await;
+        insert(
+            app,
+            today_start,
+            vec![
+                plan(job, group, 0, Pending, None),
+                plan(other, group, 0, Lost, None),
+                plan(other, group, 1, Killed, Some(70)),
+            ],
+        )
+        .await;
+        at += 60_000;
+        pass_matches_a_recount(app, at, today_start).await;
+    }
+    at += report_tally::SETTLE_MS;
+    let settled = pass_matches_a_recount(app, at, today_start).await;
+    let yesterday_succeeded = |rows: &[DailyRow]| -> i64 {
+        rows.iter()
+            .filter(|r| r.day == day_of(today_start - DAY_MS))
+            .map(|r| r.succeeded)
+            .sum()
+    };
+    let before = yesterday_succeeded(&settled);
+    let deleted = app
+        .state
+        .db
+        .run(move |conn| job_run::delete_finished_before(conn, today_start, 100))
+        .await
+        .unwrap();
+    assert!(deleted > 0);
+    at += 60_000;
+    app.clock.set(at);
+    monitors::report(&app.state).await.unwrap();
+    let (stored, recounted) = stored_and_recounted(app, today_start).await;
+    assert_eq!(
+        yesterday_succeeded(&stored),
+        before,
+        "settled, not recounted"
+    );
+    assert_eq!(yesterday_succeeded(&recounted), 0);
+    // The hourly recount catches up.
+    at += report_tally::REBUILD_EVERY_MS;
+    pass_matches_a_recount(app, at, today_start).await;
+    // The next day: today's runs are yesterday's, counted anew, and the count goes on.
+    let tomorrow = today_start + DAY_MS;
+    insert(
+        app,
+        tomorrow,
+        vec![plan(job, group, 0, Succeeded, Some(12))],
+    )
+    .await;
+    at = tomorrow + 2 * 3_600_000;
+    pass_matches_a_recount(app, at, tomorrow).await;
+    insert(
+        app,
+        tomorrow,
+        vec![
+            plan(job, group, 0, Pending, None),
+            plan(other, group, 1, Failed, Some(4)),
+        ],
+    )
+    .await;
+    for _ in 0..3 {
+        at += 60_000;
+        pass_matches_a_recount(app, at, tomorrow).await;
+    }
 }

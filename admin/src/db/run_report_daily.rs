@@ -6,7 +6,9 @@ use diesel::prelude::*;
 
 use super::AnyConnection;
 use super::schema::run_report_daily;
+use crate::domain::duration_histogram::{BadHistogram, Histogram};
 use crate::domain::ids::{GroupId, JobId};
+use crate::domain::run_counts::RunCounts;
 use crate::error::Error;
 
 #[derive(
@@ -41,6 +43,48 @@ pub struct DailyRow {
     /// before histograms were kept.
     pub durations: Option<String>,
     pub updated_ms: i64,
+}
+
+impl DailyRow {
+    /// The row of `day` holding `counts`.
+    pub fn of(day: String, job_id: JobId, group_id: GroupId, counts: &RunCounts, now: i64) -> Self {
+        DailyRow {
+            day,
+            group_id,
+            job_id,
+            succeeded: counts.succeeded,
+            failed: counts.failed,
+            timed_out: counts.timed_out,
+            killed: counts.killed,
+            lost: counts.lost,
+            skipped: counts.skipped,
+            in_flight: counts.in_flight,
+            durations: Some(counts.durations.encode()),
+            updated_ms: now,
+        }
+    }
+
+    /// The counts this row holds (no durations on a row rolled up before histograms were kept).
+    ///
+    /// # Errors
+    /// `BadHistogram`: the stored durations are not [`Histogram::encode`]'s form.
+    pub fn counts(&self) -> Result<RunCounts, BadHistogram> {
+        Ok(RunCounts {
+            succeeded: self.succeeded,
+            failed: self.failed,
+            timed_out: self.timed_out,
+            killed: self.killed,
+            lost: self.lost,
+            skipped: self.skipped,
+            in_flight: self.in_flight,
+            durations: self
+                .durations
+                .as_deref()
+                .map(Histogram::decode)
+                .transpose()?
+                .unwrap_or_default(),
+        })
+    }
 }
 
 /// What a report reads: a range of days, within what the caller sees.

@@ -14,6 +14,7 @@ pub mod job;
 pub mod policy;
 pub mod role;
 pub mod routing;
+pub mod run_counts;
 pub mod schedule;
 pub mod workflow;
 

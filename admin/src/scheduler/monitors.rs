@@ -517,7 +517,9 @@ fn settled_tally(
 fn rows_of(day: &str, counts: DayCounts, now: i64) -> Vec<DailyRow> {
     let mut rows: Vec<DailyRow> = counts
         .into_iter()
-        .map(|((job_id, group_id), counts)| counts.row(day.to_owned(), job_id, group_id, now))
+        .map(|((job_id, group_id), counts)| {
+            DailyRow::of(day.to_owned(), job_id, group_id, &counts, now)
+        })
         .collect();
     rows.sort_by_key(|r| (r.group_id, r.job_id));
     rows

@@ -20,10 +20,10 @@
 use std::collections::{HashMap, VecDeque};
 
 use crate::db::job_run::{ReportCount, ReportRun};
-use crate::db::run_report_daily::DailyRow;
-use crate::domain::duration_histogram::{Histogram, bucket_of};
+use crate::domain::duration_histogram::bucket_of;
 use crate::domain::ids::{GroupId, JobId, RunId};
 use crate::domain::policy::RunStatus;
+use crate::domain::run_counts::RunCounts;
 
 /// How long after a pass saw a run id every lower id is taken to be committed and visible.
 pub const SETTLE_MS: i64 = 120_000;
@@ -31,80 +31,18 @@ pub const SETTLE_MS: i64 = 120_000;
 pub const REBUILD_EVERY_MS: i64 = 3_600_000;
 const DAY_MS: i64 = 86_400_000;
 
-/// One day's report row in the making: outcome counts and durations of a job's runs in a group.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Counts {
-    succeeded: i64,
-    failed: i64,
-    timed_out: i64,
-    killed: i64,
-    lost: i64,
-    skipped: i64,
-    in_flight: i64,
-    durations: Histogram,
-}
-
-impl Counts {
-    /// Counts `runs` runs of `status`; `bucket` is their duration's when they both started and
-    /// finished.
-    pub fn add(&mut self, status: &RunStatus, bucket: Option<usize>, runs: i64) {
-        let slot = match status {
-            RunStatus::Succeeded => &mut self.succeeded,
-            RunStatus::Failed => &mut self.failed,
-            RunStatus::TimedOut => &mut self.timed_out,
-            RunStatus::Killed => &mut self.killed,
-            RunStatus::Lost => &mut self.lost,
-            RunStatus::Skipped => &mut self.skipped,
-            RunStatus::Pending | RunStatus::Running => &mut self.in_flight,
-        };
-        *slot += runs;
-        if let Some(bucket) = bucket {
-            self.durations.add(bucket, u64::try_from(runs).unwrap_or(0));
-        }
-    }
-
-    /// Counts one run as the database's count would (`job_run::report_counts`).
-    fn add_run(&mut self, run: &ReportRun) {
-        let bucket = run
-            .started_ms
-            .zip(run.finished_ms)
-            // Agents report these times: nonsense must not overflow.
-            .map(|(started, finished)| bucket_of(finished.saturating_sub(started)));
-        self.add(&run.status, bucket, 1);
-    }
-
-    fn merge(&mut self, other: &Counts) {
-        self.succeeded += other.succeeded;
-        self.failed += other.failed;
-        self.timed_out += other.timed_out;
-        self.killed += other.killed;
-        self.lost += other.lost;
-        self.skipped += other.skipped;
-        self.in_flight += other.in_flight;
-        self.durations.merge(&other.durations);
-    }
-
-    /// The stored row of `day`.
-    pub fn row(&self, day: String, job_id: JobId, group_id: GroupId, now: i64) -> DailyRow {
-        DailyRow {
-            day,
-            group_id,
-            job_id,
-            succeeded: self.succeeded,
-            failed: self.failed,
-            timed_out: self.timed_out,
-            killed: self.killed,
-            lost: self.lost,
-            skipped: self.skipped,
-            in_flight: self.in_flight,
-            durations: Some(self.durations.encode()),
-            updated_ms: now,
-        }
-    }
+/// Counts one run as the database's count would (`job_run::report_counts`).
+fn add_run(counts: &mut RunCounts, run: &ReportRun) {
+    let bucket = run
+        .started_ms
+        .zip(run.finished_ms)
+        // Agents report these times: nonsense must not overflow.
+        .map(|(started, finished)| bucket_of(finished.saturating_sub(started)));
+    counts.add(&run.status, bucket, 1);
 }
 
 /// A day's rows by job and group, as a pass counted them.
-pub type DayCounts = HashMap<(JobId, GroupId), Counts>;
+pub type DayCounts = HashMap<(JobId, GroupId), RunCounts>;
 
 /// Adds the database's counts of one day (`job_run::report_counts`).
 pub fn add_counts(day: &mut DayCounts, counts: Vec<ReportCount>) {
@@ -156,7 +94,7 @@ pub struct RunTally {
     built_ms: i64,
     through: RunId,
     /// Final runs up to `through`, by day start, job and group.
-    settled: HashMap<(i64, JobId, GroupId), Counts>,
+    settled: HashMap<(i64, JobId, GroupId), RunCounts>,
     /// Runs up to `through` that were pending or running when last read.
     open: Vec<RunId>,
 }
@@ -216,7 +154,7 @@ impl RunTally {
         runs: impl IntoIterator<Item = ReportRun>,
     ) -> [DayCounts; 2] {
         let days = [self.today_start - DAY_MS, self.today_start];
-        let mut unsettled: HashMap<(i64, JobId, GroupId), Counts> = HashMap::new();
+        let mut unsettled: HashMap<(i64, JobId, GroupId), RunCounts> = HashMap::new();
         let mut open = Vec::new();
         for run in runs {
             let day = run.created_ms - run.created_ms.rem_euclid(DAY_MS);
@@ -230,11 +168,11 @@ impl RunTally {
                 if in_flight {
                     open.push(run.id);
                 } else {
-                    self.settled.entry(key).or_default().add_run(&run);
+                    add_run(self.settled.entry(key).or_default(), &run);
                     continue;
                 }
             }
-            unsettled.entry(key).or_default().add_run(&run);
+            add_run(unsettled.entry(key).or_default(), &run);
         }
         self.open = open;
         self.through = through;

@@ -19,8 +19,8 @@ use serde::{Deserialize, Serialize};
 use crate::auth::rbac::Actor;
 use crate::db::run_report_daily::{self, DailyRow, ReportFilter};
 use crate::db::{Page, executor_group, job};
-use crate::domain::duration_histogram::Histogram;
 use crate::domain::ids::{GroupId, JobId};
+use crate::domain::run_counts::RunCounts;
 use crate::error::Error;
 use crate::state::AppState;
 
@@ -127,42 +127,26 @@ pub struct Report {
     pub groups: Vec<GroupReport>,
 }
 
-/// Counts and histogram being summed.
-#[derive(Debug, Clone, Default)]
-struct Tally {
-    figures: Figures,
-    durations: Histogram,
-}
-
-impl Tally {
-    fn add(&mut self, row: &DailyRow, durations: Option<&Histogram>) {
-        let f = &mut self.figures;
-        f.succeeded += row.succeeded;
-        f.failed += row.failed;
-        f.timed_out += row.timed_out;
-        f.killed += row.killed;
-        f.lost += row.lost;
-        f.skipped += row.skipped;
-        f.in_flight += row.in_flight;
-        if let Some(h) = durations {
-            self.durations.merge(h);
-        }
-    }
-
-    fn figures(&self) -> Figures {
-        let f = &self.figures;
-        let failures = f.failed + f.timed_out + f.lost;
-        let judged = f.succeeded + failures;
-        let success_rate = (judged > 0).then(|| f.succeeded as f64 / judged as f64);
-        Figures {
-            runs: f.succeeded + failures + f.killed + f.skipped + f.in_flight,
-            failures,
-            success_rate,
-            timed_runs: self.durations.total(),
-            p50_ms: self.durations.percentile(50),
-            p95_ms: self.durations.percentile(95),
-            ..f.clone()
-        }
+/// What a report shows of `counts`.
+fn figures(counts: &RunCounts) -> Figures {
+    let c = counts;
+    let failures = c.failed + c.timed_out + c.lost;
+    let judged = c.succeeded + failures;
+    let success_rate = (judged > 0).then(|| c.succeeded as f64 / judged as f64);
+    Figures {
+        runs: c.succeeded + failures + c.killed + c.skipped + c.in_flight,
+        succeeded: c.succeeded,
+        failed: c.failed,
+        timed_out: c.timed_out,
+        killed: c.killed,
+        lost: c.lost,
+        skipped: c.skipped,
+        in_flight: c.in_flight,
+        failures,
+        success_rate,
+        timed_runs: c.durations.total(),
+        p50_ms: c.durations.percentile(50),
+        p95_ms: c.durations.percentile(95),
     }
 }
 
@@ -312,31 +296,25 @@ fn assemble(
     oldest: NaiveDate,
     query: ReportQuery,
 ) -> Result<Report, Error> {
-    let mut totals = Tally::default();
-    let mut days: BTreeMap<String, Tally> = from
+    let mut totals = RunCounts::default();
+    let mut days: BTreeMap<String, RunCounts> = from
         .iter_days()
         .take_while(|d| *d <= to)
-        .map(|d| (day_text(d), Tally::default()))
+        .map(|d| (day_text(d), RunCounts::default()))
         .collect();
-    let mut jobs: HashMap<(JobId, GroupId), Tally> = HashMap::new();
-    let mut groups: HashMap<GroupId, Tally> = HashMap::new();
+    let mut jobs: HashMap<(JobId, GroupId), RunCounts> = HashMap::new();
+    let mut groups: HashMap<GroupId, RunCounts> = HashMap::new();
     let mut updated_ms: Option<i64> = None;
     for row in rows {
-        let durations = row
-            .durations
-            .as_deref()
-            .map(Histogram::decode)
-            .transpose()
-            .map_err(|e| {
-                Error::Internal(anyhow::anyhow!("run_report_daily of {}: {e}", row.day))
-            })?;
-        let durations = durations.as_ref();
-        totals.add(row, durations);
-        days.entry(row.day.clone()).or_default().add(row, durations);
+        let counts = row.counts().map_err(|e| {
+            Error::Internal(anyhow::anyhow!("run_report_daily of {}: {e}", row.day))
+        })?;
+        totals.merge(&counts);
+        days.entry(row.day.clone()).or_default().merge(&counts);
         jobs.entry((row.job_id, row.group_id))
             .or_default()
-            .add(row, durations);
-        groups.entry(row.group_id).or_default().add(row, durations);
+            .merge(&counts);
+        groups.entry(row.group_id).or_default().merge(&counts);
         updated_ms = updated_ms.max(Some(row.updated_ms));
     }
     let mut jobs: Vec<JobReport> = jobs
@@ -346,7 +324,7 @@ fn assemble(
             job_name: job_names.get(&job_id).cloned(),
             group_id,
             group_name: group_names.get(&group_id).cloned(),
-            figures: tally.figures(),
+            figures: figures(&tally),
         })
         .collect();
     jobs.sort_by(|a, b| {
@@ -383,7 +361,7 @@ fn assemble(
         .map(|(group_id, tally)| GroupReport {
             group_id,
             group_name: group_names.get(&group_id).cloned(),
-            figures: tally.figures(),
+            figures: figures(&tally),
         })
         .collect();
     groups.sort_by(|a, b| {
@@ -397,12 +375,12 @@ fn assemble(
         job_id: query.job_id,
         oldest_day: day_text(oldest),
         updated_ms,
-        totals: totals.figures(),
+        totals: figures(&totals),
         days: days
             .into_iter()
             .map(|(day, tally)| DayReport {
                 day,
-                figures: tally.figures(),
+                figures: figures(&tally),
             })
             .collect(),
         jobs,
@@ -471,6 +449,7 @@ fn csv_text(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::duration_histogram::Histogram;
 
     fn day(text: &str) -> NaiveDate {
         NaiveDate::parse_from_str(text, DAY_FORMAT).unwrap()

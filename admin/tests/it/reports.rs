@@ -616,7 +616,7 @@ async fn stored_and_recounted(app: &TestApp, today_start: i64) -> (Vec<DailyRow>
                 recounted.extend(
                     counts
                         .into_iter()
-                        .map(|((job, group), c)| c.row(day.clone(), job, group, 0)),
+                        .map(|((job, group), c)| DailyRow::of(day.clone(), job, group, &c, 0)),
                 );
             }
             Ok((stored, recounted))

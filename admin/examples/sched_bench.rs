@@ -496,22 +496,27 @@ fn print_not_succeeded(bench: &Bench, from: i64, to: i64) {
         id: i64,
         #[diesel(sql_type = Text)]
         status: String,
-        #[diesel(sql_type = BigInt)]
-        late_ms: i64,
+        #[diesel(sql_type = diesel::sql_types::Nullable<BigInt>)]
+        late_ms: Option<i64>,
         #[diesel(sql_type = Text)]
         why: String,
     }
     let rows = diesel::sql_query(format!(
-        "SELECT id, status, COALESCE(triggered_ms, 0) - scheduled_ms AS late_ms, \
-         COALESCE(handle_msg, trigger_msg, '') AS why FROM job_run \
-         WHERE status <> 'succeeded' AND scheduled_ms >= {from} AND scheduled_ms < {to} LIMIT 20"
+        "SELECT id, status, triggered_ms - scheduled_ms AS late_ms, \
+         COALESCE(NULLIF(handle_msg, ''), trigger_msg, '') AS why FROM job_run \
+         WHERE status <> 'succeeded' AND scheduled_ms >= {from} AND scheduled_ms < {to} \
+         ORDER BY id LIMIT 20"
     ))
     .load::<Row>(&mut bench.conn())
     .unwrap();
     for row in rows {
+        let taken = row.late_ms.map_or_else(
+            || "never taken".to_owned(),
+            |ms| format!("taken {ms} ms from its time"),
+        );
         println!(
-            "  not succeeded: run {} {} (taken {} ms from its time): {}",
-            row.id, row.status, row.late_ms, row.why
+            "  not succeeded: run {} {} ({taken}): {}",
+            row.id, row.status, row.why
         );
     }
 }

@@ -33,8 +33,9 @@ use super::routing::{Candidate, load_of};
 /// The timer takes runs before they are due, and each hand-over then waits for its
 /// millisecond: a take starts `TAKE_AHEAD_MS` before the earliest run is due and takes every run
 /// due within `TAKE_SPAN_MS` after that, so the runs of the next moments share one transaction
-/// (at 100 fires a second, one take instead of ten: a take per fire was the largest part of
-/// the admin's CPU at that rate, and a 50 ms span still left takes at 9 % of it), and a
+/// (at 100 fires a second, about nine takes a second instead of a hundred: a take per fire was
+/// the largest part of the admin's CPU at that rate, and a 50 ms span still left them 9 % of
+/// it), and a
 /// hand-over no longer starts only after its take. The
 /// concurrency policy is judged at the take, up to `TAKE_AHEAD_MS + TAKE_SPAN_MS` early; an
 /// admin that dies in between leaves taken runs that the in-doubt recovery sends.

@@ -286,10 +286,7 @@ fn each_once<T: HasJobId>(
     let mut ids = ids.to_vec();
     ids.sort_unstable();
     ids.dedup();
-    let mut out = Vec::with_capacity(ids.len());
-    for list in super::in_lists(&ids) {
-        out.extend(read(conn, &list)?);
-    }
+    let mut out = super::read_in_lists(conn, &ids, &mut read)?;
     out.sort_unstable_by_key(HasJobId::job_id);
     Ok(out)
 }

@@ -365,17 +365,15 @@ pub fn get_all(conn: &mut AnyConnection, ids: &[RunId]) -> Result<Vec<JobRun>, E
                 .load(conn)?
         }));
     }
-    let mut out = Vec::with_capacity(ids.len());
-    for list in super::in_lists(ids) {
-        out.extend(db_run!(conn: {
+    super::read_in_lists(conn, ids, |conn, list| {
+        Ok(db_run!(conn: {
             job_run::table
-                .filter(job_run::id.eq_any(&*list))
+                .filter(job_run::id.eq_any(list))
                 .select(JobRun::as_select())
                 .prepared()
                 .load(conn)?
-        }));
-    }
-    Ok(out)
+        }))
+    })
 }
 
 /// Takes over a run in doubt that an agent turned out to hold: running there, recorded as taken
@@ -778,11 +776,10 @@ pub fn ends_from(conn: &mut AnyConnection, from: RunId, limit: i64) -> Result<Ve
 /// # Errors
 /// Database errors.
 pub fn ends_of(conn: &mut AnyConnection, ids: &[RunId]) -> Result<Vec<RunEnd>, Error> {
-    let mut out = Vec::with_capacity(ids.len());
-    for list in super::in_lists(ids) {
-        out.extend(db_run!(conn: {
+    super::read_in_lists(conn, ids, |conn, list| {
+        Ok(db_run!(conn: {
             job_run::table
-                .filter(job_run::id.eq_any(&*list))
+                .filter(job_run::id.eq_any(list))
                 .select((
                     job_run::id,
                     job_run::status,
@@ -791,9 +788,8 @@ pub fn ends_of(conn: &mut AnyConnection, ids: &[RunId]) -> Result<Vec<RunEnd>, E
                 ))
                 .prepared()
                 .load::<RunEnd>(conn)?
-        }));
-    }
-    Ok(out)
+        }))
+    })
 }
 
 /// The query of `first_since`. `MIN(id + 0)`, not `MIN(id)`: for the smallest rowid SQLite
@@ -1191,18 +1187,15 @@ pub fn report_runs_after(conn: &mut AnyConnection, after: RunId) -> Result<Vec<R
 /// # Errors
 /// Database errors.
 pub fn report_runs_of(conn: &mut AnyConnection, ids: &[RunId]) -> Result<Vec<ReportRun>, Error> {
-    let mut out = Vec::with_capacity(ids.len());
-    for list in super::in_lists(ids) {
-        out.extend(db_run!(conn: {
+    super::read_in_lists(conn, ids, |conn, list| {
+        Ok(db_run!(conn: {
             job_run::table
-                .filter(job_run::id.eq_any(&*list))
+                .filter(job_run::id.eq_any(list))
                 .select(ReportRun::as_select())
                 .prepared()
                 .load(conn)?
-        }));
-    }
-    // A padded list names its last id more than once; the database returns the row once.
-    Ok(out)
+        }))
+    })
 }
 
 /// Ids up to `through` of runs created in `[from_ms, to_ms)` and still pending or running: the

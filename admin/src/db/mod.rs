@@ -63,6 +63,23 @@ pub fn in_lists<T: Clone>(ids: &[T]) -> impl Iterator<Item = std::borrow::Cow<'_
     })
 }
 
+/// The rows `read` finds for `ids`, read over [`in_lists`] (so each list's select stays
+/// prepared). A padded list names its last id more than once; the database returns its row once.
+///
+/// # Errors
+/// Whatever `read` returns.
+pub fn read_in_lists<I: Clone, T>(
+    conn: &mut AnyConnection,
+    ids: &[I],
+    mut read: impl FnMut(&mut AnyConnection, &[I]) -> Result<Vec<T>, Error>,
+) -> Result<Vec<T>, Error> {
+    let mut out = Vec::with_capacity(ids.len());
+    for list in in_lists(ids) {
+        out.extend(read(conn, &list)?);
+    }
+    Ok(out)
+}
+
 /// `text` as a literal inside a `LIKE … ESCAPE '\\'` pattern.
 pub fn like_literal(text: &str) -> String {
     text.replace('\\', "\\\\")

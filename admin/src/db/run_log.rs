@@ -154,17 +154,15 @@ fn insert_if_absent(
 /// # Errors
 /// Database errors.
 pub fn having_row(conn: &mut AnyConnection, ids: &[RunId]) -> Result<Vec<RunId>, Error> {
-    let mut found = Vec::new();
-    for list in super::in_lists(ids) {
-        found.extend(crate::db_run!(conn: {
+    super::read_in_lists(conn, ids, |conn, list| {
+        Ok(crate::db_run!(conn: {
             run_log::table
-                .filter(run_log::run_id.eq_any(&*list))
+                .filter(run_log::run_id.eq_any(list))
                 .select(run_log::run_id)
                 .prepared()
                 .load::<RunId>(conn)?
-        }));
-    }
-    Ok(found)
+        }))
+    })
 }
 
 /// Stores what was read for a claimed run.

@@ -161,6 +161,11 @@ const KEYS: &[(&str, Option<&str>, &str)] = &[
         "how long an agent may take to accept a trigger before the next one is tried",
     ),
     (
+        "result_linger_ms",
+        Some("50"),
+        "how long an agent may hold a success that nothing waits for (no child jobs, no workflow, concurrency allow) so that one request and one transaction store several; 0: only the 5 ms in which results ending together are collected",
+    ),
+    (
         "retention_days",
         Some("30"),
         "finished runs and daily report rows older than this are removed",
@@ -290,6 +295,8 @@ pub struct Config {
     pub scheduler: bool,
     pub misfire_threshold_ms: i64,
     pub trigger_timeout: Duration,
+    /// How long an agent may hold a success nothing waits for (`resultLingerMs`); 0: not at all.
+    pub result_linger_ms: u32,
     pub retention_days: u32,
     pub audit_retention_days: u32,
     pub alert_retention_days: u32,
@@ -331,6 +338,7 @@ impl fmt::Debug for Config {
             .field("scheduler", &self.scheduler)
             .field("misfire_threshold_ms", &self.misfire_threshold_ms)
             .field("trigger_timeout", &self.trigger_timeout)
+            .field("result_linger_ms", &self.result_linger_ms)
             .field("retention_days", &self.retention_days)
             .field("audit_retention_days", &self.audit_retention_days)
             .field("alert_retention_days", &self.alert_retention_days)
@@ -556,6 +564,8 @@ impl Config {
             misfire_threshold_ms: i64::try_from(number("misfire_threshold_ms", 1000, 3_600_000)?)
                 .map_err(|e| fail("misfire_threshold_ms", e.to_string()))?,
             trigger_timeout: Duration::from_millis(number("trigger_timeout_ms", 100, 60_000)?),
+            result_linger_ms: u32::try_from(number("result_linger_ms", 0, 1000)?)
+                .map_err(|e| fail("result_linger_ms", e.to_string()))?,
             retention_days: u32::try_from(number("retention_days", 1, 3650)?)
                 .map_err(|e| fail("retention_days", e.to_string()))?,
             audit_retention_days: u32::try_from(number("audit_retention_days", 1, 36_500)?)
@@ -835,6 +845,8 @@ mod tests {
             ("JOBFLEET_DB_POOL_SIZE", "0", "db_pool_size"),
             ("JOBFLEET_LOG", "info,=[", "log"),
             ("JOBFLEET_MAX_BODY_BYTES", "12abc", "max_body_bytes"),
+            ("JOBFLEET_RESULT_LINGER_MS", "1001", "result_linger_ms"),
+            ("JOBFLEET_RESULT_LINGER_MS", "-1", "result_linger_ms"),
         ] {
             let err = Config::load(&env(&[(var, value)])).unwrap_err();
             assert_eq!(err.key, key, "{var}={value}: {err}");
@@ -871,6 +883,7 @@ mod tests {
         assert_eq!(config.listen.port(), 8080);
         assert!(config.scheduler);
         assert_eq!(config.misfire_threshold_ms, 5000);
+        assert_eq!(config.result_linger_ms, 50);
         assert_eq!(config.retention_days, 30);
         assert_eq!(config.audit_retention_days, 365);
         assert_eq!(config.alert_retention_days, 90);

@@ -4,18 +4,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
-
 use crate::admin_client::AdminClient;
 use crate::protocol::{HandleCallbackParam, admin_path};
-use crate::spool::Spool;
+use crate::spool::{Due, Spool};
 
 /// Results per request, about: whole spool files are sent, so one may go a little over.
 const BATCH: usize = 500;
 /// Bytes of spool files per request at most (one file alone may be more): within the 1 MiB an
 /// admin accepts by default (`max_body_bytes`), now that results carry small logs.
 const MAX_REQUEST_BYTES: usize = 768 * 1024;
-const COLLECT_FOR: Duration = Duration::from_millis(5);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// Sends what is spooled now; returns how many results were acknowledged.
@@ -50,11 +47,11 @@ pub async fn drain_once(client: &AdminClient, spool: &Spool) -> Result<usize, St
     Ok(sent)
 }
 
-/// Runs forever: wakes on new results, retries with growing backoff while admins are away.
-pub async fn drain_forever(client: Arc<AdminClient>, spool: Spool, wake: Arc<Notify>) {
+/// Runs forever: sends the spool when its results are due (`Due`), retries with growing
+/// backoff while admins are away.
+pub async fn drain_forever(client: Arc<AdminClient>, spool: Spool, due: Arc<Due>) {
     let mut backoff = Duration::from_millis(500);
     loop {
-        let woken = wake.notified();
         match drain_once(&client, &spool).await {
             Ok(n) => {
                 if n > 0 {
@@ -62,14 +59,7 @@ pub async fn drain_forever(client: Arc<AdminClient>, spool: Spool, wake: Arc<Not
                 }
                 backoff = Duration::from_millis(500);
                 // Also look again now and then, in case a spool write raced the wake-up.
-                if tokio::time::timeout(Duration::from_secs(5), woken)
-                    .await
-                    .is_ok()
-                {
-                    // Results of runs ending together travel in one request and one admin
-                    // transaction instead of one each.
-                    tokio::time::sleep(COLLECT_FOR).await;
-                }
+                due.wait(Duration::from_secs(5)).await;
             }
             Err(e) => {
                 tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "Results not delivered yet");

@@ -163,7 +163,7 @@ pub async fn keep_connected(
     config: LinkConfig,
     handlers: Arc<Handlers>,
     registration: Arc<Registration>,
-    results: Arc<tokio::sync::Notify>,
+    results: Arc<crate::spool::Due>,
 ) {
     let mut backoff = FIRST_BACKOFF;
     let mut failing = false;
@@ -304,7 +304,7 @@ async fn serve(
     admin: &str,
     uplink: &Uplink,
     handlers: &Arc<Handlers>,
-    results: &tokio::sync::Notify,
+    results: &crate::spool::Due,
 ) {
     let (mut sink, mut stream) = ws.split();
     let (out, mut outbox) = mpsc::unbounded_channel::<Message>();
@@ -324,7 +324,7 @@ async fn serve(
     });
     uplink.set(Some(session.clone()));
     // Results spooled while no admin could be reached go now, over the connection.
-    results.notify_one();
+    results.landed(std::time::Duration::ZERO);
     let mut ping = tokio::time::interval(PING_EVERY);
     let mut heard = Instant::now();
     loop {

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::time::Instant;
 
 use crate::protocol::HandleCallbackParam;
 
@@ -241,7 +242,65 @@ impl Spool {
     }
 }
 
-type Write_ = (HandleCallbackParam, oneshot::Sender<()>);
+/// How long spooled results wait for others to travel with them when nothing asked for
+/// longer: results of runs ending together go in one request and one admin transaction.
+pub const COLLECT_FOR: Duration = Duration::from_millis(5);
+
+/// When the spooled results are due at an admin: the earliest moment any result that landed
+/// since the last send asked for. A success whose run nothing waits for may linger (the
+/// trigger's `resultLingerMs`) so that one request and one admin transaction carry several;
+/// any result due sooner takes the waiting ones along.
+#[derive(Default)]
+pub struct Due {
+    wake: Notify,
+    send_by: Mutex<Option<Instant>>,
+}
+
+impl Due {
+    /// Results landed in the spool that may wait `linger` for company.
+    pub fn landed(&self, linger: Duration) {
+        let at = Instant::now() + linger;
+        {
+            let mut send_by = lock(&self.send_by);
+            *send_by = Some(send_by.map_or(at, |earlier| earlier.min(at)));
+        }
+        self.wake.notify_one();
+    }
+
+    /// Waits until the results that landed are due, or `idle` passed without any landing, and
+    /// takes the due time: a result landing from here on is due again in its own time.
+    pub async fn wait(&self, idle: Duration) {
+        let idle_until = Instant::now() + idle;
+        loop {
+            // Made before the time is read: a landing in between leaves a permit, not a loss.
+            let woken = self.wake.notified();
+            let send_by = {
+                let mut send_by = lock(&self.send_by);
+                if send_by.is_some_and(|at| at <= Instant::now()) {
+                    *send_by = None;
+                    return;
+                }
+                *send_by
+            };
+            match send_by {
+                Some(at) => {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(at) => {}
+                        () = woken => {}
+                    }
+                }
+                None => {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(idle_until) => return,
+                        () = woken => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+type Write_ = (HandleCallbackParam, Duration, oneshot::Sender<()>);
 
 /// Writes results from many runs with one file and one fsync pair per group.
 #[derive(Clone)]
@@ -250,18 +309,18 @@ pub struct SpoolWriter {
 }
 
 impl SpoolWriter {
-    /// Starts the writing task; `written` is woken after each group lands.
-    pub fn start(spool: Spool, written: Arc<Notify>) -> Self {
+    /// Starts the writing task; `written` learns of each group that lands.
+    pub fn start(spool: Spool, written: Arc<Due>) -> Self {
         let (queue, inbox) = mpsc::unbounded_channel();
         tokio::spawn(write_forever(spool, inbox, written));
         Self { queue }
     }
 
-    /// Returns once the result is on disk.
-    pub async fn write(&self, result: HandleCallbackParam) -> Result<(), String> {
+    /// Returns once the result is on disk; it may wait `linger` there for company.
+    pub async fn write(&self, result: HandleCallbackParam, linger: Duration) -> Result<(), String> {
         let (done, landed) = oneshot::channel();
         self.queue
-            .send((result, done))
+            .send((result, linger, done))
             .map_err(|_| "the spool writer stopped".to_owned())?;
         landed
             .await
@@ -272,7 +331,7 @@ impl SpoolWriter {
 async fn write_forever(
     spool: Spool,
     mut inbox: mpsc::UnboundedReceiver<Write_>,
-    written: Arc<Notify>,
+    written: Arc<Due>,
 ) {
     let mut next = None;
     loop {
@@ -296,7 +355,16 @@ async fn write_forever(
             }
             group.push(more);
         }
-        let (results, waiters): (Vec<_>, Vec<_>) = group.into_iter().unzip();
+        // The group is due when its most urgent result is.
+        let linger = group
+            .iter()
+            .map(|(_, linger, _)| *linger)
+            .min()
+            .unwrap_or(COLLECT_FOR);
+        let (results, waiters): (Vec<_>, Vec<_>) = group
+            .into_iter()
+            .map(|(result, _, waiter)| (result, waiter))
+            .unzip();
         let results = Arc::new(results);
         let mut delay = Duration::from_millis(100);
         loop {
@@ -318,7 +386,7 @@ async fn write_forever(
         for waiter in waiters {
             let _ = waiter.send(());
         }
-        written.notify_one();
+        written.landed(linger);
     }
 }
 
@@ -438,12 +506,11 @@ mod tests {
     async fn the_writer_answers_after_the_result_is_on_disk() {
         let dir = tempfile::tempdir().unwrap();
         let spool = Spool::open(dir.path().join("spool")).unwrap();
-        let written = Arc::new(Notify::new());
-        let writer = SpoolWriter::start(spool.clone(), written.clone());
+        let writer = SpoolWriter::start(spool.clone(), Arc::new(Due::default()));
         let writes: Vec<_> = (1..=50)
             .map(|id| {
                 let writer = writer.clone();
-                tokio::spawn(async move { writer.write(result(id)).await })
+                tokio::spawn(async move { writer.write(result(id), COLLECT_FOR).await })
             })
             .collect();
         for write in writes {
@@ -458,13 +525,48 @@ mod tests {
         assert_eq!(ids.len(), 50);
     }
 
+    /// A result that may linger waits its time unless one due sooner lands; then both are due.
+    #[tokio::test(start_paused = true)]
+    async fn results_are_due_when_the_most_urgent_one_is() {
+        let due = Due::default();
+        let started = tokio::time::Instant::now();
+        due.landed(Duration::from_millis(50));
+        due.wait(Duration::from_secs(5)).await;
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_millis(50),
+            "a lingering success waits"
+        );
+
+        let started = tokio::time::Instant::now();
+        due.landed(Duration::from_millis(50));
+        let urgent = async {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            due.landed(COLLECT_FOR);
+        };
+        tokio::join!(due.wait(Duration::from_secs(5)), urgent);
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_millis(10) + COLLECT_FOR,
+            "a result due sooner takes the lingering one along"
+        );
+
+        let started = tokio::time::Instant::now();
+        due.wait(Duration::from_secs(5)).await;
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_secs(5),
+            "what was sent is not due again: nothing landed, so the drain looks again after the idle time"
+        );
+    }
+
     /// Results carrying logs are split so that a file, sent whole, stays within what an admin
     /// takes in one request.
     #[tokio::test]
     async fn a_group_of_results_with_logs_is_split_into_files_of_bounded_size() {
         let dir = tempfile::tempdir().unwrap();
         let spool = Spool::open(dir.path().join("spool")).unwrap();
-        let writer = SpoolWriter::start(spool.clone(), Arc::new(Notify::new()));
+        let writer = SpoolWriter::start(spool.clone(), Arc::new(Due::default()));
         let with_log = |id: i64| HandleCallbackParam {
             log: Some("x".repeat(crate::protocol::INLINE_LOG_MAX_BYTES)),
             ..result(id)
@@ -473,7 +575,7 @@ mod tests {
         let writes: Vec<_> = (1..=100)
             .map(|id| {
                 let writer = writer.clone();
-                tokio::spawn(async move { writer.write(with_log(id)).await })
+                tokio::spawn(async move { writer.write(with_log(id), COLLECT_FOR).await })
             })
             .collect();
         for write in writes {

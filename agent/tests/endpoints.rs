@@ -183,6 +183,18 @@ async fn bad_input_gets_an_envelope_error_and_spawns_nothing() {
         (
             "run",
             Some(TOKEN),
+            trigger(json!({"resultLingerMs": 10_001})),
+            "resultLingerMs must be between 0 and 10000",
+        ),
+        (
+            "run",
+            Some(TOKEN),
+            trigger(json!({"resultLingerMs": -5})),
+            "resultLingerMs must be between 0 and 10000 (got -5)",
+        ),
+        (
+            "run",
+            Some(TOKEN),
             trigger(json!({"logId": -3})),
             "invalid logId",
         ),

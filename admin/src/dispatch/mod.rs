@@ -12,7 +12,7 @@ pub mod send;
 use jobfleet_agent::protocol::{BlockStrategy, GlueType, Limits, TriggerParam};
 
 use crate::db::{job::Job, job_run::JobRun};
-use crate::domain::policy::{self, HandlerType, Interpreter};
+use crate::domain::policy::{self, Concurrency, HandlerType, Interpreter};
 
 /// XXL-Job's name for a block strategy.
 fn block_strategy(strategy: policy::BlockStrategy) -> BlockStrategy {
@@ -42,8 +42,19 @@ fn glue(handler_type: HandlerType, interpreter: Option<Interpreter>) -> (GlueTyp
     }
 }
 
-/// The trigger for `run` of `job`.
-pub fn trigger_param(job: &Job, run: &JobRun) -> TriggerParam {
+/// How long the agent may hold `run`'s success for company (`resultLingerMs`): only while
+/// nothing at the admin waits for it. A child job or a workflow's next node starts from the
+/// result, and under `forbid`/`replace` the next fire judges whether this run still goes.
+fn result_linger(job: &Job, run: &JobRun, linger_ms: u32) -> Option<i64> {
+    let nothing_waits = job.children.is_empty()
+        && run.workflow_node_id.is_none()
+        && job.concurrency == Concurrency::Allow;
+    (linger_ms > 0 && nothing_waits).then_some(i64::from(linger_ms))
+}
+
+/// The trigger for `run` of `job`; a success may wait `linger_ms` on the agent when nothing
+/// waits for it (`result_linger`).
+pub fn trigger_param(job: &Job, run: &JobRun, linger_ms: u32) -> TriggerParam {
     let (glue_type, interpreter) = glue(job.handler_type, job.interpreter);
     let (source, handler) = match job.handler_type {
         HandlerType::Shell => (job.command.clone(), None),
@@ -80,6 +91,7 @@ pub fn trigger_param(job: &Job, run: &JobRun) -> TriggerParam {
         attempt: Some(run.attempt),
         scheduled_ms: Some(run.scheduled_ms),
         run_as: None,
+        result_linger_ms: result_linger(job, run, linger_ms),
     }
 }
 

@@ -118,7 +118,7 @@ pub async fn take(state: &AppState, address: &str, max: u32) -> Result<TakeResul
     for batch in batches(&runs) {
         let triggers: Vec<TriggerParam> = batch
             .iter()
-            .map(|(job, one)| super::trigger_param(job, &one.run))
+            .map(|(job, one)| super::trigger_param(job, &one.run, state.config.result_linger_ms))
             .collect();
         let now = state.clock.now_ms();
         for (_, one) in batch {

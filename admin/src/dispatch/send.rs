@@ -342,7 +342,7 @@ fn shard(
 }
 
 async fn hand_over(state: &AppState, job: &Job, routing: Routing, send: Send) -> Answer {
-    let trigger = super::trigger_param(job, &send.run);
+    let trigger = super::trigger_param(job, &send.run, state.config.result_linger_ms);
     let lateness = state.clock.now_ms() - send.run.scheduled_ms;
     state.metrics.fire_lateness.observe_ms(lateness as f64);
     let mut reasons = Vec::new();

@@ -537,3 +537,115 @@ async fn without_cgroups_rlimits_hold_the_memory_limit() {
         "succeeded"
     );
 }
+
+/// A success nothing waits for lingers in the agent's spool (`result_linger_ms`), so that
+/// results share a request and a transaction; a parent's success (its child starts from it) and
+/// a failure (its retry starts from it) go at once, and take a lingering success along. The
+/// prompt ones are timed by the runs' own clocks: a child or an immediate retry is scheduled
+/// for the moment the transaction storing the result ran, `finished_ms` is when the agent saw
+/// the process end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_success_nothing_waits_for_lingers_and_one_due_sooner_takes_it_along() {
+    const LINGER_MS: i64 = 1000;
+    // Scheduling: child runs and retries are sent by the timer.
+    let app = TestApp::scheduling(false, &[("JOBFLEET_RESULT_LINGER_MS", "1000")]).await;
+    let g = app.group("e2e-linger").await;
+    let dir = tempfile::tempdir().unwrap();
+    let agent = AgentProc::start(&app.base, "e2e-linger", &dir.path().join("agent"));
+    app.wait_for_agent(&agent.address).await;
+    let shell = |name: &str, command: &str| json!({"name": name, "handler": {"type": "shell", "command": command}});
+    let plain = app.job_from(g, shell("plain", "echo plain")).await;
+    let child = app.job_from(g, shell("child", "true")).await;
+    let mut parent_body = shell("parent", "true");
+    parent_body["children"] = json!([child]);
+    let parent = app.job_from(g, parent_body).await;
+    let mut failing_body = shell("failing", "exit 3");
+    failing_body["retry"] = json!({"count": 1, "backoff_s": 0});
+    let failing = app.job_from(g, failing_body).await;
+    let spool_holds = |n: usize| {
+        let agent = &agent;
+        async move {
+            wait_for(
+                RUN_WITHIN,
+                &format!("{n} result file(s) in the spool"),
+                || async { (agent.spool_files() == n).then_some(()) },
+            )
+            .await;
+        }
+    };
+    let final_status = |run: &Value| !matches!(run["status"].as_str(), Some("pending" | "running"));
+    let ms = |run: &Value, field: &str| {
+        run[field]
+            .as_i64()
+            .unwrap_or_else(|| panic!("{field}: {run}"))
+    };
+
+    // Alone, a plain success waits on the agent, durable in its spool.
+    let id = app.trigger(plain, json!({})).await["id"].as_i64().unwrap();
+    spool_holds(1).await;
+    let seen = std::time::Instant::now();
+    let held = app.run(id).await;
+    assert!(!final_status(&held), "held on the agent: {held}");
+    assert_eq!(
+        app.finished_run(id, RUN_WITHIN).await["status"],
+        "succeeded"
+    );
+    assert!(
+        seen.elapsed() >= Duration::from_millis(500),
+        "stored {:?} after it was seen in the spool",
+        seen.elapsed()
+    );
+    spool_holds(0).await;
+
+    // A parent's success goes at once: its child starts from it.
+    let id = app.trigger(parent, json!({})).await["id"].as_i64().unwrap();
+    let first_child = wait_for(RUN_WITHIN, "the child run", || async {
+        app.runs_of(child).await.first().cloned()
+    })
+    .await;
+    let parent_run = app.run(id).await;
+    assert_eq!(parent_run["status"], "succeeded");
+    let waited = ms(&first_child, "scheduled_ms") - ms(&parent_run, "finished_ms");
+    assert!(
+        waited < LINGER_MS,
+        "the parent's success waited {waited} ms"
+    );
+    let first_child = ms(&first_child, "id");
+    assert_eq!(
+        app.finished_run(first_child, RUN_WITHIN).await["status"],
+        "succeeded"
+    );
+    spool_holds(0).await;
+
+    // A failure goes at once: its retry starts from it.
+    let failed = app.trigger(failing, json!({})).await["id"]
+        .as_i64()
+        .unwrap();
+    let retry = wait_for(RUN_WITHIN, "the retry", || async {
+        app.runs_of(failing).await.get(1).cloned()
+    })
+    .await;
+    let failed = app.run(failed).await;
+    assert_eq!(failed["status"], "failed");
+    let waited = ms(&retry, "scheduled_ms") - ms(&failed, "finished_ms");
+    assert!(waited < LINGER_MS, "the failure waited {waited} ms");
+    assert_eq!(
+        app.finished_run(ms(&retry, "id"), RUN_WITHIN).await["status"],
+        "failed"
+    );
+    spool_holds(0).await;
+
+    // A parent's success takes a lingering success along: both are stored when the child starts.
+    let lingering = app.trigger(plain, json!({})).await["id"].as_i64().unwrap();
+    spool_holds(1).await;
+    app.trigger(parent, json!({})).await;
+    wait_for(RUN_WITHIN, "the second child run", || async {
+        (app.runs_of(child).await.len() == 2).then_some(())
+    })
+    .await;
+    let lingering = app.run(lingering).await;
+    assert_eq!(
+        lingering["status"], "succeeded",
+        "the lingering success travelled with the parent's: {lingering}"
+    );
+}

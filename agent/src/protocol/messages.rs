@@ -126,7 +126,15 @@ pub struct TriggerParam {
     pub scheduled_ms: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_as: Option<String>,
+    /// jobfleet: how long a success of this run may wait on the agent for other results to
+    /// travel with it (milliseconds, at most [`MAX_RESULT_LINGER_MS`]). Absent, and for a
+    /// failure: sent once the results that end together are collected (`spool::COLLECT_FOR`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_linger_ms: Option<i64>,
 }
+
+/// The longest `resultLingerMs` an agent accepts.
+pub const MAX_RESULT_LINGER_MS: i64 = 10_000;
 
 fn one() -> i32 {
     1

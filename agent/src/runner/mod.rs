@@ -25,7 +25,7 @@ use crate::logs::Logs;
 use crate::protocol::{
     BlockStrategy, GlueType, HandleCallbackParam, Limits, RunOutcome, TriggerParam,
 };
-use crate::spool::{Spool, SpoolWriter};
+use crate::spool::{COLLECT_FOR, Due, Spool, SpoolWriter};
 use prepare::RunLog;
 
 /// Longest timeout a trigger may ask for: a week.
@@ -146,11 +146,24 @@ pub struct Runner {
     logs: Logs,
     spool: Spool,
     writer: SpoolWriter,
-    /// Woken when a result lands in the spool.
-    pub results: Arc<Notify>,
+    /// When the results in the spool are due at an admin.
+    pub results: Arc<Due>,
     /// Woken when a run finishes (shutdown waits on it).
     finished: Notify,
     containment: Arc<contain::Containment>,
+}
+
+/// How long `result` may wait in the spool for company: a success as long as its trigger
+/// allowed (nothing at the admin waits for it), anything else only to be collected with results
+/// ending together (a failure may be retried or page someone).
+fn linger_of(result: &HandleCallbackParam, linger_ms: Option<i64>) -> Duration {
+    match (
+        &result.status,
+        linger_ms.and_then(|ms| u64::try_from(ms).ok()),
+    ) {
+        (Some(RunOutcome::Succeeded), Some(ms)) => Duration::from_millis(ms).max(COLLECT_FOR),
+        _ => COLLECT_FOR,
+    }
 }
 
 fn block_of(strategy: Option<&BlockStrategy>) -> Result<Block, String> {
@@ -172,6 +185,14 @@ fn validate(trigger: TriggerParam, received: Instant) -> Result<Prepared, String
         return Err(format!(
             "executorTimeout must be between 0 and {MAX_TIMEOUT_S} seconds (got {})",
             trigger.executor_timeout
+        ));
+    }
+    if let Some(ms) = trigger.result_linger_ms
+        && !(0..=crate::protocol::MAX_RESULT_LINGER_MS).contains(&ms)
+    {
+        return Err(format!(
+            "resultLingerMs must be between 0 and {} (got {ms})",
+            crate::protocol::MAX_RESULT_LINGER_MS
         ));
     }
     if trigger.broadcast_total < 1
@@ -254,7 +275,7 @@ pub use prepare::start_marks_hold;
 impl Runner {
     /// Starts the spool writer too, so it needs a tokio runtime.
     pub fn new(config: RunnerConfig, logs: Logs, spool: Spool, journal: Journal) -> Arc<Self> {
-        let results = Arc::new(Notify::new());
+        let results = Arc::new(Due::default());
         Arc::new(Self {
             journal,
             state: Mutex::new(State {
@@ -430,6 +451,7 @@ impl Runner {
         tokio::spawn(async move {
             let job_id = prepared.trigger.job_id;
             let run_id = prepared.trigger.log_id;
+            let linger_ms = prepared.trigger.result_linger_ms;
             let result = if journalled(prepared.queued.take(), landed).await {
                 runner.execute(prepared, stop_rx).await
             } else {
@@ -441,7 +463,8 @@ impl Runner {
             };
             // The slot is freed only once the result is durable: a shutdown that waits for
             // the slots therefore waits for the results too.
-            if let Err(e) = runner.writer.write(result).await {
+            let linger = linger_of(&result, linger_ms);
+            if let Err(e) = runner.writer.write(result, linger).await {
                 tracing::error!(run_id, error = %e, "A result could not be spooled");
             }
             runner.journal.finished(run_id);
@@ -498,7 +521,7 @@ impl Runner {
             self.journal.finished(prepared.trigger.log_id);
         }
         if !dropped.is_empty() {
-            self.results.notify_one();
+            self.results.landed(COLLECT_FOR);
         }
     }
 

@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use crate::logs::Logs;
 use crate::protocol::{
-    CODE_OK, Call, Envelope, HeldRuns, JobIdParam, LogParam, RunAccepted, TriggerParam,
+    CODE_OK, Call, Envelope, HeldRuns, JobIdParam, KillParam, LogParam, RunAccepted, TriggerParam,
 };
 use crate::runner::Runner;
 
@@ -86,7 +86,7 @@ impl Handlers {
                 Ok(trigger) => Ok(self.run(trigger).await),
                 Err(e) => Err(e),
             },
-            Call::Kill => parse::<JobIdParam>(body).map(|p| self.kill(&p)),
+            Call::Kill => parse::<KillParam>(body).map(|p| self.kill(&p)),
             Call::Log => parse::<LogParam>(body).map(|p| self.log(&p)),
             Call::Held => parse::<Value>(body).map(|_| self.held()),
             Call::RunBatch => match parse::<Vec<TriggerParam>>(body) {
@@ -155,15 +155,22 @@ impl Handlers {
         })
     }
 
-    fn kill(&self, p: &JobIdParam) -> Envelope<Value> {
-        let msg = if self.runner.kill_job(p.job_id) {
-            "killed"
-        } else {
-            "job thread already killed."
+    fn kill(&self, p: &KillParam) -> Envelope<Value> {
+        let msg = match p.log_id {
+            Some(run_id) if run_id <= 0 => {
+                return Envelope::fail(format!("invalid logId {run_id}"));
+            }
+            Some(run_id) if self.runner.kill_run(p.job_id, run_id) => "killed".to_owned(),
+            Some(run_id) => format!(
+                "run {run_id} of job {} is not running or waiting here",
+                p.job_id
+            ),
+            None if self.runner.kill_job(p.job_id) => "killed".to_owned(),
+            None => "job thread already killed.".to_owned(),
         };
         Envelope {
             code: CODE_OK,
-            msg: Some(msg.to_owned()),
+            msg: Some(msg),
             content: None,
             data: None,
         }

@@ -537,6 +537,106 @@ async fn a_repeated_run_id_runs_once_even_across_a_restart() {
     assert_eq!((ran(100), ran(200), ran(300)), (1, 1, 1));
 }
 
+/// A kill that names the run (a jobfleet admin's) stops that run only: a run that already ended
+/// is not confused with the job's next one, and a queued run is dropped alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_naming_the_run_stops_that_run_only() {
+    let agent = start().await;
+    let marks = agent.dir.path().join("marks");
+    std::fs::create_dir_all(&marks).unwrap();
+    let mark = |name: &str| format!("touch {}/{name}", marks.display());
+    // Job 5's runs go one after the other (serial): 51 runs, 52 and 53 wait behind it.
+    let run = |id: i64, script: String| {
+        trigger(json!({"jobId": 5, "logId": id, "glueSource": script,
+            "executorBlockStrategy": "SERIAL_EXECUTION"}))
+    };
+    for (id, script) in [
+        (51, format!("sleep 2; {}", mark("51"))),
+        (52, mark("52")),
+        (53, format!("sleep 30; {}", mark("53"))),
+    ] {
+        let answer = post(&agent, "run", Some(TOKEN), &run(id, script))
+            .await
+            .unwrap();
+        assert_eq!(answer["code"], 200, "{answer}");
+    }
+    let kill = |body: &'static str| {
+        let agent = &agent;
+        async move { post(agent, "kill", Some(TOKEN), body).await.unwrap() }
+    };
+    let gone = kill(r#"{"jobId": 5, "logId": 50}"#).await;
+    assert_eq!(gone["code"], 200, "{gone}");
+    assert!(
+        gone["msg"]
+            .as_str()
+            .unwrap()
+            .contains("not running or waiting here"),
+        "a run that is not here (it ended) is not confused with the running one: {gone}"
+    );
+    let bad = kill(r#"{"jobId": 5, "logId": 0}"#).await;
+    assert_eq!(bad["code"], 500, "{bad}");
+    let queued = kill(r#"{"jobId": 5, "logId": 52}"#).await;
+    assert_eq!(
+        (queued["code"].as_i64(), queued["msg"].as_str()),
+        (Some(200), Some("killed"))
+    );
+    let statuses = wait_for_results(&agent, 1).await;
+    assert_eq!(
+        statuses.get(&52).map(String::as_str),
+        Some("killed"),
+        "{statuses:?}"
+    );
+    assert!(
+        !statuses.contains_key(&51),
+        "the running run goes on: {statuses:?}"
+    );
+    // 51 ends on its own; then 53 starts, and a kill naming it stops it.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !marks.join("51").exists() {
+        assert!(Instant::now() < deadline, "run 51 did not end");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let statuses = wait_for_results(&agent, 2).await;
+    assert_eq!(
+        statuses.get(&51).map(String::as_str),
+        Some("succeeded"),
+        "{statuses:?}"
+    );
+    // 53 has started once its log exists.
+    loop {
+        let log = post(
+            &agent,
+            "log",
+            Some(TOKEN),
+            r#"{"logId": 53, "fromLineNum": 1, "logDateTim": 0}"#,
+        )
+        .await
+        .unwrap();
+        if log["code"] == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "run 53 did not start: {log}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let late = kill(r#"{"jobId": 5, "logId": 51}"#).await;
+    assert!(
+        late["msg"]
+            .as_str()
+            .unwrap()
+            .contains("not running or waiting here"),
+        "a kill of the ended run does not reach the job's next one: {late}"
+    );
+    let current = kill(r#"{"jobId": 5, "logId": 53}"#).await;
+    assert_eq!(current["msg"], "killed", "{current}");
+    let statuses = wait_for_results(&agent, 3).await;
+    assert_eq!(
+        statuses.get(&53).map(String::as_str),
+        Some("killed"),
+        "{statuses:?}"
+    );
+    assert!(!marks.join("52").exists() && !marks.join("53").exists());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn triggers_beyond_the_run_limit_wait_their_turn_and_a_full_queue_refuses() {
     let agent = start_with(&[

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use crate::domain::ids::{JobId, RunId};
 use jobfleet_agent::protocol::{
-    ACCESS_TOKEN_HEADER, CONNECT_SCHEME, Call, Envelope, HeldRuns, JobIdParam, LogParam, LogResult,
-    RunAccepted, TriggerParam, agent_path,
+    ACCESS_TOKEN_HEADER, CONNECT_SCHEME, Call, Envelope, HeldRuns, JobIdParam, KillParam, LogParam,
+    LogResult, RunAccepted, TriggerParam, agent_path,
 };
 
 use super::link::{LinkError, Links};
@@ -404,11 +404,21 @@ impl AgentClient {
         .map(|e| e.msg.unwrap_or_default())
     }
 
-    pub async fn kill(&self, address: &str, job_id: JobId) -> Result<String, CallError> {
+    /// Kills `run_id` of `job_id` on the agent (an XXL-Job executor, which knows no run ids,
+    /// kills whatever of the job runs there).
+    pub async fn kill(
+        &self,
+        address: &str,
+        job_id: JobId,
+        run_id: RunId,
+    ) -> Result<String, CallError> {
         self.call::<_, serde_json::Value>(
             address,
             agent_path::KILL,
-            &JobIdParam { job_id: job_id.0 },
+            &KillParam {
+                job_id: job_id.0,
+                log_id: Some(run_id.0),
+            },
         )
         .await
         .map(|e| e.msg.unwrap_or_default())

@@ -416,7 +416,7 @@ pub async fn kill_on_agents(state: &AppState, replaced: &[JobRun]) {
             .clone()
             .or_else(|| held_agent(state, old.id));
         if let Some(address) = &address
-            && let Err(e) = state.agents.kill(address, old.job_id).await
+            && let Err(e) = state.agents.kill(address, old.job_id, old.id).await
         {
             tracing::warn!(run_id = %old.id, agent = %address, error = %e, "Could not kill the run on its agent");
         }

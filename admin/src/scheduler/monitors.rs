@@ -279,7 +279,7 @@ pub async fn recover(state: &AppState) -> Result<Recovered, Error> {
             );
             if end_run(state, run.id, RunStatus::TimedOut, message).await? {
                 done.timed_out += 1;
-                if let Err(e) = state.agents.kill(address, run.job_id).await {
+                if let Err(e) = state.agents.kill(address, run.job_id, run.id).await {
                     tracing::warn!(run_id = %run.id, agent = %address, error = %e, "Could not kill the timed-out run");
                 }
             }

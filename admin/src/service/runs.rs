@@ -501,7 +501,7 @@ pub async fn kill(state: &AppState, actor: &Actor, run_id: RunId) -> Result<RunV
     })?;
     state
         .agents
-        .kill(&address, run.job_id)
+        .kill(&address, run.job_id, run.id)
         .await
         .map_err(|e| Error::AgentUnreachable(format!("agent {address}: {e}")))?;
     let now = state.clock.now_ms();

@@ -152,11 +152,23 @@ pub struct Limits {
     pub pids: Option<i64>,
 }
 
-/// `idleBeat` and `kill` both carry just the job id.
+/// `idleBeat` carries just the job id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobIdParam {
     pub job_id: i64,
+}
+
+/// `kill`: XXL-Job names the job only (its executor runs one run of a job at a time there). A
+/// jobfleet admin names the run too, so that a kill arriving after the run ended (its result
+/// still on the way, or waiting for company in the spool) does not stop the job's next run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KillParam {
+    pub job_id: i64,
+    /// jobfleet: the run to kill; absent: whatever of the job runs or waits here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_id: Option<i64>,
 }
 
 /// `log`: read a run's log from a line on.

@@ -546,6 +546,31 @@ impl Runner {
         was_live
     }
 
+    /// Kills the run if it is the job's running one, or drops it if it waits in the job's queue
+    /// (with its own `killed` result); the job's other runs go on. Returns whether it was here.
+    pub fn kill_run(&self, job_id: i64, run_id: i64) -> bool {
+        let mut state = self.lock();
+        let Some(job) = state.jobs.get_mut(&job_id) else {
+            return false;
+        };
+        if let Some(current) = job.current.as_mut().filter(|c| c.run_id == run_id) {
+            if let Some(stop) = current.stop.take() {
+                let _ = stop.send(StopReason::Killed);
+            }
+            return true;
+        }
+        let Some(at) = job.queue.iter().position(|p| p.trigger.log_id == run_id) else {
+            return false;
+        };
+        let dropped: Vec<Prepared> = job.queue.remove(at).into_iter().collect();
+        if job.current.is_none() && job.queue.is_empty() {
+            state.jobs.remove(&job_id);
+        }
+        // Spooled before the lock goes, so no heartbeat sees the run in neither place.
+        self.report_dropped(&dropped, RunOutcome::Killed, "killed before it started");
+        true
+    }
+
     /// Whether a run of this job is running or queued here (for `idleBeat`).
     pub fn job_busy(&self, job_id: i64) -> bool {
         self.lock()

@@ -545,13 +545,22 @@ async fn a_kill_naming_the_run_stops_that_run_only() {
     let marks = agent.dir.path().join("marks");
     std::fs::create_dir_all(&marks).unwrap();
     let mark = |name: &str| format!("touch {}/{name}", marks.display());
-    // Job 5's runs go one after the other (serial): 51 runs, 52 and 53 wait behind it.
+    let go = marks.join("go");
+    // Job 5's runs go one after the other (serial): 51 runs until the test lets it end, 52 and
+    // 53 wait behind it.
     let run = |id: i64, script: String| {
         trigger(json!({"jobId": 5, "logId": id, "glueSource": script,
             "executorBlockStrategy": "SERIAL_EXECUTION"}))
     };
     for (id, script) in [
-        (51, format!("sleep 2; {}", mark("51"))),
+        (
+            51,
+            format!(
+                "while [ ! -e {} ]; do sleep 0.05; done; {}",
+                go.display(),
+                mark("51")
+            ),
+        ),
         (52, mark("52")),
         (53, format!("sleep 30; {}", mark("53"))),
     ] {
@@ -591,6 +600,7 @@ async fn a_kill_naming_the_run_stops_that_run_only() {
         "the running run goes on: {statuses:?}"
     );
     // 51 ends on its own; then 53 starts, and a kill naming it stops it.
+    std::fs::write(&go, "").unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     while !marks.join("51").exists() {
         assert!(Instant::now() < deadline, "run 51 did not end");
@@ -654,7 +664,7 @@ async fn triggers_beyond_the_run_limit_wait_their_turn_and_a_full_queue_refuses(
         &agent,
         "run",
         Some(TOKEN),
-        &run(1, format!("sleep 1; {}", mark("one"))),
+        &run(1, format!("sleep 2; {}", mark("one"))),
     )
     .await
     .unwrap();
@@ -688,8 +698,21 @@ async fn triggers_beyond_the_run_limit_wait_their_turn_and_a_full_queue_refuses(
         .await
         .unwrap();
     assert_eq!(killed["code"], 200, "{killed}");
+    // A kill naming a run waiting for a slot drops it alone; the places of both kills are free
+    // again, so a new trigger waits instead of being refused, and runs.
+    let killed = post(&agent, "kill", Some(TOKEN), r#"{"jobId": 2, "logId": 20}"#)
+        .await
+        .unwrap();
+    assert_eq!(killed["msg"], "killed", "{killed}");
+    let fifth = post(&agent, "run", Some(TOKEN), &run(5, mark("five")))
+        .await
+        .unwrap();
+    assert_eq!(
+        fifth["code"], 200,
+        "the killed runs' places are free: {fifth}"
+    );
     let deadline = Instant::now() + Duration::from_secs(20);
-    while spooled_statuses(&agent).len() < 3 {
+    while spooled_statuses(&agent).len() < 4 {
         assert!(
             Instant::now() < deadline,
             "results: {:?}",
@@ -699,14 +722,19 @@ async fn triggers_beyond_the_run_limit_wait_their_turn_and_a_full_queue_refuses(
     }
     let statuses = spooled_statuses(&agent);
     assert_eq!(statuses.get(&10).map(String::as_str), Some("succeeded"));
-    assert_eq!(statuses.get(&20).map(String::as_str), Some("succeeded"));
+    assert_eq!(statuses.get(&20).map(String::as_str), Some("killed"));
     assert_eq!(statuses.get(&30).map(String::as_str), Some("killed"));
+    assert_eq!(statuses.get(&50).map(String::as_str), Some("succeeded"));
     assert!(
         !statuses.contains_key(&40),
         "a refused trigger has no result"
     );
-    assert!(marks.join("one").exists() && marks.join("two").exists());
-    assert!(!marks.join("three").exists() && !marks.join("four").exists());
+    assert!(marks.join("one").exists() && marks.join("five").exists());
+    assert!(
+        !marks.join("two").exists()
+            && !marks.join("three").exists()
+            && !marks.join("four").exists()
+    );
 }
 
 #[test]

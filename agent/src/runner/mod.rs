@@ -93,6 +93,33 @@ struct State {
 }
 
 impl State {
+    /// After runs were taken off a job's queue: a job with nothing running or queued is
+    /// forgotten, and its places in the wait for a slot are kept to at most one per run still
+    /// queued (the newest go). A place left behind would count against `max_queued` and could
+    /// start a later trigger of the job ahead of runs that came before it.
+    fn settle_queue(&mut self, job_id: i64) {
+        let (queued, idle) = self.jobs.get(&job_id).map_or((0, true), |job| {
+            (
+                job.queue.len(),
+                job.current.is_none() && job.queue.is_empty(),
+            )
+        });
+        if idle {
+            self.jobs.remove(&job_id);
+        }
+        let mut places = self
+            .waiting
+            .iter()
+            .filter(|&&waiting| waiting == job_id)
+            .count();
+        while places > queued {
+            if let Some(at) = self.waiting.iter().rposition(|&waiting| waiting == job_id) {
+                self.waiting.remove(at);
+            }
+            places -= 1;
+        }
+    }
+
     /// The next run waiting for a slot, taken off its job's queue.
     fn next_waiting(&mut self) -> Option<Prepared> {
         while let Some(job_id) = self.waiting.pop_front() {
@@ -537,9 +564,7 @@ impl Runner {
         if let Some(stop) = job.current.as_mut().and_then(|c| c.stop.take()) {
             let _ = stop.send(StopReason::Killed);
         }
-        if job.current.is_none() {
-            state.jobs.remove(&job_id);
-        }
+        state.settle_queue(job_id);
         // Spooled before the lock goes, so no heartbeat sees these runs in neither place.
         self.report_dropped(&dropped, RunOutcome::Killed, "killed before it started");
         drop(state);
@@ -563,9 +588,7 @@ impl Runner {
             return false;
         };
         let dropped: Vec<Prepared> = job.queue.remove(at).into_iter().collect();
-        if job.current.is_none() && job.queue.is_empty() {
-            state.jobs.remove(&job_id);
-        }
+        state.settle_queue(job_id);
         // Spooled before the lock goes, so no heartbeat sees the run in neither place.
         self.report_dropped(&dropped, RunOutcome::Killed, "killed before it started");
         true

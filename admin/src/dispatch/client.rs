@@ -40,6 +40,25 @@ impl std::fmt::Display for CallError {
     }
 }
 
+/// What a kill did on the agent. Both a jobfleet agent and an XXL-Job executor answer a kill
+/// that found nothing with success and a message ("run N of job J is not running or waiting
+/// here", "job thread already killed."), and one that stopped something with "killed" or none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KillOutcome {
+    Killed,
+    /// Nothing of it there: the run has ended and its result is on its way, or it never came.
+    NotThere(String),
+}
+
+impl KillOutcome {
+    fn of(msg: Option<String>) -> Self {
+        match msg {
+            Some(msg) if !msg.is_empty() && msg != "killed" => KillOutcome::NotThere(msg),
+            _ => KillOutcome::Killed,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct AgentClient {
     http: reqwest::Client,
@@ -411,17 +430,18 @@ impl AgentClient {
         address: &str,
         job_id: JobId,
         run_id: RunId,
-    ) -> Result<String, CallError> {
-        self.call::<_, serde_json::Value>(
-            address,
-            agent_path::KILL,
-            &KillParam {
-                job_id: job_id.0,
-                log_id: Some(run_id.0),
-            },
-        )
-        .await
-        .map(|e| e.msg.unwrap_or_default())
+    ) -> Result<KillOutcome, CallError> {
+        let answer = self
+            .call::<_, serde_json::Value>(
+                address,
+                agent_path::KILL,
+                &KillParam {
+                    job_id: job_id.0,
+                    log_id: Some(run_id.0),
+                },
+            )
+            .await?;
+        Ok(KillOutcome::of(answer.msg))
     }
 
     /// The runs a jobfleet agent holds now; an XXL-Job executor refuses (unknown path).

@@ -406,7 +406,6 @@ async fn hand_over(state: &AppState, job: &Job, routing: Routing, send: Send) ->
     }
 }
 
-/// Kills the runs a `replace` concurrency policy ended, on their agents.
 /// Kills on their agents runs the admin has already ended `killed` (a concurrency policy's
 /// replace, a cancelled workflow run). Best effort: the agent may be gone.
 pub async fn kill_on_agents(state: &AppState, replaced: &[JobRun]) {

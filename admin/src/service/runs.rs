@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::auth::rbac::Actor;
 use crate::db::{Page, job, job_run};
+use crate::dispatch::client::KillOutcome;
 use crate::domain::ids::{GroupId, JobId, RunId};
 use crate::domain::policy::{RunStatus, TriggerKind};
 use crate::error::Error;
@@ -482,6 +483,8 @@ pub async fn log(
 }
 
 /// Asks the run's agent to kill it; the agent reports the run as killed through its callback.
+/// A run that has already ended on the agent (its result not stored yet) is a conflict, not
+/// audited: nothing was killed.
 pub async fn kill(state: &AppState, actor: &Actor, run_id: RunId) -> Result<RunView, Error> {
     let mut run = visible_run(state, actor, run_id).await?;
     actor.write_group(run.group_id)?;
@@ -499,11 +502,20 @@ pub async fn kill(state: &AppState, actor: &Actor, run_id: RunId) -> Result<RunV
         field: None,
         message: "the run has no agent".into(),
     })?;
-    state
+    let outcome = state
         .agents
         .kill(&address, run.job_id, run.id)
         .await
         .map_err(|e| Error::AgentUnreachable(format!("agent {address}: {e}")))?;
+    if let KillOutcome::NotThere(said) = outcome {
+        return Err(Error::Conflict {
+            field: None,
+            message: format!(
+                "agent {address} has nothing of run {run_id} to kill ({said}): the run has ended \
+                 there and its result is on its way"
+            ),
+        });
+    }
     let now = state.clock.now_ms();
     let actor = actor.clone();
     state

@@ -586,6 +586,27 @@ async fn a_success_nothing_waits_for_lingers_and_one_due_sooner_takes_it_along()
     let seen = std::time::Instant::now();
     let held = app.run(id).await;
     assert!(!final_status(&held), "held on the agent: {held}");
+    // Ended there, not stored yet: a kill finds nothing, says so, and is not audited.
+    let kill = app
+        .post(&format!("/api/v1/runs/{id}/kill"), &app.admin, json!({}))
+        .await;
+    assert_eq!(kill.status, 409, "{}", kill.body);
+    assert!(
+        kill.body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(&format!("nothing of run {id} to kill"))
+                && m.contains("not running or waiting here")),
+        "{}",
+        kill.body
+    );
+    let audited = app
+        .get(
+            &format!("/api/v1/audit?object_type=run&object_id={id}"),
+            &app.admin,
+        )
+        .await
+        .body;
+    assert_eq!(audited["items"], json!([]), "{audited}");
     assert_eq!(
         app.finished_run(id, RUN_WITHIN).await["status"],
         "succeeded"

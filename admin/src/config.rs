@@ -162,7 +162,7 @@ const KEYS: &[(&str, Option<&str>, &str)] = &[
     ),
     (
         "result_linger_ms",
-        Some("50"),
+        Some("150"),
         "how long an agent may hold a success that nothing waits for (no child jobs, no workflow, concurrency allow) so that one request and one transaction store several; 0: only the 5 ms in which results ending together are collected",
     ),
     (
@@ -883,7 +883,7 @@ mod tests {
         assert_eq!(config.listen.port(), 8080);
         assert!(config.scheduler);
         assert_eq!(config.misfire_threshold_ms, 5000);
-        assert_eq!(config.result_linger_ms, 50);
+        assert_eq!(config.result_linger_ms, 150);
         assert_eq!(config.retention_days, 30);
         assert_eq!(config.audit_retention_days, 365);
         assert_eq!(config.alert_retention_days, 90);

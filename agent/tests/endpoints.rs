@@ -195,6 +195,18 @@ async fn bad_input_gets_an_envelope_error_and_spawns_nothing() {
         (
             "run",
             Some(TOKEN),
+            trigger(json!({"startInMs": 10_001})),
+            "startInMs must be between 0 and 10000",
+        ),
+        (
+            "run",
+            Some(TOKEN),
+            trigger(json!({"startInMs": -1})),
+            "startInMs must be between 0 and 10000 (got -1)",
+        ),
+        (
+            "run",
+            Some(TOKEN),
             trigger(json!({"logId": -3})),
             "invalid logId",
         ),
@@ -645,6 +657,118 @@ async fn a_kill_naming_the_run_stops_that_run_only() {
         "{statuses:?}"
     );
     assert!(!marks.join("52").exists() && !marks.join("53").exists());
+}
+
+/// A run sent ahead (`startInMs`, the admin's take) is accepted at once and starts at its time,
+/// not before; a kill before then ends it without starting it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_sent_ahead_starts_at_its_time_and_a_kill_before_then_ends_it_unstarted() {
+    let agent = start().await;
+    let marks = agent.dir.path().join("marks");
+    std::fs::create_dir_all(&marks).unwrap();
+    let epoch_ms = || {
+        i64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis(),
+        )
+        .unwrap()
+    };
+    let sent_ms = epoch_ms();
+    let timed = post(
+        &agent,
+        "run",
+        Some(TOKEN),
+        &trigger(json!({"jobId": 7, "logId": 71, "startInMs": 400,
+            "glueSource": format!("date +%s%3N > {}/71", marks.display())})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (timed["code"].as_i64(), timed["msg"].as_str()),
+        (Some(200), Some("starts in 400 ms")),
+        "{timed}"
+    );
+    assert!(
+        epoch_ms() - sent_ms < 400,
+        "the answer did not wait for the start"
+    );
+    let doomed = post(
+        &agent,
+        "run",
+        Some(TOKEN),
+        &trigger(json!({"jobId": 8, "logId": 81, "startInMs": 5_000,
+            "glueSource": format!("touch {}/81", marks.display())})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(doomed["code"], 200, "{doomed}");
+    let kill = post(&agent, "kill", Some(TOKEN), r#"{"jobId": 8, "logId": 81}"#)
+        .await
+        .unwrap();
+    assert_eq!(kill["msg"], "killed", "{kill}");
+    let statuses = wait_for_results(&agent, 2).await;
+    assert_eq!(
+        (
+            statuses.get(&71).map(String::as_str),
+            statuses.get(&81).map(String::as_str)
+        ),
+        (Some("succeeded"), Some("killed")),
+        "{statuses:?}"
+    );
+    let started_ms: i64 = std::fs::read_to_string(marks.join("71"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        started_ms - sent_ms >= 400,
+        "started {} ms after it was sent, before its time",
+        started_ms - sent_ms
+    );
+    assert!(!marks.join("81").exists(), "the killed run started");
+}
+
+/// A shutdown while a run sent ahead waits for its time rejects it unstarted, as it would a
+/// queued run, so that the admin sends it elsewhere; the agent does not start it on its way out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_rejects_a_run_still_waiting_for_its_time() {
+    let mut agent = start().await;
+    let marks = agent.dir.path().join("marks");
+    std::fs::create_dir_all(&marks).unwrap();
+    let sent = Instant::now();
+    let waiting = post(
+        &agent,
+        "run",
+        Some(TOKEN),
+        &trigger(json!({"jobId": 9, "logId": 91, "startInMs": 1_500,
+            "glueSource": format!("touch {}/91", marks.display())})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(waiting["msg"], "starts in 1500 ms", "{waiting}");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(agent.child.id()).unwrap()),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while agent.child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the agent did not stop");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        sent.elapsed() >= Duration::from_millis(1_500),
+        "the shutdown waited for the run's time"
+    );
+    let statuses = spooled_statuses(&agent);
+    assert_eq!(
+        statuses.get(&91).map(String::as_str),
+        Some("rejected"),
+        "{statuses:?}"
+    );
+    assert!(!marks.join("91").exists(), "the run started on the way out");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -23,6 +23,9 @@ pub struct Answer {
     pub taken_by: Option<RunAccepted>,
     /// The claim this hand-over went out under (see `job_run::TriggerAnswer::claimed_ms`).
     pub claimed_ms: Option<i64>,
+    /// How long after this answer the agent starts the run (it was sent ahead): its acceptance
+    /// is held back that much longer.
+    pub starts_in: Duration,
 }
 
 impl Answer {
@@ -36,6 +39,7 @@ impl Answer {
             outcome: "no_agent",
             taken_by: None,
             claimed_ms,
+            starts_in: Duration::ZERO,
         }
     }
 }
@@ -70,7 +74,8 @@ impl HeldAcceptances {
     }
 
     pub fn hold(&self, answer: Answer) {
-        self.lock().insert(answer.run_id, (answer, Instant::now()));
+        let since = Instant::now() + answer.starts_in;
+        self.lock().insert(answer.run_id, (answer, since));
     }
 
     /// Copies of the held acceptances of `ids` (they stay held until [`Self::forget`]).
@@ -101,7 +106,7 @@ impl HeldAcceptances {
         let now = Instant::now();
         let mut taken = Vec::new();
         self.lock().retain(|_, (answer, since)| {
-            if now.duration_since(*since) >= age {
+            if now.saturating_duration_since(*since) >= age {
                 taken.push(answer.clone());
                 false
             } else {
@@ -134,6 +139,7 @@ mod tests {
             outcome: "accepted",
             taken_by: None,
             claimed_ms: Some(1),
+            starts_in: Duration::ZERO,
         }
     }
 

@@ -1,6 +1,7 @@
 //! Dispatch: turning a run row into a trigger, choosing agents by the job's routing strategy,
 //! and sending it.
 
+mod ahead;
 pub mod answer;
 pub mod client;
 pub mod link;
@@ -92,6 +93,7 @@ pub fn trigger_param(job: &Job, run: &JobRun, linger_ms: u32) -> TriggerParam {
         scheduled_ms: Some(run.scheduled_ms),
         run_as: None,
         result_linger_ms: result_linger(job, run, linger_ms),
+        start_in_ms: None,
     }
 }
 

@@ -10,6 +10,7 @@
 //! and the in-doubt monitor asks the group's agents who holds them (the agent's journal says).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use jobfleet_agent::protocol::{MAX_TAKE, TakeResult, TriggerParam};
 
@@ -115,7 +116,7 @@ pub async fn take(state: &AppState, address: &str, max: u32) -> Result<TakeResul
             }
         }
     }
-    for batch in batches(&runs) {
+    for batch in batches(&runs, |(job, one)| (job, one)) {
         let triggers: Vec<TriggerParam> = batch
             .iter()
             .map(|(job, one)| super::trigger_param(job, &one.run, state.config.result_linger_ms))
@@ -146,6 +147,7 @@ pub async fn take(state: &AppState, address: &str, max: u32) -> Result<TakeResul
                                 outcome: "accepted",
                                 taken_by,
                                 claimed_ms: one.run.triggered_ms,
+                                starts_in: Duration::ZERO,
                             }
                         }
                         Err(e) => Answer {
@@ -156,6 +158,7 @@ pub async fn take(state: &AppState, address: &str, max: u32) -> Result<TakeResul
                             outcome: "refused",
                             taken_by: None,
                             claimed_ms: one.run.triggered_ms,
+                            starts_in: Duration::ZERO,
                         },
                     });
                 }
@@ -173,11 +176,13 @@ pub async fn take(state: &AppState, address: &str, max: u32) -> Result<TakeResul
     Ok(result)
 }
 
-/// The runs in consecutive slices whose triggers fit one `runBatch` call each.
-fn batches(runs: &[(Arc<Job>, send::Send)]) -> Vec<&[(Arc<Job>, send::Send)]> {
+/// The runs in consecutive slices whose triggers fit one `runBatch` call each; `parts` says
+/// which job and run an item is.
+pub(super) fn batches<T>(runs: &[T], parts: impl Fn(&T) -> (&Job, &send::Send)) -> Vec<&[T]> {
     let mut slices = Vec::new();
     let (mut start, mut bytes) = (0, 0);
-    for (i, (job, one)) in runs.iter().enumerate() {
+    for (i, item) in runs.iter().enumerate() {
+        let (job, one) = parts(item);
         let size = 512
             + job.command.as_ref().map_or(0, String::len)
             + job.script_source.as_ref().map_or(0, String::len)

@@ -341,7 +341,7 @@ fn shard(
     Ok(sends)
 }
 
-async fn hand_over(state: &AppState, job: &Job, routing: Routing, send: Send) -> Answer {
+pub(super) async fn hand_over(state: &AppState, job: &Job, routing: Routing, send: Send) -> Answer {
     let trigger = super::trigger_param(job, &send.run, state.config.result_linger_ms);
     let lateness = state.clock.now_ms() - send.run.scheduled_ms;
     state.metrics.fire_lateness.observe_ms(lateness as f64);
@@ -362,6 +362,7 @@ async fn hand_over(state: &AppState, job: &Job, routing: Routing, send: Send) ->
                 return Answer {
                     taken_by,
                     claimed_ms: send.run.triggered_ms,
+                    starts_in: Duration::ZERO,
                     run_id: send.run.id,
                     agent: Some(address.clone()),
                     accepted: true,
@@ -390,6 +391,7 @@ async fn hand_over(state: &AppState, job: &Job, routing: Routing, send: Send) ->
                         outcome: "refused",
                         taken_by: None,
                         claimed_ms: send.run.triggered_ms,
+                        starts_in: Duration::ZERO,
                     };
                 }
             }
@@ -403,6 +405,7 @@ async fn hand_over(state: &AppState, job: &Job, routing: Routing, send: Send) ->
         outcome: "unreachable",
         taken_by: None,
         claimed_ms: send.run.triggered_ms,
+        starts_in: Duration::ZERO,
     }
 }
 
@@ -422,7 +425,7 @@ pub async fn kill_on_agents(state: &AppState, replaced: &[JobRun]) {
     }
 }
 
-fn suffix(msg: &str) -> String {
+pub(super) fn suffix(msg: &str) -> String {
     if msg.is_empty() {
         String::new()
     } else {
@@ -636,7 +639,7 @@ pub async fn dispatch_batch(
 
 /// Sleeps until `at_ms` on the admin's clock, at most the timer's take-ahead (a clock set back
 /// does not hold a run up for longer).
-async fn wait_until(state: &AppState, at_ms: i64) {
+pub(super) async fn wait_until(state: &AppState, at_ms: i64) {
     let wait_ms = (at_ms - state.clock.now_ms()).clamp(0, TAKE_AHEAD_MS + TAKE_SPAN_MS);
     if wait_ms > 0 {
         tokio::time::sleep(Duration::from_millis(wait_ms.unsigned_abs())).await;
@@ -645,9 +648,29 @@ async fn wait_until(state: &AppState, at_ms: i64) {
 
 /// Hands each prepared run over as its own task (a slow agent holds up no other run), holding
 /// one of the hand-over slots, and sends its answer to the recorder. A run with a time waits
-/// for it (the timer takes runs a little before they are due). Returns once every task has
-/// started; `started` is when the runs were taken, for the dispatch latency metric.
+/// for it (the timer takes runs a little before they are due), or goes ahead with the others
+/// its agent, connected here, takes now (`ahead`). Returns once every task has started;
+/// `started` is when the runs were taken, for the dispatch latency metric.
 pub async fn start_handovers(
+    state: &Arc<AppState>,
+    prepared: impl IntoIterator<Item = (Prepared, Option<i64>)>,
+    handovers: &Handovers,
+    started: Instant,
+) {
+    let mut ahead = super::ahead::Ahead::default();
+    let one_by_one: Vec<_> = prepared
+        .into_iter()
+        .filter_map(|(one, at_ms)| match at_ms {
+            Some(at_ms) => ahead.keep(state, one, at_ms).map(|one| (one, Some(at_ms))),
+            None => Some((one, None)),
+        })
+        .collect();
+    start_one_by_one(state, one_by_one, handovers, started).await;
+    ahead.send(state, handovers, started).await;
+}
+
+/// [`start_handovers`] for runs that go one by one: each as its own task at its time.
+pub(super) async fn start_one_by_one(
     state: &Arc<AppState>,
     prepared: impl IntoIterator<Item = (Prepared, Option<i64>)>,
     handovers: &Handovers,

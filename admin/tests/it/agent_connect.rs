@@ -195,6 +195,59 @@ async fn an_auto_agent_behind_an_unreachable_address_still_gets_its_runs(mysql: 
 }
 both_backends!(an_auto_agent_behind_an_unreachable_address_still_gets_its_runs);
 
+/// The scheduled runs a take finds for an agent connected to the admin go down together ahead
+/// of their time (`startInMs`) and start at it, never before; a failover job's runs (which try
+/// the next agent on a refusal) still go one by one at their time.
+async fn scheduled_runs_go_ahead_over_the_connection_and_start_at_their_time(mysql: bool) {
+    let app = TestApp::scheduling(mysql, &[]).await;
+    let g = app.group("conn-ahead").await;
+    let dir = tempfile::tempdir().unwrap();
+    let _agent = AgentProc::start(&app.base, "conn-ahead", &dir.path().join("agent"));
+    agent_row(&app, "conn-ahead", "auto").await;
+    let every_second = |name: &str, routing: &str| {
+        json!({"name": name, "routing": routing, "handler": {"type": "shell", "command": "true"},
+            "schedule": {"type": "fixed_rate", "interval_s": 1}})
+    };
+    let ahead = app.job_from(g, every_second("ahead", "first")).await;
+    let one_by_one = app
+        .job_from(g, every_second("one-by-one", "failover"))
+        .await;
+    let succeeded = |job: i64| {
+        let app = &app;
+        async move {
+            wait_for(Duration::from_secs(30), "three succeeded runs", || async {
+                let done: Vec<Value> = app
+                    .runs_of(job)
+                    .await
+                    .into_iter()
+                    .filter(|r| r["status"] == "succeeded")
+                    .collect();
+                (done.len() >= 3).then_some(done)
+            })
+            .await
+        }
+    };
+    let message = |run: &Value| run["trigger_msg"].as_str().unwrap_or_default().to_owned();
+    let went_ahead = succeeded(ahead).await;
+    // A take that ran late on a busy machine sends with no time to wait ("started").
+    assert!(
+        went_ahead
+            .iter()
+            .any(|run| message(run).contains(": starts in ")),
+        "{went_ahead:?}"
+    );
+    for run in &went_ahead {
+        assert!(
+            run["started_ms"].as_i64().unwrap() >= run["scheduled_ms"].as_i64().unwrap(),
+            "started before its time: {run}"
+        );
+    }
+    for run in succeeded(one_by_one).await {
+        assert!(message(&run).ends_with(": started"), "{run}");
+    }
+}
+both_backends!(scheduled_runs_go_ahead_over_the_connection_and_start_at_their_time);
+
 /// A TCP proxy that cuts the first connection through which a trigger frame passes toward
 /// the agent, right after passing it on; every other byte and connection goes through.
 async fn trigger_cutting_proxy(target: String) -> (u16, Arc<AtomicBool>) {

@@ -131,10 +131,18 @@ pub struct TriggerParam {
     /// failure: sent once the results that end together are collected (`spool::COLLECT_FOR`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result_linger_ms: Option<i64>,
+    /// jobfleet: start the run this many milliseconds after the trigger arrives instead of at
+    /// once (at most [`MAX_START_IN_MS`]): the admin sends the runs of its next moments together,
+    /// ahead of their time. The run holds its slot and its place in its job meanwhile; a kill
+    /// or a cover before then ends it `killed`, a shutdown `rejected`, unstarted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_in_ms: Option<i64>,
 }
 
 /// The longest `resultLingerMs` an agent accepts.
 pub const MAX_RESULT_LINGER_MS: i64 = 10_000;
+/// The longest `startInMs` an agent accepts.
+pub const MAX_START_IN_MS: i64 = 10_000;
 
 fn one() -> i32 {
     1

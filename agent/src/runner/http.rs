@@ -102,7 +102,7 @@ impl Runner {
             return failed(format!("cannot mark the run's log as started: {e}"));
         }
         let start_latency_us =
-            u64::try_from(prepared.received.elapsed().as_micros()).unwrap_or(u64::MAX);
+            u64::try_from(prepared.due().elapsed().as_micros()).unwrap_or(u64::MAX);
         let request = &job.request;
         log.note(&format!("{} {}", request.method, request.url));
         let sent = Instant::now();

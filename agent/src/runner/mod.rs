@@ -53,6 +53,8 @@ enum StopReason {
 struct Prepared {
     /// When the trigger reached us, for the start-latency figure.
     received: Instant,
+    /// Not started before this (`startInMs` after `received`).
+    not_before: Option<Instant>,
     trigger: TriggerParam,
     work: Work,
     block: Block,
@@ -60,6 +62,13 @@ struct Prepared {
     /// A queued run's acceptance (`Q`) on its way to disk: the run starts only if it landed,
     /// since the admin was told "not accepted" otherwise and may have sent it elsewhere.
     queued: Option<Landed>,
+}
+
+impl Prepared {
+    /// When the run was due to start here: its arrival, or the time it was sent ahead for.
+    fn due(&self) -> Instant {
+        self.not_before.unwrap_or(self.received)
+    }
 }
 
 /// What a run does: start a process with an interpreter, or send a request itself.
@@ -222,6 +231,14 @@ fn validate(trigger: TriggerParam, received: Instant) -> Result<Prepared, String
             crate::protocol::MAX_RESULT_LINGER_MS
         ));
     }
+    if let Some(ms) = trigger.start_in_ms
+        && !(0..=crate::protocol::MAX_START_IN_MS).contains(&ms)
+    {
+        return Err(format!(
+            "startInMs must be between 0 and {} (got {ms})",
+            crate::protocol::MAX_START_IN_MS
+        ));
+    }
     if trigger.broadcast_total < 1
         || trigger.broadcast_index < 0
         || trigger.broadcast_index >= trigger.broadcast_total
@@ -270,14 +287,41 @@ fn validate(trigger: TriggerParam, received: Instant) -> Result<Prepared, String
     } else {
         Work::Process(script::interpreter_for(&trigger)?)
     };
+    let not_before = trigger
+        .start_in_ms
+        .filter(|&ms| ms > 0)
+        .map(|ms| received + Duration::from_millis(ms.unsigned_abs()));
     Ok(Prepared {
         received,
+        not_before,
         trigger,
         work,
         block,
         limits,
         queued: None,
     })
+}
+
+/// Waits for a run's time (`startInMs`) unless it is stopped first; then the result it ends
+/// with, unstarted.
+async fn until_its_time(
+    prepared: &Prepared,
+    stop_rx: &mut oneshot::Receiver<StopReason>,
+) -> Option<HandleCallbackParam> {
+    let at = prepared.not_before?;
+    let reason = tokio::select! {
+        () = tokio::time::sleep_until(at.into()) => return None,
+        reason = stop_rx => reason,
+    };
+    let (status, why) = match reason {
+        Ok(StopReason::Killed) | Err(_) => (RunOutcome::Killed, "killed before its start time"),
+        Ok(StopReason::CoveredBy) => (
+            RunOutcome::Killed,
+            "covered by a newer trigger (cover early) before it started",
+        ),
+        Ok(StopReason::Shutdown) => (RunOutcome::Rejected, SHUT_DOWN_BEFORE_START),
+    };
+    Some(outcome::never_started(&prepared.trigger, status, why))
 }
 
 /// Whether a run may start: its start (`A`, or `S` for a queued run) is on disk, and a queued
@@ -460,14 +504,18 @@ impl Runner {
             return Ok((message, landed));
         }
         let landed = self.journal.accepted(run_id, false, crate::now_ms());
+        let message = match prepared.trigger.start_in_ms.filter(|&ms| ms > 0) {
+            Some(ms) => format!("starts in {ms} ms"),
+            None => "started".into(),
+        };
         self.start(state, prepared, landed.clone());
-        Ok(("started".into(), landed))
+        Ok((message, landed))
     }
 
     /// Starts a run once `landed` says its start is in the journal: a run whose start is not
     /// on disk must not have run, or a restart would not know to report it.
     fn start(self: &Arc<Self>, state: &mut State, mut prepared: Prepared, landed: Landed) {
-        let (stop_tx, stop_rx) = oneshot::channel();
+        let (stop_tx, mut stop_rx) = oneshot::channel();
         state.running += 1;
         let job = state.jobs.entry(prepared.trigger.job_id).or_default();
         job.current = Some(Current {
@@ -480,7 +528,19 @@ impl Runner {
             let run_id = prepared.trigger.log_id;
             let linger_ms = prepared.trigger.result_linger_ms;
             let result = if journalled(prepared.queued.take(), landed).await {
-                runner.execute(prepared, stop_rx).await
+                match until_its_time(&prepared, &mut stop_rx).await {
+                    Some(unstarted) => unstarted,
+                    // A shutdown began while it waited: it does not start now, as a queued
+                    // run would not (`finish`), and the admin sends it elsewhere.
+                    None if prepared.not_before.is_some() && !runner.lock().accepting => {
+                        outcome::never_started(
+                            &prepared.trigger,
+                            RunOutcome::Rejected,
+                            SHUT_DOWN_BEFORE_START,
+                        )
+                    }
+                    None => runner.execute(prepared, stop_rx).await,
+                }
             } else {
                 outcome::never_started(
                     &prepared.trigger,

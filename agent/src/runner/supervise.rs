@@ -139,7 +139,7 @@ impl Runner {
             }
         };
         let start_latency_us =
-            u64::try_from(prepared.received.elapsed().as_micros()).unwrap_or(u64::MAX);
+            u64::try_from(prepared.due().elapsed().as_micros()).unwrap_or(u64::MAX);
         tracing::info!(run_id, job_id = trigger.job_id, pid, "Run started");
         let copier = tokio::spawn(output::copy(
             output_read,

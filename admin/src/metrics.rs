@@ -296,7 +296,7 @@ impl Default for Metrics {
             ),
             fire_lateness: Histogram::new(
                 "jobfleet_fire_lateness_seconds",
-                "From a run's scheduled time until its trigger was sent to an agent.",
+                "From a run's scheduled time until its trigger was sent to an agent (for a run sent ahead, until the time it was sent for).",
             ),
             dispatch_latency: Histogram::new(
                 "jobfleet_dispatch_seconds",

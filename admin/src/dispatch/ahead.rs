@@ -100,6 +100,12 @@ impl Ahead {
                     let batch: Vec<Early> = runs.by_ref().take(size).collect();
                     unanswered
                         .extend(send_batch(&state, &address, batch, &handovers, started).await);
+                    // An agent that did not answer one call is not waited for again: the rest
+                    // go one by one, within the hand-over's usual bound.
+                    if !unanswered.is_empty() {
+                        unanswered.extend(runs.by_ref());
+                        break;
+                    }
                 }
                 drop(permit);
                 if !unanswered.is_empty() {

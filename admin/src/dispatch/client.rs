@@ -41,8 +41,9 @@ impl std::fmt::Display for CallError {
 }
 
 /// What a kill did on the agent. Both a jobfleet agent and an XXL-Job executor answer a kill
-/// that found nothing with success and a message ("run N of job J is not running or waiting
-/// here", "job thread already killed."), and one that stopped something with "killed" or none.
+/// that found nothing with success and one of two messages ("run N of job J is not running or
+/// waiting here", "job thread already killed."); any other success (no message, "killed", an
+/// executor's own words) counts as killed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KillOutcome {
     Killed,
@@ -53,7 +54,12 @@ pub enum KillOutcome {
 impl KillOutcome {
     fn of(msg: Option<String>) -> Self {
         match msg {
-            Some(msg) if !msg.is_empty() && msg != "killed" => KillOutcome::NotThere(msg),
+            Some(msg)
+                if msg.ends_with(" is not running or waiting here")
+                    || msg == "job thread already killed." =>
+            {
+                KillOutcome::NotThere(msg)
+            }
             _ => KillOutcome::Killed,
         }
     }
@@ -474,5 +480,25 @@ impl AgentClient {
             .await?
             .payload()
             .ok_or_else(|| CallError::Unreachable("the log answer has no content".into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::KillOutcome;
+
+    #[test]
+    fn a_kill_found_nothing_only_when_the_agent_says_so() {
+        let of = |msg: Option<&str>| KillOutcome::of(msg.map(str::to_owned));
+        for gone in [
+            "run 7 of job 3 is not running or waiting here",
+            "job thread already killed.",
+        ] {
+            assert_eq!(of(Some(gone)), KillOutcome::NotThere(gone.to_owned()));
+        }
+        // An XXL-Job executor's kill that worked has no message; others may say anything.
+        for killed in [None, Some(""), Some("killed"), Some("success")] {
+            assert_eq!(of(killed), KillOutcome::Killed, "{killed:?}");
+        }
     }
 }

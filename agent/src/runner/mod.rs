@@ -309,9 +309,11 @@ async fn until_its_time(
     stop_rx: &mut oneshot::Receiver<StopReason>,
 ) -> Option<HandleCallbackParam> {
     let at = prepared.not_before?;
+    // A stop that is there when the time comes wins: a killed run never starts.
     let reason = tokio::select! {
-        () = tokio::time::sleep_until(at.into()) => return None,
+        biased;
         reason = stop_rx => reason,
+        () = tokio::time::sleep_until(at.into()) => return None,
     };
     let (status, why) = match reason {
         Ok(StopReason::Killed) | Err(_) => (RunOutcome::Killed, "killed before its start time"),

@@ -93,6 +93,7 @@ const KEYS: &[(&str, Option<&str>)] = &[
     ("log_min_free_mb", Some("256")),
     ("heartbeat_interval_s", Some("10")),
     ("kill_grace_ms", Some("3000")),
+    ("spool_gather_ms", Some("50")),
     ("shutdown_grace_s", Some("30")),
     ("allow_root", Some("false")),
     ("log", Some("info")),
@@ -173,6 +174,8 @@ pub struct Config {
     pub log_min_free_bytes: u64,
     pub heartbeat_interval: Duration,
     pub kill_grace: Duration,
+    /// How long a success that may linger waits in memory for others to share its spool file.
+    pub spool_gather: Duration,
     pub shutdown_grace: Duration,
     pub allow_root: bool,
     pub log: String,
@@ -437,6 +440,7 @@ fn validate(raw: &Layers) -> Result<Config, ConfigError> {
         log_min_free_bytes: number("log_min_free_mb", 0, 100_000_000)? * 1024 * 1024,
         heartbeat_interval: Duration::from_secs(number("heartbeat_interval_s", 1, 3600)?),
         kill_grace: Duration::from_millis(number("kill_grace_ms", 0, 600_000)?),
+        spool_gather: Duration::from_millis(number("spool_gather_ms", 0, 1_000)?),
         shutdown_grace: Duration::from_secs(number("shutdown_grace_s", 0, 86_400)?),
         allow_root,
         log,
@@ -474,6 +478,7 @@ mod tests {
         );
         let here = std::env::current_dir().unwrap();
         assert_eq!(c.log_dir, here.join("agent-data/logs"));
+        assert_eq!(c.spool_gather, Duration::from_millis(50));
         assert!(c.data_dir.is_absolute() && c.spool_dir.is_absolute());
         let cli = Cli {
             group: Some("flag-group".into()),
@@ -549,6 +554,13 @@ mod tests {
                     ("JOBFLEET_AGENT_MAX_CONCURRENT", "0"),
                 ],
                 "max_concurrent",
+            ),
+            (
+                vec![
+                    ("JOBFLEET_AGENT_GROUP", "g"),
+                    ("JOBFLEET_AGENT_SPOOL_GATHER_MS", "1001"),
+                ],
+                "spool_gather_ms",
             ),
             (
                 vec![

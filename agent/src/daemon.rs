@@ -286,6 +286,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
             max_concurrent: config.max_concurrent,
             max_queued: config.max_queued,
             kill_grace: config.kill_grace,
+            spool_gather: config.spool_gather,
             run_as,
             jobs_user,
             limits_mode: limits_mode.clone(),

@@ -1,15 +1,17 @@
 //! Durable results. Results are written here (temp file, fsync, rename, fsync the folder)
 //! before anything tries to send them, and removed only after an admin acknowledged them: an
-//! admin outage or an agent crash loses nothing. Results that finish together share one file
-//! and one pair of fsyncs (group commit): an fsync costs a millisecond or more, and a burst of
-//! short runs would otherwise queue behind them one by one. While the files waiting here are
+//! admin outage or an agent crash loses nothing on disk. Results share one file and one pair of
+//! fsyncs (group commit): an fsync costs a millisecond or more, and a burst of short runs would
+//! otherwise queue behind them one by one; a success that may linger first waits in memory for
+//! company (the agent's `spool_gather_ms`, 50 ms), and a crash in that time loses it (its run is
+//! then reported `lost`). While the files waiting here are
 //! few (`REMEMBERED_BYTES`), the spool also keeps what they hold in memory, so that the drain
 //! sends them without listing the folder and reading each file back.
 
 use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -45,6 +47,9 @@ pub struct Spool {
     /// Run ids with a result here, for heartbeats (reading the folder each beat would cost
     /// as much as the spool is long).
     held: Arc<Mutex<HashSet<i64>>>,
+    /// Run ids whose result was handed to the writer and is not on disk yet: their runs have
+    /// left the runner's table, and heartbeats must still list them.
+    writing: Arc<Mutex<HashSet<i64>>>,
     /// Every spool file and what it holds, while they total at most `REMEMBERED_BYTES`; `None`
     /// when that is not known (more waited). A file is put in place and removed under this
     /// lock, so the list and the folder never disagree.
@@ -92,6 +97,7 @@ impl Spool {
             dir,
             sequence: Arc::new(AtomicU64::new(0)),
             held: Arc::default(),
+            writing: Arc::default(),
             files: Arc::default(),
         };
         let ids: HashSet<i64> = spool
@@ -107,9 +113,13 @@ impl Spool {
         lock(&self.held)
     }
 
-    /// Run ids whose results wait here for an admin's acknowledgement.
+    /// Run ids whose results wait here for an admin's acknowledgement, or are on their way to
+    /// disk. The ones on their way are read first: a result is counted as held (`put_shared`)
+    /// before it stops counting as on its way, so a result moving between the two is not missed.
     pub fn held(&self) -> Vec<i64> {
-        self.held_ids().iter().copied().collect()
+        let mut ids: Vec<i64> = lock(&self.writing).iter().copied().collect();
+        ids.extend(self.held_ids().iter().copied());
+        ids
     }
 
     /// Writes results durably, all in one file.
@@ -259,7 +269,16 @@ pub struct Due {
 impl Due {
     /// Results landed in the spool that may wait `linger` for company.
     pub fn landed(&self, linger: Duration) {
-        let at = Instant::now() + linger;
+        self.landed_by(Instant::now() + linger);
+    }
+
+    /// When the results landed so far will be sent, if any wait.
+    fn send_by(&self) -> Option<Instant> {
+        *lock(&self.send_by)
+    }
+
+    /// Results landed in the spool that may wait until `at` for company.
+    pub fn landed_by(&self, at: Instant) {
         {
             let mut send_by = lock(&self.send_by);
             *send_by = Some(send_by.map_or(at, |earlier| earlier.min(at)));
@@ -300,71 +319,186 @@ impl Due {
     }
 }
 
-type Write_ = (HandleCallbackParam, Duration, oneshot::Sender<()>);
+/// A result on its way to disk: when it was handed over, how long it may wait for company,
+/// and whom to tell once it is on disk.
+struct Write_ {
+    result: HandleCallbackParam,
+    handed: Instant,
+    linger: Duration,
+    done: oneshot::Sender<()>,
+}
+
+impl Write_ {
+    /// When the result must be on its way to an admin.
+    fn send_by(&self) -> Instant {
+        self.handed + self.linger
+    }
+
+    /// Until when the writer may wait for others to share its file: not at all for a result
+    /// that may only be collected with others ending together (a failure), else its linger less
+    /// the time the write needs (`WRITE_ROOM` or a quarter of the linger, whichever is less), and
+    /// at most `most`.
+    fn gather_until(&self, most: Duration) -> Instant {
+        if self.linger <= COLLECT_FOR {
+            return self.handed;
+        }
+        self.handed + (self.linger - WRITE_ROOM.min(self.linger / 4)).min(most)
+    }
+}
+
+/// What a spool file's write is given of its results' linger: two fsyncs, with room to spare.
+const WRITE_ROOM: Duration = Duration::from_millis(20);
 
 /// Writes results from many runs with one file and one fsync pair per group.
 #[derive(Clone)]
 pub struct SpoolWriter {
     queue: mpsc::UnboundedSender<Write_>,
+    spool: Spool,
+    hurry: Arc<Hurry>,
+}
+
+/// How the writer gathers.
+struct Gathering {
+    /// The longest a result waits in memory for company before it is written (the agent's
+    /// `spool_gather_ms`). A crash (`kill -9`, power) in that time loses the result, and the
+    /// restarted agent reports its run `lost`, as it does a run that was running: the window is
+    /// kept short (50 ms by default). At 250 results a second an agent then writes one file for
+    /// about a dozen of them instead of one for two; a send carries the files of about three such
+    /// windows.
+    most: Duration,
+    /// When the results on disk will be sent.
+    due: Arc<Due>,
+    hurry: Arc<Hurry>,
+}
+
+/// Set when the agent stops: from then on results are written as they come, none waits for
+/// company, so a shutdown is not held up by a linger.
+#[derive(Default)]
+struct Hurry {
+    on: AtomicBool,
+    wake: Notify,
 }
 
 impl SpoolWriter {
-    /// Starts the writing task; `written` learns of each group that lands.
-    pub fn start(spool: Spool, written: Arc<Due>) -> Self {
+    /// Starts the writing task; `written` learns of each group that lands; a success that may
+    /// linger waits up to `gather` in memory for company.
+    pub fn start(spool: Spool, written: Arc<Due>, gather: Duration) -> Self {
         let (queue, inbox) = mpsc::unbounded_channel();
-        tokio::spawn(write_forever(spool, inbox, written));
-        Self { queue }
+        let hurry = Arc::new(Hurry::default());
+        let gathering = Gathering {
+            most: gather,
+            due: written,
+            hurry: hurry.clone(),
+        };
+        tokio::spawn(write_forever(spool.clone(), inbox, gathering));
+        Self {
+            queue,
+            spool,
+            hurry,
+        }
     }
 
-    /// Returns once the result is on disk; it may wait `linger` there for company.
+    /// From now on, writes every result at once (the agent is stopping).
+    pub fn hurry(&self) {
+        self.hurry.on.store(true, Ordering::SeqCst);
+        self.hurry.wake.notify_waiters();
+    }
+
+    /// Takes a result to write; what it returns completes once the result is on disk. From
+    /// here on the spool counts the run as held (`Spool::held`). A result may wait `linger` for
+    /// company in all: up to the writer's `gather` of it before it is written, so that the results of
+    /// runs ending apart share one file and one pair of fsyncs, and the rest on disk.
+    pub fn hand(
+        &self,
+        result: HandleCallbackParam,
+        linger: Duration,
+    ) -> Result<oneshot::Receiver<()>, String> {
+        let (done, on_disk) = oneshot::channel();
+        let run_id = result.log_id;
+        lock(&self.spool.writing).insert(run_id);
+        let handed = Write_ {
+            result,
+            handed: Instant::now(),
+            linger,
+            done,
+        };
+        if self.queue.send(handed).is_err() {
+            lock(&self.spool.writing).remove(&run_id);
+            return Err("the spool writer stopped".to_owned());
+        }
+        Ok(on_disk)
+    }
+
+    /// Returns once the result is on disk (`hand`).
     pub async fn write(&self, result: HandleCallbackParam, linger: Duration) -> Result<(), String> {
-        let (done, landed) = oneshot::channel();
-        self.queue
-            .send((result, linger, done))
-            .map_err(|_| "the spool writer stopped".to_owned())?;
-        landed
+        self.hand(result, linger)?
             .await
             .map_err(|_| "the spool writer stopped".to_owned())
     }
 }
 
-async fn write_forever(
-    spool: Spool,
-    mut inbox: mpsc::UnboundedReceiver<Write_>,
-    written: Arc<Due>,
-) {
-    let mut next = None;
-    loop {
-        let first = match next.take() {
-            Some(first) => first,
-            None => match inbox.recv().await {
-                Some(first) => first,
-                None => return,
-            },
-        };
-        let mut bytes = bound_bytes(&first.0);
-        let mut group = vec![first];
-        while group.len() < MAX_PER_FILE
-            && let Ok(more) = inbox.try_recv()
-        {
-            bytes += bound_bytes(&more.0);
-            if bytes > MAX_FILE_BYTES {
-                // The first of the next file.
-                next = Some(more);
-                break;
+/// The results for one file: what `inbox` holds now, then what comes until the earliest
+/// `gather_until` among them, within the file's bounds; and if results on disk are to be sent
+/// later than the write needs, no longer than until then, so that the file goes with them
+/// (each send carries about a linger's results, not a gathering's). `None` when the inbox is
+/// closed and empty.
+async fn gather(
+    inbox: &mut mpsc::UnboundedReceiver<Write_>,
+    next: &mut Option<Write_>,
+    how: &Gathering,
+) -> Option<Vec<Write_>> {
+    let hurry = &how.hurry;
+    let catching_the_send = |until: Instant| match how.due.send_by() {
+        Some(send) if send > Instant::now() + WRITE_ROOM => until.min(send - WRITE_ROOM),
+        _ => until,
+    };
+    let first = match next.take() {
+        Some(first) => first,
+        None => inbox.recv().await?,
+    };
+    let mut bytes = bound_bytes(&first.result);
+    let mut until = first.gather_until(how.most);
+    let mut group = vec![first];
+    while group.len() < MAX_PER_FILE {
+        let more = match inbox.try_recv() {
+            Ok(more) => more,
+            Err(mpsc::error::TryRecvError::Disconnected) => break,
+            Err(mpsc::error::TryRecvError::Empty) => {
+                // Made before the flag is read: a hurry in between leaves a wake-up, not a wait.
+                let hurried = hurry.wake.notified();
+                let until = catching_the_send(until);
+                if Instant::now() >= until || hurry.on.load(Ordering::SeqCst) {
+                    break;
+                }
+                tokio::select! {
+                    more = inbox.recv() => match more {
+                        Some(more) => more,
+                        None => break,
+                    },
+                    () = tokio::time::sleep_until(until) => break,
+                    () = hurried => break,
+                }
             }
-            group.push(more);
+        };
+        bytes += bound_bytes(&more.result);
+        if bytes > MAX_FILE_BYTES {
+            // The first of the next file.
+            *next = Some(more);
+            break;
         }
+        until = until.min(more.gather_until(how.most));
+        group.push(more);
+    }
+    Some(group)
+}
+
+async fn write_forever(spool: Spool, mut inbox: mpsc::UnboundedReceiver<Write_>, how: Gathering) {
+    let mut next = None;
+    while let Some(group) = gather(&mut inbox, &mut next, &how).await {
         // The group is due when its most urgent result is.
-        let linger = group
-            .iter()
-            .map(|(_, linger, _)| *linger)
-            .min()
-            .unwrap_or(COLLECT_FOR);
-        let (results, waiters): (Vec<_>, Vec<_>) = group
-            .into_iter()
-            .map(|(result, _, waiter)| (result, waiter))
-            .unzip();
+        let send_by = group.iter().map(Write_::send_by).min();
+        let (results, waiters): (Vec<_>, Vec<_>) =
+            group.into_iter().map(|w| (w.result, w.done)).unzip();
         let results = Arc::new(results);
         let mut delay = Duration::from_millis(100);
         loop {
@@ -383,10 +517,17 @@ async fn write_forever(
                 }
             }
         }
+        {
+            // Held by the spool now (`put_shared`), so no longer on their way.
+            let mut writing = lock(&spool.writing);
+            for result in results.iter() {
+                writing.remove(&result.log_id);
+            }
+        }
         for waiter in waiters {
             let _ = waiter.send(());
         }
-        written.landed(linger);
+        how.due.landed_by(send_by.unwrap_or_else(Instant::now));
     }
 }
 
@@ -447,6 +588,9 @@ mod tests {
         assert!(dir.path().join("spool/2-1.bad").exists());
     }
 
+    /// The agent's default `spool_gather_ms`.
+    const GATHER: Duration = Duration::from_millis(50);
+
     fn ids(files: &[Spooled]) -> Vec<i64> {
         let mut ids: Vec<i64> = files
             .iter()
@@ -506,7 +650,7 @@ mod tests {
     async fn the_writer_answers_after_the_result_is_on_disk() {
         let dir = tempfile::tempdir().unwrap();
         let spool = Spool::open(dir.path().join("spool")).unwrap();
-        let writer = SpoolWriter::start(spool.clone(), Arc::new(Due::default()));
+        let writer = SpoolWriter::start(spool.clone(), Arc::new(Due::default()), GATHER);
         let writes: Vec<_> = (1..=50)
             .map(|id| {
                 let writer = writer.clone();
@@ -523,6 +667,71 @@ mod tests {
             .flat_map(|f| f.results.iter().map(|r| r.log_id))
             .collect();
         assert_eq!(ids.len(), 50);
+    }
+
+    /// Lingering results handed apart share one file, written when the first one's gathering
+    /// ends; from the moment they are handed over the spool lists their runs as held, though
+    /// nothing is on disk yet; a failure is written at once and takes the gathering ones along;
+    /// once hurried, nothing waits.
+    #[tokio::test(start_paused = true)]
+    async fn results_handed_apart_share_a_file_and_are_held_on_their_way() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(dir.path().join("spool")).unwrap();
+        let due = Arc::new(Due::default());
+        let writer = SpoolWriter::start(spool.clone(), due.clone(), GATHER);
+        let linger = Duration::from_millis(400);
+
+        let handed = Instant::now();
+        let first = writer.hand(result(1), linger).unwrap();
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let second = writer.hand(result(2), linger).unwrap();
+        let mut held = spool.held();
+        held.sort_unstable();
+        assert_eq!(held, vec![1, 2], "on their way, still held");
+        assert!(spool.pending().unwrap().is_empty(), "nothing on disk yet");
+        first.await.unwrap();
+        second.await.unwrap();
+        assert_eq!(
+            handed.elapsed(),
+            GATHER,
+            "written as the first one's gathering ended"
+        );
+        let files = spool.pending().unwrap();
+        assert_eq!(files.len(), 1, "one file for both");
+        assert_eq!(ids(&files), vec![1, 2]);
+        due.wait(Duration::from_secs(5)).await;
+        assert_eq!(handed.elapsed(), linger, "due at the first one's linger");
+        spool.ack(&files).unwrap();
+        assert!(spool.held().is_empty());
+
+        let handed = Instant::now();
+        let lingering = writer.hand(result(3), linger).unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let failure = writer.hand(result(4), COLLECT_FOR).unwrap();
+        failure.await.unwrap();
+        lingering.await.unwrap();
+        assert_eq!(
+            handed.elapsed(),
+            Duration::from_millis(10),
+            "the failure waited"
+        );
+        let files = spool.pending().unwrap();
+        assert_eq!(files.len(), 1, "the failure took the lingering one along");
+        assert_eq!(ids(&files), vec![3, 4]);
+        spool.ack(&files).unwrap();
+
+        let handed = Instant::now();
+        let lingering = writer.hand(result(5), linger).unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        writer.hurry();
+        lingering.await.unwrap();
+        writer.hand(result(6), linger).unwrap().await.unwrap();
+        assert_eq!(
+            handed.elapsed(),
+            Duration::from_millis(10),
+            "a hurry writes at once, and nothing waits after it"
+        );
+        assert_eq!(ids(&spool.pending().unwrap()), vec![5, 6]);
     }
 
     /// A result that may linger waits its time unless one due sooner lands; then both are due.
@@ -566,7 +775,7 @@ mod tests {
     async fn a_group_of_results_with_logs_is_split_into_files_of_bounded_size() {
         let dir = tempfile::tempdir().unwrap();
         let spool = Spool::open(dir.path().join("spool")).unwrap();
-        let writer = SpoolWriter::start(spool.clone(), Arc::new(Due::default()));
+        let writer = SpoolWriter::start(spool.clone(), Arc::new(Due::default()), GATHER);
         let with_log = |id: i64| HandleCallbackParam {
             log: Some("x".repeat(crate::protocol::INLINE_LOG_MAX_BYTES)),
             ..result(id)

@@ -345,6 +345,20 @@ async fn bad_input_gets_an_envelope_error_and_spawns_nothing() {
     assert_eq!(idle["code"], 200);
 }
 
+/// Sends the agent SIGTERM and waits for it to exit.
+async fn stop_gracefully(agent: &mut Running) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(agent.child.id()).unwrap()),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while agent.child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the agent did not stop");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Results the agent spooled (its admin is unreachable here, so they stay), by run id.
 fn spooled_statuses(agent: &Running) -> std::collections::BTreeMap<i64, String> {
     let mut out = std::collections::BTreeMap::new();
@@ -748,16 +762,7 @@ async fn a_shutdown_rejects_a_run_still_waiting_for_its_time() {
     .await
     .unwrap();
     assert_eq!(waiting["msg"], "starts in 1500 ms", "{waiting}");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(i32::try_from(agent.child.id()).unwrap()),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while agent.child.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "the agent did not stop");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    stop_gracefully(&mut agent).await;
     assert!(
         sent.elapsed() >= Duration::from_millis(1_500),
         "the agent stopped before the run's time: the test shows nothing"
@@ -769,6 +774,74 @@ async fn a_shutdown_rejects_a_run_still_waiting_for_its_time() {
         "{statuses:?}"
     );
     assert!(!marks.join("91").exists(), "the run started on the way out");
+}
+
+/// A success that may linger for company frees its run's slot before its result is on disk:
+/// the job's next run starts at once, the agent still lists the run as held, and a shutdown
+/// writes what waits in memory before the agent exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lingering_success_frees_its_slot_at_once_and_a_shutdown_writes_it() {
+    // A second of gathering: the result is still in memory when the test looks.
+    let mut agent = start_with(&[("JOBFLEET_AGENT_SPOOL_GATHER_MS", "1000")]).await;
+    let marks = agent.dir.path().join("marks");
+    std::fs::create_dir_all(&marks).unwrap();
+    let run = |log_id: i64| {
+        trigger(
+            json!({"jobId": 5, "logId": log_id, "resultLingerMs": 10_000,
+            "glueSource": format!("touch {}/{log_id}", marks.display())}),
+        )
+    };
+    let wait_for = |path: std::path::PathBuf| async move {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !path.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "{} never appeared",
+                path.display()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+
+    let first = post(&agent, "run", Some(TOKEN), &run(51)).await.unwrap();
+    assert_eq!(first["code"], 200, "{first}");
+    wait_for(marks.join("51")).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let idle = post(&agent, "idleBeat", Some(TOKEN), r#"{"jobId": 5}"#)
+            .await
+            .unwrap();
+        if idle["code"] == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the run never ended: {idle}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let held = post(&agent, "held", Some(TOKEN), "").await.unwrap();
+    assert_eq!(held["content"]["heldRuns"], json!([51]), "{held}");
+    assert!(
+        !spooled_statuses(&agent).contains_key(&51),
+        "the slot came free only once the result was on disk"
+    );
+
+    let second = post(&agent, "run", Some(TOKEN), &run(52)).await.unwrap();
+    assert_eq!(second["code"], 200, "{second}");
+    assert!(
+        !second["msg"].as_str().unwrap_or("").contains("queued"),
+        "the next run waited for the first one's result: {second}"
+    );
+    wait_for(marks.join("52")).await;
+
+    stop_gracefully(&mut agent).await;
+    let statuses = spooled_statuses(&agent);
+    assert_eq!(
+        (
+            statuses.get(&51).map(String::as_str),
+            statuses.get(&52).map(String::as_str)
+        ),
+        (Some("succeeded"), Some("succeeded")),
+        "{statuses:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -92,6 +92,8 @@ struct JobState {
 struct State {
     jobs: HashMap<i64, JobState>,
     running: usize,
+    /// Results of ended runs handed to the spool's writer and not on disk yet.
+    unwritten: usize,
     /// Jobs whose queued run waits for a free slot, first come first served. An entry goes
     /// stale when its job was killed or started otherwise; it is skipped when reached.
     waiting: VecDeque<i64>,
@@ -148,6 +150,8 @@ pub struct RunnerConfig {
     pub max_concurrent: usize,
     pub max_queued: usize,
     pub kill_grace: Duration,
+    /// How long a success that may linger waits in memory for company before it is written.
+    pub spool_gather: Duration,
     pub run_as: Option<(u32, u32)>,
     /// The user every run runs as (`run_as`, or the agent's own user); a trigger naming
     /// another user is refused.
@@ -184,8 +188,10 @@ pub struct Runner {
     writer: SpoolWriter,
     /// When the results in the spool are due at an admin.
     pub results: Arc<Due>,
-    /// Woken when a run finishes (shutdown waits on it).
+    /// Woken when a run finishes (shutdown and the pull wait on it).
     finished: Notify,
+    /// Woken when a result handed to the spool's writer is on disk (shutdown waits on it).
+    written: Notify,
     containment: Arc<contain::Containment>,
 }
 
@@ -349,21 +355,24 @@ impl Runner {
     /// Starts the spool writer too, so it needs a tokio runtime.
     pub fn new(config: RunnerConfig, logs: Logs, spool: Spool, journal: Journal) -> Arc<Self> {
         let results = Arc::new(Due::default());
+        let writer = SpoolWriter::start(spool.clone(), results.clone(), config.spool_gather);
         Arc::new(Self {
             journal,
             state: Mutex::new(State {
                 jobs: HashMap::new(),
                 running: 0,
+                unwritten: 0,
                 waiting: VecDeque::new(),
                 accepting: true,
                 accepted: 0,
             }),
             config,
             logs,
-            writer: SpoolWriter::start(spool.clone(), results.clone()),
+            writer,
             spool,
             results,
             finished: Notify::new(),
+            written: Notify::new(),
             containment: Arc::default(),
         })
     }
@@ -550,15 +559,64 @@ impl Runner {
                     "not started: the agent could not record it in its accept journal (disk full or unwritable?)",
                 )
             };
-            // The slot is freed only once the result is durable: a shutdown that waits for
-            // the slots therefore waits for the results too.
+            // The slot is free once the result is handed to the spool's writer, which may
+            // hold it in memory for company (`spool_gather`): from here the spool lists
+            // the run as held, a shutdown waits for it (`unwritten`), and the journal says
+            // finished only once it is on disk. Unless the writer is behind by more than a
+            // full agent's results (a failing disk): then the slot waits for the disk, as the
+            // agent stops taking work rather than pile up results in memory.
             let linger = linger_of(&result, linger_ms);
-            if let Err(e) = runner.writer.write(result, linger).await {
-                tracing::error!(run_id, error = %e, "A result could not be spooled");
+            let on_disk = runner.writer.hand(result, linger);
+            let behind = {
+                let mut state = runner.lock();
+                state.unwritten += 1;
+                state.unwritten > runner.config.max_concurrent
+            };
+            if !behind {
+                runner.finish(job_id);
             }
-            runner.journal.finished(run_id);
-            runner.finish(job_id);
+            let spooled = match on_disk {
+                Ok(on_disk) => on_disk
+                    .await
+                    .map_err(|_| "the spool writer stopped".to_owned()),
+                Err(e) => Err(e),
+            };
+            match spooled {
+                Ok(()) => runner.journal.finished(run_id),
+                Err(e) => tracing::error!(run_id, error = %e, "A result could not be spooled"),
+            }
+            runner.written();
+            if behind {
+                runner.finish(job_id);
+            }
         });
+    }
+
+    /// A result handed over in `start` is on disk (or could not be written).
+    fn written(&self) {
+        let mut state = self.lock();
+        state.unwritten = state.unwritten.saturating_sub(1);
+        drop(state);
+        self.written.notify_waiters();
+    }
+
+    /// Completes when a run finishes or a result lands on disk after this call (made before
+    /// `settled` is read, so nothing in between is missed).
+    fn settling(&self) -> impl Future<Output = ()> + '_ {
+        let finished = self.finished.notified();
+        let written = self.written.notified();
+        async move {
+            tokio::select! {
+                () = finished => {}
+                () = written => {}
+            }
+        }
+    }
+
+    /// Nothing runs, and every result is on disk: what a shutdown waits for.
+    fn settled(&self) -> bool {
+        let state = self.lock();
+        state.running == 0 && state.unwritten == 0
     }
 
     fn finish(self: &Arc<Self>, job_id: i64) {
@@ -688,7 +746,7 @@ impl Runner {
             .saturating_sub(state.waiting.len())
     }
 
-    /// Completes when a run finishes after this call.
+    /// Completes when a run finishes (its slot comes free) after this call.
     pub fn finished(&self) -> tokio::sync::futures::Notified<'_> {
         self.finished.notified()
     }
@@ -696,9 +754,10 @@ impl Runner {
     /// The runs this agent holds (running, queued, or with a result not yet acknowledged) and
     /// the last accept number handed out before they were listed.
     ///
-    /// A run leaves the table only after its result is in the spool, and the table is read
-    /// first: a run is in one or the other, or its result was acknowledged (then the admin
-    /// has it final and does not ask).
+    /// A run leaves the table only after its result was handed to the spool's writer, and the
+    /// table is read first: a run is in one or the other (`Spool::held` counts results on
+    /// their way to disk), or its result was acknowledged (then the admin has it final and
+    /// does not ask).
     pub fn held(&self) -> (Vec<i64>, u64) {
         let state = self.lock();
         let mut held: Vec<i64> = state
@@ -722,10 +781,12 @@ impl Runner {
     /// Stops accepting triggers, waits up to `grace` for running runs, then kills the rest.
     pub async fn shutdown(self: &Arc<Self>, grace: Duration) {
         self.lock().accepting = false;
+        // Results that would wait for company are written now: the stop waits for them.
+        self.writer.hurry();
         let deadline = Instant::now() + grace;
         loop {
-            let waiter = self.finished.notified();
-            if self.running() == 0 {
+            let waiter = self.settling();
+            if self.settled() {
                 return;
             }
             if Instant::now() >= deadline {
@@ -744,9 +805,9 @@ impl Runner {
             }
             self.report_dropped(&dropped, RunOutcome::Rejected, SHUT_DOWN_BEFORE_START);
         }
-        while self.running() > 0 {
-            let waiter = self.finished.notified();
-            if self.running() == 0 {
+        loop {
+            let waiter = self.settling();
+            if self.settled() {
                 break;
             }
             let _ = tokio::time::timeout(Duration::from_secs(1), waiter).await;

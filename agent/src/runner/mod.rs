@@ -33,6 +33,9 @@ pub const MAX_TIMEOUT_S: i64 = 7 * 24 * 3600;
 const SHUT_DOWN_BEFORE_START: &str = "the agent shut down before this queued run started";
 /// Largest script source accepted.
 pub const MAX_SOURCE_BYTES: usize = 1024 * 1024;
+/// Results handed to the spool's writer and not on disk yet beyond which a run's slot waits for
+/// its result to be on disk: far more than a gathering holds at any rate an agent starts runs.
+const BEHIND_AFTER: usize = 256;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Block {
@@ -562,15 +565,16 @@ impl Runner {
             // The slot is free once the result is handed to the spool's writer, which may
             // hold it in memory for company (`spool_gather`): from here the spool lists
             // the run as held, a shutdown waits for it (`unwritten`), and the journal says
-            // finished only once it is on disk. Unless the writer is behind by more than a
-            // full agent's results (a failing disk): then the slot waits for the disk, as the
-            // agent stops taking work rather than pile up results in memory.
+            // finished only once it is on disk. Unless the writer is behind by more results
+            // than a gathering holds (`BEHIND_AFTER`, or a full agent's): a failing disk. Then
+            // the slot waits for the disk, and the agent stops taking work rather than pile up
+            // results in memory.
             let linger = linger_of(&result, linger_ms);
             let on_disk = runner.writer.hand(result, linger);
             let behind = {
                 let mut state = runner.lock();
                 state.unwritten += 1;
-                state.unwritten > runner.config.max_concurrent
+                state.unwritten > runner.config.max_concurrent.max(BEHIND_AFTER)
             };
             if !behind {
                 runner.finish(job_id);

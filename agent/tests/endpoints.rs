@@ -345,6 +345,23 @@ async fn bad_input_gets_an_envelope_error_and_spawns_nothing() {
     assert_eq!(idle["code"], 200);
 }
 
+/// Waits until the agent says the job has nothing running or queued (`idleBeat`).
+async fn wait_until_idle(agent: &Running, job_id: i64) {
+    let body = json!({"jobId": job_id}).to_string();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let idle = post(agent, "idleBeat", Some(TOKEN), &body).await.unwrap();
+        if idle["code"] == 200 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "job {job_id} stayed busy: {idle}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Sends the agent SIGTERM and waits for it to exit.
 async fn stop_gracefully(agent: &mut Running) {
     nix::sys::signal::kill(
@@ -806,17 +823,7 @@ async fn a_lingering_success_frees_its_slot_at_once_and_a_shutdown_writes_it() {
     let first = post(&agent, "run", Some(TOKEN), &run(51)).await.unwrap();
     assert_eq!(first["code"], 200, "{first}");
     wait_for(marks.join("51")).await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let idle = post(&agent, "idleBeat", Some(TOKEN), r#"{"jobId": 5}"#)
-            .await
-            .unwrap();
-        if idle["code"] == 200 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the run never ended: {idle}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_until_idle(&agent, 5).await;
     let held = post(&agent, "held", Some(TOKEN), "").await.unwrap();
     assert_eq!(held["content"]["heldRuns"], json!([51]), "{held}");
     assert!(
@@ -840,6 +847,44 @@ async fn a_lingering_success_frees_its_slot_at_once_and_a_shutdown_writes_it() {
             statuses.get(&52).map(String::as_str)
         ),
         (Some("succeeded"), Some("succeeded")),
+        "{statuses:?}"
+    );
+}
+
+/// The price of gathering, as README states it: a success still waiting in memory when the
+/// agent is killed -9 is not on disk, and the restarted agent reports its run `lost` (its
+/// process had started), never as succeeded nor as not started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_success_still_gathering_at_a_kill_comes_back_lost() {
+    let env = [("JOBFLEET_AGENT_SPOOL_GATHER_MS", "1000")];
+    let mut agent = start_with(&env).await;
+    let marks = agent.dir.path().join("marks");
+    std::fs::create_dir_all(&marks).unwrap();
+    let first = post(
+        &agent,
+        "run",
+        Some(TOKEN),
+        &trigger(json!({"jobId": 6, "logId": 61, "resultLingerMs": 10_000,
+            "glueSource": format!("touch {}/61", marks.display())})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(first["code"], 200, "{first}");
+    wait_until_idle(&agent, 6).await;
+    let _ = agent.child.kill();
+    let _ = agent.child.wait();
+    assert!(
+        !spooled_statuses(&agent).contains_key(&61),
+        "on disk before the kill: the test shows nothing"
+    );
+
+    let port: u16 = agent.base.rsplit(':').next().unwrap().parse().unwrap();
+    let dir = std::mem::replace(&mut agent.dir, tempfile::tempdir().unwrap());
+    let agent = start_in(dir, port, &env).await;
+    let statuses = wait_for_results(&agent, 1).await;
+    assert_eq!(
+        statuses.get(&61).map(String::as_str),
+        Some("lost"),
         "{statuses:?}"
     );
 }

@@ -10,6 +10,7 @@ pub mod alert_channel;
 pub mod alert_event;
 pub mod api_token;
 pub mod audit_log;
+mod checkpoint;
 pub mod column_types;
 pub mod console_session;
 pub mod executor_group;
@@ -428,8 +429,18 @@ impl ManageConnection for ConnectionManager {
     type Error = r2d2::Error;
 
     fn connect(&self) -> Result<PooledConnection, r2d2::Error> {
+        let mut conn = establish(&self.url)?;
+        if let Some(sqlite) = sqlite_of(&mut conn) {
+            // The pool's `Db` checkpoints on a thread of its own (`checkpoint`).
+            sqlite
+                .batch_execute(&format!(
+                    "PRAGMA wal_autocheckpoint={}",
+                    checkpoint::BACKSTOP_PAGES
+                ))
+                .map_err(r2d2::Error::QueryError)?;
+        }
         Ok(PooledConnection {
-            conn: establish(&self.url)?,
+            conn,
             healthy_at: Some(Instant::now()),
         })
     }
@@ -465,6 +476,8 @@ pub struct Db {
     /// first come first served, and waiting for it is bounded like waiting for a connection.
     /// Other processes on the same file still meet busy_timeout.
     writer: Option<Arc<tokio::sync::Semaphore>>,
+    /// SQLite only: checkpoints the WAL, so that no writer does it holding the write turn.
+    checkpointer: Option<Arc<checkpoint::Checkpointer>>,
     connection_timeout: Duration,
 }
 
@@ -502,10 +515,15 @@ impl Db {
             .build_unchecked(ConnectionManager::new(url.clone()));
         let writer =
             matches!(url, DbUrl::Sqlite(_)).then(|| Arc::new(tokio::sync::Semaphore::new(1)));
+        let checkpointer = match &url {
+            DbUrl::Sqlite(path) => Some(Arc::new(checkpoint::Checkpointer::new(path.clone()))),
+            DbUrl::Mysql(_) => None,
+        };
         Ok(Self {
             pool,
             url,
             writer,
+            checkpointer,
             connection_timeout,
         })
     }
@@ -566,6 +584,7 @@ impl Db {
             })?
             .map_err(|e| Error::Internal(anyhow::anyhow!("write turn: {e}")))?;
         let pool = self.pool.clone();
+        let checkpointer = self.checkpointer.clone();
         tokio::task::spawn_blocking(move || {
             let _turn = turn;
             let mut conn = pool
@@ -573,6 +592,9 @@ impl Db {
                 .map_err(|e| Error::Unavailable(format!("no database connection: {e}")))?;
             let outcome = in_transaction(&mut conn, f);
             conn.settle(&outcome);
+            if let (Ok(_), Some(checkpointer)) = (&outcome, checkpointer) {
+                checkpointer.wrote();
+            }
             outcome
         })
         .await
@@ -794,6 +816,62 @@ mod tests {
             .await
             .expect("an idle connection is tested first");
         assert_ne!(third, second);
+    }
+
+    // The pool's SQLite connections leave checkpoints to `checkpoint`'s thread (their own only
+    // past the backstop), and that thread copies what write transactions leave in the WAL into
+    // the database file soon after.
+    #[tokio::test]
+    async fn write_transactions_are_checkpointed_by_the_thread_and_not_by_the_writer() {
+        #[derive(QueryableByName)]
+        struct Pages {
+            #[diesel(sql_type = diesel::sql_types::Integer)]
+            wal_autocheckpoint: i32,
+        }
+        let test_db = crate::testing::TestDb::sqlite();
+        let DbUrl::Sqlite(path) = test_db.url().clone() else {
+            unreachable!("a SQLite test database")
+        };
+        let db = Db::new(test_db.url().clone(), 2, Duration::from_secs(5)).unwrap();
+        let backstop = db
+            .run(|conn| {
+                diesel::sql_query("PRAGMA wal_autocheckpoint")
+                    .get_result::<Pages>(conn)
+                    .map_err(Error::from)
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            backstop.wal_autocheckpoint,
+            i32::try_from(checkpoint::BACKSTOP_PAGES).unwrap()
+        );
+        db.run(|conn| {
+            conn.batch_execute("CREATE TABLE checkpoint_probe (body BLOB)")
+                .map_err(Error::from)
+        })
+        .await
+        .unwrap();
+        let main_file = || std::fs::metadata(&path).map_or(0, |m| m.len());
+        let before = main_file();
+        // About 2,000 pages: past SQLite's own threshold, short of the backstop.
+        db.transaction(|conn| {
+            conn.batch_execute(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000) \
+                 INSERT INTO checkpoint_probe SELECT zeroblob(8000) FROM n",
+            )
+            .map_err(Error::from)
+        })
+        .await
+        .unwrap();
+        assert!(
+            main_file() < before + 1_000 * 4096,
+            "the writer checkpointed at its commit"
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while main_file() < before + 1_000 * 8000 {
+            assert!(Instant::now() < deadline, "no checkpoint within 20 s");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     // SQLite writers take turns in the process; one that cannot get its turn within the

@@ -188,22 +188,23 @@ impl Runner {
         log: &RunLog,
     ) -> (RunOutcome, String) {
         let status = answer.status;
-        let line = format!("HTTP {} in {} ms", status, took.as_millis());
-        log.note(&line);
+        let mut block = log.block();
+        block.note(&format!("HTTP {} in {} ms", status, took.as_millis()));
         if !answer.excerpt.is_empty() {
-            log.append(&answer.excerpt);
+            block.output(&answer.excerpt);
         }
         match (answer.cut, answer.more_unread) {
-            (Some(cut), _) => log.note(&format!(
+            (Some(cut), _) => block.note(&format!(
                 "the body was cut after {} bytes ({cut} more not read)",
                 answer.excerpt.len()
             )),
-            (None, true) => log.note(&format!(
+            (None, true) => block.note(&format!(
                 "the body was cut after {} bytes",
                 answer.excerpt.len()
             )),
             (None, false) => {}
         }
+        block.write();
         if job.statuses.contains(status.as_u16()) {
             (RunOutcome::Succeeded, format!("HTTP {status}"))
         } else {

@@ -22,14 +22,18 @@ pub const STARTED_MODE: u32 = 0o1600;
 impl RunLog {
     pub fn open(path: PathBuf) -> std::io::Result<Self> {
         use std::os::unix::fs::OpenOptionsExt;
-        // Read too: a note looks at the last byte to start on a line of its own.
+        // Read too: a note looks at the last byte to start on a line of its own. Without
+        // O_NOATIME that read, the first after a write, stamped the file's access time: one more
+        // ext4 journal transaction per run, and under a run's start the agent's thread waited
+        // for journal space behind it (BENCHMARKS.md, issue 17). O_NOATIME needs the file's
+        // owner, which the agent is unless an operator made the file: then it goes without.
         let open = || {
-            std::fs::OpenOptions::new()
-                .create(true)
-                .read(true)
-                .append(true)
-                .mode(0o600)
-                .open(&path)
+            let mut options = std::fs::OpenOptions::new();
+            options.create(true).read(true).append(true).mode(0o600);
+            match options.clone().custom_flags(libc::O_NOATIME).open(&path) {
+                Err(e) if e.raw_os_error() == Some(libc::EPERM) => options.open(&path),
+                other => other,
+            }
         };
         // The day's folder is made by the first run of the day, not looked for by every run.
         let file = match open() {
@@ -72,14 +76,50 @@ impl RunLog {
         Some(String::from_utf8_lossy(&bytes).into_owned())
     }
 
-    /// Appends what the run produced (an http job's answer), ending it with a newline. Best
-    /// effort, as notes are.
-    pub fn append(&self, bytes: &[u8]) {
-        use std::io::Write;
-        let mut file = &self.file;
-        let _ = file.write_all(bytes);
+    /// Notes and output gathered to go in with one write: each write stamps the file's
+    /// modification time, an ext4 journal transaction of its own.
+    pub fn block(&self) -> Block<'_> {
+        Block {
+            log: self,
+            bytes: Vec::new(),
+        }
+    }
+}
+
+/// What goes into a run's log at once (`RunLog::block`).
+pub(super) struct Block<'a> {
+    log: &'a RunLog,
+    bytes: Vec<u8>,
+}
+
+impl Block<'_> {
+    /// An agent's notice, on a line of its own even after output without a final newline.
+    pub fn note(&mut self, text: &str) {
+        let last = match self.bytes.last() {
+            Some(&last) => last,
+            None => self.log.last_byte(),
+        };
+        if last != b'\n' {
+            self.bytes.push(b'\n');
+        }
+        self.bytes.extend_from_slice(b"[jobfleet-agent] ");
+        self.bytes.extend_from_slice(text.as_bytes());
+        self.bytes.push(b'\n');
+    }
+
+    /// Output, ended with a newline.
+    pub fn output(&mut self, bytes: &[u8]) {
+        self.bytes.extend_from_slice(bytes);
         if bytes.last() != Some(&b'\n') {
-            let _ = file.write_all(b"\n");
+            self.bytes.push(b'\n');
+        }
+    }
+
+    /// Best effort: a log line is not worth failing the run for.
+    pub fn write(self) {
+        use std::io::Write;
+        if !self.bytes.is_empty() {
+            let _ = (&self.log.file).write_all(&self.bytes);
         }
     }
 }
@@ -115,7 +155,13 @@ impl RunLog {
     /// Appends an agent's notice, on a line of its own even after output without a final
     /// newline. Best effort: a notice is not worth failing the run for.
     pub fn note(&self, text: &str) {
-        use std::io::Write;
+        let mut block = self.block();
+        block.note(text);
+        block.write();
+    }
+
+    /// The log's last byte; a newline for an empty or unreadable log.
+    fn last_byte(&self) -> u8 {
         use std::os::unix::fs::FileExt;
         let mut last = [b'\n'];
         if let Ok(meta) = self.file.metadata()
@@ -123,15 +169,7 @@ impl RunLog {
         {
             let _ = self.file.read_at(&mut last, meta.len() - 1);
         }
-        // One write: `writeln!` on a file writes each piece with a call of its own.
-        let mut line = String::with_capacity(text.len() + 19);
-        if last[0] != b'\n' {
-            line.push('\n');
-        }
-        line.push_str("[jobfleet-agent] ");
-        line.push_str(text);
-        line.push('\n');
-        let _ = (&self.file).write_all(line.as_bytes());
+        last[0]
     }
 }
 
@@ -360,13 +398,49 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = RunLog::open(dir.path().join("day/7.log")).unwrap();
         assert_eq!(log.whole_if_within(10).as_deref(), Some(""));
-        log.append(b"hello \xff");
+        let mut block = log.block();
+        block.output(b"hello \xff");
+        block.write();
         log.note("done");
         assert_eq!(
             log.whole_if_within(100).as_deref(),
             Some("hello \u{fffd}\n[jobfleet-agent] done\n")
         );
         assert_eq!(log.whole_if_within(10), None);
+    }
+
+    /// A block's notes keep to lines of their own, after the file's output and its own; and
+    /// reading the log for that leaves its access time alone (O_NOATIME: no journal
+    /// transaction for the read).
+    #[test]
+    fn a_block_keeps_notes_on_their_own_lines_and_reading_the_log_stamps_nothing() {
+        use std::io::Write;
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("day/8.log");
+        let log = RunLog::open(path.clone()).unwrap();
+        (&log.file).write_all(b"partial").unwrap();
+        // An access time well before the write, so that relatime would stamp the next read.
+        let long_ago = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000_000);
+        std::fs::File::open(&path)
+            .unwrap()
+            .set_times(std::fs::FileTimes::new().set_accessed(long_ago))
+            .unwrap();
+        let mut block = log.block();
+        block.note("HTTP 200 in 3 ms");
+        block.output(b"ok");
+        block.note("the body was cut after 2 bytes");
+        block.write();
+        // Before the contents are read here, by a descriptor without O_NOATIME.
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().atime(),
+            1_000_000_000,
+            "the note's read of the last byte stamped the access time"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "partial\n[jobfleet-agent] HTTP 200 in 3 ms\nok\n[jobfleet-agent] the body was cut after 2 bytes\n"
+        );
     }
 
     // A job that writes outputs runs the same on its own and as a node; only a node's

@@ -42,6 +42,8 @@
 //! its stamp so that the chains drift apart instead of stepping together. Then, on a fresh admin,
 //! one workflow of `--fan` nodes (an entry, `--fan` − 2 parallel nodes, a join): wall time, the
 //! admin's peak RSS (`VmHWM`) and CPU. `SCHED_BENCH_DUMP=file` keeps the fan-out's SQLite database.
+//! `SCHED_BENCH_AGENT_DIR=folder` puts the agents' folders there instead of beside the admin's
+//! database (another file system: as on hosts of their own, no shared ext4 journal).
 //! `fleet` (issue 19): a fleet simulator, `--agents` (10,000) simulated agents speaking the agent
 //! protocol from this process (POST `/api/registry` with the shared token, a key of their own
 //! and a real agent's heartbeat body; loopback addresses `http://127.0.0.1:<20000 + i>/` in 20
@@ -158,6 +160,10 @@ struct Bench {
     url: DbUrl,
     url_text: String,
     _dir: tempfile::TempDir,
+    /// `SCHED_BENCH_AGENT_DIR=path`: the agents' folders in a temporary folder there, on
+    /// another file system than the admin's database, as on hosts of their own (the two then
+    /// share no ext4 journal); else beside the database.
+    agents_dir: Option<tempfile::TempDir>,
     mysql_name: Option<String>,
 }
 
@@ -184,10 +190,15 @@ impl Bench {
                 None,
             )
         };
+        let agents_dir = std::env::var_os("SCHED_BENCH_AGENT_DIR").map(|path| {
+            tempfile::tempdir_in(&path)
+                .unwrap_or_else(|e| panic!("SCHED_BENCH_AGENT_DIR {path:?}: {e}"))
+        });
         let bench = Self {
             url,
             url_text,
             _dir: dir,
+            agents_dir,
             mysql_name,
         };
         db::migrate::run_pending(&mut bench.conn()).unwrap();
@@ -237,7 +248,12 @@ impl Bench {
     fn agents(&self, admin: &str, n: usize, mode: Option<Mode>) -> Vec<Proc> {
         let mut agents = Vec::new();
         for i in 0..n {
-            let data = self._dir.path().join(format!("agent-{i}"));
+            let data = self
+                .agents_dir
+                .as_ref()
+                .unwrap_or(&self._dir)
+                .path()
+                .join(format!("agent-{i}"));
             // `SCHED_BENCH_AGENT=path` runs another agent binary (an A/B of two builds).
             let binary = std::env::var_os("SCHED_BENCH_AGENT")
                 .map_or_else(|| bin_dir().join("jobfleet-agent"), PathBuf::from);

@@ -67,11 +67,13 @@ async fn http_jobs_send_their_request_and_judge_the_answer(mysql: bool) {
         "{done}"
     );
     assert!(
-        log.contains(&format!("POST {}", receiver.url("/created")))
-            && log.contains("HTTP 201 Created in")
-            && log.contains("\ncreated\n"),
-        "the log has the request, the status and the body: {log}"
+        log.starts_with(&format!(
+            "[jobfleet-agent] POST {}\n[jobfleet-agent] HTTP 201 Created in",
+            receiver.url("/created")
+        )) && log.contains("\ncreated\n"),
+        "the log has the request once, then the status and the body: {log}"
     );
+    assert_eq!(log.matches("POST ").count(), 1, "{log}");
     let hits = receiver.hits("/created");
     assert_eq!(hits.len(), 1, "sent once");
     assert_eq!(hits[0].headers["x-token"], "abc");
@@ -153,6 +155,11 @@ async fn http_jobs_send_their_request_and_judge_the_answer(mysql: bool) {
     let (done, log) = run(&app, slow).await;
     assert_eq!(done["status"], "timed_out", "{done}");
     assert!(log.contains("timed out after 1s"), "{log}");
+    assert_eq!(
+        log.matches("GET ").count(),
+        1,
+        "the request's line once: {log}"
+    );
 
     // So does the request's own, shorter one; the job shows it and takes its own view back.
     let impatient = http_job(
@@ -208,10 +215,23 @@ async fn http_jobs_send_their_request_and_judge_the_answer(mysql: bool) {
         (receiver.hits("/slow").len() == 3).then_some(())
     })
     .await;
+    // While the answer is slow to come, the live log says what the run waits for.
+    let request_line = format!("[jobfleet-agent] GET {}\n", receiver.url("/slow"));
+    crate::support::wait_for(Duration::from_secs(10), "the request's line", || async {
+        (app.full_log(id).await == request_line).then_some(())
+    })
+    .await;
     let killed = app.kill_run(id).await;
     assert_eq!(killed.status, StatusCode::ACCEPTED, "{}", killed.body);
     let done = app.finished_run(id, RUN_WITHIN).await;
     assert_eq!(done["status"], "killed", "{done}");
+    let log = app.full_log(id).await;
+    assert!(
+        log.starts_with(&request_line)
+            && log.matches("GET ").count() == 1
+            && log.contains("killed on request: the request was abandoned"),
+        "{log}"
+    );
 }
 both_backends!(http_jobs_send_their_request_and_judge_the_answer);
 

@@ -18,6 +18,22 @@ const _: () = assert!(crate::protocol::MAX_REQUEST_BYTES <= super::MAX_SOURCE_BY
 /// Most bytes of an answer's body written to the log: an excerpt, not a download.
 const MAX_EXCERPT_BYTES: u64 = 64 * 1024;
 
+/// How long an answer may take before the request's line goes into the log on its own. Up to
+/// then it waits to go in with the answer's lines: each write to the log is an ext4 journal
+/// transaction on the agent's thread, which waits whenever the journal is committing the block
+/// it changes (BENCHMARKS.md, issue 17).
+const REQUEST_LINE_ALONE_AFTER: Duration = Duration::from_secs(1);
+
+/// Writes the request's line, unless it is in the log already, and a notice after it.
+fn note_after(log: &RunLog, request_line: Option<String>, text: &str) {
+    let mut block = log.block();
+    if let Some(line) = request_line {
+        block.note(&line);
+    }
+    block.note(text);
+    block.write();
+}
+
 /// A checked request and the statuses that count as success.
 #[derive(Debug)]
 pub(super) struct HttpJob {
@@ -104,7 +120,9 @@ impl Runner {
         let start_latency_us =
             u64::try_from(prepared.due().elapsed().as_micros()).unwrap_or(u64::MAX);
         let request = &job.request;
-        log.note(&format!("{} {}", request.method, request.url));
+        // The request's line goes in with the answer's, one write for both, unless the answer
+        // is slow to come: then a reader of the live log sees what the run waits for.
+        let mut request_line = Some(format!("{} {}", request.method, request.url));
         let sent = Instant::now();
         let exchange = self.exchange(request);
         let wait = answer_wait(request.timeout_ms, trigger.executor_timeout);
@@ -114,28 +132,35 @@ impl Runner {
                 Some(wait) => tokio::time::sleep(wait).await,
             }
         };
-        let (status, msg) = tokio::select! {
-            answer = exchange => match answer {
-                Ok(answer) => self.judge(job, answer, sent.elapsed(), log),
-                Err(e) => {
-                    let msg = format!("the request failed: {e}");
-                    log.note(&msg);
-                    (RunOutcome::Failed, msg)
+        let slow = tokio::time::sleep(REQUEST_LINE_ALONE_AFTER);
+        tokio::pin!(exchange, deadline, slow);
+        let (status, msg) = loop {
+            tokio::select! {
+                () = &mut slow, if request_line.is_some() => {
+                    log.note(&request_line.take().unwrap_or_default());
                 }
-            },
-            () = deadline => {
-                let msg = format!("timed out after {} waiting for the answer", waited(wait));
-                log.note(&msg);
-                (RunOutcome::TimedOut, msg)
-            }
-            reason = &mut stop_rx => {
-                let why = match reason {
-                    Ok(StopReason::CoveredBy) => "replaced by a newer run (cover early)",
-                    Ok(StopReason::Shutdown) => "the agent is shutting down",
-                    _ => "killed on request",
-                };
-                log.note(&format!("{why}: the request was abandoned"));
-                (RunOutcome::Killed, format!("killed ({why}) before the answer came"))
+                answer = &mut exchange => break match answer {
+                    Ok(answer) => self.judge(job, answer, sent.elapsed(), log, request_line),
+                    Err(e) => {
+                        let msg = format!("the request failed: {e}");
+                        note_after(log, request_line, &msg);
+                        (RunOutcome::Failed, msg)
+                    }
+                },
+                () = &mut deadline => {
+                    let msg = format!("timed out after {} waiting for the answer", waited(wait));
+                    note_after(log, request_line, &msg);
+                    break (RunOutcome::TimedOut, msg);
+                }
+                reason = &mut stop_rx => {
+                    let why = match reason {
+                        Ok(StopReason::CoveredBy) => "replaced by a newer run (cover early)",
+                        Ok(StopReason::Shutdown) => "the agent is shutting down",
+                        _ => "killed on request",
+                    };
+                    note_after(log, request_line, &format!("{why}: the request was abandoned"));
+                    break (RunOutcome::Killed, format!("killed ({why}) before the answer came"));
+                }
             }
         };
         tracing::info!(run_id = trigger.log_id, %status, "Http run finished");
@@ -186,9 +211,13 @@ impl Runner {
         answer: Answer,
         took: Duration,
         log: &RunLog,
+        request_line: Option<String>,
     ) -> (RunOutcome, String) {
         let status = answer.status;
         let mut block = log.block();
+        if let Some(line) = request_line {
+            block.note(&line);
+        }
         block.note(&format!("HTTP {} in {} ms", status, took.as_millis()));
         if !answer.excerpt.is_empty() {
             block.output(&answer.excerpt);

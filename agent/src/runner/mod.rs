@@ -826,7 +826,11 @@ impl Runner {
     ) -> HandleCallbackParam {
         let trigger = &prepared.trigger;
         let started_ms = crate::now_ms();
-        let log = match RunLog::open(self.logs.path(trigger.log_id, trigger.log_date_time)) {
+        // An http run is started by the agent right after this, with nothing in between that
+        // could fail unnoticed: its log is made with the start mark on it.
+        let started = matches!(prepared.work, Work::Http(_)) && self.logs.start_marks();
+        let path = self.logs.path(trigger.log_id, trigger.log_date_time);
+        let log = match RunLog::open(path, started) {
             Ok(log) => log,
             Err(e) => {
                 return outcome::failed(

@@ -14,14 +14,19 @@ pub(super) struct RunLog {
     file: File,
 }
 
-/// The mode the run's process gives its log file before it execs: the start mark. The sticky
-/// bit means nothing on a regular file to Linux, and a log is made without it, so after a
-/// restart in the same boot a log without it shows that the run's process never started.
+/// The start mark: the mode the run's process gives its log file before it execs, or an http
+/// run's log is made with right before its request is sent. The sticky bit means nothing on a
+/// regular file to Linux, and other logs are made without it, so after a restart in the same
+/// boot a log without it shows that the run never started.
 pub const STARTED_MODE: u32 = 0o1600;
 
 impl RunLog {
-    pub fn open(path: PathBuf) -> std::io::Result<Self> {
+    /// Opens the run's log, made if missing. `started` makes a new log with the start mark
+    /// already on it, for a run the agent starts at once itself (an http job's): the mark then
+    /// costs no ext4 journal transaction of its own on the agent's thread.
+    pub fn open(path: PathBuf, started: bool) -> std::io::Result<Self> {
         use std::os::unix::fs::OpenOptionsExt;
+        let mode = if started { STARTED_MODE } else { 0o600 };
         // Read too: a note looks at the last byte to start on a line of its own. Without
         // O_NOATIME that read, the first after a write, stamped the file's access time: one more
         // ext4 journal transaction per run, and under a run's start the agent's thread waited
@@ -29,7 +34,7 @@ impl RunLog {
         // owner, which the agent is unless an operator made the file: then it goes without.
         let open = || {
             let mut options = std::fs::OpenOptions::new();
-            options.create(true).read(true).append(true).mode(0o600);
+            options.create(true).read(true).append(true).mode(mode);
             match options.clone().custom_flags(libc::O_NOATIME).open(&path) {
                 Err(e) if e.raw_os_error() == Some(libc::EPERM) => options.open(&path),
                 other => other,
@@ -56,9 +61,13 @@ impl RunLog {
         &self.file
     }
 
-    /// Marks the run started from the agent itself, for a run that has no process of its own.
+    /// Marks the run started from the agent itself, for a run that has no process of its own;
+    /// a log made marked (`open`'s `started`) is left as it is.
     pub fn mark_started(&self) -> std::io::Result<()> {
         use std::os::unix::fs::PermissionsExt;
+        if self.file.metadata()?.permissions().mode() & 0o7777 == STARTED_MODE {
+            return Ok(());
+        }
         self.file
             .set_permissions(std::fs::Permissions::from_mode(STARTED_MODE))
     }
@@ -396,7 +405,7 @@ mod tests {
     #[test]
     fn a_log_comes_whole_only_within_the_bound() {
         let dir = tempfile::tempdir().unwrap();
-        let log = RunLog::open(dir.path().join("day/7.log")).unwrap();
+        let log = RunLog::open(dir.path().join("day/7.log"), false).unwrap();
         assert_eq!(log.whole_if_within(10).as_deref(), Some(""));
         let mut block = log.block();
         block.output(b"hello \xff");
@@ -409,6 +418,32 @@ mod tests {
         assert_eq!(log.whole_if_within(10), None);
     }
 
+    /// A log made started carries the mark from its creation, and marking it again changes
+    /// nothing on disk (no chmod, so no journal transaction); one made plainly is marked then.
+    #[test]
+    fn a_log_made_started_is_marked_without_a_second_change() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let plain = dir.path().join("day/1.log");
+        let log = RunLog::open(plain.clone(), false).unwrap();
+        assert!(!process_started(Some(&plain)));
+        log.mark_started().unwrap();
+        assert!(process_started(Some(&plain)));
+
+        let marked = dir.path().join("day/2.log");
+        let log = RunLog::open(marked.clone(), true).unwrap();
+        assert!(process_started(Some(&marked)), "marked as it was made");
+        let changed = |m: &std::fs::Metadata| (m.ctime(), m.ctime_nsec());
+        let before = changed(&std::fs::metadata(&marked).unwrap());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        log.mark_started().unwrap();
+        assert_eq!(
+            changed(&std::fs::metadata(&marked).unwrap()),
+            before,
+            "marking a marked log changed its inode"
+        );
+    }
+
     /// A block's notes keep to lines of their own, after the file's output and its own; and
     /// reading the log for that leaves its access time alone (O_NOATIME: no journal
     /// transaction for the read).
@@ -418,7 +453,7 @@ mod tests {
         use std::os::unix::fs::MetadataExt;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("day/8.log");
-        let log = RunLog::open(path.clone()).unwrap();
+        let log = RunLog::open(path.clone(), false).unwrap();
         (&log.file).write_all(b"partial").unwrap();
         // An access time well before the write, so that relatime would stamp the next read.
         let long_ago = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000_000);

@@ -39,6 +39,8 @@ pub const SILENT_AFTER: Duration = Duration::from_secs(45);
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// The connection's read buffer (see `open`).
+const LINK_READ_BUFFER_BYTES: usize = 16 * 1024;
 
 /// The connection as the rest of the agent sees it: up or not, and calls over it.
 #[derive(Default)]
@@ -270,6 +272,11 @@ async fn open(admin: &str, config: &LinkConfig) -> Result<Ws, String> {
     // ones end the connection in the library, before they fill memory.
     ws_config.max_message_size = Some(4 * MAX_FRAME_BYTES);
     ws_config.max_frame_size = Some(4 * MAX_FRAME_BYTES);
+    // The library keeps a read buffer of this size for the connection's life and zeroes it
+    // before each read (128 KiB by default: a quarter of an idle agent's heap). A larger frame
+    // still arrives whole: the buffer grows to the frame's length, filled in reads of at most
+    // this size, about one TLS record each.
+    ws_config.read_buffer_size = LINK_READ_BUFFER_BYTES;
     let connector = tokio_tungstenite::Connector::Rustls(config.tls.clone());
     let connecting = tokio_tungstenite::connect_async_tls_with_config(
         request,

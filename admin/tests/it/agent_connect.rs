@@ -142,6 +142,21 @@ async fn connect_mode_runs_logs_and_kills(mysql: bool) {
     );
     assert_eq!(app.full_log(id).await, "line 1\nline 2\narg p\n");
 
+    // A trigger several times the connection's read buffer (16 KiB) arrives whole: a script
+    // of 60 KiB (the test admin's body cap is 64 KiB), most of it a comment.
+    let padding = "#".repeat(60 * 1024);
+    let big = app
+        .job_from(g, json!({"name": "big script", "handler": {"type": "script", "source": format!("#!/bin/sh\n{padding}\necho \"big $1\"")}}))
+        .await;
+    let id = app.trigger(big, json!({"params": "p"})).await["id"]
+        .as_i64()
+        .unwrap();
+    assert_eq!(
+        app.finished_run(id, RUN_WITHIN).await["status"],
+        "succeeded"
+    );
+    assert_eq!(app.full_log(id).await, "big p\n");
+
     // A running job's log is read through the admin, then it is killed through the admin.
     let endless = app
         .job_from(g, json!({"name": "endless", "handler": {"type": "shell", "command": "echo started; sleep 300"}}))

@@ -13,6 +13,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Bytes read from the pipe at a time; kept small because every running run holds one.
 const CHUNK: usize = 16 * 1024;
@@ -43,7 +44,12 @@ pub struct Outcome {
 /// # Errors
 /// When the process is out of file descriptors.
 pub fn pipe() -> std::io::Result<(File, File)> {
-    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+    // The copier reads without blocking; the job writes blocking (the flag is per end). Set here,
+    // where both ends are known, `copy` skips tokio's checks of what it is given (an fstat and
+    // an F_GETFL per run, BENCHMARKS.md).
+    fcntl(&read, FcntlArg::F_SETFL(OFlag::O_NONBLOCK))?;
     Ok((File::from(read), File::from(write)))
 }
 
@@ -148,15 +154,16 @@ fn mib(bytes: u64) -> String {
 const INLINE_BYTES: u64 = 256 * 1024;
 
 /// Copies the output pipe `source` into the log (`log`, the run's log file opened for append,
-/// at `log_path`) until end of file. Never fails: what went wrong is in the outcome.
-pub async fn copy(
+/// at `log_path`) until end of file. Never fails: what went wrong is in the outcome. `source`
+/// must be the read end `pipe` made: it is taken as a non-blocking pipe without a look.
+pub(super) async fn copy(
     source: File,
-    log: std::io::Result<File>,
+    log: Arc<File>,
     log_path: PathBuf,
     limits: OutputLimits,
 ) -> Outcome {
     let mut copier = Copier::new(log, &log_path, limits);
-    let pipe = match tokio::net::unix::pipe::Receiver::from_file(source) {
+    let pipe = match tokio::net::unix::pipe::Receiver::from_file_unchecked(source) {
         Ok(pipe) => pipe,
         Err(e) => {
             copier.read_failed(&e);
@@ -212,8 +219,9 @@ pub async fn copy(
 /// of the tail, and the free-space watch.
 struct Copier {
     outcome: Outcome,
-    /// None once logging stopped: what follows is drained and counted, not written.
-    log: Option<File>,
+    /// None once logging stopped: what follows is drained and counted, not written. The run's
+    /// own open log, shared rather than duplicated (a dup and a close per run).
+    log: Option<Arc<File>>,
     ring: Ring,
     dir: PathBuf,
     limits: OutputLimits,
@@ -227,11 +235,9 @@ struct Copier {
 }
 
 impl Copier {
-    fn new(log: std::io::Result<File>, log_path: &Path, limits: OutputLimits) -> Self {
-        let mut outcome = Outcome::default();
-        let log = log
-            .map_err(|e| outcome.stopped = Some(format!("cannot open the log: {e}")))
-            .ok();
+    fn new(log: Arc<File>, log_path: &Path, limits: OutputLimits) -> Self {
+        let outcome = Outcome::default();
+        let log = Some(log);
         let head_cap = limits.max_bytes / 2;
         Self {
             outcome,
@@ -276,7 +282,7 @@ impl Copier {
     /// One chunk of output.
     fn take(&mut self, mut chunk: &[u8]) {
         self.outcome.total_bytes += chunk.len() as u64;
-        let Some(file) = self.log.as_mut() else {
+        let Some(mut file) = self.log.as_deref() else {
             return; // Logging stopped: drain so the job never blocks on a full pipe.
         };
         if self.outcome.total_bytes >= self.next_check {
@@ -377,7 +383,13 @@ mod tests {
         let (read, mut write) = pipe().unwrap();
         let data = output.to_vec();
         let writer = std::thread::spawn(move || write.write_all(&data).unwrap());
-        let file = OpenOptions::new().append(true).create(true).open(&log);
+        let file = Arc::new(
+            OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(&log)
+                .unwrap(),
+        );
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

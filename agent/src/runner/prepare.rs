@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use super::{Prepared, RunnerConfig, script};
 use crate::protocol::TriggerParam;
@@ -11,7 +12,8 @@ use crate::protocol::TriggerParam;
 /// The run's log: the copier appends the job's output, the agent its notices.
 pub(super) struct RunLog {
     pub path: PathBuf,
-    file: File,
+    /// Shared with the output copier and the spawn (`shared`).
+    file: Arc<File>,
 }
 
 /// The start mark: the mode the run's process gives its log file before it execs, or an http
@@ -48,17 +50,16 @@ impl RunLog {
             }
             other => other?,
         };
-        Ok(Self { path, file })
+        Ok(Self {
+            path,
+            file: Arc::new(file),
+        })
     }
 
-    /// The log opened again for the output copier (the same open file, appending).
-    pub fn writer(&self) -> std::io::Result<File> {
-        self.file.try_clone()
-    }
-
-    /// The file the run's process marks as it starts (`STARTED_MODE`).
-    pub fn start_mark(&self) -> &File {
-        &self.file
+    /// The open log itself, for the output copier (appending) and the run's process (its start
+    /// mark): shared, not opened or duplicated again per use.
+    pub fn shared(&self) -> Arc<File> {
+        self.file.clone()
     }
 
     /// Marks the run started from the agent itself, for a run that has no process of its own;
@@ -128,7 +129,7 @@ impl Block<'_> {
     pub fn write(self) {
         use std::io::Write;
         if !self.bytes.is_empty() {
-            let _ = (&self.log.file).write_all(&self.bytes);
+            let _ = (&*self.log.file).write_all(&self.bytes);
         }
     }
 }
@@ -454,7 +455,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("day/8.log");
         let log = RunLog::open(path.clone(), false).unwrap();
-        (&log.file).write_all(b"partial").unwrap();
+        (&*log.file).write_all(b"partial").unwrap();
         // An access time well before the write, so that relatime would stamp the next read.
         let long_ago = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000_000);
         std::fs::File::open(&path)

@@ -12,6 +12,7 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::Arc;
 
 use super::spawner;
 use crate::protocol::Limits;
@@ -44,15 +45,17 @@ pub struct Spec<'a> {
     pub args: &'a [String],
     pub env: &'a BTreeMap<String, String>,
     pub cwd: &'a Path,
-    /// The write end of the run's output pipe (stdout and stderr).
-    pub output: &'a File,
+    /// The write end of the run's output pipe (stdout and stderr). The request takes it: once
+    /// the process started, only the job holds it, and the copier sees the output end when the
+    /// job's last process closes it.
+    pub output: File,
     /// The file the process marks as it starts (`prepare::STARTED_MODE`), where marks hold.
-    pub start_mark: Option<&'a File>,
+    pub start_mark: Option<Arc<File>>,
 }
 
 /// The spawner's request for the process, the leader of a new process group (see `spawner` for
 /// why not a fork of the agent); `contain::Containment::spawn` has it started.
-pub fn request(spec: &Spec<'_>, isolation: &Isolation) -> std::io::Result<spawner::Queued> {
+pub fn request(spec: Spec<'_>, isolation: &Isolation) -> std::io::Result<spawner::Queued> {
     let nul = |what: &str| {
         std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
@@ -71,17 +74,18 @@ pub fn request(spec: &Spec<'_>, isolation: &Isolation) -> std::io::Result<spawne
         .map(|(k, v)| CString::new(format!("{k}={v}")))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|_| nul("environment"))?;
-    spawner::Queued::new(&spawner::Request {
+    let request = spawner::Request {
         program: &program,
         argv: &argv,
         env: &env,
         cwd: &cwd,
         output: spec.output.as_raw_fd(),
-        start_mark: spec.start_mark.map(AsRawFd::as_raw_fd),
+        start_mark: spec.start_mark.as_deref().map(AsRawFd::as_raw_fd),
         cgroup_procs: &isolation.cgroup_procs,
         rlimits: &isolation.rlimits,
         user: isolation.user,
-    })
+    };
+    spawner::Queued::holding_own(&request, spec.output.into(), spec.start_mark)
 }
 
 /// How a process ended, with the kernel's account of its resource use.
@@ -135,6 +139,12 @@ pub fn wait<G>(pid: i32, before_reap: impl FnOnce() -> G) -> std::io::Result<Exi
             return Err(err);
         }
     }
+    reap(pid, before_reap)
+}
+
+/// `wait` for a `pid` known to have exited (its pidfd turned readable): the look that waits is
+/// skipped, a system call fewer per run.
+pub fn reap<G>(pid: i32, before_reap: impl FnOnce() -> G) -> std::io::Result<Exit> {
     let held = before_reap();
     let mut status: libc::c_int = 0;
     // SAFETY: an all-zero rusage is a valid value of this plain C struct.

@@ -31,11 +31,12 @@
 )]
 
 use std::ffi::{CStr, CString};
+use std::fs::File;
 use std::io::{IoSlice, IoSliceMut, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 
@@ -139,33 +140,82 @@ pub struct Encoded<'a> {
     pub fds: &'a [RawFd],
 }
 
-/// A request encoded to be written with a later batch. It holds its own copies of the
-/// descriptors, so that they are still the run's files when the batch goes out, whatever became
-/// of the task that asked.
+/// A request encoded to be written with a later batch. It holds the request's descriptors (its
+/// own copies, or the run's own output end and shared log), so that they are still the run's
+/// files when the batch goes out, whatever became of the task that asked.
 pub struct Queued {
     message: Vec<u8>,
     raw_fds: Vec<RawFd>,
     _fds: Vec<OwnedFd>,
+    _start_mark: Option<Arc<File>>,
 }
 
 impl Queued {
     /// # Errors
     /// When the request cannot be encoded (too large) or a descriptor cannot be copied.
     pub fn new(request: &Request<'_>) -> std::io::Result<Self> {
+        Self::holding(request, None, None)
+    }
+
+    /// As `new`, but holding the run's own descriptors instead of copies: `output` (the one
+    /// `request.output` names), which the caller has no more use for, and the shared log file
+    /// `request.start_mark` names. A run's start then costs two dups and two closes fewer
+    /// (BENCHMARKS.md, issue 17).
+    ///
+    /// # Errors
+    /// As `new`.
+    pub fn holding_own(
+        request: &Request<'_>,
+        output: OwnedFd,
+        start_mark: Option<Arc<File>>,
+    ) -> std::io::Result<Self> {
+        // A mismatch would send the spawner one file in another's place (the log as a cgroup
+        // file): refused, not only in debug builds.
+        if request.output != output.as_raw_fd()
+            || request.start_mark != start_mark.as_deref().map(AsRawFd::as_raw_fd)
+        {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "the descriptors held are not the request's",
+            ));
+        }
+        Self::holding(request, Some(output), start_mark)
+    }
+
+    fn holding(
+        request: &Request<'_>,
+        output: Option<OwnedFd>,
+        start_mark: Option<Arc<File>>,
+    ) -> std::io::Result<Self> {
         let message = encode(request)?;
-        let mut raw = vec![request.output];
-        raw.extend(request.start_mark);
-        raw.extend_from_slice(request.cgroup_procs);
-        let fds = raw
-            .iter()
+        let copy = |fd: RawFd| {
             // SAFETY: the request's descriptors are open while `request` is borrowed; the copy
             // is a new descriptor of our own.
-            .map(|fd| unsafe { std::os::fd::BorrowedFd::borrow_raw(*fd) }.try_clone_to_owned())
-            .collect::<std::io::Result<Vec<OwnedFd>>>()?;
+            unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }.try_clone_to_owned()
+        };
+        let mut fds = Vec::with_capacity(2 + request.cgroup_procs.len());
+        fds.push(match output {
+            Some(output) => output,
+            None => copy(request.output)?,
+        });
+        if start_mark.is_none()
+            && let Some(fd) = request.start_mark
+        {
+            fds.push(copy(fd)?);
+        }
+        for fd in request.cgroup_procs {
+            fds.push(copy(*fd)?);
+        }
+        // In the order the spawner reads them: output, start mark, cgroup files.
+        let mut raw_fds: Vec<RawFd> = fds.iter().map(AsRawFd::as_raw_fd).collect();
+        if let Some(file) = &start_mark {
+            raw_fds.insert(1, file.as_raw_fd());
+        }
         Ok(Self {
             message,
-            raw_fds: fds.iter().map(AsRawFd::as_raw_fd).collect(),
+            raw_fds,
             _fds: fds,
+            _start_mark: start_mark,
         })
     }
 
@@ -787,6 +837,36 @@ mod tests {
         assert_eq!(itoa(0, &mut buf), b"0");
         let mut buf = [0u8; 12];
         assert_eq!(itoa(4_194_304, &mut buf), b"4194304");
+    }
+
+    #[test]
+    fn a_request_holding_the_runs_own_files_sends_them_in_the_spawners_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = |name: &str| File::create(dir.path().join(name)).unwrap();
+        let (output, log, cgroup) = (open("out"), Arc::new(open("log")), open("procs"));
+        let (out_fd, log_fd, cgroup_fd) = (output.as_raw_fd(), log.as_raw_fd(), cgroup.as_raw_fd());
+        let argv = [c"true".to_owned()];
+        let mut request = Request::plain(c"/bin/true", &argv, out_fd);
+        request.start_mark = Some(log_fd);
+        let cgroups = [cgroup_fd];
+        request.cgroup_procs = &cgroups;
+        let queued = Queued::holding_own(&request, output.into(), Some(log.clone())).unwrap();
+        let fds = queued.encoded().fds.to_vec();
+        assert_eq!(
+            &fds[..2],
+            &[out_fd, log_fd],
+            "the run's own output and log, not copies"
+        );
+        assert_ne!(fds[2], cgroup_fd, "the cgroup file is a copy");
+        assert_eq!(fds.len(), 3);
+
+        // Files that are not the request's are refused rather than sent in another's place.
+        let other = open("other");
+        request.output = other.as_raw_fd();
+        let refused = Queued::holding_own(&request, other.into(), None)
+            .err()
+            .unwrap();
+        assert_eq!(refused.kind(), std::io::ErrorKind::InvalidInput);
     }
 
     #[test]

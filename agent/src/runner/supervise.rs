@@ -61,8 +61,7 @@ fn watch_exit(containment: Arc<Containment>, run_id: i64, pid: i32) -> Waiter {
                 .await
                 .unwrap_or_else(|e| (Err(std::io::Error::other(e)), 0));
         }
-        // It has exited: the wait returns at once.
-        let exit = spawn::wait(pid, || containment.reaping(pid));
+        let exit = spawn::reap(pid, || containment.reaping(pid));
         let reaped = containment.reaped_so_far();
         kill::signal_group(pid, Signal::SIGKILL);
         // The runs that ended with this one reap first; one look for strays then serves them all.
@@ -113,16 +112,13 @@ impl Runner {
             args: &launch.args,
             env: &launch.env,
             cwd: &self.config.scripts_dir,
-            output: &output_write,
-            start_mark: self.logs.start_marks().then(|| log.start_mark()),
+            output: output_write,
+            start_mark: self.logs.start_marks().then(|| log.shared()),
         };
-        let spawned = match spawn::request(&spec, &isolation) {
+        let spawned = match spawn::request(spec, &isolation) {
             Ok(request) => self.containment.spawn(run_id, request).await,
             Err(e) => Err(e),
         };
-        // Only the job holds the write end now: the copier sees the end of the output when
-        // the job's last process closes it.
-        drop(output_write);
         let pid = match spawned {
             Ok(pid) => pid,
             Err(e) => {
@@ -143,7 +139,7 @@ impl Runner {
         tracing::info!(run_id, job_id = trigger.job_id, pid, "Run started");
         let copier = tokio::spawn(output::copy(
             output_read,
-            log.writer(),
+            log.shared(),
             log.path.clone(),
             self.config.output,
         ));

@@ -13,11 +13,12 @@ use crate::callback;
 use crate::config::Config;
 use crate::error::Error;
 use crate::handlers::Handlers;
-use crate::journal::{Interrupted, Journal, Leftovers};
+use crate::journal::{Journal, Leftovers};
 use crate::link::{LinkConfig, Uplink};
 use crate::logs::Logs;
 use crate::protocol::{HandleCallbackParam, RunOutcome};
 use crate::registry::Registration;
+use crate::runner::start_marks::StartMarks;
 use crate::runner::{Runner, RunnerConfig, contain, limits, output};
 use crate::server;
 use crate::spool::Spool;
@@ -97,14 +98,14 @@ const JOURNAL_CAPACITY: usize = 100_000;
 /// Reports what the previous agent process left unfinished, before anything is sent: a run it
 /// accepted into its queue and never started goes back to the admins to be sent again
 /// (`not_started`, no retry used: it cannot have run), and so does a run marked started whose
-/// process never started (its log has no start mark; trusted only in the same boot of the host,
-/// as the mark is not fsynced); any other started run is reported `lost` (it may have run
+/// process never started (no start mark among `marked`; trusted only in the same boot of the
+/// host, as marks are not fsynced); any other started run is reported `lost` (it may have run
 /// partly; its job's retry policy decides). Spooled first, so the first heartbeat lists them
 /// as held and the admin waits for these results instead of judging on its own.
 fn settle_leftovers(
     spool: &Spool,
     journal: &Journal,
-    logs: &Logs,
+    marked: &std::collections::HashSet<i64>,
     leftovers: &Leftovers,
 ) -> std::io::Result<()> {
     let already: std::collections::HashSet<i64> = spool.held().into_iter().collect();
@@ -126,14 +127,11 @@ fn settle_leftovers(
         output: None,
         log: None,
     };
-    let (unspawned, interrupted): (Vec<&Interrupted>, Vec<&Interrupted>) = leftovers
+    let (unspawned, interrupted): (Vec<i64>, Vec<i64>) = leftovers
         .interrupted
         .iter()
-        .filter(|run| !already.contains(&run.run_id))
-        .partition(|run| {
-            leftovers.same_boot
-                && !crate::runner::process_started(logs, run.run_id, run.accepted_ms)
-        });
+        .filter(|run_id| !already.contains(run_id))
+        .partition(|run_id| leftovers.same_boot && !marked.contains(run_id));
     let mut results = Vec::new();
     for &run_id in &leftovers.never_started {
         results.push(result(
@@ -142,16 +140,16 @@ fn settle_leftovers(
             "the agent restarted before this queued run started; it is sent again",
         ));
     }
-    for run in &unspawned {
+    for &run_id in &unspawned {
         results.push(result(
-            run.run_id,
+            run_id,
             RunOutcome::NotStarted,
             "the agent stopped (killed or crashed) before this run's process started; it is sent again",
         ));
     }
-    for run in &interrupted {
+    for &run_id in &interrupted {
         results.push(result(
-            run.run_id,
+            run_id,
             RunOutcome::Lost,
             "the agent stopped (killed or crashed) while this run was in progress; it may have run partly",
         ));
@@ -169,7 +167,7 @@ fn settle_leftovers(
         .never_started
         .iter()
         .copied()
-        .chain(unspawned.iter().map(|run| run.run_id))
+        .chain(unspawned.iter().copied())
     {
         journal.released(run_id);
     }
@@ -273,13 +271,21 @@ pub async fn run(config: Config) -> Result<(), Error> {
         .map_err(Error::io("reading or creating the agent key"))?;
     let instance_id =
         crate::identity::new_instance_id().map_err(Error::io("making the instance id"))?;
-    let logs = Logs::open(config.log_dir.clone()).map_err(Error::io("opening the log folder"))?;
+    let logs = Logs::open(config.log_dir.clone(), config.log_retention_days)
+        .map_err(Error::io("opening the log folder"))?;
     let spool = Spool::open(config.spool_dir.clone()).map_err(Error::io("opening the spool"))?;
     let (journal, leftovers) = Journal::open(&config.data_dir, JOURNAL_CAPACITY)
         .map_err(Error::io("opening the accept journal"))?;
-    settle_leftovers(&spool, &journal, &logs, &leftovers).map_err(Error::io(
+    let marked = StartMarks::left_in(&config.data_dir).map_err(Error::io(
+        "reading the start marks a previous agent process left",
+    ))?;
+    settle_leftovers(&spool, &journal, &marked, &leftovers).map_err(Error::io(
         "spooling the results of runs a previous agent process left",
     ))?;
+    // Emptied only once those results are in the spool, so that no run goes on being judged
+    // started by a mark from another of its attempts.
+    let marks =
+        StartMarks::open(&config.data_dir).map_err(Error::io("opening the start marks file"))?;
     let runner = Runner::new(
         RunnerConfig {
             scripts_dir,
@@ -299,6 +305,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
         logs.clone(),
         spool.clone(),
         journal,
+        marks,
     );
     let advertise = match &listener {
         Some((_, bound)) => advertised(&config, *bound),
@@ -388,11 +395,10 @@ pub async fn run(config: Config) -> Result<(), Error> {
         spool.clone(),
         runner.results.clone(),
     ));
-    let retention_days = config.log_retention_days;
     let retention_logs = logs.clone();
     let retention = tokio::spawn(async move {
         loop {
-            let removed = retention_logs.remove_older_than(retention_days, crate::now_ms());
+            let removed = retention_logs.remove_expired(crate::now_ms());
             if removed > 0 {
                 tracing::info!(folders = removed, "Removed old run logs");
             }

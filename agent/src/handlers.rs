@@ -183,6 +183,7 @@ impl Handlers {
             param.log_date_tim,
             param.from_line_num,
             finished,
+            self.runner.accepted_ms(param.log_id),
         ) {
             Ok(result) => untyped(Envelope::ok(result)),
             Err(msg) => Envelope::fail(msg),

@@ -48,17 +48,12 @@ struct Known {
 pub struct Leftovers {
     /// Accepted into the queue and never started: safe to hand back for sending elsewhere.
     pub never_started: Vec<i64>,
-    /// Marked started and never finished: its process may have started before the agent died.
-    pub interrupted: Vec<Interrupted>,
+    /// Journalled as started and never finished: its process may have started before the agent
+    /// died.
+    pub interrupted: Vec<i64>,
     /// The previous process ran since the host's last boot, so what it left in files without
     /// an fsync (a run's start mark) is still there; after a reboot it may not be.
     pub same_boot: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Interrupted {
-    pub run_id: i64,
-    pub accepted_ms: i64,
 }
 
 struct Inner {
@@ -147,15 +142,12 @@ impl Journal {
         for (&id, known) in &runs {
             match known.fate {
                 Fate::Queued => leftovers.never_started.push(id),
-                Fate::Started => leftovers.interrupted.push(Interrupted {
-                    run_id: id,
-                    accepted_ms: known.accepted_ms,
-                }),
+                Fate::Started => leftovers.interrupted.push(id),
                 Fate::Finished => {}
             }
         }
         leftovers.never_started.sort_unstable();
-        leftovers.interrupted.sort_unstable_by_key(|i| i.run_id);
+        leftovers.interrupted.sort_unstable();
         // The previous process's unfinished runs are settled by the caller now (handed back
         // or reported), so they are remembered as finished; never-started ones are forgotten.
         runs.retain(|_, k| k.fate != Fate::Queued);
@@ -190,6 +182,11 @@ impl Journal {
     /// journal's memory, a previous one).
     pub fn fate(&self, run_id: i64) -> Option<Fate> {
         self.lock().runs.get(&run_id).map(|k| k.fate)
+    }
+
+    /// When `run_id` was accepted, if the journal remembers it.
+    pub fn accepted_ms(&self, run_id: i64) -> Option<i64> {
+        self.lock().runs.get(&run_id).map(|k| k.accepted_ms)
     }
 
     /// Notes an accepted run; returns a receiver that fires once the note is on disk (for a
@@ -506,12 +503,7 @@ mod tests {
             leftovers,
             Leftovers {
                 never_started: vec![2],
-                interrupted: [(1, 10), (3, 12), (6, 15)]
-                    .map(|(run_id, accepted_ms)| Interrupted {
-                        run_id,
-                        accepted_ms
-                    })
-                    .to_vec(),
+                interrupted: vec![1, 3, 6],
                 // Written in this boot of this host (the file's first line says so).
                 same_boot: true,
             }
@@ -609,9 +601,8 @@ mod tests {
         )
         .unwrap();
         let (journal, leftovers) = Journal::open(dir.path(), 100).unwrap();
-        let interrupted: Vec<i64> = leftovers.interrupted.iter().map(|i| i.run_id).collect();
         assert_eq!(
-            interrupted,
+            leftovers.interrupted,
             vec![1, 3, 4],
             "a line that is not text is skipped, not the rest"
         );

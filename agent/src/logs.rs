@@ -76,8 +76,8 @@ fn partial_char_tail(buf: &[u8]) -> usize {
 #[derive(Debug, Clone)]
 pub struct Logs {
     dir: PathBuf,
-    /// Whether the folder's file system keeps a run's start mark (`prepare::STARTED_MODE`).
-    start_marks: bool,
+    /// Days a log is kept (`log_retention_days`).
+    retention_days: u32,
 }
 
 fn day_folder(ms: i64) -> String {
@@ -88,36 +88,25 @@ fn day_folder(ms: i64) -> String {
 }
 
 impl Logs {
-    pub fn new(dir: PathBuf) -> Self {
+    pub fn new(dir: PathBuf, retention_days: u32) -> Self {
         Self {
             dir,
-            start_marks: true,
+            retention_days,
         }
     }
 
-    /// The agent's logs in `dir`, which is made if missing, having checked that its file system
-    /// keeps a run's start mark. Some do not (vfat, some network file systems refuse or drop the
-    /// sticky bit): there runs start unmarked, and a run a killed agent left is always `lost`.
+    /// The agent's logs in `dir`, which is made if missing.
     ///
     /// # Errors
-    /// When the folder cannot be made or written.
-    pub fn open(dir: PathBuf) -> std::io::Result<Self> {
+    /// When the folder cannot be made.
+    pub fn open(dir: PathBuf, retention_days: u32) -> std::io::Result<Self> {
         std::fs::create_dir_all(&dir)?;
-        let start_marks = crate::runner::start_marks_hold(&dir)?;
-        if !start_marks {
-            tracing::warn!(
-                dir = %dir.display(),
-                "The log folder's file system does not keep the sticky bit a run's process \
-                 sets as it starts; a run a killed agent leaves will be reported lost, never \
-                 handed back as not started"
-            );
-        }
-        Ok(Self { dir, start_marks })
+        Ok(Self::new(dir, retention_days))
     }
 
-    /// Whether runs mark their logs as they start (see `Logs::open`).
-    pub fn start_marks(&self) -> bool {
-        self.start_marks
+    /// The oldest day folder retention keeps at `now_ms`.
+    fn oldest_kept(&self, now_ms: i64) -> String {
+        day_folder(now_ms - i64::from(self.retention_days) * 86_400_000)
     }
 
     /// The file for a run triggered at `trigger_ms`. Run ids are numbers, so no path can escape.
@@ -128,7 +117,7 @@ impl Logs {
     }
 
     /// Finds a run's file when the caller's date is missing or wrong (looks at recent folders).
-    pub(crate) fn locate(&self, run_id: i64, trigger_ms: i64) -> Option<PathBuf> {
+    fn locate(&self, run_id: i64, trigger_ms: i64) -> Option<PathBuf> {
         let direct = self.path(run_id, trigger_ms);
         if direct.exists() {
             return Some(direct);
@@ -145,12 +134,16 @@ impl Logs {
     }
 
     /// Lines `from_line..` (1-based) of a run's log; `finished` says whether more can come.
+    /// A run this agent accepted at `accepted_ms` (as its journal remembers) that has no file
+    /// wrote nothing, since a log is made by its first write: its log is empty, unless retention
+    /// would have removed it by now.
     pub fn read(
         &self,
         run_id: i64,
         trigger_ms: i64,
         from_line: i64,
         finished: bool,
+        accepted_ms: Option<i64>,
     ) -> Result<LogResult, String> {
         if run_id <= 0 {
             return Err(format!("invalid log id {run_id}"));
@@ -159,6 +152,14 @@ impl Logs {
             return Err(format!("fromLineNum must be at least 1 (got {from_line})"));
         }
         let Some(path) = self.locate(run_id, trigger_ms) else {
+            if accepted_ms.is_some_and(|ms| day_folder(ms) >= self.oldest_kept(crate::now_ms())) {
+                return Ok(LogResult {
+                    from_line_num: from_line,
+                    to_line_num: from_line - 1,
+                    log_content: String::new(),
+                    is_end: finished,
+                });
+            }
             return Err(format!("no log for run {run_id} on this agent"));
         };
         let file = std::fs::File::open(&path).map_err(|e| format!("cannot open the log: {e}"))?;
@@ -199,9 +200,9 @@ impl Logs {
         })
     }
 
-    /// Removes date folders older than `days` days before `now_ms`; returns how many went.
-    pub fn remove_older_than(&self, days: u32, now_ms: i64) -> usize {
-        let cutoff = day_folder(now_ms - i64::from(days) * 86_400_000);
+    /// Removes the day folders retention no longer keeps at `now_ms`; returns how many went.
+    pub fn remove_expired(&self, now_ms: i64) -> usize {
+        let cutoff = self.oldest_kept(now_ms);
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return 0;
         };
@@ -227,68 +228,72 @@ mod tests {
     use super::*;
 
     #[test]
-    fn opening_makes_the_folder_and_finds_that_it_keeps_start_marks() {
+    fn opening_makes_the_folder() {
         let dir = tempfile::tempdir().unwrap();
         let folder = dir.path().join("a/b");
-        let logs = Logs::open(folder.clone()).unwrap();
-        assert!(logs.start_marks(), "ext4 and tmpfs keep the sticky bit");
-        assert_eq!(
-            std::fs::read_dir(&folder).unwrap().count(),
-            0,
-            "the probe is removed"
-        );
+        Logs::open(folder.clone(), 7).unwrap();
+        assert_eq!(std::fs::read_dir(&folder).unwrap().count(), 0);
     }
 
+    /// A log is made by its first write: a run the agent knows that has no file has an empty
+    /// log, complete once the run is over; a run it does not know, or one retention would have
+    /// removed by now, has none.
     #[test]
-    fn without_start_marks_an_unmarked_run_may_have_started() {
+    fn a_known_run_without_a_file_has_an_empty_log() {
         let dir = tempfile::tempdir().unwrap();
-        let mut logs = Logs::new(dir.path().to_owned());
-        assert!(
-            !crate::runner::process_started(&logs, 5, 0),
-            "no log, no start"
+        let logs = Logs::new(dir.path().to_owned(), 7);
+        let live = logs.read(5, 0, 1, false, Some(crate::now_ms())).unwrap();
+        assert_eq!(
+            (live.to_line_num, live.log_content.as_str(), live.is_end),
+            (0, "", false)
         );
-        logs.start_marks = false;
+        let done = logs.read(5, 0, 3, true, Some(crate::now_ms())).unwrap();
+        assert_eq!((done.to_line_num, done.is_end), (2, true));
+        let unknown = logs.read(5, 0, 1, true, None).unwrap_err();
+        assert!(unknown.contains("no log for run 5"), "{unknown}");
+        let month_ago = crate::now_ms() - 30 * 86_400_000;
+        let expired = logs.read(5, 0, 1, true, Some(month_ago)).unwrap_err();
         assert!(
-            crate::runner::process_started(&logs, 5, 0),
-            "a file system that drops the mark cannot tell, so the run counts as started"
+            expired.contains("no log for run 5"),
+            "retention would have removed it: {expired}"
         );
     }
 
     #[test]
     fn pages_by_line_and_reports_the_end() {
         let dir = tempfile::tempdir().unwrap();
-        let logs = Logs::new(dir.path().to_owned());
+        let logs = Logs::new(dir.path().to_owned(), 7);
         let path = logs.path(7, 1_732_270_000_000);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, "one\ntwo\nthree\npartial").unwrap();
-        let page = logs.read(7, 1_732_270_000_000, 2, false).unwrap();
+        let page = logs.read(7, 1_732_270_000_000, 2, false, None).unwrap();
         assert_eq!(
             (page.to_line_num, page.log_content.as_str(), page.is_end),
             (3, "two\nthree\n", false)
         );
-        let done = logs.read(7, 1_732_270_000_000, 4, true).unwrap();
+        let done = logs.read(7, 1_732_270_000_000, 4, true, None).unwrap();
         assert_eq!(
             (done.to_line_num, done.log_content.as_str(), done.is_end),
             (4, "partial", true)
         );
-        let past_end = logs.read(7, 1_732_270_000_000, 50, true).unwrap();
+        let past_end = logs.read(7, 1_732_270_000_000, 50, true, None).unwrap();
         assert_eq!(
             (past_end.to_line_num, past_end.log_content.as_str()),
             (49, "")
         );
         assert!(
-            logs.read(7, 0, 1, true).is_ok(),
+            logs.read(7, 0, 1, true, None).is_ok(),
             "found without the right date"
         );
-        assert!(logs.read(8, 0, 1, true).is_err());
-        assert!(logs.read(-1, 0, 1, true).is_err());
-        assert!(logs.read(7, 0, 0, true).is_err());
+        assert!(logs.read(8, 0, 1, true, None).is_err());
+        assert!(logs.read(-1, 0, 1, true, None).is_err());
+        assert!(logs.read(7, 0, 0, true, None).is_err());
     }
 
     #[test]
     fn a_long_line_is_paged_in_slices_that_join_back() {
         let dir = tempfile::tempdir().unwrap();
-        let logs = Logs::new(dir.path().to_owned());
+        let logs = Logs::new(dir.path().to_owned(), 7);
         let path = logs.path(9, 0);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         // 3.5 MB on one line, with multi-byte characters across the slice edges, then a short one.
@@ -296,7 +301,7 @@ mod tests {
         std::fs::write(&path, format!("{long}\nafter\n")).unwrap();
         let (mut from, mut joined, mut pages) = (1, String::new(), 0);
         loop {
-            let page = logs.read(9, 0, from, true).unwrap();
+            let page = logs.read(9, 0, from, true, None).unwrap();
             assert!(page.log_content.len() <= MAX_BYTES_PER_PAGE);
             assert!(page.to_line_num >= from, "every page makes progress");
             assert!(
@@ -313,7 +318,7 @@ mod tests {
         assert_eq!(joined, format!("{long}\nafter\n"));
         assert!(pages >= 4, "{pages} pages");
         // A slice is a line: line 2 starts where the first slice ended.
-        let second = logs.read(9, 0, 2, true).unwrap();
+        let second = logs.read(9, 0, 2, true, None).unwrap();
         // 65,536 = 10,922 × 6 + 4 cuts inside a `€`: the first slice ends before it.
         assert!(
             second.log_content.starts_with("€x"),
@@ -325,13 +330,13 @@ mod tests {
     #[test]
     fn a_growing_line_shows_only_its_complete_slices() {
         let dir = tempfile::tempdir().unwrap();
-        let logs = Logs::new(dir.path().to_owned());
+        let logs = Logs::new(dir.path().to_owned(), 7);
         let path = logs.path(10, 0);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, "y".repeat(SLICE_BYTES + 10)).unwrap();
-        let live = logs.read(10, 0, 1, false).unwrap();
+        let live = logs.read(10, 0, 1, false, None).unwrap();
         assert_eq!((live.to_line_num, live.log_content.len()), (1, SLICE_BYTES));
-        let done = logs.read(10, 0, 2, true).unwrap();
+        let done = logs.read(10, 0, 2, true, None).unwrap();
         assert_eq!(
             (done.to_line_num, done.log_content.len(), done.is_end),
             (2, 10, true)
@@ -341,14 +346,14 @@ mod tests {
     #[test]
     fn retention_removes_old_day_folders_only() {
         let dir = tempfile::tempdir().unwrap();
-        let logs = Logs::new(dir.path().to_owned());
+        let logs = Logs::new(dir.path().to_owned(), 7);
         for day in ["2026-01-01", "2026-11-20", "notes"] {
             std::fs::create_dir_all(dir.path().join(day)).unwrap();
         }
         let now = chrono::DateTime::parse_from_rfc3339("2026-11-22T00:00:00Z")
             .unwrap()
             .timestamp_millis();
-        assert_eq!(logs.remove_older_than(7, now), 1);
+        assert_eq!(logs.remove_expired(now), 1);
         assert!(dir.path().join("2026-11-20").exists() && dir.path().join("notes").exists());
     }
 }

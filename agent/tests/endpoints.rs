@@ -297,31 +297,7 @@ async fn bad_input_gets_an_envelope_error_and_spawns_nothing() {
     );
 
     // The same trigger, well-formed, runs; a line past the end of its log is an empty page.
-    let ok = post(
-        &agent,
-        "run",
-        Some(TOKEN),
-        &trigger(json!({"glueSource": "echo one; echo two", "logId": 8})),
-    )
-    .await
-    .unwrap();
-    assert_eq!(ok["code"], 200, "{ok}");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let page = loop {
-        let page = post(
-            &agent,
-            "log",
-            Some(TOKEN),
-            r#"{"logId": 8, "fromLineNum": 1, "logDateTim": 1732270000000}"#,
-        )
-        .await
-        .unwrap();
-        if page["content"]["isEnd"] == true {
-            break page;
-        }
-        assert!(Instant::now() < deadline, "the run did not finish: {page}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let page = run_to_its_end(&agent, 1, 8, "echo one; echo two").await;
     assert_eq!(page["content"]["logContent"], "one\ntwo\n");
     let past = post(
         &agent,
@@ -339,10 +315,56 @@ async fn bad_input_gets_an_envelope_error_and_spawns_nothing() {
         ),
         (Some(200), Some(""), Some(true))
     );
+    // A run that writes nothing leaves no file, and its log reads as empty, not missing.
+    let page = run_to_its_end(&agent, 2, 9, "true").await;
+    assert_eq!(
+        (
+            page["code"].as_i64(),
+            page["content"]["logContent"].as_str()
+        ),
+        (Some(200), Some("")),
+        "{page}"
+    );
+    let day_logs: Vec<String> = std::fs::read_dir(agent.dir.path().join("data/logs"))
+        .unwrap()
+        .flat_map(|day| std::fs::read_dir(day.unwrap().path()).unwrap())
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(day_logs, vec!["8.log"], "the silent run made no file");
     let idle = post(&agent, "idleBeat", Some(TOKEN), r#"{"jobId": 1}"#)
         .await
         .unwrap();
     assert_eq!(idle["code"], 200);
+}
+
+/// Runs `source` as job `job_id`'s run `log_id` and reads its log's first page once the run
+/// is over.
+async fn run_to_its_end(agent: &Running, job_id: i64, log_id: i64, source: &str) -> Value {
+    let started = post(
+        agent,
+        "run",
+        Some(TOKEN),
+        &trigger(json!({"glueSource": source, "logId": log_id, "jobId": job_id})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(started["code"], 200, "{started}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let page = post(
+            agent,
+            "log",
+            Some(TOKEN),
+            &format!(r#"{{"logId": {log_id}, "fromLineNum": 1, "logDateTim": 1732270000000}}"#),
+        )
+        .await
+        .unwrap();
+        if page["content"]["isEnd"] == true {
+            return page;
+        }
+        assert!(Instant::now() < deadline, "the run did not finish: {page}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Waits until the agent says the job has nothing running or queued (`idleBeat`).
@@ -452,14 +474,14 @@ async fn script_jobs_run_with_a_relative_data_folder() {
 async fn a_repeated_run_id_runs_once_even_across_a_restart() {
     let env = [("JOBFLEET_AGENT_MAX_CONCURRENT", "1")];
     let mut agent = start_with(&env).await;
-    let marks = agent.dir.path().join("marks");
-    std::fs::create_dir_all(&marks).unwrap();
+    let ran_markers = agent.dir.path().join("ran");
+    std::fs::create_dir_all(&ran_markers).unwrap();
     let run = |job: i64, log: i64, then: &str| {
         trigger(json!({"jobId": job, "logId": log,
-            "glueSource": format!("echo ran >> {}/{log}; {then}", marks.display())}))
+            "glueSource": format!("echo ran >> {}/{log}; {then}", ran_markers.display())}))
     };
     let ran = |log: i64| {
-        std::fs::read_to_string(marks.join(log.to_string()))
+        std::fs::read_to_string(ran_markers.join(log.to_string()))
             .map(|s| s.lines().count())
             .unwrap_or(0)
     };
@@ -498,20 +520,19 @@ async fn a_repeated_run_id_runs_once_even_across_a_restart() {
     // kill -9 and start again with the same folder and port.
     let _ = agent.child.kill();
     let _ = agent.child.wait();
-    // The running run's process marked its log as it started.
+    // The running run's process left its start mark as it started.
     let data = agent.dir.path().join("data");
-    let day = std::fs::read_dir(data.join("logs"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|d| d.join("100.log").exists())
-        .expect("the running run's log");
-    let mode = |path: &std::path::Path| {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
+    let marked = || {
+        std::fs::read(data.join("started.marks"))
+            .unwrap()
+            .chunks_exact(8)
+            .map(|slot| i64::from_le_bytes(slot.try_into().unwrap()))
+            .filter(|&run_id| run_id != 0)
+            .collect::<Vec<_>>()
     };
-    assert_eq!(mode(&day.join("100.log")), 0o1600);
-    // What a kill between a start landing in the journal and the process leaves: run 300's
-    // log was never made, run 400's was made and no process marked it.
+    assert_eq!(marked(), vec![100]);
+    // What a kill between a start landing in the journal and the process leaves: runs 300 and
+    // 400 are journalled as started, and no process marked them.
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -525,7 +546,6 @@ async fn a_repeated_run_id_runs_once_even_across_a_restart() {
         format!("A 300 {now}\nA 400 {now}\n").as_bytes(),
     )
     .unwrap();
-    std::fs::write(day.join("400.log"), "").unwrap();
     let port: u16 = agent.base.rsplit(':').next().unwrap().parse().unwrap();
     let dir = std::mem::replace(&mut agent.dir, tempfile::tempdir().unwrap());
     let agent = start_in(dir, port, &env).await;
@@ -547,6 +567,10 @@ async fn a_repeated_run_id_runs_once_even_across_a_restart() {
         held["content"]["heldRuns"],
         json!([100, 200, 300, 400]),
         "results wait in the spool: {held}"
+    );
+    assert!(
+        marked().is_empty(),
+        "the start marks the killed agent left are cleared once their results are spooled"
     );
     // A run handed back because its process never started may come again, and runs.
     let again = post(&agent, "run", Some(TOKEN), &run(3, 300, ""))

@@ -200,7 +200,12 @@ impl Containment {
         }
         answer
             .await
-            .unwrap_or_else(|_| Err(std::io::Error::other("the spawn's batch was dropped")))
+            // The batch may have gone out before it was dropped.
+            .unwrap_or_else(|_| {
+                Err(std::io::Error::other(super::spawner::MayHaveStarted(
+                    "the spawn's batch was dropped".into(),
+                )))
+            })
     }
 
     /// Starts every waiting spawn in one exchange with the spawner and enters the leaders,

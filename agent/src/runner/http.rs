@@ -100,7 +100,7 @@ fn waited(wait: Option<Duration>) -> String {
 }
 
 impl Runner {
-    /// Sends the run's request and reports its outcome. The log is marked started before the
+    /// Sends the run's request and reports its outcome. The run is marked started before the
     /// request leaves, so a restarted agent never sends it again unasked.
     pub(super) async fn send_http(
         self: &Arc<Self>,
@@ -112,10 +112,8 @@ impl Runner {
     ) -> HandleCallbackParam {
         let trigger = &prepared.trigger;
         let failed = |msg: String| outcome::failed(trigger, started_ms, msg, "none");
-        if self.logs.start_marks()
-            && let Err(e) = log.mark_started()
-        {
-            return failed(format!("cannot mark the run's log as started: {e}"));
+        if let Err(e) = self.marks.mark(trigger.log_id) {
+            return failed(format!("cannot write the run's start mark: {e}"));
         }
         let start_latency_us =
             u64::try_from(prepared.due().elapsed().as_micros()).unwrap_or(u64::MAX);

@@ -11,6 +11,7 @@ mod prepare;
 pub mod script;
 pub mod spawn;
 pub mod spawner;
+pub mod start_marks;
 mod supervise;
 
 use std::collections::{HashMap, VecDeque};
@@ -27,6 +28,7 @@ use crate::protocol::{
 };
 use crate::spool::{COLLECT_FOR, Due, Spool, SpoolWriter};
 use prepare::RunLog;
+use start_marks::StartMarks;
 
 /// Longest timeout a trigger may ask for: a week.
 pub const MAX_TIMEOUT_S: i64 = 7 * 24 * 3600;
@@ -184,6 +186,8 @@ fn fate_name(fate: Fate) -> &'static str {
 
 pub struct Runner {
     journal: Journal,
+    /// Which runs got as far as their process (or request), for a restart (`start_marks`).
+    marks: StartMarks,
     state: Mutex<State>,
     config: RunnerConfig,
     logs: Logs,
@@ -345,22 +349,20 @@ async fn journalled(queued: Option<Landed>, started: Landed) -> bool {
     }
 }
 
-/// Whether a run a previous agent process marked as started got as far as its own process,
-/// judged from its log's start mark; only sound in the boot that process ran in. Without start
-/// marks every such run may have started.
-pub fn process_started(logs: &Logs, run_id: i64, accepted_ms: i64) -> bool {
-    !logs.start_marks() || prepare::process_started(logs.locate(run_id, accepted_ms).as_deref())
-}
-
-pub use prepare::start_marks_hold;
-
 impl Runner {
     /// Starts the spool writer too, so it needs a tokio runtime.
-    pub fn new(config: RunnerConfig, logs: Logs, spool: Spool, journal: Journal) -> Arc<Self> {
+    pub fn new(
+        config: RunnerConfig,
+        logs: Logs,
+        spool: Spool,
+        journal: Journal,
+        marks: StartMarks,
+    ) -> Arc<Self> {
         let results = Arc::new(Due::default());
         let writer = SpoolWriter::start(spool.clone(), results.clone(), config.spool_gather);
         Arc::new(Self {
             journal,
+            marks,
             state: Mutex::new(State {
                 jobs: HashMap::new(),
                 running: 0,
@@ -586,7 +588,14 @@ impl Runner {
                 Err(e) => Err(e),
             };
             match spooled {
-                Ok(()) => runner.journal.finished(run_id),
+                // Its result outlives a restart now, so its start mark need not. Should the
+                // agent die after the admin took the result and before the journal's `F`, the
+                // run comes back `not_started` instead of `lost`: the admin ignores either, as
+                // it ignores any report on a run already final there.
+                Ok(()) => {
+                    runner.journal.finished(run_id);
+                    runner.marks.release(run_id);
+                }
                 Err(e) => tracing::error!(run_id, error = %e, "A result could not be spooled"),
             }
             runner.written();
@@ -726,6 +735,12 @@ impl Runner {
             .is_some_and(|j| j.current.is_some() || !j.queue.is_empty())
     }
 
+    /// When this agent took the run (queued, running or finished), as far as its journal
+    /// remembers.
+    pub fn accepted_ms(&self, run_id: i64) -> Option<i64> {
+        self.journal.accepted_ms(run_id)
+    }
+
     /// Whether the run is still running or queued (its log may still grow).
     pub fn run_live(&self, run_id: i64) -> bool {
         self.lock().jobs.values().any(|j| {
@@ -826,21 +841,7 @@ impl Runner {
     ) -> HandleCallbackParam {
         let trigger = &prepared.trigger;
         let started_ms = crate::now_ms();
-        // An http run is started by the agent right after this, with nothing in between that
-        // could fail unnoticed: its log is made with the start mark on it.
-        let started = matches!(prepared.work, Work::Http(_)) && self.logs.start_marks();
-        let path = self.logs.path(trigger.log_id, trigger.log_date_time);
-        let log = match RunLog::open(path, started) {
-            Ok(log) => log,
-            Err(e) => {
-                return outcome::failed(
-                    trigger,
-                    started_ms,
-                    format!("cannot open the run's log file: {e}"),
-                    self.limits_mode(),
-                );
-            }
-        };
+        let log = RunLog::new(self.logs.path(trigger.log_id, trigger.log_date_time));
         let mut result = self
             .execute_logged(&prepared, &log, started_ms, stop_rx)
             .await;

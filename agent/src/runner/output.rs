@@ -13,7 +13,8 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+
+use super::prepare::RunLog;
 
 /// Bytes read from the pipe at a time; kept small because every running run holds one.
 const CHUNK: usize = 16 * 1024;
@@ -61,28 +62,31 @@ fn free_bytes(path: &Path) -> std::io::Result<u64> {
 
 /// The ring of the last `cap` bytes, in a file beside the log.
 struct Ring {
-    path: PathBuf,
-    file: Option<File>,
+    /// The ring file and its path, made when the first byte beyond the head arrives.
+    file: Option<(File, PathBuf)>,
     cap: u64,
     written: u64,
 }
 
 impl Ring {
-    fn push(&mut self, mut bytes: &[u8]) -> std::io::Result<()> {
+    /// Keeps `bytes` of the output of the run logged at `log_path`.
+    fn push(&mut self, log_path: &Path, mut bytes: &[u8]) -> std::io::Result<()> {
         if self.cap == 0 {
             self.written += bytes.len() as u64;
             return Ok(());
         }
         let file = match &self.file {
-            Some(f) => f,
-            None => self.file.insert(
-                OpenOptions::new()
+            Some((f, _)) => f,
+            None => {
+                let path = log_path.with_extension("log.tail");
+                let file = OpenOptions::new()
                     .read(true)
                     .write(true)
                     .create(true)
                     .truncate(true)
-                    .open(&self.path)?,
-            ),
+                    .open(&path)?;
+                &self.file.insert((file, path)).0
+            }
         };
         // Only the last `cap` bytes of a large chunk can survive.
         if bytes.len() as u64 > self.cap {
@@ -108,7 +112,7 @@ impl Ring {
 
     /// Appends what the ring holds, oldest first, to `out`; then removes the ring file.
     fn drain_into(self, out: &mut impl Write) -> std::io::Result<()> {
-        let Some(file) = &self.file else {
+        let Some((file, _)) = &self.file else {
             return Ok(());
         };
         let held = self.written.min(self.cap);
@@ -126,15 +130,14 @@ impl Ring {
             out.write_all(&buf[..take])?;
             done += take as u64;
         }
-        let _ = std::fs::remove_file(&self.path);
         Ok(())
     }
 }
 
 impl Drop for Ring {
     fn drop(&mut self) {
-        if self.file.is_some() {
-            let _ = std::fs::remove_file(&self.path);
+        if let Some((_, path)) = &self.file {
+            let _ = std::fs::remove_file(path);
         }
     }
 }
@@ -153,16 +156,11 @@ fn mib(bytes: u64) -> String {
 /// measurable part of the agent's CPU per run (BENCHMARKS.md).
 const INLINE_BYTES: u64 = 256 * 1024;
 
-/// Copies the output pipe `source` into the log (`log`, the run's log file opened for append,
-/// at `log_path`) until end of file. Never fails: what went wrong is in the outcome. `source`
-/// must be the read end `pipe` made: it is taken as a non-blocking pipe without a look.
-pub(super) async fn copy(
-    source: File,
-    log: Arc<File>,
-    log_path: PathBuf,
-    limits: OutputLimits,
-) -> Outcome {
-    let mut copier = Copier::new(log, &log_path, limits);
+/// Copies the output pipe `source` into the run's log until end of file; the log is made by the
+/// first byte. Never fails: what went wrong is in the outcome. `source` must be the read end
+/// `pipe` made: it is taken as a non-blocking pipe without a look.
+pub(super) async fn copy(source: File, log: RunLog, limits: OutputLimits) -> Outcome {
+    let mut copier = Copier::new(log, limits);
     let pipe = match tokio::net::unix::pipe::Receiver::from_file_unchecked(source) {
         Ok(pipe) => pipe,
         Err(e) => {
@@ -220,10 +218,9 @@ pub(super) async fn copy(
 struct Copier {
     outcome: Outcome,
     /// None once logging stopped: what follows is drained and counted, not written. The run's
-    /// own open log, shared rather than duplicated (a dup and a close per run).
-    log: Option<Arc<File>>,
+    /// own log, shared rather than opened again (an open and a close per run).
+    log: Option<RunLog>,
     ring: Ring,
-    dir: PathBuf,
     limits: OutputLimits,
     head_cap: u64,
     head: u64,
@@ -235,20 +232,16 @@ struct Copier {
 }
 
 impl Copier {
-    fn new(log: Arc<File>, log_path: &Path, limits: OutputLimits) -> Self {
-        let outcome = Outcome::default();
-        let log = Some(log);
+    fn new(log: RunLog, limits: OutputLimits) -> Self {
         let head_cap = limits.max_bytes / 2;
         Self {
-            outcome,
-            log,
+            outcome: Outcome::default(),
+            log: Some(log),
             ring: Ring {
-                path: log_path.with_extension("log.tail"),
                 file: None,
                 cap: limits.max_bytes - head_cap,
                 written: 0,
             },
-            dir: log_path.parent().unwrap_or(Path::new(".")).to_path_buf(),
             limits,
             head_cap,
             head: 0,
@@ -280,14 +273,28 @@ impl Copier {
     }
 
     /// One chunk of output.
-    fn take(&mut self, mut chunk: &[u8]) {
+    fn take(&mut self, chunk: &[u8]) {
         self.outcome.total_bytes += chunk.len() as u64;
-        let Some(mut file) = self.log.as_deref() else {
-            return; // Logging stopped: drain so the job never blocks on a full pipe.
+        // Logging stopped: drain so the job never blocks on a full pipe.
+        let Some(log) = self.log.take() else {
+            return;
         };
+        match log.file() {
+            Ok(file) => {
+                if self.write(&log, file, chunk) {
+                    self.log = Some(log);
+                }
+            }
+            Err(e) => self.outcome.stopped = Some(format!("cannot make the log: {e}")),
+        }
+    }
+
+    /// Writes a chunk into the open log; false once logging stopped.
+    fn write(&mut self, log: &RunLog, mut file: &File, mut chunk: &[u8]) -> bool {
         if self.outcome.total_bytes >= self.next_check {
             self.next_check = self.outcome.total_bytes + CHECK_EVERY;
-            if let Ok(free) = free_bytes(&self.dir)
+            let dir = log.path().parent().unwrap_or(Path::new("."));
+            if let Ok(free) = free_bytes(dir)
                 && free < self.limits.min_free_bytes
             {
                 let why = format!(
@@ -301,8 +308,7 @@ impl Copier {
                     if self.last_byte == b'\n' { "" } else { "\n" }
                 );
                 self.outcome.stopped = Some(why);
-                self.log = None;
-                return;
+                return false;
             }
         }
         let result = (|| -> std::io::Result<()> {
@@ -327,12 +333,13 @@ impl Copier {
                 )?;
                 self.last_byte = b'\n';
             }
-            self.ring.push(chunk)
+            self.ring.push(log.path(), chunk)
         })();
         if let Err(e) = result {
             self.outcome.stopped = Some(format!("cannot write the log: {e}"));
-            self.log = None;
+            return false;
         }
+        true
     }
 
     /// Appends the tail held back, after a line saying what was cut.
@@ -346,8 +353,10 @@ impl Copier {
             ..
         } = self;
         outcome.cut_bytes = ring.cut();
-        if let Some(mut file) = log
+        // A ring holds bytes only after the head was written, so the log is open by then.
+        if let Some(log) = log
             && ring.written > 0
+            && let Ok(mut file) = log.file()
         {
             let (cut, ring_cap) = (outcome.cut_bytes, ring.cap);
             let result = (|| -> std::io::Result<()> {
@@ -383,18 +392,11 @@ mod tests {
         let (read, mut write) = pipe().unwrap();
         let data = output.to_vec();
         let writer = std::thread::spawn(move || write.write_all(&data).unwrap());
-        let file = Arc::new(
-            OpenOptions::new()
-                .append(true)
-                .create(true)
-                .open(&log)
-                .unwrap(),
-        );
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
-        let outcome = runtime.block_on(copy(read, file, log.clone(), limits));
+        let outcome = runtime.block_on(copy(read, RunLog::new(log.clone()), limits));
         writer.join().unwrap();
         let text = std::fs::read(&log).unwrap_or_default();
         (outcome, text, dir)

@@ -1,88 +1,70 @@
-//! Everything a run needs before it starts: its log file, its script, its arguments and its
-//! environment.
+//! Everything a run needs before it starts: its log (made by its first write), its script,
+//! its arguments and its environment.
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 use super::{Prepared, RunnerConfig, script};
 use crate::protocol::TriggerParam;
 
-/// The run's log: the copier appends the job's output, the agent its notices.
-pub(super) struct RunLog {
-    pub path: PathBuf,
-    /// Shared with the output copier and the spawn (`shared`).
-    file: Arc<File>,
+/// The run's log: the copier appends the job's output, the agent its notices. Made on the first
+/// write, so a run that writes nothing costs no file (issue 17: the create was the largest cost
+/// of a run on the agent's thread). Cloned handles share one file.
+#[derive(Clone)]
+pub(super) struct RunLog(Arc<LogFile>);
+
+struct LogFile {
+    path: PathBuf,
+    file: OnceLock<File>,
 }
 
-/// The start mark: the mode the run's process gives its log file before it execs, or an http
-/// run's log is made with right before its request is sent. The sticky bit means nothing on a
-/// regular file to Linux, and other logs are made without it, so after a restart in the same
-/// boot a log without it shows that the run never started.
-pub const STARTED_MODE: u32 = 0o1600;
-
 impl RunLog {
-    /// Opens the run's log, made if missing. `started` makes a new log with the start mark
-    /// already on it, for a run the agent starts at once itself (an http job's): the mark then
-    /// costs no ext4 journal transaction of its own on the agent's thread.
-    pub fn open(path: PathBuf, started: bool) -> std::io::Result<Self> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let mode = if started { STARTED_MODE } else { 0o600 };
-        // Read too: a note looks at the last byte to start on a line of its own. Without
-        // O_NOATIME that read, the first after a write, stamped the file's access time: one more
-        // ext4 journal transaction per run, and under a run's start the agent's thread waited
-        // for journal space behind it (BENCHMARKS.md, issue 17). O_NOATIME needs the file's
-        // owner, which the agent is unless an operator made the file: then it goes without.
-        let open = || {
-            let mut options = std::fs::OpenOptions::new();
-            options.create(true).read(true).append(true).mode(mode);
-            match options.clone().custom_flags(libc::O_NOATIME).open(&path) {
-                Err(e) if e.raw_os_error() == Some(libc::EPERM) => options.open(&path),
-                other => other,
-            }
-        };
-        // The day's folder is made by the first run of the day, not looked for by every run.
-        let file = match open() {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                path.parent().map(std::fs::create_dir_all).transpose()?;
-                open()?
-            }
-            other => other?,
-        };
-        Ok(Self {
+    /// The log at `path`; nothing is made until something is written.
+    pub fn new(path: PathBuf) -> Self {
+        Self(Arc::new(LogFile {
             path,
-            file: Arc::new(file),
-        })
+            file: OnceLock::new(),
+        }))
     }
 
-    /// The open log itself, for the output copier (appending) and the run's process (its start
-    /// mark): shared, not opened or duplicated again per use.
-    pub fn shared(&self) -> Arc<File> {
-        self.file.clone()
+    /// Where the log is, or is made.
+    pub fn path(&self) -> &Path {
+        &self.0.path
     }
 
-    /// Marks the run started from the agent itself, for a run that has no process of its own;
-    /// a log made marked (`open`'s `started`) is left as it is.
-    pub fn mark_started(&self) -> std::io::Result<()> {
-        use std::os::unix::fs::PermissionsExt;
-        if self.file.metadata()?.permissions().mode() & 0o7777 == STARTED_MODE {
-            return Ok(());
+    /// The open log, made (with its day's folder) if this is its first use.
+    ///
+    /// # Errors
+    /// When the file cannot be made or opened.
+    pub fn file(&self) -> std::io::Result<&File> {
+        if let Some(file) = self.0.file.get() {
+            return Ok(file);
         }
-        self.file
-            .set_permissions(std::fs::Permissions::from_mode(STARTED_MODE))
+        let opened = open_for_append(&self.0.path)?;
+        // Two first writers (the copier and a note) both open the one file; one is kept.
+        Ok(self.0.file.get_or_init(|| opened))
+    }
+
+    /// The log's descriptor if it was made by this handle or a clone of it.
+    fn opened(&self) -> Option<&File> {
+        self.0.file.get()
     }
 
     /// The whole log when it is at most `max` bytes (invalid UTF-8 replaced); `None` when it
-    /// is longer or cannot be read.
+    /// is longer or cannot be read. Empty when this run wrote nothing.
     pub fn whole_if_within(&self, max: usize) -> Option<String> {
         use std::os::unix::fs::FileExt;
-        let len = usize::try_from(self.file.metadata().ok()?.len()).ok()?;
+        let Some(file) = self.opened() else {
+            return Some(String::new());
+        };
+        let len = usize::try_from(file.metadata().ok()?.len()).ok()?;
         if len > max {
             return None;
         }
         let mut bytes = vec![0; len];
-        self.file.read_exact_at(&mut bytes, 0).ok()?;
+        file.read_exact_at(&mut bytes, 0).ok()?;
         Some(String::from_utf8_lossy(&bytes).into_owned())
     }
 
@@ -93,6 +75,32 @@ impl RunLog {
             log: self,
             bytes: Vec::new(),
         }
+    }
+}
+
+/// Opens a run's log for appending, made if missing with its day's folder.
+fn open_for_append(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    // Read too: a note looks at the last byte to start on a line of its own. Without
+    // O_NOATIME that read, the first after a write, stamped the file's access time: one more
+    // ext4 journal transaction per run, and under a run's start the agent's thread waited
+    // for journal space behind it (BENCHMARKS.md, issue 17). O_NOATIME needs the file's
+    // owner, which the agent is unless an operator made the file: then it goes without.
+    let open = || {
+        let mut options = std::fs::OpenOptions::new();
+        options.create(true).read(true).append(true).mode(0o600);
+        match options.clone().custom_flags(libc::O_NOATIME).open(path) {
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => options.open(path),
+            other => other,
+        }
+    };
+    // The day's folder is made by the first log of the day, not looked for by every one.
+    match open() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            path.parent().map(std::fs::create_dir_all).transpose()?;
+            open()
+        }
+        other => other,
     }
 }
 
@@ -128,37 +136,12 @@ impl Block<'_> {
     /// Best effort: a log line is not worth failing the run for.
     pub fn write(self) {
         use std::io::Write;
-        if !self.bytes.is_empty() {
-            let _ = (&*self.log.file).write_all(&self.bytes);
+        if !self.bytes.is_empty()
+            && let Ok(mut file) = self.log.file()
+        {
+            let _ = file.write_all(&self.bytes);
         }
     }
-}
-
-/// Whether files in `dir` keep the start mark: the probe sets it on a new file as a run's process
-/// would and reads it back.
-pub fn start_marks_hold(dir: &std::path::Path) -> std::io::Result<bool> {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let probe = dir.join(".start-mark-probe");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .mode(0o600)
-        .open(&probe)?;
-    let kept = file
-        .set_permissions(std::fs::Permissions::from_mode(STARTED_MODE))
-        .and_then(|()| file.metadata())
-        .is_ok_and(|m| m.permissions().mode() & 0o7777 == STARTED_MODE);
-    std::fs::remove_file(&probe)?;
-    Ok(kept)
-}
-
-/// Whether the run whose log is at `path` got as far as its process: false when the log is
-/// missing (it is made before the spawn) or was never marked.
-pub fn process_started(path: Option<&std::path::Path>) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    path.and_then(|p| std::fs::metadata(p).ok())
-        .is_some_and(|m| m.permissions().mode() & 0o7777 == STARTED_MODE)
 }
 
 impl RunLog {
@@ -170,14 +153,18 @@ impl RunLog {
         block.write();
     }
 
-    /// The log's last byte; a newline for an empty or unreadable log.
+    /// The log's last byte; a newline for an empty or unreadable log. Asked only by a note,
+    /// which writes next, so the log is opened (made) for it here.
     fn last_byte(&self) -> u8 {
         use std::os::unix::fs::FileExt;
         let mut last = [b'\n'];
-        if let Ok(meta) = self.file.metadata()
+        let Ok(file) = self.file() else {
+            return last[0];
+        };
+        if let Ok(meta) = file.metadata()
             && meta.len() > 0
         {
-            let _ = self.file.read_at(&mut last, meta.len() - 1);
+            let _ = file.read_at(&mut last, meta.len() - 1);
         }
         last[0]
     }
@@ -406,7 +393,7 @@ mod tests {
     #[test]
     fn a_log_comes_whole_only_within_the_bound() {
         let dir = tempfile::tempdir().unwrap();
-        let log = RunLog::open(dir.path().join("day/7.log"), false).unwrap();
+        let log = RunLog::new(dir.path().join("day/7.log"));
         assert_eq!(log.whole_if_within(10).as_deref(), Some(""));
         let mut block = log.block();
         block.output(b"hello \xff");
@@ -419,29 +406,29 @@ mod tests {
         assert_eq!(log.whole_if_within(10), None);
     }
 
-    /// A log made started carries the mark from its creation, and marking it again changes
-    /// nothing on disk (no chmod, so no journal transaction); one made plainly is marked then.
+    /// A run that writes nothing leaves no file; the first write makes it, with its day's
+    /// folder, and a clone of the handle writes to the same file.
     #[test]
-    fn a_log_made_started_is_marked_without_a_second_change() {
-        use std::os::unix::fs::MetadataExt;
+    fn a_log_is_made_by_its_first_write() {
+        use std::io::Write;
         let dir = tempfile::tempdir().unwrap();
-        let plain = dir.path().join("day/1.log");
-        let log = RunLog::open(plain.clone(), false).unwrap();
-        assert!(!process_started(Some(&plain)));
-        log.mark_started().unwrap();
-        assert!(process_started(Some(&plain)));
-
-        let marked = dir.path().join("day/2.log");
-        let log = RunLog::open(marked.clone(), true).unwrap();
-        assert!(process_started(Some(&marked)), "marked as it was made");
-        let changed = |m: &std::fs::Metadata| (m.ctime(), m.ctime_nsec());
-        let before = changed(&std::fs::metadata(&marked).unwrap());
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        log.mark_started().unwrap();
+        let path = dir.path().join("day/9.log");
+        let log = RunLog::new(path.clone());
+        let empty = log.block();
+        empty.write();
+        assert_eq!(log.whole_if_within(10).as_deref(), Some(""));
+        assert!(!path.exists(), "nothing written, yet a file was made");
+        let copier = log.clone();
+        copier.file().unwrap().write_all(b"out").unwrap();
         assert_eq!(
-            changed(&std::fs::metadata(&marked).unwrap()),
-            before,
-            "marking a marked log changed its inode"
+            log.whole_if_within(10).as_deref(),
+            Some("out"),
+            "the handle sees what its clone made"
+        );
+        log.note("done");
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "out\n[jobfleet-agent] done\n"
         );
     }
 
@@ -454,8 +441,8 @@ mod tests {
         use std::os::unix::fs::MetadataExt;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("day/8.log");
-        let log = RunLog::open(path.clone(), false).unwrap();
-        (&*log.file).write_all(b"partial").unwrap();
+        let log = RunLog::new(path.clone());
+        log.file().unwrap().write_all(b"partial").unwrap();
         // An access time well before the write, so that relatime would stamp the next read.
         let long_ago = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000_000);
         std::fs::File::open(&path)

@@ -15,6 +15,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::spawner;
+use super::start_marks::Mark;
 use crate::protocol::Limits;
 
 /// What the child needs before exec, computed beforehand: nothing may allocate there.
@@ -49,8 +50,9 @@ pub struct Spec<'a> {
     /// the process started, only the job holds it, and the copier sees the output end when the
     /// job's last process closes it.
     pub output: File,
-    /// The file the process marks as it starts (`prepare::STARTED_MODE`), where marks hold.
-    pub start_mark: Option<Arc<File>>,
+    /// The start marks file, and the mark the process writes into it as it starts
+    /// (`start_marks`).
+    pub start_mark: Option<(Arc<File>, Mark)>,
 }
 
 /// The spawner's request for the process, the leader of a new process group (see `spawner` for
@@ -80,12 +82,19 @@ pub fn request(spec: Spec<'_>, isolation: &Isolation) -> std::io::Result<spawner
         env: &env,
         cwd: &cwd,
         output: spec.output.as_raw_fd(),
-        start_mark: spec.start_mark.as_deref().map(AsRawFd::as_raw_fd),
+        start_mark: spec
+            .start_mark
+            .as_ref()
+            .map(|(marks, mark)| (marks.as_raw_fd(), *mark)),
         cgroup_procs: &isolation.cgroup_procs,
         rlimits: &isolation.rlimits,
         user: isolation.user,
     };
-    spawner::Queued::holding_own(&request, spec.output.into(), spec.start_mark)
+    spawner::Queued::holding_own(
+        &request,
+        spec.output.into(),
+        spec.start_mark.map(|(marks, _)| marks),
+    )
 }
 
 /// How a process ended, with the kernel's account of its resource use.

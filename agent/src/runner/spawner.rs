@@ -14,15 +14,17 @@
 //! The agent talks to the spawner over a socket pair, a batch at a time: the agent writes the
 //! requests of every run ready to start, back to back, then reads their answers, which come in
 //! the same order. A request carries the program, arguments, environment, folder, rlimits and
-//! run-as user, with the run's output and cgroup files as descriptors (`SCM_RIGHTS`); the answer
-//! is the pid, or the error that kept the process from starting (its pid too when it got as far
-//! as a process, which the agent then reaps). The spawner holds its answers while another request
-//! is already waiting and writes them together, so a batch costs the agent one wait and one
-//! wake-up, not one per run (a burst's starts used to be a fifth of the agent's CPU in those).
+//! run-as user, with the run's output, the start marks file and the cgroup files as descriptors
+//! (`SCM_RIGHTS`); the answer is the pid, or the error that kept the process from starting (its
+//! pid too when it got as far as a process, which the agent then reaps). The spawner holds its
+//! answers while another request is already waiting and writes them together, so a batch costs
+//! the agent one wait and one wake-up, not one per run (a burst's starts used to be a fifth of
+//! the agent's CPU in those).
 //! The agent stays blocked for the batch, as it did per run: it gathers the next batch meanwhile
 //! (an agent that carried on while its runs started wrote its journal and spool in smaller
 //! groups, and spent more, see BENCHMARKS). The spawner ends when the agent's end of the pair
-//! closes. Should it die between batches, the next forks a new one (from the grown agent then:
+//! closes, or once the agent is gone (its requests still in the socket do not start then).
+//! Should it die between batches, the next forks a new one (from the grown agent then:
 //! still correct, less small); should it die holding requests, those runs fail rather than risk
 //! being started twice, and the batch's requests it never got go to a new one.
 #![allow(
@@ -39,6 +41,8 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
+
+use super::start_marks::Mark;
 
 /// Largest request (arguments and environment): beyond what `execve` itself accepts.
 const MAX_REQUEST: usize = 16 * 1024 * 1024;
@@ -63,8 +67,9 @@ pub struct Request<'a> {
     pub cwd: &'a CStr,
     /// stdout and stderr.
     pub output: RawFd,
-    /// The file to give `prepare::STARTED_MODE` before anything else, where marks hold.
-    pub start_mark: Option<RawFd>,
+    /// The start marks file, and the run's mark the child writes into it before anything else
+    /// (`start_marks`).
+    pub start_mark: Option<(RawFd, Mark)>,
     /// `cgroup.procs` files to write the child's pid into.
     pub cgroup_procs: &'a [RawFd],
     /// (resource, limit) pairs for setrlimit.
@@ -141,8 +146,8 @@ pub struct Encoded<'a> {
 }
 
 /// A request encoded to be written with a later batch. It holds the request's descriptors (its
-/// own copies, or the run's own output end and shared log), so that they are still the run's
-/// files when the batch goes out, whatever became of the task that asked.
+/// own copies, or the run's own output end and the shared start marks file), so that they are
+/// still the run's files when the batch goes out, whatever became of the task that asked.
 pub struct Queued {
     message: Vec<u8>,
     raw_fds: Vec<RawFd>,
@@ -158,9 +163,9 @@ impl Queued {
     }
 
     /// As `new`, but holding the run's own descriptors instead of copies: `output` (the one
-    /// `request.output` names), which the caller has no more use for, and the shared log file
-    /// `request.start_mark` names. A run's start then costs two dups and two closes fewer
-    /// (BENCHMARKS.md, issue 17).
+    /// `request.output` names), which the caller has no more use for, and the shared start
+    /// marks file `request.start_mark` names. A run's start then costs two dups and two closes
+    /// fewer (BENCHMARKS.md, issue 17).
     ///
     /// # Errors
     /// As `new`.
@@ -169,10 +174,10 @@ impl Queued {
         output: OwnedFd,
         start_mark: Option<Arc<File>>,
     ) -> std::io::Result<Self> {
-        // A mismatch would send the spawner one file in another's place (the log as a cgroup
-        // file): refused, not only in debug builds.
+        // A mismatch would send the spawner one file in another's place (the marks file as a
+        // cgroup file): refused, not only in debug builds.
         if request.output != output.as_raw_fd()
-            || request.start_mark != start_mark.as_deref().map(AsRawFd::as_raw_fd)
+            || request.start_mark.map(|(fd, _)| fd) != start_mark.as_deref().map(AsRawFd::as_raw_fd)
         {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
@@ -199,7 +204,7 @@ impl Queued {
             None => copy(request.output)?,
         });
         if start_mark.is_none()
-            && let Some(fd) = request.start_mark
+            && let Some((fd, _)) = request.start_mark
         {
             fds.push(copy(fd)?);
         }
@@ -302,9 +307,9 @@ fn spawn_via(
                     for result in &mut results[first + slot..sent] {
                         *result = Some(Err(std::io::Error::new(
                             e.kind(),
-                            format!(
+                            MayHaveStarted(format!(
                                 "the spawner died before answering, so the run may not have started: {e}"
-                            ),
+                            )),
                         )));
                     }
                     failed.get_or_insert(e);
@@ -335,6 +340,25 @@ fn spawn_via(
             })
         })
         .collect()
+}
+
+/// A spawn that failed in a way that leaves its process possibly started, or still to start
+/// (its request reached a spawner that died before answering).
+#[derive(Debug)]
+pub struct MayHaveStarted(pub String);
+
+impl std::fmt::Display for MayHaveStarted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for MayHaveStarted {}
+
+/// Whether a failed spawn's process may have started anyway (`MayHaveStarted`).
+pub fn may_have_started(e: &std::io::Error) -> bool {
+    e.get_ref()
+        .is_some_and(|inner| inner.is::<MayHaveStarted>())
 }
 
 fn put_u32(out: &mut Vec<u8>, n: usize) -> std::io::Result<()> {
@@ -380,7 +404,14 @@ fn encode(request: &Request<'_>) -> std::io::Result<Vec<u8>> {
         }
         None => body.push(0),
     }
-    body.push(u8::from(request.start_mark.is_some()));
+    match request.start_mark {
+        Some((_, mark)) => {
+            body.push(1);
+            body.extend_from_slice(&mark.offset.to_le_bytes());
+            body.extend_from_slice(&mark.bytes());
+        }
+        None => body.push(0),
+    }
     if body.len() > MAX_REQUEST {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
@@ -437,6 +468,7 @@ fn read_answer(stream: &mut UnixStream) -> std::io::Result<(i32, i32)> {
 
 fn fork_spawner() -> std::io::Result<Connection> {
     let (ours, theirs) = UnixStream::pair()?;
+    let agent = nix::unistd::getpid();
     // SAFETY: the child touches only its own copy of memory: it closes what it inherited, then
     // serves requests and exits; it never returns into the caller's code. Started from `main`
     // the process has one thread; started later, glibc's fork keeps malloc usable in the child,
@@ -444,7 +476,7 @@ fn fork_spawner() -> std::io::Result<Connection> {
     match unsafe { nix::unistd::fork() }? {
         nix::unistd::ForkResult::Child => {
             drop(ours);
-            serve(theirs)
+            serve(theirs, agent)
         }
         nix::unistd::ForkResult::Parent { child } => {
             let thread = nix::unistd::gettid().as_raw();
@@ -482,12 +514,12 @@ pub fn of_agent(agent: u32) -> Option<i32> {
         })
 }
 
-/// The spawner's life: answers requests until the agent's end closes.
-fn serve(stream: UnixStream) -> ! {
+/// The spawner's life: answers requests until the agent's end closes or the agent is gone.
+fn serve(stream: UnixStream, agent: nix::unistd::Pid) -> ! {
     close_inherited(stream.as_raw_fd());
     // Named, so an operator tells it from the agent; a nameless failure changes nothing.
     let _ = nix::sys::prctl::set_name(NAME);
-    let code = match serve_requests(stream) {
+    let code = match serve_requests(stream, agent) {
         Ok(()) => 0,
         Err(_) => 1,
     };
@@ -514,7 +546,7 @@ fn close_inherited(keep: RawFd) {
     }
 }
 
-fn serve_requests(mut stream: UnixStream) -> std::io::Result<()> {
+fn serve_requests(mut stream: UnixStream, agent: nix::unistd::Pid) -> std::io::Result<()> {
     let devnull = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -539,6 +571,11 @@ fn serve_requests(mut stream: UnixStream) -> std::io::Result<()> {
                 return ended.map(|_| ());
             }
         };
+        // An agent killed -9 leaves requests in the socket. None of them starts now: a restarted
+        // agent may already have read the start marks and judged their runs never started.
+        if nix::unistd::getppid() != agent {
+            return Ok(());
+        }
         let (pid, errno) = match Decoded::parse(&body, &fds) {
             Some(decoded) => launch(&decoded, devnull.as_raw_fd(), &mut stack),
             None => (-1, libc::EINVAL),
@@ -613,7 +650,8 @@ struct Decoded<'a> {
     rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
     user: Option<(u32, u32)>,
     output: RawFd,
-    start_mark: Option<RawFd>,
+    /// The marks file, the offset of the run's slot, and the mark's bytes.
+    start_mark: Option<(RawFd, libc::off_t, [u8; 8])>,
     cgroup_procs: Vec<RawFd>,
 }
 
@@ -665,17 +703,24 @@ impl<'a> Decoded<'a> {
             [0] => None,
             _ => Some((r.u32()?, r.u32()?)),
         };
-        let marked = r.bytes::<1>()? != [0];
+        let marked = match r.bytes::<1>()? {
+            [0] => None,
+            _ => Some((
+                libc::off_t::try_from(u64::from_le_bytes(r.bytes()?)).ok()?,
+                r.bytes::<8>()?,
+            )),
+        };
         let [output, rest @ ..] = fds else {
             return None;
         };
-        let (start_mark, cgroup_procs) = if marked {
-            let [mark, cgroup_procs @ ..] = rest else {
-                return None;
-            };
-            (Some(mark.as_raw_fd()), cgroup_procs)
-        } else {
-            (None, rest)
+        let (start_mark, cgroup_procs) = match marked {
+            Some((offset, bytes)) => {
+                let [marks, cgroup_procs @ ..] = rest else {
+                    return None;
+                };
+                (Some((marks.as_raw_fd(), offset, bytes)), cgroup_procs)
+            }
+            None => (None, rest),
         };
         Some(Self {
             program,
@@ -709,8 +754,9 @@ fn launch(request: &Decoded<'_>, devnull: RawFd, stack: &mut [u8]) -> (i32, i32)
     // The stack grows down from a 16-byte aligned top.
     let top = top.wrapping_sub(top as usize % 16);
     // SAFETY: the child shares our memory (CLONE_VM) while we are suspended until it execs or
-    // exits (CLONE_VFORK), so `args` and the stack outlive its use of them; it runs only
-    // async-signal-safe libc calls on data decoded beforehand. CLONE_PARENT makes it the agent's
+    // exits (CLONE_VFORK), so `args` and the stack outlive its use of them; it runs only libc's
+    // thin system-call wrappers (no lock, no allocation) on data decoded beforehand, in a
+    // process of one thread. CLONE_PARENT makes it the agent's
     // child; SIGCHLD goes to the agent when it ends, as for a forked child.
     let pid = unsafe {
         libc::clone(
@@ -772,11 +818,15 @@ unsafe fn become_run(args: &ChildArgs<'_>) -> i32 {
     // SAFETY: plain libc calls on locals and on the request's prepared data.
     unsafe {
         // First, so that a run marked in the journal as started and whose mark is missing
-        // certainly never ran anything (see `prepare::STARTED_MODE`).
-        if let Some(mark) = request.start_mark
-            && libc::fchmod(mark, super::prepare::STARTED_MODE) != 0
-        {
-            return errno();
+        // certainly never ran anything (see `start_marks`).
+        if let Some((marks, offset, bytes)) = &request.start_mark {
+            let written = libc::pwrite(*marks, bytes.as_ptr().cast(), bytes.len(), *offset);
+            if written < 0 {
+                return errno();
+            }
+            if written as usize != bytes.len() {
+                return libc::ENOSPC;
+            }
         }
         // A run starts with no signal blocked and SIGPIPE at its default: the agent ignores it,
         // and an ignored signal stays ignored across exec.
@@ -843,19 +893,24 @@ mod tests {
     fn a_request_holding_the_runs_own_files_sends_them_in_the_spawners_order() {
         let dir = tempfile::tempdir().unwrap();
         let open = |name: &str| File::create(dir.path().join(name)).unwrap();
-        let (output, log, cgroup) = (open("out"), Arc::new(open("log")), open("procs"));
-        let (out_fd, log_fd, cgroup_fd) = (output.as_raw_fd(), log.as_raw_fd(), cgroup.as_raw_fd());
+        let (output, marks, cgroup) = (open("out"), Arc::new(open("marks")), open("procs"));
+        let (out_fd, marks_fd, cgroup_fd) =
+            (output.as_raw_fd(), marks.as_raw_fd(), cgroup.as_raw_fd());
         let argv = [c"true".to_owned()];
         let mut request = Request::plain(c"/bin/true", &argv, out_fd);
-        request.start_mark = Some(log_fd);
+        let mark = Mark {
+            offset: 8,
+            run_id: 5,
+        };
+        request.start_mark = Some((marks_fd, mark));
         let cgroups = [cgroup_fd];
         request.cgroup_procs = &cgroups;
-        let queued = Queued::holding_own(&request, output.into(), Some(log.clone())).unwrap();
+        let queued = Queued::holding_own(&request, output.into(), Some(marks.clone())).unwrap();
         let fds = queued.encoded().fds.to_vec();
         assert_eq!(
             &fds[..2],
-            &[out_fd, log_fd],
-            "the run's own output and log, not copies"
+            &[out_fd, marks_fd],
+            "the run's own output and the shared marks file, not copies"
         );
         assert_ne!(fds[2], cgroup_fd, "the cgroup file is a copy");
         assert_eq!(fds.len(), 3);
@@ -879,7 +934,13 @@ mod tests {
             env: &env,
             cwd: c"/tmp",
             output: 1,
-            start_mark: Some(2),
+            start_mark: Some((
+                2,
+                Mark {
+                    offset: 24,
+                    run_id: 77,
+                },
+            )),
             cgroup_procs: &[],
             rlimits: &[(libc::RLIMIT_NPROC, 7)],
             user: Some((1000, 1001)),
@@ -903,14 +964,18 @@ mod tests {
         assert_eq!(decoded.envp.len(), 2);
         assert_eq!(decoded.rlimits, vec![(libc::RLIMIT_NPROC, 7)]);
         assert_eq!(decoded.user, Some((1000, 1001)));
+        assert_eq!(
+            decoded.start_mark,
+            Some((fds[1].as_raw_fd(), 24, 77i64.to_le_bytes()))
+        );
         // A truncated body is refused, not read past.
         for cut in 0..body.len() {
             assert!(Decoded::parse(&body[..cut], &fds).is_none(), "cut at {cut}");
         }
         assert!(Decoded::parse(body, &fds[..1]).is_none(), "no start mark");
 
-        // Where the log folder keeps no marks, none is sent and the descriptors after the
-        // output are the cgroup files.
+        // Without a mark (tests' plain runs), the descriptors after the output are the cgroup
+        // files.
         let unmarked = encode(&Request {
             start_mark: None,
             cgroup_procs: &[3],
@@ -984,7 +1049,7 @@ mod tests {
             env: &[],
             cwd: c"/",
             output: 1,
-            start_mark: Some(2),
+            start_mark: Some((2, Mark::default())),
             cgroup_procs: &[],
             rlimits: &[],
             user: None,
@@ -1121,6 +1186,50 @@ mod tests {
             );
         }
         forget_spawner(&mut slot);
+    }
+
+    /// Each run's process writes its own mark into its slot before anything else, so even one
+    /// whose exec then fails is marked; a run without a mark writes none.
+    #[test]
+    fn a_run_s_process_writes_its_start_mark_into_its_slot() {
+        let dir = tempfile::tempdir().unwrap();
+        let marks = crate::runner::start_marks::StartMarks::open(dir.path()).unwrap();
+        let file = marks.file();
+        let devnull = devnull();
+        let fds = [devnull.as_raw_fd(), file.as_raw_fd()];
+        let argv = [c"sh".to_owned(), c"-c".to_owned(), c"exit 0".to_owned()];
+        let messages: Vec<Vec<u8>> = [(41, c"/bin/sh"), (42, c"/nonexistent/program")]
+            .into_iter()
+            .map(|(run_id, program)| {
+                let mut request = Request::plain(program, &argv, fds[0]);
+                request.start_mark = Some((fds[1], marks.take(run_id)));
+                encode(&request).unwrap()
+            })
+            .chain([plain_request(c"/bin/sh", &argv, fds[0])])
+            .collect();
+        let batch: Vec<Encoded<'_>> = messages
+            .iter()
+            .enumerate()
+            .map(|(i, message)| Encoded {
+                message,
+                fds: if i < 2 { &fds } else { &fds[..1] },
+            })
+            .collect();
+        let mut slot = None;
+        let outcomes = spawn_via(&mut slot, fork_spawner, &batch);
+        forget_spawner(&mut slot);
+        for outcome in [&outcomes[0], &outcomes[2]] {
+            let pid = nix::unistd::Pid::from_raw(*outcome.as_ref().unwrap());
+            nix::sys::wait::waitpid(pid, None).unwrap();
+        }
+        assert_eq!(
+            outcomes[1].as_ref().unwrap_err().raw_os_error(),
+            Some(libc::ENOENT)
+        );
+        assert_eq!(
+            crate::runner::start_marks::StartMarks::left_in(dir.path()).unwrap(),
+            std::collections::HashSet::from([41, 42])
+        );
     }
 
     /// The agent gave up on a request it could not write whole (the stream ends inside it):

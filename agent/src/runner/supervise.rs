@@ -10,7 +10,7 @@ use tokio::task::{JoinError, JoinHandle};
 
 use super::contain::Containment;
 use super::prepare::{Launch, RunLog};
-use super::{Prepared, Runner, StopReason, kill, limits, output, spawn};
+use super::{Prepared, Runner, StopReason, kill, limits, output, spawn, spawner};
 use crate::protocol::{Limits, RunOutcome, Usage};
 
 /// A run that ran, as far as its outcome needs to know.
@@ -113,7 +113,7 @@ impl Runner {
             env: &launch.env,
             cwd: &self.config.scripts_dir,
             output: output_write,
-            start_mark: self.logs.start_marks().then(|| log.shared()),
+            start_mark: Some((self.marks.file(), self.marks.take(run_id))),
         };
         let spawned = match spawn::request(spec, &isolation) {
             Ok(request) => self.containment.spawn(run_id, request).await,
@@ -122,6 +122,9 @@ impl Runner {
         let pid = match spawned {
             Ok(pid) => pid,
             Err(e) => {
+                if spawner::may_have_started(&e) {
+                    self.marks.retire(run_id);
+                }
                 let msg = format!("cannot start `{}`: {e}", launch.program.display());
                 log.note(&msg);
                 launch.script.remove();
@@ -137,12 +140,7 @@ impl Runner {
         let start_latency_us =
             u64::try_from(prepared.due().elapsed().as_micros()).unwrap_or(u64::MAX);
         tracing::info!(run_id, job_id = trigger.job_id, pid, "Run started");
-        let copier = tokio::spawn(output::copy(
-            output_read,
-            log.shared(),
-            log.path.clone(),
-            self.config.output,
-        ));
+        let copier = tokio::spawn(output::copy(output_read, log.clone(), self.config.output));
         let waiter = watch_exit(self.containment.clone(), run_id, pid);
         let (waited, stopped) = self.wait_or_stop(prepared, pid, waiter, stop_rx, log).await;
         let (exit, leftovers) = match waited {

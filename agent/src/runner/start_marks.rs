@@ -1,0 +1,214 @@
+//! Start marks: which runs got as far as their own process (an http run: as far as its request)
+//! before the agent stopped. A restarted agent hands a run whose start is in its journal back to
+//! the admins as `not_started` only when no mark says it got that far.
+//!
+//! The marks are slots of 8 bytes in one file of the data folder, each a run id (little-endian;
+//! 0 is no run). A run takes a free slot before it starts. Its process writes its run id there,
+//! in the spawner's child before any other step (so a process that left no mark ran nothing);
+//! the agent writes an http run's mark itself before the request leaves. A slot is free again
+//! once its run's result is in the spool, which is fsynced: from then on a restart reports the
+//! spooled result, and the mark is not needed. Marks are not fsynced, so they are trusted only in
+//! the boot of the host they were written in (`journal::Leftovers::same_boot`).
+//!
+//! Why slots and not a mark on each run's log file: that made every run create a file before it
+//! started, even a run that writes nothing, and the create was the largest single cost of a run
+//! on the agent's thread (BENCHMARKS.md, issue 17). A slot is rewritten in place: no inode, no
+//! directory entry, and the file's modification time, its one journal change, moves only with
+//! the kernel's clock tick, not with each write.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// The marks file's name in the agent's data folder.
+pub const FILE: &str = "started.marks";
+const SLOT_BYTES: u64 = 8;
+
+/// Where a run's process writes its mark: `run_id` at `offset` of the marks file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Mark {
+    pub offset: u64,
+    pub run_id: i64,
+}
+
+impl Mark {
+    /// What the process writes at `offset`.
+    pub fn bytes(self) -> [u8; 8] {
+        self.run_id.to_le_bytes()
+    }
+}
+
+/// The agent's marks file and which slot each starting or finished run holds in it.
+pub struct StartMarks {
+    /// Shared with the spawn requests, whose processes write their marks into it.
+    file: Arc<File>,
+    slots: Mutex<Slots>,
+}
+
+#[derive(Default)]
+struct Slots {
+    held: HashMap<i64, u32>,
+    free: Vec<u32>,
+    /// Slots ever handed out: the file's length in slots, at most.
+    made: u32,
+}
+
+impl StartMarks {
+    /// The runs a previous agent process marked in `dir`. Read before `open` empties the file.
+    ///
+    /// # Errors
+    /// When the file is there and cannot be read.
+    pub fn left_in(dir: &Path) -> std::io::Result<HashSet<i64>> {
+        let bytes = match std::fs::read(dir.join(FILE)) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(HashSet::new()),
+            Err(e) => return Err(e),
+        };
+        Ok(bytes
+            .chunks_exact(SLOT_BYTES as usize)
+            .filter_map(|slot| slot.try_into().ok().map(i64::from_le_bytes))
+            .filter(|&run_id| run_id > 0)
+            .collect())
+    }
+
+    /// The marks file in `dir`, emptied: call it once what a previous process left is settled
+    /// (its results spooled), since a mark left in a slot no run takes would otherwise still be
+    /// read after the next restart.
+    ///
+    /// # Errors
+    /// When the file cannot be made or emptied.
+    pub fn open(dir: &Path) -> std::io::Result<Self> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(dir.join(FILE))?;
+        Ok(Self {
+            file: Arc::new(file),
+            slots: Mutex::new(Slots::default()),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Slots> {
+        self.slots
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The slot `run_id` writes its mark into: a free one, or the one it holds already.
+    pub fn take(&self, run_id: i64) -> Mark {
+        let mut slots = self.lock();
+        let slot = match slots.held.get(&run_id) {
+            Some(&slot) => slot,
+            None => {
+                let slot = match slots.free.pop() {
+                    Some(slot) => slot,
+                    None => {
+                        slots.made += 1;
+                        slots.made - 1
+                    }
+                };
+                slots.held.insert(run_id, slot);
+                slot
+            }
+        };
+        Mark {
+            offset: u64::from(slot) * SLOT_BYTES,
+            run_id,
+        }
+    }
+
+    /// Marks `run_id` started from the agent itself, for a run without a process of its own.
+    ///
+    /// # Errors
+    /// When the write fails: the run must not start unmarked.
+    pub fn mark(&self, run_id: i64) -> std::io::Result<()> {
+        let mark = self.take(run_id);
+        self.file.write_all_at(&mark.bytes(), mark.offset)
+    }
+
+    /// `run_id`'s result is in the spool: its slot may go to another run. A run that never took
+    /// one changes nothing.
+    pub fn release(&self, run_id: i64) {
+        let mut slots = self.lock();
+        if let Some(slot) = slots.held.remove(&run_id) {
+            slots.free.push(slot);
+        }
+    }
+
+    /// `run_id`'s slot is never given to another run: its process may still write its mark
+    /// late (the spawner died holding its request), and would then overwrite another run's.
+    /// Eight bytes of the file per such run, for the agent process's life.
+    pub fn retire(&self, run_id: i64) {
+        self.lock().held.remove(&run_id);
+    }
+
+    /// The open marks file, for a spawn request to pass to the run's process.
+    pub fn file(&self) -> Arc<File> {
+        self.file.clone()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marks_are_read_back_after_a_restart_and_emptied_by_the_next_open() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(StartMarks::left_in(dir.path()).unwrap().is_empty());
+        let marks = StartMarks::open(dir.path()).unwrap();
+        marks.mark(7).unwrap();
+        // A process writes its mark through its own descriptor of the file.
+        let mark = marks.take(9);
+        marks
+            .file()
+            .write_all_at(&mark.bytes(), mark.offset)
+            .unwrap();
+        // Taken, never written: its process did not get that far.
+        marks.take(11);
+        drop(marks);
+        assert_eq!(
+            StartMarks::left_in(dir.path()).unwrap(),
+            HashSet::from([7, 9])
+        );
+        let _marks = StartMarks::open(dir.path()).unwrap();
+        assert!(StartMarks::left_in(dir.path()).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_slot_goes_to_another_run_only_once_released() {
+        let dir = tempfile::tempdir().unwrap();
+        let marks = StartMarks::open(dir.path()).unwrap();
+        let first = marks.take(1);
+        assert_eq!(marks.take(1), first, "a run keeps its slot");
+        let second = marks.take(2);
+        assert_ne!(second.offset, first.offset);
+        marks.mark(1).unwrap();
+        marks.release(1);
+        marks.release(1);
+        let third = marks.take(3);
+        assert_eq!(third.offset, first.offset, "the released slot is reused");
+        assert_ne!(
+            marks.take(4).offset,
+            third.offset,
+            "released twice, given once"
+        );
+        marks.mark(3).unwrap();
+        assert_eq!(
+            StartMarks::left_in(dir.path()).unwrap(),
+            HashSet::from([3]),
+            "run 1's mark is gone with its slot"
+        );
+        // A retired slot stays out of use, released or not.
+        let retired = marks.take(5);
+        marks.retire(5);
+        marks.release(5);
+        assert_ne!(marks.take(6).offset, retired.offset);
+    }
+}

@@ -101,13 +101,14 @@ const JOURNAL_CAPACITY: usize = 100_000;
 /// process never started (no start mark among `marked`; trusted only in the same boot of the
 /// host, as marks are not fsynced); any other started run is reported `lost` (it may have run
 /// partly; its job's retry policy decides). Spooled first, so the first heartbeat lists them
-/// as held and the admin waits for these results instead of judging on its own.
+/// as held and the admin waits for these results instead of judging on its own. A result
+/// already in the spool (an earlier start that died after spooling it) is not spooled twice.
+/// Returns the runs handed back, which the journal must forget so that they may come again.
 fn settle_leftovers(
     spool: &Spool,
-    journal: &Journal,
     marked: &std::collections::HashSet<i64>,
     leftovers: &Leftovers,
-) -> std::io::Result<()> {
+) -> std::io::Result<Vec<i64>> {
     let already: std::collections::HashSet<i64> = spool.held().into_iter().collect();
     let now = crate::now_ms();
     let result = |run_id: i64, status: RunOutcome, msg: &str| HandleCallbackParam {
@@ -130,7 +131,6 @@ fn settle_leftovers(
     let (unspawned, interrupted): (Vec<i64>, Vec<i64>) = leftovers
         .interrupted
         .iter()
-        .filter(|run_id| !already.contains(run_id))
         .partition(|run_id| leftovers.same_boot && !marked.contains(run_id));
     let mut results = Vec::new();
     for &run_id in &leftovers.never_started {
@@ -154,24 +154,21 @@ fn settle_leftovers(
             "the agent stopped (killed or crashed) while this run was in progress; it may have run partly",
         ));
     }
-    if results.is_empty() {
-        return Ok(());
+    results.retain(|result| !already.contains(&result.log_id));
+    if !results.is_empty() {
+        tracing::warn!(
+            never_started = leftovers.never_started.len() + unspawned.len(),
+            interrupted = interrupted.len(),
+            "Reporting the runs a previous agent process left"
+        );
+        spool.put_all(&results)?;
     }
-    tracing::warn!(
-        never_started = leftovers.never_started.len() + unspawned.len(),
-        interrupted = interrupted.len(),
-        "Reporting the runs a previous agent process left"
-    );
-    spool.put_all(&results)?;
-    for run_id in leftovers
+    Ok(leftovers
         .never_started
         .iter()
         .copied()
-        .chain(unspawned.iter().copied())
-    {
-        journal.released(run_id);
-    }
-    Ok(())
+        .chain(unspawned)
+        .collect())
 }
 
 fn private_dir(path: &std::path::Path) -> Result<(), Error> {
@@ -274,14 +271,19 @@ pub async fn run(config: Config) -> Result<(), Error> {
     let logs = Logs::open(config.log_dir.clone(), config.log_retention_days)
         .map_err(Error::io("opening the log folder"))?;
     let spool = Spool::open(config.spool_dir.clone()).map_err(Error::io("opening the spool"))?;
-    let (journal, leftovers) = Journal::open(&config.data_dir, JOURNAL_CAPACITY)
-        .map_err(Error::io("opening the accept journal"))?;
+    // The journal file keeps naming the previous process's runs unsettled until their results
+    // are in the spool: a crash before that finds them again.
+    let recovered =
+        Journal::recover(&config.data_dir).map_err(Error::io("reading the accept journal"))?;
     let marked = StartMarks::left_in(&config.data_dir).map_err(Error::io(
         "reading the start marks a previous agent process left",
     ))?;
-    settle_leftovers(&spool, &journal, &marked, &leftovers).map_err(Error::io(
-        "spooling the results of runs a previous agent process left",
-    ))?;
+    let handed_back = settle_leftovers(&spool, &marked, recovered.leftovers()).map_err(
+        Error::io("spooling the results of runs a previous agent process left"),
+    )?;
+    let journal = recovered
+        .open(JOURNAL_CAPACITY, &handed_back)
+        .map_err(Error::io("rewriting the accept journal"))?;
     // Emptied only once those results are in the spool, so that no run goes on being judged
     // started by a mark from another of its attempts.
     let marks =
@@ -438,4 +440,47 @@ pub async fn run(config: Config) -> Result<(), Error> {
         let _ = task.await;
     }
     Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// An earlier start that died after spooling the leftovers' results but before rewriting
+    /// its journal leaves the same leftovers: their results are not spooled twice, and the runs
+    /// handed back are still named, so the journal forgets them and a resend runs.
+    #[test]
+    fn leftovers_settled_twice_are_spooled_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(dir.path().join("spool")).unwrap();
+        let leftovers = Leftovers {
+            never_started: vec![2],
+            interrupted: vec![1, 3],
+            same_boot: true,
+        };
+        let marked = std::collections::HashSet::from([1]);
+        let spooled = |spool: &Spool| {
+            let mut runs: Vec<(i64, Option<RunOutcome>)> = spool
+                .pending()
+                .unwrap()
+                .iter()
+                .flat_map(|file| file.results.iter().map(|r| (r.log_id, r.status.clone())))
+                .collect();
+            runs.sort_unstable_by_key(|(id, _)| *id);
+            runs
+        };
+        let handed_back = settle_leftovers(&spool, &marked, &leftovers).unwrap();
+        assert_eq!(handed_back, vec![2, 3]);
+        let expected = vec![
+            (1, Some(RunOutcome::Lost)),
+            (2, Some(RunOutcome::NotStarted)),
+            (3, Some(RunOutcome::NotStarted)),
+        ];
+        assert_eq!(spooled(&spool), expected);
+        let reopened = Spool::open(dir.path().join("spool")).unwrap();
+        let handed_back = settle_leftovers(&reopened, &marked, &leftovers).unwrap();
+        assert_eq!(handed_back, vec![2, 3], "still forgotten by the journal");
+        assert_eq!(spooled(&reopened), expected, "nothing spooled twice");
+    }
 }

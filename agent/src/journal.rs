@@ -44,7 +44,7 @@ struct Known {
 }
 
 /// What a restarted agent finds of its previous process's runs.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Leftovers {
     /// Accepted into the queue and never started: safe to hand back for sending elsewhere.
     pub never_started: Vec<i64>,
@@ -97,13 +97,70 @@ pub struct Journal {
     queue: mpsc::UnboundedSender<Pending>,
 }
 
-impl Journal {
-    /// Opens (creating) the journal in `dir`, reads what the previous process left, compacts
-    /// the file and starts the writer (so it needs a tokio runtime).
+/// What a previous agent process left in the journal, read and not yet rewritten: until
+/// `open` puts the new file in place, the file on disk goes on naming those runs unsettled, so
+/// an agent that dies before their results are spooled finds them again at its next start.
+pub struct Recovered {
+    path: PathBuf,
+    runs: HashMap<i64, Known>,
+    next_order: u64,
+    leftovers: Leftovers,
+}
+
+impl Recovered {
+    /// The previous process's unfinished runs, for the caller to settle before `open`.
+    pub fn leftovers(&self) -> &Leftovers {
+        &self.leftovers
+    }
+
+    /// Once the leftovers are settled (their results spooled): remembers the previous
+    /// process's runs as finished, except those never started and those in `released` (handed
+    /// back, so they may be accepted again), compacts the file and starts the writer (so it
+    /// needs a tokio runtime).
     ///
     /// # Errors
-    /// When the file cannot be read or rewritten.
-    pub fn open(dir: &Path, capacity: usize) -> std::io::Result<(Self, Leftovers)> {
+    /// When the file cannot be rewritten.
+    pub fn open(self, capacity: usize, released: &[i64]) -> std::io::Result<Journal> {
+        let Self {
+            path,
+            mut runs,
+            next_order,
+            ..
+        } = self;
+        runs.retain(|_, k| k.fate != Fate::Queued);
+        for run_id in released {
+            runs.remove(run_id);
+        }
+        for known in runs.values_mut() {
+            known.fate = Fate::Finished;
+        }
+        forget_oldest(&mut runs, capacity);
+        let boot = boot_id();
+        let lines = rewrite(&path, boot.as_deref(), &runs)?;
+        let (queue, inbox) = mpsc::unbounded_channel();
+        let journal = Journal {
+            path,
+            boot,
+            capacity,
+            inner: Arc::new(Mutex::new(Inner {
+                runs,
+                next_order,
+                lines,
+            })),
+            queue,
+        };
+        tokio::spawn(write_forever(journal.clone(), inbox));
+        Ok(journal)
+    }
+}
+
+impl Journal {
+    /// Reads (without changing) what the previous process left in `dir`; `Recovered::open`
+    /// then starts this process's journal.
+    ///
+    /// # Errors
+    /// When the file exists and cannot be read.
+    pub fn recover(dir: &Path) -> std::io::Result<Recovered> {
         let path = dir.join(FILE);
         let mut runs: HashMap<i64, Known> = HashMap::new();
         let mut next_order = 0;
@@ -148,28 +205,12 @@ impl Journal {
         }
         leftovers.never_started.sort_unstable();
         leftovers.interrupted.sort_unstable();
-        // The previous process's unfinished runs are settled by the caller now (handed back
-        // or reported), so they are remembered as finished; never-started ones are forgotten.
-        runs.retain(|_, k| k.fate != Fate::Queued);
-        for known in runs.values_mut() {
-            known.fate = Fate::Finished;
-        }
-        forget_oldest(&mut runs, capacity);
-        let lines = rewrite(&path, boot.as_deref(), &runs)?;
-        let (queue, inbox) = mpsc::unbounded_channel();
-        let journal = Self {
+        Ok(Recovered {
             path,
-            boot,
-            capacity,
-            inner: Arc::new(Mutex::new(Inner {
-                runs,
-                next_order,
-                lines,
-            })),
-            queue,
-        };
-        tokio::spawn(write_forever(journal.clone(), inbox));
-        Ok((journal, leftovers))
+            runs,
+            next_order,
+            leftovers,
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -464,17 +505,24 @@ fn compact_now(journal: &Journal) {
 mod tests {
     use super::*;
 
+    /// The journal as a restart with nothing to hand back opens it.
+    fn open(dir: &Path, capacity: usize) -> (Journal, Leftovers) {
+        let recovered = Journal::recover(dir).unwrap();
+        let leftovers = recovered.leftovers().clone();
+        (recovered.open(capacity, &[]).unwrap(), leftovers)
+    }
+
     #[tokio::test]
     async fn a_journal_from_another_boot_or_without_one_is_not_of_this_boot() {
         let dir = tempfile::tempdir().unwrap();
         for head in ["B 00000000-0000-0000-0000-000000000000\n", ""] {
             std::fs::write(dir.path().join(FILE), format!("{head}A 7 70\n")).unwrap();
-            let (_, leftovers) = Journal::open(dir.path(), 100).unwrap();
+            let (_, leftovers) = open(dir.path(), 100);
             assert!(!leftovers.same_boot, "{head:?}");
             assert_eq!(leftovers.interrupted.len(), 1);
         }
         // The rewrite at open names this boot, so the next start trusts it.
-        let (_, leftovers) = Journal::open(dir.path(), 100).unwrap();
+        let (_, leftovers) = open(dir.path(), 100);
         assert!(leftovers.same_boot);
     }
 
@@ -482,7 +530,7 @@ mod tests {
     async fn a_restart_knows_what_was_accepted_and_what_never_started() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let (journal, leftovers) = Journal::open(dir.path(), 100).unwrap();
+            let (journal, leftovers) = open(dir.path(), 100);
             assert_eq!(leftovers, Leftovers::default());
             assert!(journal.accepted(1, false, 10).wait().await);
             assert!(journal.accepted(2, true, 11).wait().await);
@@ -498,7 +546,7 @@ mod tests {
             assert_eq!(journal.fate(2), Some(Fate::Queued));
             assert_eq!(journal.fate(5), None);
         }
-        let (journal, leftovers) = Journal::open(dir.path(), 100).unwrap();
+        let (journal, leftovers) = open(dir.path(), 100);
         assert_eq!(
             leftovers,
             Leftovers {
@@ -517,11 +565,41 @@ mod tests {
         assert_eq!(journal.fate(5), None);
     }
 
+    /// Until their results are spooled and `open` rewrites the file, a second crash finds the
+    /// same leftovers; once open, a run handed back is forgotten, so it may be accepted again.
+    #[tokio::test]
+    async fn leftovers_stay_in_the_file_until_settled() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(FILE), "A 1 5\nQ 2 6\nA 3 7\nF 3\nA 4 8\n").unwrap();
+        let first = Journal::recover(dir.path()).unwrap();
+        let expected = Leftovers {
+            never_started: vec![2],
+            interrupted: vec![1, 4],
+            same_boot: false,
+        };
+        assert_eq!(first.leftovers(), &expected);
+        drop(first);
+        let second = Journal::recover(dir.path()).unwrap();
+        assert_eq!(
+            second.leftovers(),
+            &expected,
+            "a crash before open changes nothing"
+        );
+        let journal = second.open(100, &[4]).unwrap();
+        assert_eq!(journal.fate(1), Some(Fate::Finished));
+        assert_eq!(journal.fate(2), None);
+        assert_eq!(journal.fate(3), Some(Fate::Finished));
+        assert_eq!(journal.fate(4), None, "handed back: it may come again");
+        let third = Journal::recover(dir.path()).unwrap();
+        assert_eq!(third.leftovers().never_started, Vec::<i64>::new());
+        assert_eq!(third.leftovers().interrupted, Vec::<i64>::new());
+    }
+
     #[tokio::test]
     async fn memory_is_bounded_to_the_newest_runs() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let (journal, _) = Journal::open(dir.path(), 1000).unwrap();
+            let (journal, _) = open(dir.path(), 1000);
             for id in 1..=5000 {
                 let landed = journal.accepted(id, false, id);
                 journal.finished(id);
@@ -531,7 +609,7 @@ mod tests {
             }
             assert!(journal.accepted(9999, false, 1).wait().await);
         }
-        let (journal, _) = Journal::open(dir.path(), 1000).unwrap();
+        let (journal, _) = open(dir.path(), 1000);
         assert_eq!(journal.fate(1), None, "the oldest are forgotten");
         assert_eq!(journal.fate(5000), Some(Fate::Finished));
         assert_eq!(journal.fate(9999), Some(Fate::Finished));
@@ -547,7 +625,7 @@ mod tests {
     #[tokio::test]
     async fn lines_after_a_compaction_land_in_the_new_file() {
         let dir = tempfile::tempdir().unwrap();
-        let (journal, _) = Journal::open(dir.path(), 1000).unwrap();
+        let (journal, _) = open(dir.path(), 1000);
         let mut last = None;
         for id in 1..=2100 {
             last = Some(journal.accepted(id, false, id));
@@ -600,7 +678,7 @@ mod tests {
             b"A 1 5\nA 2 6\nR 2\nA 3 7\n\xff\nA 4 8\nA 12",
         )
         .unwrap();
-        let (journal, leftovers) = Journal::open(dir.path(), 100).unwrap();
+        let (journal, leftovers) = open(dir.path(), 100);
         assert_eq!(
             leftovers.interrupted,
             vec![1, 3, 4],
@@ -608,7 +686,7 @@ mod tests {
         );
         assert_eq!(journal.fate(12), None);
         std::fs::write(dir.path().join(FILE), "A 1 5\nR 1").unwrap();
-        let (journal, _) = Journal::open(dir.path(), 100).unwrap();
+        let (journal, _) = open(dir.path(), 100);
         assert_eq!(
             journal.fate(1),
             Some(Fate::Finished),

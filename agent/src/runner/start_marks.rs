@@ -211,4 +211,34 @@ mod tests {
         marks.release(5);
         assert_ne!(marks.take(6).offset, retired.offset);
     }
+
+    /// A file cut short by a crash mid-write, or holding anything else: only whole slots with a
+    /// run id count; a torn tail, empty slots and negative numbers name no run.
+    #[test]
+    fn a_torn_or_foreign_marks_file_names_only_whole_run_ids() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&42_i64.to_le_bytes());
+        bytes.extend_from_slice(&0_i64.to_le_bytes());
+        bytes.extend_from_slice(&(-3_i64).to_le_bytes());
+        bytes.extend_from_slice(&7_i64.to_le_bytes());
+        bytes.extend_from_slice(&9_i64.to_le_bytes()[..5]);
+        std::fs::write(dir.path().join(FILE), &bytes).unwrap();
+        assert_eq!(
+            StartMarks::left_in(dir.path()).unwrap(),
+            HashSet::from([42, 7])
+        );
+        std::fs::write(dir.path().join(FILE), b"not marks").unwrap();
+        assert_eq!(
+            StartMarks::left_in(dir.path()).unwrap().len(),
+            1,
+            "eight bytes of text read as one number, any number: a stray mark only makes a run lost"
+        );
+        std::fs::remove_file(dir.path().join(FILE)).unwrap();
+        std::fs::create_dir(dir.path().join(FILE)).unwrap();
+        assert!(
+            StartMarks::left_in(dir.path()).is_err(),
+            "an unreadable file stops the start"
+        );
+    }
 }

@@ -22,7 +22,6 @@ use jobfleet_agent::protocol::{
     CODE_OK, Call, Envelope, Frame, HandleCallbackParam, MAX_FRAME_BYTES, RegistryParam, TakeParam,
     WRONG_TOKEN_MSG,
 };
-use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::dispatch::link::Link;
@@ -235,7 +234,7 @@ async fn up_call(
     key: &str,
     call: &Call,
     body: Box<RawValue>,
-) -> Result<Option<Value>, Error> {
+) -> Result<Option<Box<RawValue>>, Error> {
     let malformed =
         |e: serde_json::Error| Error::invalid("body", format!("malformed request: {e}"));
     match call {
@@ -262,7 +261,7 @@ async fn up_call(
             let param: TakeParam = serde_json::from_str(body.get()).map_err(malformed)?;
             let taken = crate::dispatch::pull::take(state, address, param.max).await?;
             Ok(Some(
-                serde_json::to_value(taken).map_err(|e| Error::Internal(e.into()))?,
+                serde_json::value::to_raw_value(&taken).map_err(|e| Error::Internal(e.into()))?,
             ))
         }
         other => Err(Error::invalid(

@@ -118,7 +118,7 @@ impl AdminClient {
         match request.send().await {
             Ok(response) => {
                 let text = response.text().await.unwrap_or_default();
-                match serde_json::from_str::<Envelope<serde_json::Value>>(&text) {
+                match serde_json::from_str::<Envelope<serde::de::IgnoredAny>>(&text) {
                     Ok(envelope) if envelope.is_ok() => Ok(()),
                     Ok(envelope) => Err(format!("{base}: {}", envelope.msg.unwrap_or_default())),
                     Err(_) => Err(format!("{base}: not an XXL-Job envelope")),

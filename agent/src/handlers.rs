@@ -8,13 +8,12 @@
 
 use std::sync::Arc;
 
-use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::Value;
 
 use crate::logs::Logs;
 use crate::protocol::{
-    CODE_OK, Call, Envelope, HeldRuns, JobIdParam, KillParam, LogParam, RunAccepted, TriggerParam,
+    CODE_OK, Call, Envelope, HeldRuns, JobIdParam, KillParam, LogParam, RawEnvelope, RunAccepted,
+    TriggerParam,
 };
 use crate::runner::Runner;
 
@@ -45,19 +44,8 @@ fn too_large_msg() -> String {
 }
 
 /// The envelope saying a body is over `MAX_BODY_BYTES`.
-pub fn too_large() -> Envelope<Value> {
+pub fn too_large() -> RawEnvelope {
     Envelope::fail(too_large_msg())
-}
-
-/// An envelope with its payload as JSON.
-fn untyped<T: Serialize>(envelope: Envelope<T>) -> Envelope<Value> {
-    let to_value = |v: Option<T>| v.and_then(|v| serde_json::to_value(v).ok());
-    Envelope {
-        code: envelope.code,
-        msg: envelope.msg,
-        content: to_value(envelope.content),
-        data: to_value(envelope.data),
-    }
 }
 
 /// The body as `T`; the error is the message to refuse with.
@@ -77,10 +65,10 @@ impl Handlers {
     }
 
     /// Serves one call with its body; every failure is an envelope with code 500.
-    pub async fn handle(&self, call: &Call, body: &[u8]) -> Envelope<Value> {
+    pub async fn handle(&self, call: &Call, body: &[u8]) -> RawEnvelope {
         let result = match call {
             // XXL-Job admins post `beat` with whatever body; only the token matters.
-            Call::Beat => Ok(untyped(Envelope::<()>::success())),
+            Call::Beat => Ok(Envelope::<()>::success().encoded()),
             Call::IdleBeat => parse::<JobIdParam>(body).map(|p| self.idle_beat(&p)),
             Call::Run => match parse::<TriggerParam>(body) {
                 Ok(trigger) => Ok(self.run(trigger).await),
@@ -88,7 +76,7 @@ impl Handlers {
             },
             Call::Kill => parse::<KillParam>(body).map(|p| self.kill(&p)),
             Call::Log => parse::<LogParam>(body).map(|p| self.log(&p)),
-            Call::Held => parse::<Value>(body).map(|_| self.held()),
+            Call::Held => parse::<serde::de::IgnoredAny>(body).map(|_| self.held()),
             Call::RunBatch => match parse::<Vec<TriggerParam>>(body) {
                 Ok(triggers) => Ok(self.run_batch(triggers).await),
                 Err(e) => Err(e),
@@ -100,15 +88,15 @@ impl Handlers {
         result.unwrap_or_else(Envelope::fail)
     }
 
-    fn idle_beat(&self, p: &JobIdParam) -> Envelope<Value> {
+    fn idle_beat(&self, p: &JobIdParam) -> RawEnvelope {
         if self.runner.job_busy(p.job_id) {
             Envelope::fail("job thread is running or has trigger queue.")
         } else {
-            untyped(Envelope::<()>::success())
+            Envelope::<()>::success().encoded()
         }
     }
 
-    async fn run(&self, trigger: TriggerParam) -> Envelope<Value> {
+    async fn run(&self, trigger: TriggerParam) -> RawEnvelope {
         let received = std::time::Instant::now();
         let run_id = trigger.log_id;
         match self.runner.submit(trigger, received) {
@@ -127,12 +115,10 @@ impl Handlers {
                     instance_id: self.instance_id.clone(),
                     seq: accepted.seq,
                 };
-                untyped(Envelope {
-                    code: CODE_OK,
+                RawEnvelope {
                     msg: Some(accepted.message),
-                    content: Some(taken_by.clone()),
-                    data: Some(taken_by),
-                })
+                    ..RawEnvelope::ok_encoded(&taken_by)
+                }
             }
             Err(msg) => {
                 tracing::info!(run_id, reason = %msg, "Trigger rejected");
@@ -143,19 +129,28 @@ impl Handlers {
 
     /// Several triggers at once (the runs a `take` found): each is handled as its own `run`,
     /// all together, so their journal lines share fsyncs. The content is each one's `run`
-    /// answer, in order.
-    async fn run_batch(&self, triggers: Vec<TriggerParam>) -> Envelope<Value> {
-        let answers =
-            futures_util::future::join_all(triggers.into_iter().map(|t| self.run(t))).await;
-        untyped(Envelope {
+    /// answer, in order, its payload in `content` only (only jobfleet admins send `runBatch`,
+    /// and they read either field).
+    async fn run_batch(&self, triggers: Vec<TriggerParam>) -> RawEnvelope {
+        let answers: Vec<RawEnvelope> =
+            futures_util::future::join_all(triggers.into_iter().map(|t| self.run(t)))
+                .await
+                .into_iter()
+                .map(|answer| RawEnvelope {
+                    data: None,
+                    ..answer
+                })
+                .collect();
+        Envelope {
             code: CODE_OK,
             msg: None,
             content: Some(answers),
             data: None,
-        })
+        }
+        .encoded()
     }
 
-    fn kill(&self, p: &KillParam) -> Envelope<Value> {
+    fn kill(&self, p: &KillParam) -> RawEnvelope {
         let msg = match p.log_id {
             Some(run_id) if run_id <= 0 => {
                 return Envelope::fail(format!("invalid logId {run_id}"));
@@ -176,7 +171,7 @@ impl Handlers {
         }
     }
 
-    fn log(&self, param: &LogParam) -> Envelope<Value> {
+    fn log(&self, param: &LogParam) -> RawEnvelope {
         let finished = !self.runner.run_live(param.log_id);
         match self.logs.read(
             param.log_id,
@@ -185,19 +180,19 @@ impl Handlers {
             finished,
             self.runner.accepted_ms(param.log_id),
         ) {
-            Ok(result) => untyped(Envelope::ok(result)),
+            Ok(result) => RawEnvelope::ok_encoded(&result),
             Err(msg) => Envelope::fail(msg),
         }
     }
 
     /// The runs held here, for an admin that must know before it sends a run again.
-    fn held(&self) -> Envelope<Value> {
+    fn held(&self) -> RawEnvelope {
         let (held_runs, accepted_through) = self.runner.held();
-        untyped(Envelope::ok(HeldRuns {
+        RawEnvelope::ok_encoded(&HeldRuns {
             instance_id: self.instance_id.clone(),
             held_runs,
             accepted_through,
-        }))
+        })
     }
 }
 

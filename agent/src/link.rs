@@ -17,7 +17,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
-use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
@@ -27,7 +26,7 @@ use tokio_tungstenite::tungstenite::{self, Message};
 use crate::handlers::Handlers;
 use crate::protocol::{
     ACCESS_TOKEN_HEADER, AGENT_ADDRESS_HEADER, AGENT_GROUP_HEADER, AGENT_KEY_HEADER, CONNECT_PATH,
-    Call, Envelope, Frame, MAX_FRAME_BYTES, TakeParam, TakeResult,
+    Call, Frame, MAX_FRAME_BYTES, RawEnvelope, TakeParam, TakeResult,
 };
 use crate::registry::Registration;
 
@@ -52,7 +51,7 @@ pub struct Uplink {
 struct Session {
     admin: String,
     out: mpsc::UnboundedSender<Message>,
-    pending: Mutex<HashMap<u64, oneshot::Sender<Envelope<Value>>>>,
+    pending: Mutex<HashMap<u64, oneshot::Sender<RawEnvelope>>>,
     next_id: AtomicU64,
 }
 
@@ -65,7 +64,7 @@ impl Session {
         self.out.send(Message::text(text)).is_ok()
     }
 
-    fn complete(&self, id: u64, reply: Envelope<Value>) {
+    fn complete(&self, id: u64, reply: RawEnvelope) {
         let waiter = self.pending.lock().ok().and_then(|mut p| p.remove(&id));
         match waiter {
             Some(waiter) => drop(waiter.send(reply)),
@@ -99,7 +98,7 @@ impl Uplink {
         &self,
         call: Call,
         body: &T,
-    ) -> Result<(String, Envelope<Value>), String> {
+    ) -> Result<(String, RawEnvelope), String> {
         let session = self.session().ok_or("no connection")?;
         let body =
             serde_json::value::to_raw_value(body).map_err(|e| format!("encoding the call: {e}"))?;
@@ -233,7 +232,7 @@ async fn pull_forever(uplink: Arc<Uplink>, runner: Arc<crate::runner::Runner>, b
                 Ok((_, reply)) if reply.is_ok() => {
                     let taken = reply
                         .payload()
-                        .and_then(|p| serde_json::from_value::<TakeResult>(p).ok());
+                        .and_then(|p| serde_json::from_str::<TakeResult>(p.get()).ok());
                     if let Some(taken) = taken {
                         tracing::debug!(sent = taken.sent, accepted = taken.accepted, "Took runs");
                         full = taken.sent >= spare;

@@ -6,18 +6,19 @@
 //! message, so the envelope says why.
 
 use actix_web::{HttpRequest, HttpResponse, web};
-use serde_json::Value;
 
 use crate::handlers::{Handlers, MAX_BODY_BYTES, too_large};
-use crate::protocol::{ACCESS_TOKEN_HEADER, Call, Envelope, WRONG_TOKEN_MSG, agent_path};
+use crate::protocol::{
+    ACCESS_TOKEN_HEADER, Call, Envelope, RawEnvelope, WRONG_TOKEN_MSG, agent_path,
+};
 
-fn reply(envelope: Envelope<Value>) -> HttpResponse {
+fn reply(envelope: RawEnvelope) -> HttpResponse {
     HttpResponse::Ok().json(envelope)
 }
 
 /// The request body, or the envelope saying it is over `MAX_BODY_BYTES` (never more than
 /// that is held in memory).
-async fn body(req: &HttpRequest, payload: web::Payload) -> Result<web::Bytes, Envelope<Value>> {
+async fn body(req: &HttpRequest, payload: web::Payload) -> Result<web::Bytes, RawEnvelope> {
     let declared = req
         .headers()
         .get(actix_web::http::header::CONTENT_LENGTH)

@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::domain::ids::{JobId, RunId};
 use jobfleet_agent::protocol::{
     ACCESS_TOKEN_HEADER, CONNECT_SCHEME, Call, Envelope, HeldRuns, JobIdParam, KillParam, LogParam,
-    LogResult, RunAccepted, TriggerParam, agent_path,
+    LogResult, RawEnvelope, RunAccepted, TriggerParam, agent_path,
 };
 
 use super::link::{LinkError, Links};
@@ -111,12 +111,21 @@ fn url(address: &str, path: &str) -> String {
     }
 }
 
-/// A payload read as the type the call expects; garbage is an unusable answer.
-fn typed<T: DeserializeOwned>(value: Option<serde_json::Value>) -> Result<Option<T>, CallError> {
-    value
-        .map(serde_json::from_value)
+/// A payload read as the type the call expects, straight from its text; garbage is an
+/// unusable answer.
+fn typed<T: DeserializeOwned>(payload: Option<Box<RawValue>>) -> Result<Option<T>, CallError> {
+    payload
+        .map(|payload| serde_json::from_str(payload.get()))
         .transpose()
         .map_err(|e| CallError::Unreachable(format!("not an executor answer: {e}")))
+}
+
+/// What an agent or executor said it accepted a run with: only a jobfleet agent's content
+/// reads as one (an executor's is whatever it likes).
+fn taken_by(answer: RawEnvelope) -> Option<RunAccepted> {
+    answer
+        .payload()
+        .and_then(|content| serde_json::from_str::<RunAccepted>(content.get()).ok())
 }
 
 impl AgentClient {
@@ -154,11 +163,18 @@ impl AgentClient {
             // only `conn://` agents, which cannot be dialled, are relayed to.
             self.over_http(address, path, body).await?
         };
+        // The payload is read once, from whichever field carries it (XXL-Job ≥ 3.3: `data`).
+        let RawEnvelope {
+            code,
+            msg,
+            content,
+            data,
+        } = envelope;
         let envelope: Envelope<T> = Envelope {
-            code: envelope.code,
-            msg: envelope.msg,
-            content: typed(envelope.content)?,
-            data: typed(envelope.data)?,
+            code,
+            msg,
+            content: typed(content.or(data))?,
+            data: None,
         };
         if envelope.is_ok() {
             Ok(envelope)
@@ -180,7 +196,7 @@ impl AgentClient {
         path: &str,
         body: &B,
         deadline: tokio::time::Instant,
-    ) -> Result<Envelope<serde_json::Value>, CallError> {
+    ) -> Result<RawEnvelope, CallError> {
         let call = Call::from(path);
         // Encoded once: it may be sent again on another connection, relayed, or posted.
         let body = serde_json::value::to_raw_value(body)
@@ -238,7 +254,7 @@ impl AgentClient {
         call: &Call,
         body: &RawValue,
         deadline: tokio::time::Instant,
-    ) -> Result<Envelope<serde_json::Value>, HereError> {
+    ) -> Result<RawEnvelope, HereError> {
         while let Some(link) = self.links.get(address) {
             match link.call(call, body, deadline).await {
                 Ok(reply) => return Ok(reply),
@@ -265,7 +281,7 @@ impl AgentClient {
         call: &Call,
         body: &RawValue,
         deadline: tokio::time::Instant,
-    ) -> Result<Envelope<serde_json::Value>, RelayFailure> {
+    ) -> Result<RawEnvelope, RelayFailure> {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         let request = RelayCall {
             address: address.to_owned(),
@@ -293,12 +309,12 @@ impl AgentClient {
             .text()
             .await
             .map_err(|e| RelayFailure::Elsewhere(format!("the admin at {url}: {e}")))?;
-        let envelope: Result<Envelope<serde_json::Value>, _> = serde_json::from_str(&text);
-        let said = |envelope: &Result<Envelope<serde_json::Value>, _>| {
+        let envelope: Result<RawEnvelope, _> = serde_json::from_str(&text);
+        let said = |envelope: &Result<RawEnvelope, _>| {
             envelope
                 .as_ref()
                 .ok()
-                .and_then(|e: &Envelope<serde_json::Value>| e.msg.clone())
+                .and_then(|e: &RawEnvelope| e.msg.clone())
                 .unwrap_or_else(|| text.chars().take(200).collect())
         };
         match status.as_u16() {
@@ -325,7 +341,7 @@ impl AgentClient {
         address: &str,
         path: &str,
         body: &B,
-    ) -> Result<Envelope<serde_json::Value>, CallError> {
+    ) -> Result<RawEnvelope, CallError> {
         let response = self
             .http
             .post(url(address, path))
@@ -353,16 +369,9 @@ impl AgentClient {
         address: &str,
         trigger: &TriggerParam,
     ) -> Result<(String, Option<RunAccepted>), CallError> {
-        self.call::<_, serde_json::Value>(address, agent_path::RUN, trigger)
+        self.call::<_, Box<RawValue>>(address, agent_path::RUN, trigger)
             .await
-            .map(|mut e| {
-                let msg = e.msg.take().unwrap_or_default();
-                // An executor's content is whatever it likes; only ours parses.
-                let taken_by = e
-                    .payload()
-                    .and_then(|content| serde_json::from_value::<RunAccepted>(content).ok());
-                (msg, taken_by)
-            })
+            .map(|mut e| (e.msg.take().unwrap_or_default(), taken_by(e)))
     }
 
     /// Hands several triggers to an agent connected to this admin in one `runBatch` call (the
@@ -392,7 +401,7 @@ impl AgentClient {
                 reply.msg.unwrap_or_else(|| "no reason given".into()),
             ));
         }
-        let answers: Vec<Envelope<serde_json::Value>> = typed(reply.payload())?.unwrap_or_default();
+        let answers: Vec<RawEnvelope> = typed(reply.payload())?.unwrap_or_default();
         if answers.len() != triggers.len() {
             return Err(CallError::Unreachable(format!(
                 "{} answers to {} triggers",
@@ -404,11 +413,7 @@ impl AgentClient {
             .into_iter()
             .map(|mut answer| {
                 if answer.is_ok() {
-                    let msg = answer.msg.take().unwrap_or_default();
-                    let taken_by = answer
-                        .payload()
-                        .and_then(|content| serde_json::from_value::<RunAccepted>(content).ok());
-                    Ok((msg, taken_by))
+                    Ok((answer.msg.take().unwrap_or_default(), taken_by(answer)))
                 } else {
                     Err(CallError::Refused(
                         answer.msg.unwrap_or_else(|| "no reason given".into()),
@@ -420,7 +425,7 @@ impl AgentClient {
 
     /// Asks whether the agent could start `job_id` now (XXL-Job's idleBeat): `Err` when busy.
     pub async fn idle_beat(&self, address: &str, job_id: JobId) -> Result<String, CallError> {
-        self.call::<_, serde_json::Value>(
+        self.call::<_, serde::de::IgnoredAny>(
             address,
             agent_path::IDLE_BEAT,
             &JobIdParam { job_id: job_id.0 },
@@ -438,7 +443,7 @@ impl AgentClient {
         run_id: RunId,
     ) -> Result<KillOutcome, CallError> {
         let answer = self
-            .call::<_, serde_json::Value>(
+            .call::<_, serde::de::IgnoredAny>(
                 address,
                 agent_path::KILL,
                 &KillParam {

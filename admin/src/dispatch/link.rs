@@ -9,8 +9,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use jobfleet_agent::protocol::{Call, Envelope, Frame};
-use serde_json::Value;
+use jobfleet_agent::protocol::{Call, Frame, RawEnvelope};
 use serde_json::value::RawValue;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
@@ -33,7 +32,7 @@ pub struct Link {
     /// Round-trip time of the last ping, in microseconds (-1 before the first pong).
     pub rtt_us: AtomicI64,
     out: mpsc::UnboundedSender<String>,
-    pending: Mutex<HashMap<u64, oneshot::Sender<Envelope<Value>>>>,
+    pending: Mutex<HashMap<u64, oneshot::Sender<RawEnvelope>>>,
     next_id: AtomicU64,
 }
 
@@ -66,7 +65,7 @@ impl Link {
         call: &Call,
         body: &RawValue,
         deadline: tokio::time::Instant,
-    ) -> Result<Envelope<Value>, LinkError> {
+    ) -> Result<RawEnvelope, LinkError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         if let Ok(mut pending) = self.pending.lock() {
@@ -93,7 +92,7 @@ impl Link {
     }
 
     /// Hands a reply to the call waiting for it (a late one, after its timeout, is dropped).
-    pub fn complete(&self, id: u64, reply: Envelope<Value>) {
+    pub fn complete(&self, id: u64, reply: RawEnvelope) {
         let waiter = self.pending.lock().ok().and_then(|mut p| p.remove(&id));
         if let Some(waiter) = waiter {
             drop(waiter.send(reply));
@@ -224,7 +223,7 @@ mod tests {
             panic!("not a call: {sent:?}")
         };
         assert_eq!(call, Call::Beat);
-        link.complete(id, Envelope::fail("no"));
+        link.complete(id, RawEnvelope::fail("no"));
         assert_eq!(caller.await.unwrap().unwrap().msg.as_deref(), Some("no"));
 
         let caller = {
@@ -233,7 +232,7 @@ mod tests {
         };
         let _ = rx.recv().await.unwrap();
         link.close();
-        assert_eq!(caller.await.unwrap(), Err(LinkError::Dropped));
+        assert_eq!(caller.await.unwrap().err(), Some(LinkError::Dropped));
 
         // A newer connection is not removed by the older one's end.
         let (newer, _rx2) = Link::new(links.next_serial(), 0);

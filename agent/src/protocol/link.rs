@@ -12,7 +12,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use super::envelope::Envelope;
+use super::envelope::{Envelope, RawEnvelope};
 use super::wire_enum::wire_enum;
 
 /// Path of the connect endpoint on the admin, relative to its base URL.
@@ -101,7 +101,7 @@ pub struct RawFrame {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<Box<RawValue>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reply: Option<Envelope<serde_json::Value>>,
+    pub reply: Option<RawEnvelope>,
 }
 
 /// `RawFrame` as it is written, borrowing what it sends: a frame goes out without a copy of its
@@ -114,7 +114,7 @@ struct RawFrameOut<'a, B: Serialize + ?Sized = RawValue> {
     #[serde(skip_serializing_if = "Option::is_none")]
     body: Option<&'a B>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    reply: Option<&'a Envelope<serde_json::Value>>,
+    reply: Option<&'a RawEnvelope>,
 }
 
 /// A frame after its shape was checked. A call's body is its JSON text, checked to be JSON.
@@ -127,11 +127,11 @@ pub enum Frame {
     },
     Reply {
         id: u64,
-        reply: Envelope<serde_json::Value>,
+        reply: RawEnvelope,
     },
 }
 
-/// Equal frames say the same: a body compares by its text.
+/// Equal frames say the same: a body or a reply's payload compares by its text.
 impl PartialEq for Frame {
     fn eq(&self, other: &Self) -> bool {
         match (self, other) {
@@ -149,7 +149,7 @@ impl PartialEq for Frame {
                     id: other_id,
                     reply: other_reply,
                 },
-            ) => id == other_id && reply == other_reply,
+            ) => id == other_id && reply.same_as(other_reply),
             _ => false,
         }
     }

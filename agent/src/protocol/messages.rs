@@ -343,4 +343,33 @@ mod tests {
             r#"{"code":200,"msg":null}"#
         );
     }
+
+    /// An envelope kept as text reads and writes exactly as the typed one does: XXL-Job peers
+    /// see no difference, and a payload in `data` only (XXL-Job ≥ 3.3) is read too.
+    #[test]
+    fn a_raw_envelope_is_the_same_on_the_wire() {
+        use super::super::RawEnvelope;
+        let log = LogResult {
+            from_line_num: 1,
+            to_line_num: 3,
+            log_content: "a\n".into(),
+            is_end: true,
+        };
+        let raw = RawEnvelope::ok_encoded(&log);
+        assert_eq!(
+            serde_json::to_string(&raw).unwrap(),
+            serde_json::to_string(&Envelope::ok(log.clone())).unwrap()
+        );
+        assert_eq!(
+            raw.clone().typed::<LogResult>().unwrap().payload(),
+            Some(log.clone())
+        );
+        assert!(raw.same_as(&Envelope::ok(log.clone()).encoded()));
+        assert!(!raw.same_as(&RawEnvelope::fail("no")));
+        let new_style: RawEnvelope =
+            serde_json::from_str(r#"{"code":200,"data":{"x":1}}"#).unwrap();
+        assert_eq!(new_style.payload().unwrap().get(), r#"{"x":1}"#);
+        let wrong: RawEnvelope = serde_json::from_str(r#"{"code":200,"content":"text"}"#).unwrap();
+        assert!(wrong.typed::<LogResult>().is_err(), "not a LogResult");
+    }
 }

@@ -19,7 +19,7 @@ mod wire_enum;
 pub mod labels;
 
 pub use block::BlockStrategy;
-pub use envelope::{CODE_FAIL, CODE_OK, Envelope};
+pub use envelope::{CODE_FAIL, CODE_OK, Envelope, RawEnvelope};
 pub use glue::GlueType;
 pub use http_request::{
     BadRequest, DEFAULT_HTTP_STATUSES, HTTP_METHODS, HttpRequest, MAX_REQUEST_BYTES, Statuses,

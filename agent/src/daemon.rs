@@ -101,15 +101,25 @@ const JOURNAL_CAPACITY: usize = 100_000;
 /// process never started (no start mark among `marked`; trusted only in the same boot of the
 /// host, as marks are not fsynced); any other started run is reported `lost` (it may have run
 /// partly; its job's retry policy decides). Spooled first, so the first heartbeat lists them
-/// as held and the admin waits for these results instead of judging on its own. A result
-/// already in the spool (an earlier start that died after spooling it) is not spooled twice.
-/// Returns the runs handed back, which the journal must forget so that they may come again.
+/// as held and the admin waits for these results instead of judging on its own.
+///
+/// A run whose result is already in the spool gets none added, and that result decides: it was
+/// handed back if it says `not_started` (an earlier start spooled it and died before rewriting
+/// the journal, maybe across a reboot), and it ran if it says anything else (its `F` line was
+/// lost and its slot reused, so it looks unmarked). Returns the runs handed back, which the
+/// journal must forget so that they may come again; a run that ran must stay known, or a
+/// repeated trigger would run it twice.
 fn settle_leftovers(
     spool: &Spool,
     marked: &std::collections::HashSet<i64>,
     leftovers: &Leftovers,
 ) -> std::io::Result<Vec<i64>> {
-    let already: std::collections::HashSet<i64> = spool.held().into_iter().collect();
+    let held: std::collections::HashMap<i64, bool> = spool
+        .pending()?
+        .iter()
+        .flat_map(|file| file.results.iter())
+        .map(|result| (result.log_id, result.status == Some(RunOutcome::NotStarted)))
+        .collect();
     let now = crate::now_ms();
     let result = |run_id: i64, status: RunOutcome, msg: &str| HandleCallbackParam {
         log_id: run_id,
@@ -154,7 +164,7 @@ fn settle_leftovers(
             "the agent stopped (killed or crashed) while this run was in progress; it may have run partly",
         ));
     }
-    results.retain(|result| !already.contains(&result.log_id));
+    results.retain(|result| !held.contains_key(&result.log_id));
     if !results.is_empty() {
         tracing::warn!(
             never_started = leftovers.never_started.len() + unspawned.len(),
@@ -163,11 +173,19 @@ fn settle_leftovers(
         );
         spool.put_all(&results)?;
     }
+    let handed_back = |run_id: &i64| held.get(run_id).is_none_or(|not_started| *not_started);
     Ok(leftovers
         .never_started
         .iter()
+        .chain(&unspawned)
         .copied()
-        .chain(unspawned)
+        .filter(handed_back)
+        .chain(
+            interrupted
+                .iter()
+                .copied()
+                .filter(|run_id| held.get(run_id) == Some(&true)),
+        )
         .collect())
 }
 
@@ -482,5 +500,46 @@ mod tests {
         let handed_back = settle_leftovers(&reopened, &marked, &leftovers).unwrap();
         assert_eq!(handed_back, vec![2, 3], "still forgotten by the journal");
         assert_eq!(spooled(&reopened), expected, "nothing spooled twice");
+        // After a reboot between the two starts, run 3's mark is no longer trusted: it reads as
+        // interrupted, yet the `not_started` already spooled decides, so it is still handed back.
+        let rebooted = Leftovers {
+            same_boot: false,
+            ..leftovers
+        };
+        let handed_back = settle_leftovers(&reopened, &marked, &rebooted).unwrap();
+        assert_eq!(handed_back, vec![2, 3]);
+        assert_eq!(spooled(&reopened), expected);
+    }
+
+    /// A run that finished, whose result is in the spool but whose `F` journal line the kill
+    /// beat, and whose mark slot another run took since: it looks unmarked, yet it ran. Its
+    /// result stands and the journal keeps it, so a repeated trigger does not run it again.
+    #[test]
+    fn a_finished_run_that_lost_its_mark_is_not_handed_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(dir.path().join("spool")).unwrap();
+        let mut finished: HandleCallbackParam =
+            serde_json::from_str(r#"{"logId":5,"logDateTim":1,"handleCode":200}"#).unwrap();
+        finished.status = Some(RunOutcome::Succeeded);
+        spool.put(&finished).unwrap();
+        let leftovers = Leftovers {
+            never_started: vec![],
+            interrupted: vec![5],
+            same_boot: true,
+        };
+        let handed_back =
+            settle_leftovers(&spool, &std::collections::HashSet::new(), &leftovers).unwrap();
+        assert!(handed_back.is_empty(), "{handed_back:?}");
+        let statuses: Vec<Option<RunOutcome>> = spool
+            .pending()
+            .unwrap()
+            .iter()
+            .flat_map(|file| file.results.iter().map(|r| r.status.clone()))
+            .collect();
+        assert_eq!(
+            statuses,
+            vec![Some(RunOutcome::Succeeded)],
+            "its own result only"
+        );
     }
 }

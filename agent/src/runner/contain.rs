@@ -152,12 +152,14 @@ impl ChildrenFiles {
                 Ok(0) => break,
                 Ok(n) => length += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    // The thread ended: its list is gone with it.
-                    self.open.remove(&thread);
-                    return;
-                }
+                Err(_) => break,
             }
+        }
+        if length == 0 && thread != self.main {
+            // An ended thread's list reads empty, and the open file stays that thread's even
+            // when a new thread gets its id: an empty list is opened afresh at the next look
+            // (not the main thread's, which lives as long as the agent).
+            self.open.remove(&thread);
         }
         out.extend(
             self.buffer[..length]
@@ -450,6 +452,8 @@ mod tests {
         let thread = nix::unistd::gettid().as_raw();
         // A buffer shorter than one pid: the list is read in several parts.
         let mut files = ChildrenFiles::with_buffer(2);
+        // As for any thread but the agent's main one (this test runs on a thread of its own).
+        assert_ne!(files.main, thread);
         let read = |files: &mut ChildrenFiles| {
             let mut out = Vec::new();
             files.read(thread, &mut out);
@@ -478,13 +482,14 @@ mod tests {
             !after.contains(&first_pid) && after.contains(&second_pid),
             "{after:?}"
         );
+        assert_eq!(files.open.len(), 1, "kept open");
         second.kill().unwrap();
         second.wait().unwrap();
-        assert_eq!(files.open.len(), 1, "kept open");
+        assert!(read(&mut files).is_empty());
+        assert!(files.open.is_empty(), "an empty list is not kept");
         files.read(i32::MAX, &mut Vec::new());
-        assert_eq!(
-            files.open.len(),
-            1,
+        assert!(
+            files.open.is_empty(),
             "a thread that is not there is not kept"
         );
     }

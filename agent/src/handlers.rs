@@ -117,7 +117,7 @@ impl Handlers {
                 };
                 RawEnvelope {
                     msg: Some(accepted.message),
-                    ..RawEnvelope::ok_encoded(&taken_by)
+                    ..RawEnvelope::ok_encoded(&taken_by.as_content())
                 }
             }
             Err(msg) => {

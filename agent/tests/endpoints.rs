@@ -492,6 +492,14 @@ async fn a_repeated_run_id_runs_once_even_across_a_restart() {
         (first["code"].as_i64(), first["msg"].as_str()),
         (Some(200), Some("started"))
     );
+    // A string, as XXL-Job's admin reads a run's content (`ReturnT<String>`); the acceptance
+    // is JSON text inside it.
+    let content = first["content"].as_str().expect("content is a string");
+    let taken: Value = serde_json::from_str(content).unwrap();
+    assert!(
+        taken["instanceId"].is_string() && taken["seq"].is_u64(),
+        "{taken}"
+    );
     let deadline = Instant::now() + Duration::from_secs(10);
     while ran(100) == 0 {
         assert!(Instant::now() < deadline, "the run did not start");

@@ -125,7 +125,7 @@ fn typed<T: DeserializeOwned>(payload: Option<Box<RawValue>>) -> Result<Option<T
 fn taken_by(answer: RawEnvelope) -> Option<RunAccepted> {
     answer
         .payload()
-        .and_then(|content| serde_json::from_str::<RunAccepted>(content.get()).ok())
+        .and_then(|content| RunAccepted::from_content(&content))
 }
 
 impl AgentClient {

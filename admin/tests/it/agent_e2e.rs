@@ -48,6 +48,25 @@ async fn shell_and_script_jobs_run_with_their_context_and_log() {
         app.full_log(id).await,
         format!("run={id} job={shell} params=--full shard=0/1 attempt=1 arg1=--full\n")
     );
+    // The run answer said which agent process took the run (a string content holding its
+    // JSON, as XXL-Job admins read a run's content), and the run keeps it.
+    let (instance, seq) = app
+        .state
+        .db
+        .run(move |conn| {
+            use diesel::prelude::*;
+            use jobfleet_admin::db::schema::job_run;
+            Ok(job_run::table
+                .find(id)
+                .select((job_run::agent_instance, job_run::agent_seq))
+                .first::<(Option<String>, Option<i64>)>(conn)?)
+        })
+        .await
+        .unwrap();
+    assert!(
+        instance.is_some_and(|i| !i.is_empty()) && seq.is_some(),
+        "the acceptance was stored"
+    );
 
     let bash = app.job_from(g, json!({"name": "bash", "handler": {"type": "script", "source": "#!/bin/bash\nfor i in 1 2 3; do echo line $i; done\necho \"args: $1 $2 $3\""}})).await;
     let id = app.trigger(bash, json!({"params": "custom"})).await["id"]

@@ -50,12 +50,31 @@ pub struct RegistryParam {
 }
 
 /// jobfleet's answer to an accepted `run`, in the envelope's `content`: which agent instance
-/// took the run and its accept sequence number there. XXL-Job admins ignore it.
+/// took the run and its accept sequence number there. It travels as its JSON text inside a
+/// string (`as_content`): an XXL-Job admin reads a run's content as a `String` (its
+/// `ReturnT<String>`, through Gson), so an object there would turn every accepted trigger into
+/// "response content invalid", a failure, while the run goes on here.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunAccepted {
     pub instance_id: String,
     pub seq: u64,
+}
+
+impl RunAccepted {
+    /// The content of a `run` answer: this, as JSON text, to be sent as a JSON string.
+    pub fn as_content(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Reads a `run` answer's content: the string `as_content` makes, or the object itself
+    /// (agents before 2026-11-29 sent that). Anything else (an executor's own content) is none.
+    pub fn from_content(content: &serde_json::value::RawValue) -> Option<Self> {
+        serde_json::from_str::<String>(content.get())
+            .ok()
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .or_else(|| serde_json::from_str(content.get()).ok())
+    }
 }
 
 /// jobfleet: what an agent holds now (`held`), the same facts a heartbeat carries.
@@ -342,6 +361,39 @@ mod tests {
             serde_json::to_string(&Envelope::<()>::success()).unwrap(),
             r#"{"code":200,"msg":null}"#
         );
+    }
+
+    /// What a `run` answer carries is a string to an XXL-Job admin, and an acceptance to ours;
+    /// the object an older agent sent still reads.
+    #[test]
+    fn a_run_acceptance_travels_as_a_string() {
+        let taken = RunAccepted {
+            instance_id: "i-1".into(),
+            seq: 9,
+        };
+        let answer = serde_json::to_string(&Envelope::ok(taken.as_content())).unwrap();
+        assert_eq!(
+            answer,
+            r#"{"code":200,"msg":null,"content":"{\"instanceId\":\"i-1\",\"seq\":9}","data":"{\"instanceId\":\"i-1\",\"seq\":9}"}"#
+        );
+        let read: Envelope<String> = serde_json::from_str(&answer).unwrap();
+        assert!(
+            read.payload().is_some(),
+            "a String content, as XXL-Job's ReturnT<String>"
+        );
+        let raw = |text: &str| serde_json::value::RawValue::from_string(text.to_owned()).unwrap();
+        let content = serde_json::to_string(&taken.as_content()).unwrap();
+        assert_eq!(
+            RunAccepted::from_content(&raw(&content)),
+            Some(taken.clone())
+        );
+        assert_eq!(
+            RunAccepted::from_content(&raw(r#"{"instanceId":"i-1","seq":9}"#)),
+            Some(taken)
+        );
+        for foreign in [r#""ok""#, "null", "42", r#"{"x":1}"#] {
+            assert_eq!(RunAccepted::from_content(&raw(foreign)), None, "{foreign}");
+        }
     }
 
     /// An envelope kept as text reads and writes exactly as the typed one does: XXL-Job peers

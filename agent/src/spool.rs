@@ -122,6 +122,11 @@ impl Spool {
         ids
     }
 
+    /// Whether `run_id`'s result was handed to the writer and is not on disk yet.
+    pub fn on_its_way(&self, run_id: i64) -> bool {
+        lock(&self.writing).contains(&run_id)
+    }
+
     /// Writes results durably, all in one file.
     pub fn put_all(&self, results: &[HandleCallbackParam]) -> std::io::Result<()> {
         self.put_shared(&Arc::new(results.to_vec()))
@@ -326,7 +331,14 @@ struct Write_ {
     handed: Instant,
     linger: Duration,
     done: oneshot::Sender<()>,
+    before: Option<Before>,
 }
+
+/// What is written before a result is spooled: its run's last log lines, by the writer's thread,
+/// not the agent's runtime thread (`RunLog::deferred_write`). Written, not synced, as a log is:
+/// a reader sees them before an admin can learn of the result, and a crash before the spool
+/// write loses them with the result (the run is then reported `lost`).
+pub type Before = Box<dyn FnOnce() + Send>;
 
 impl Write_ {
     /// When the result must be on its way to an admin.
@@ -408,10 +420,12 @@ impl SpoolWriter {
     /// here on the spool counts the run as held (`Spool::held`). A result may wait `linger` for
     /// company in all: up to the writer's `gather` of it before it is written, so that the results of
     /// runs ending apart share one file and one pair of fsyncs, and the rest on disk.
+    /// `before` is done first, on the writer's thread.
     pub fn hand(
         &self,
         result: HandleCallbackParam,
         linger: Duration,
+        before: Option<Before>,
     ) -> Result<oneshot::Receiver<()>, String> {
         let (done, on_disk) = oneshot::channel();
         let run_id = result.log_id;
@@ -421,9 +435,14 @@ impl SpoolWriter {
             handed: Instant::now(),
             linger,
             done,
+            before,
         };
-        if self.queue.send(handed).is_err() {
+        if let Err(mpsc::error::SendError(unsent)) = self.queue.send(handed) {
             lock(&self.spool.writing).remove(&run_id);
+            // Its log is written even so: only the result is in doubt.
+            if let Some(before) = unsent.before {
+                before();
+            }
             return Err("the spool writer stopped".to_owned());
         }
         Ok(on_disk)
@@ -431,7 +450,7 @@ impl SpoolWriter {
 
     /// Returns once the result is on disk (`hand`).
     pub async fn write(&self, result: HandleCallbackParam, linger: Duration) -> Result<(), String> {
-        self.hand(result, linger)?
+        self.hand(result, linger, None)?
             .await
             .map_err(|_| "the spool writer stopped".to_owned())
     }
@@ -497,16 +516,28 @@ async fn write_forever(spool: Spool, mut inbox: mpsc::UnboundedReceiver<Write_>,
     while let Some(group) = gather(&mut inbox, &mut next, &how).await {
         // The group is due when its most urgent result is.
         let send_by = group.iter().map(Write_::send_by).min();
-        let (results, waiters): (Vec<_>, Vec<_>) =
-            group.into_iter().map(|w| (w.result, w.done)).unzip();
+        let mut befores = Vec::new();
+        let (results, waiters): (Vec<_>, Vec<_>) = group
+            .into_iter()
+            .map(|w| {
+                befores.extend(w.before);
+                (w.result, w.done)
+            })
+            .unzip();
         let results = Arc::new(results);
         let mut delay = Duration::from_millis(100);
         loop {
             let (spool, group) = (spool.clone(), results.clone());
-            let outcome = tokio::task::spawn_blocking(move || spool.put_shared(&group))
-                .await
-                .map_err(|e| e.to_string())
-                .and_then(|written| written.map_err(|e| e.to_string()));
+            let befores = std::mem::take(&mut befores);
+            let outcome = tokio::task::spawn_blocking(move || {
+                for before in befores {
+                    before();
+                }
+                spool.put_shared(&group)
+            })
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|written| written.map_err(|e| e.to_string()));
             match outcome {
                 Ok(()) => break,
                 Err(error) => {
@@ -682,15 +713,25 @@ mod tests {
         let linger = Duration::from_millis(400);
 
         let handed = Instant::now();
-        let first = writer.hand(result(1), linger).unwrap();
+        let first = writer.hand(result(1), linger, None).unwrap();
         tokio::time::sleep(Duration::from_millis(30)).await;
-        let second = writer.hand(result(2), linger).unwrap();
+        // The second's log lines, to be on disk before its result is, not when it is handed.
+        let log = dir.path().join("2.log");
+        let before: Before = Box::new({
+            let log = log.clone();
+            move || std::fs::write(log, "its last lines").unwrap()
+        });
+        let second = writer.hand(result(2), linger, Some(before)).unwrap();
         let mut held = spool.held();
         held.sort_unstable();
         assert_eq!(held, vec![1, 2], "on their way, still held");
         assert!(spool.pending().unwrap().is_empty(), "nothing on disk yet");
+        assert!(!log.exists(), "written with the result, not when handed");
+        assert!(spool.on_its_way(2) && !spool.on_its_way(3));
         first.await.unwrap();
         second.await.unwrap();
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), "its last lines");
+        assert!(!spool.on_its_way(2), "on disk now");
         assert_eq!(
             handed.elapsed(),
             GATHER,
@@ -705,9 +746,9 @@ mod tests {
         assert!(spool.held().is_empty());
 
         let handed = Instant::now();
-        let lingering = writer.hand(result(3), linger).unwrap();
+        let lingering = writer.hand(result(3), linger, None).unwrap();
         tokio::time::sleep(Duration::from_millis(10)).await;
-        let failure = writer.hand(result(4), COLLECT_FOR).unwrap();
+        let failure = writer.hand(result(4), COLLECT_FOR, None).unwrap();
         failure.await.unwrap();
         lingering.await.unwrap();
         assert_eq!(
@@ -721,11 +762,11 @@ mod tests {
         spool.ack(&files).unwrap();
 
         let handed = Instant::now();
-        let lingering = writer.hand(result(5), linger).unwrap();
+        let lingering = writer.hand(result(5), linger, None).unwrap();
         tokio::time::sleep(Duration::from_millis(10)).await;
         writer.hurry();
         lingering.await.unwrap();
-        writer.hand(result(6), linger).unwrap().await.unwrap();
+        writer.hand(result(6), linger, None).unwrap().await.unwrap();
         assert_eq!(
             handed.elapsed(),
             Duration::from_millis(10),

@@ -163,6 +163,13 @@ impl AgentClient {
             // only `conn://` agents, which cannot be dialled, are relayed to.
             self.over_http(address, path, body).await?
         };
+        // A refusal is one whatever its payload holds: an executor's error content need not
+        // be of the type a success carries.
+        if !envelope.is_ok() {
+            return Err(CallError::Refused(
+                envelope.msg.unwrap_or_else(|| "no reason given".into()),
+            ));
+        }
         // The payload is read once, from whichever field carries it (XXL-Job ≥ 3.3: `data`).
         let RawEnvelope {
             code,
@@ -170,19 +177,12 @@ impl AgentClient {
             content,
             data,
         } = envelope;
-        let envelope: Envelope<T> = Envelope {
+        Ok(Envelope {
             code,
             msg,
             content: typed(content.or(data))?,
             data: None,
-        };
-        if envelope.is_ok() {
-            Ok(envelope)
-        } else {
-            Err(CallError::Refused(
-                envelope.msg.unwrap_or_else(|| "no reason given".into()),
-            ))
-        }
+        })
     }
 
     /// The call over the agent's connection: here when it is connected here, else (a `conn://`
@@ -490,7 +490,74 @@ impl AgentClient {
 
 #[cfg(test)]
 mod tests {
-    use super::KillOutcome;
+    use super::{AgentClient, CallError, KillOutcome, LogParam};
+
+    /// An executor on loopback answering every request with `body`.
+    async fn answering(body: &'static str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = format!("http://{}/", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                // The whole request is read first: a close with part of it unread resets the
+                // connection instead of answering.
+                let mut request = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while !whole_request(&request) {
+                    match socket.read(&mut chunk).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => request.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let response = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = socket.write_all(response.as_bytes()).await;
+            }
+        });
+        address
+    }
+
+    /// Whether `request` holds its head and as many body bytes as its `content-length` says.
+    fn whole_request(request: &[u8]) -> bool {
+        let text = String::from_utf8_lossy(request);
+        let Some(head_end) = text.find("\r\n\r\n") else {
+            return false;
+        };
+        let length = text[..head_end]
+            .lines()
+            .find_map(|line| {
+                let (name, value) = line.split_once(':')?;
+                name.eq_ignore_ascii_case("content-length")
+                    .then(|| value.trim().parse::<usize>().ok())?
+            })
+            .unwrap_or(0);
+        request.len() >= head_end + 4 + length
+    }
+
+    #[tokio::test]
+    async fn a_refusal_is_one_whatever_its_content_holds() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = AgentClient::new("t".into(), std::time::Duration::from_secs(5), None).unwrap();
+        let param = LogParam {
+            log_date_tim: 0,
+            log_id: 1,
+            from_line_num: 1,
+        };
+        let refusing =
+            answering(r#"{"code":500,"msg":"no log for run 1","content":"not a log page"}"#).await;
+        assert!(matches!(
+            client.log(&refusing, &param).await,
+            Err(CallError::Refused(why)) if why == "no log for run 1"
+        ),);
+        // A success whose content is not the call's answer is still no usable answer.
+        let garbled = answering(r#"{"code":200,"content":"not a log page"}"#).await;
+        assert!(matches!(
+            client.log(&garbled, &param).await,
+            Err(CallError::Unreachable(why)) if why.contains("not an executor answer")
+        ),);
+    }
 
     #[test]
     fn a_kill_found_nothing_only_when_the_agent_says_so() {

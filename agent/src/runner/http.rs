@@ -19,19 +19,20 @@ const _: () = assert!(crate::protocol::MAX_REQUEST_BYTES <= super::MAX_SOURCE_BY
 const MAX_EXCERPT_BYTES: u64 = 64 * 1024;
 
 /// How long an answer may take before the request's line goes into the log on its own. Up to
-/// then it waits to go in with the answer's lines: each write to the log is an ext4 journal
-/// transaction on the agent's thread, which waits whenever the journal is committing the block
-/// it changes (BENCHMARKS.md, issue 17).
+/// then it waits to go in with the answer's lines, written with the run's result by the spool's
+/// writer: making the log and writing it are ext4 journal transactions, and the agent's thread
+/// would wait whenever the journal is committing a block they change (BENCHMARKS.md, issue 17).
 const REQUEST_LINE_ALONE_AFTER: Duration = Duration::from_secs(1);
 
-/// Writes the request's line, unless it is in the log already, and a notice after it.
+/// Writes the request's line, unless it is in the log already, and a notice after it; both
+/// with the run's result, off the runtime thread (`Block::defer`).
 fn note_after(log: &RunLog, request_line: Option<String>, text: &str) {
     let mut block = log.block();
     if let Some(line) = request_line {
         block.note(&line);
     }
     block.note(text);
-    block.write();
+    block.defer();
 }
 
 /// A checked request and the statuses that count as success.
@@ -231,7 +232,7 @@ impl Runner {
             )),
             (None, false) => {}
         }
-        block.write();
+        block.defer();
         if job.statuses.contains(status.as_u16()) {
             (RunOutcome::Succeeded, format!("HTTP {status}"))
         } else {

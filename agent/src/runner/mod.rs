@@ -26,7 +26,7 @@ use crate::logs::Logs;
 use crate::protocol::{
     BlockStrategy, GlueType, HandleCallbackParam, Limits, RunOutcome, TriggerParam,
 };
-use crate::spool::{COLLECT_FOR, Due, Spool, SpoolWriter};
+use crate::spool::{Before, COLLECT_FOR, Due, Spool, SpoolWriter};
 use prepare::RunLog;
 use start_marks::StartMarks;
 
@@ -543,25 +543,29 @@ impl Runner {
             let job_id = prepared.trigger.job_id;
             let run_id = prepared.trigger.log_id;
             let linger_ms = prepared.trigger.result_linger_ms;
-            let result = if journalled(prepared.queued.take(), landed).await {
+            let (result, log_write) = if journalled(prepared.queued.take(), landed).await {
                 match until_its_time(&prepared, &mut stop_rx).await {
-                    Some(unstarted) => unstarted,
+                    Some(unstarted) => (unstarted, None),
                     // A shutdown began while it waited: it does not start now, as a queued
                     // run would not (`finish`), and the admin sends it elsewhere.
-                    None if prepared.not_before.is_some() && !runner.lock().accepting => {
+                    None if prepared.not_before.is_some() && !runner.lock().accepting => (
                         outcome::never_started(
                             &prepared.trigger,
                             RunOutcome::Rejected,
                             SHUT_DOWN_BEFORE_START,
-                        )
-                    }
+                        ),
+                        None,
+                    ),
                     None => runner.execute(prepared, stop_rx).await,
                 }
             } else {
-                outcome::never_started(
-                    &prepared.trigger,
-                    RunOutcome::Rejected,
-                    "not started: the agent could not record it in its accept journal (disk full or unwritable?)",
+                (
+                    outcome::never_started(
+                        &prepared.trigger,
+                        RunOutcome::Rejected,
+                        "not started: the agent could not record it in its accept journal (disk full or unwritable?)",
+                    ),
+                    None,
                 )
             };
             // The slot is free once the result is handed to the spool's writer, which may
@@ -572,7 +576,7 @@ impl Runner {
             // the slot waits for the disk, and the agent stops taking work rather than pile up
             // results in memory.
             let linger = linger_of(&result, linger_ms);
-            let on_disk = runner.writer.hand(result, linger);
+            let on_disk = runner.writer.hand(result, linger, log_write);
             let behind = {
                 let mut state = runner.lock();
                 state.unwritten += 1;
@@ -742,11 +746,14 @@ impl Runner {
     }
 
     /// Whether the run is still running or queued (its log may still grow).
+    /// Whether the run's log may still grow: it runs or waits here, or its result is on its
+    /// way to the spool with the last lines of its log (an http run's, `Block::defer`).
     pub fn run_live(&self, run_id: i64) -> bool {
-        self.lock().jobs.values().any(|j| {
+        let held_here = self.lock().jobs.values().any(|j| {
             j.current.as_ref().is_some_and(|c| c.run_id == run_id)
                 || j.queue.iter().any(|p| p.trigger.log_id == run_id)
-        })
+        });
+        held_here || self.spool.on_its_way(run_id)
     }
 
     pub fn running(&self) -> usize {
@@ -833,22 +840,26 @@ impl Runner {
         }
     }
 
-    /// Runs one trigger to completion and describes the outcome.
+    /// Runs one trigger to completion and describes the outcome; with the write of the log
+    /// lines it deferred, which must land before the result does.
     async fn execute(
         self: &Arc<Self>,
         prepared: Prepared,
         stop_rx: oneshot::Receiver<StopReason>,
-    ) -> HandleCallbackParam {
+    ) -> (HandleCallbackParam, Option<Before>) {
         let trigger = &prepared.trigger;
         let started_ms = crate::now_ms();
         let log = RunLog::new(self.logs.path(trigger.log_id, trigger.log_date_time));
         let mut result = self
             .execute_logged(&prepared, &log, started_ms, stop_rx)
             .await;
-        // Complete now: the output is closed and the notes are in. A small log travels with
-        // the result, so an admin keeping logs need not read it back.
+        // Complete now: the output is closed and the notes are in (or deferred). A small log
+        // travels with the result, so an admin keeping logs need not read it back.
         result.log = log.whole_if_within(crate::protocol::INLINE_LOG_MAX_BYTES);
-        result
+        let log_write = log
+            .deferred_write()
+            .map(|write| -> Before { Box::new(write) });
+        (result, log_write)
     }
 
     async fn execute_logged(

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use super::{Prepared, RunnerConfig, script};
 use crate::protocol::TriggerParam;
@@ -18,6 +18,8 @@ pub(super) struct RunLog(Arc<LogFile>);
 struct LogFile {
     path: PathBuf,
     file: OnceLock<File>,
+    /// Lines kept to be written after the run, off the agent's runtime thread (`Block::defer`).
+    deferred: Mutex<Vec<u8>>,
 }
 
 impl RunLog {
@@ -26,7 +28,26 @@ impl RunLog {
         Self(Arc::new(LogFile {
             path,
             file: OnceLock::new(),
+            deferred: Mutex::new(Vec::new()),
         }))
+    }
+
+    fn deferred(&self) -> MutexGuard<'_, Vec<u8>> {
+        self.0
+            .deferred
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The deferred lines' write (`Block::defer`), to be done before the run's result is on
+    /// disk; `None` when nothing was deferred.
+    pub fn deferred_write(&self) -> Option<impl FnOnce() + Send + 'static> {
+        let bytes = std::mem::take(&mut *self.deferred());
+        if bytes.is_empty() {
+            return None;
+        }
+        let log = self.clone();
+        Some(move || log.append(&bytes))
     }
 
     /// Where the log is, or is made.
@@ -54,18 +75,33 @@ impl RunLog {
 
     /// The whole log when it is at most `max` bytes (invalid UTF-8 replaced); `None` when it
     /// is longer or cannot be read. Empty when this run wrote nothing.
+    /// Lines deferred and not yet written count as the log's.
     pub fn whole_if_within(&self, max: usize) -> Option<String> {
         use std::os::unix::fs::FileExt;
-        let Some(file) = self.opened() else {
-            return Some(String::new());
-        };
-        let len = usize::try_from(file.metadata().ok()?.len()).ok()?;
-        if len > max {
+        let deferred = self.deferred();
+        let mut bytes = Vec::new();
+        if let Some(file) = self.opened() {
+            let len = usize::try_from(file.metadata().ok()?.len()).ok()?;
+            if len.saturating_add(deferred.len()) > max {
+                return None;
+            }
+            bytes.resize(len, 0);
+            file.read_exact_at(&mut bytes, 0).ok()?;
+        } else if deferred.len() > max {
             return None;
         }
-        let mut bytes = vec![0; len];
-        file.read_exact_at(&mut bytes, 0).ok()?;
+        bytes.extend_from_slice(&deferred);
         Some(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// Best effort: a log line is not worth failing the run for.
+    fn append(&self, bytes: &[u8]) {
+        use std::io::Write;
+        if !bytes.is_empty()
+            && let Ok(mut file) = self.file()
+        {
+            let _ = file.write_all(bytes);
+        }
     }
 
     /// Notes and output gathered to go in with one write: each write stamps the file's
@@ -135,11 +171,17 @@ impl Block<'_> {
 
     /// Best effort: a log line is not worth failing the run for.
     pub fn write(self) {
-        use std::io::Write;
-        if !self.bytes.is_empty()
-            && let Ok(mut file) = self.log.file()
-        {
-            let _ = file.write_all(&self.bytes);
+        self.log.append(&self.bytes);
+    }
+
+    /// Keeps the lines to be written after the run, by `RunLog::deferred_write`, on another
+    /// thread: making a log and writing it are ext4 journal transactions, and the thread that
+    /// does them waits whenever the journal is committing a block they change. On the agent's
+    /// runtime thread that wait held up every run due meanwhile: the http jobs' start tail
+    /// (BENCHMARKS.md, issue 17).
+    pub fn defer(self) {
+        if !self.bytes.is_empty() {
+            self.log.deferred().extend_from_slice(&self.bytes);
         }
     }
 }
@@ -153,12 +195,15 @@ impl RunLog {
         block.write();
     }
 
-    /// The log's last byte; a newline for an empty or unreadable log. Asked only by a note,
-    /// which writes next, so the log is opened (made) for it here.
+    /// The log's last byte, deferred lines included; a newline for an empty or unreadable
+    /// log. A log this run has not opened is empty: it is made by the run's first write.
     fn last_byte(&self) -> u8 {
         use std::os::unix::fs::FileExt;
+        if let Some(&last) = self.deferred().last() {
+            return last;
+        }
         let mut last = [b'\n'];
-        let Ok(file) = self.file() else {
+        let Some(file) = self.opened() else {
             return last[0];
         };
         if let Ok(meta) = file.metadata()
@@ -464,6 +509,46 @@ mod tests {
             std::fs::read_to_string(&path).unwrap(),
             "partial\n[jobfleet-agent] HTTP 200 in 3 ms\nok\n[jobfleet-agent] the body was cut after 2 bytes\n"
         );
+    }
+
+    /// Deferred lines make no file and write nothing until their write is run, yet count as
+    /// the log's for the result and for the notes after them; they land after what an
+    /// earlier write put in the file.
+    #[test]
+    fn deferred_lines_land_only_with_their_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("day/10.log");
+        let log = RunLog::new(path.clone());
+        assert!(log.deferred_write().is_none(), "nothing deferred");
+        let mut block = log.block();
+        block.note("GET http://127.0.0.1/");
+        block.output(b"no newline");
+        block.defer();
+        let mut block = log.block();
+        block.note("HTTP 200 in 1 ms");
+        block.defer();
+        assert!(!path.exists(), "a deferred block made the log");
+        let whole = "[jobfleet-agent] GET http://127.0.0.1/\nno newline\n[jobfleet-agent] HTTP 200 in 1 ms\n";
+        assert_eq!(log.whole_if_within(1000).as_deref(), Some(whole));
+        assert_eq!(log.whole_if_within(10), None);
+        let write = log.deferred_write().unwrap();
+        assert!(log.deferred_write().is_none(), "taken once");
+        std::thread::spawn(write).join().unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), whole);
+        assert_eq!(log.whole_if_within(1000).as_deref(), Some(whole));
+
+        // After a line written at once (a slow answer's request line), deferred ones follow it.
+        let path = dir.path().join("day/11.log");
+        let log = RunLog::new(path.clone());
+        log.note("GET http://127.0.0.1/slow");
+        let mut block = log.block();
+        block.note("HTTP 200 in 1500 ms");
+        block.defer();
+        let both =
+            "[jobfleet-agent] GET http://127.0.0.1/slow\n[jobfleet-agent] HTTP 200 in 1500 ms\n";
+        assert_eq!(log.whole_if_within(1000).as_deref(), Some(both));
+        log.deferred_write().unwrap()();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), both);
     }
 
     // A job that writes outputs runs the same on its own and as a node; only a node's

@@ -197,6 +197,36 @@ fn private_dir(path: &std::path::Path) -> Result<(), Error> {
         .map_err(Error::io(format!("creating {}", path.display())))
 }
 
+/// The lock file in the data folder that one agent process holds for its life.
+const LOCK_FILE: &str = "agent.lock";
+
+/// Holds the data folder for this process until the returned lock drops: two agents on one
+/// folder would replay, rewrite and spool each other's journal and marks, and one would
+/// truncate the marks file the other has mapped (a SIGBUS for it).
+fn hold_data_folder(dir: &std::path::Path) -> Result<nix::fcntl::Flock<std::fs::File>, Error> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.join(LOCK_FILE);
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&path)
+        .map_err(Error::io(format!("opening {}", path.display())))?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(
+        |(_, errno)| match errno {
+            nix::errno::Errno::EWOULDBLOCK => Error::Refused(format!(
+                "another agent process uses the data folder {} (it holds {LOCK_FILE}): give each agent a data_dir of its own",
+                dir.display()
+            )),
+            other => Error::Io {
+                what: format!("locking {}", path.display()),
+                source: other.into(),
+            },
+        },
+    )
+}
+
 /// Runs the agent until SIGTERM or Ctrl-C.
 ///
 /// # Errors
@@ -234,6 +264,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
     ] {
         private_dir(dir)?;
     }
+    let _data_folder = hold_data_folder(&config.data_dir)?;
     if let Some((uid, gid)) = run_as {
         // The run-as user must traverse the data folder to reach its own scripts folder
         // (0700, its own); it can list nothing here, and logs and spool stay 0700 root's.

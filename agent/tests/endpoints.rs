@@ -1111,6 +1111,81 @@ fn refuses_root_unless_allowed() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--allow-root"));
 }
 
+/// A second agent on a data folder in use stops at its start, naming the folder, before it
+/// touches the first one's journal, marks or spool; the first runs on, and the folder is free
+/// again once it stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_agent_on_the_same_data_folder_is_refused() {
+    let mut first = start().await;
+    let data = first.dir.path().join("data");
+    let second = || {
+        let mut command = agent();
+        command
+            .arg("--allow-root")
+            .env("JOBFLEET_AGENT_GROUP", "endpoints")
+            .env(
+                "JOBFLEET_AGENT_ADMINS",
+                format!("http://127.0.0.1:{}", free_port()),
+            )
+            .env(
+                "JOBFLEET_AGENT_LISTEN",
+                format!("127.0.0.1:{}", free_port()),
+            )
+            .env("JOBFLEET_AGENT_DATA_DIR", &data);
+        command
+    };
+    let journal = std::fs::read(data.join("accepted.journal")).ok();
+    let mut refused = second()
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while refused.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = refused.kill();
+            let _ = refused.wait();
+            panic!("the second agent started on a data folder in use");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = refused.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "another agent process uses the data folder {}",
+            data.display()
+        )),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read(data.join("accepted.journal")).ok(),
+        journal,
+        "the journal was touched"
+    );
+    let page = run_to_its_end(&first, 1, 1, "echo still here").await;
+    assert!(
+        page["content"]["logContent"]
+            .as_str()
+            .is_some_and(|log| log.contains("still here")),
+        "{page}"
+    );
+    stop_gracefully(&mut first).await;
+    let mut again = second()
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        again.try_wait().unwrap().is_none(),
+        "the folder was not free once the first agent stopped"
+    );
+    let _ = again.kill();
+    let _ = again.wait();
+}
+
 /// Runs start through the spawner: the sweep after a run spares it, and one that died is
 /// replaced at the next run, which runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

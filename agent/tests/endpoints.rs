@@ -1134,7 +1134,17 @@ async fn a_second_agent_on_the_same_data_folder_is_refused() {
             .env("JOBFLEET_AGENT_DATA_DIR", &data);
         command
     };
-    let journal = std::fs::read(data.join("accepted.journal")).ok();
+    // What the lock guards, as the first agent left it: contents and modification times.
+    let state = || {
+        ["accepted.journal", "started.marks"].map(|name| {
+            let path = data.join(name);
+            (
+                std::fs::read(&path).unwrap(),
+                std::fs::metadata(&path).unwrap().modified().unwrap(),
+            )
+        })
+    };
+    let before = state();
     let mut refused = second()
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -1159,11 +1169,7 @@ async fn a_second_agent_on_the_same_data_folder_is_refused() {
         )),
         "{stderr}"
     );
-    assert_eq!(
-        std::fs::read(data.join("accepted.journal")).ok(),
-        journal,
-        "the journal was touched"
-    );
+    assert!(state() == before, "the journal or the marks were touched");
     let page = run_to_its_end(&first, 1, 1, "echo still here").await;
     assert!(
         page["content"]["logContent"]
@@ -1174,16 +1180,18 @@ async fn a_second_agent_on_the_same_data_folder_is_refused() {
     stop_gracefully(&mut first).await;
     let mut again = second()
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(
-        again.try_wait().unwrap().is_none(),
-        "the folder was not free once the first agent stopped"
-    );
+    let exited = again.try_wait().unwrap();
     let _ = again.kill();
-    let _ = again.wait();
+    let out = again.wait_with_output().unwrap();
+    assert!(
+        exited.is_none(),
+        "the folder was not free once the first agent stopped: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Runs start through the spawner: the sweep after a run spares it, and one that died is

@@ -22,9 +22,14 @@
 //! runtime thread, comes once per writeback of the page, not once per clock tick (at 2,000 http
 //! runs a second those waits were nearly all the runtime threads' waits on the journal). Those
 //! slots are written with zeros when the file is opened, so a store never needs a block the disk
-//! might not have (which would be a SIGBUS instead of an error); a mark in a slot past them, or
-//! with no mapping to be had, is written with `pwrite` as before. The same page cache serves both,
-//! so a restarted agent reads every mark alike.
+//! might not have (which would be a SIGBUS instead of an error). That holds only where a page is
+//! rewritten in place, so the file is mapped only on ext2/3/4 and tmpfs: on a copy-on-write file
+//! system (btrfs, zfs, xfs with reflinks) a store after writeback needs a new block, and a full
+//! disk would end the agent. A mark in a slot past the mapping, or on another file system, is
+//! written with `pwrite` as before. The same page cache serves both, so a restarted agent reads
+//! every mark alike. What is left: a disk failing to read a page back in, or an ext4 aborted by
+//! errors, ends the agent at a mark where `pwrite` failed the run (the run has no mark then and
+//! comes back `not_started`, never run twice).
 
 #![allow(
     unsafe_code,
@@ -81,9 +86,14 @@ unsafe impl Sync for Mapped {}
 
 impl Mapped {
     /// Writes the file's first `len` bytes with zeros (so that each of their blocks exists on
-    /// disk) and maps them.
-    fn of(file: &File, len: usize) -> std::io::Result<Self> {
+    /// disk) and maps them; `None` on a file system that may not rewrite a page in place.
+    fn of(file: &File, len: usize) -> std::io::Result<Option<Self>> {
+        use nix::sys::statfs::{EXT4_SUPER_MAGIC, TMPFS_MAGIC, fstatfs};
         use std::os::fd::AsRawFd;
+        let kind = fstatfs(file)?.filesystem_type();
+        if kind != EXT4_SUPER_MAGIC && kind != TMPFS_MAGIC {
+            return Ok(None);
+        }
         file.write_all_at(&vec![0; len], 0)?;
         // SAFETY: a new mapping the kernel places; the file is open read-write and at least
         // `len` bytes long (just written), and is never shortened while mapped (`open` truncates
@@ -103,7 +113,7 @@ impl Mapped {
         }
         let start = std::ptr::NonNull::new(start.cast::<u8>())
             .ok_or_else(|| std::io::Error::other("mmap gave a null mapping"))?;
-        Ok(Self { start, len })
+        Ok(Some(Self { start, len }))
     }
 
     /// Stores `mark` if its slot is mapped; false if it is not.
@@ -177,7 +187,7 @@ impl StartMarks {
             .open(dir.join(FILE))?;
         let len = usize::try_from(MAPPED_SLOTS * SLOT_BYTES).unwrap_or(usize::MAX);
         let mapped = match Mapped::of(&file, len) {
-            Ok(mapped) => Some(mapped),
+            Ok(mapped) => mapped,
             Err(e) => {
                 tracing::warn!(error = %e, "Cannot map the start marks file; marks are written instead");
                 None
@@ -318,7 +328,23 @@ mod tests {
     fn marks_stored_in_the_mapping_and_written_past_it_read_back_alike() {
         let dir = tempfile::tempdir().unwrap();
         let marks = StartMarks::open(dir.path()).unwrap();
-        assert!(marks.mapped.is_some(), "mapped on a plain file system");
+        let kind = nix::sys::statfs::statfs(dir.path())
+            .unwrap()
+            .filesystem_type();
+        if kind != nix::sys::statfs::EXT4_SUPER_MAGIC && kind != nix::sys::statfs::TMPFS_MAGIC {
+            assert!(marks.mapped.is_none(), "mapped on {kind:?}");
+            return;
+        }
+        let mapped = marks.mapped.as_ref().expect("mapped on ext4 and tmpfs");
+        // The mapping takes the last slot it holds and nothing past it or between slots.
+        let at = |offset| Mark { offset, run_id: 1 };
+        assert!(mapped.store(at((MAPPED_SLOTS - 1) * SLOT_BYTES)));
+        assert!(!mapped.store(at(MAPPED_SLOTS * SLOT_BYTES)));
+        assert!(!mapped.store(at(4)));
+        mapped.store(Mark {
+            offset: (MAPPED_SLOTS - 1) * SLOT_BYTES,
+            run_id: 0,
+        });
         assert_eq!(
             std::fs::metadata(dir.path().join(FILE)).unwrap().len(),
             MAPPED_SLOTS * SLOT_BYTES

@@ -17,8 +17,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// Sends what is spooled now; returns how many results were acknowledged.
 pub async fn drain_once(client: &AdminClient, spool: &Spool) -> Result<usize, String> {
-    let mut files = spool
-        .pending()
+    let mut files = on_disk(spool, |spool| spool.pending())
+        .await
         .map_err(|e| format!("reading the spool: {e}"))?
         .into_iter()
         .peekable();
@@ -39,12 +39,24 @@ pub async fn drain_once(client: &AdminClient, spool: &Spool) -> Result<usize, St
         let results: Vec<&HandleCallbackParam> =
             batch.iter().flat_map(|file| file.results.iter()).collect();
         client.post(admin_path::CALLBACK, &results).await?;
-        spool
-            .ack(&batch)
-            .map_err(|e| format!("removing acknowledged results: {e}"))?;
         sent += results.len();
+        on_disk(spool, move |spool| spool.ack(&batch))
+            .await
+            .map_err(|e| format!("removing acknowledged results: {e}"))?;
     }
     Ok(sent)
+}
+
+/// Runs `work` on the spool on a blocking thread: removing a file, or reading the folder after
+/// an outage, may wait on the file system's journal, and the runtime thread starts runs.
+async fn on_disk<T: Send + 'static>(
+    spool: &Spool,
+    work: impl FnOnce(&Spool) -> std::io::Result<T> + Send + 'static,
+) -> std::io::Result<T> {
+    let spool = spool.clone();
+    tokio::task::spawn_blocking(move || work(&spool))
+        .await
+        .map_err(std::io::Error::other)?
 }
 
 /// Runs forever: sends the spool when its results are due (`Due`), retries with growing

@@ -323,32 +323,43 @@ mod tests {
     }
 
     /// The agent's own marks go through the mapping up to its last slot and are written past
-    /// it; a restart reads both, and the mapped slots were made empty, not absent.
+    /// it; a restart reads both, and the mapped slots were made empty, not absent. Run in the
+    /// test's temp folder (mapped or not, as its file system allows) and, where there is one,
+    /// on `/dev/shm`'s tmpfs, so that the mapping is tested whatever the temp folder is.
     #[test]
     fn marks_stored_in_the_mapping_and_written_past_it_read_back_alike() {
-        let dir = tempfile::tempdir().unwrap();
+        marks_read_back_alike_in(&tempfile::tempdir().unwrap());
+        let shm = Path::new("/dev/shm");
+        if nix::sys::statfs::statfs(shm)
+            .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC)
+        {
+            marks_read_back_alike_in(&tempfile::tempdir_in(shm).unwrap());
+        }
+    }
+
+    fn marks_read_back_alike_in(dir: &tempfile::TempDir) {
         let marks = StartMarks::open(dir.path()).unwrap();
         let kind = nix::sys::statfs::statfs(dir.path())
             .unwrap()
             .filesystem_type();
-        if kind != nix::sys::statfs::EXT4_SUPER_MAGIC && kind != nix::sys::statfs::TMPFS_MAGIC {
-            assert!(marks.mapped.is_none(), "mapped on {kind:?}");
-            return;
+        let mappable =
+            kind == nix::sys::statfs::EXT4_SUPER_MAGIC || kind == nix::sys::statfs::TMPFS_MAGIC;
+        assert_eq!(marks.mapped.is_some(), mappable, "mapped on {kind:?}");
+        if let Some(mapped) = marks.mapped.as_ref() {
+            // The mapping takes the last slot it holds and nothing past it or between slots.
+            let at = |offset| Mark { offset, run_id: 1 };
+            assert!(mapped.store(at((MAPPED_SLOTS - 1) * SLOT_BYTES)));
+            assert!(!mapped.store(at(MAPPED_SLOTS * SLOT_BYTES)));
+            assert!(!mapped.store(at(4)));
+            mapped.store(Mark {
+                offset: (MAPPED_SLOTS - 1) * SLOT_BYTES,
+                run_id: 0,
+            });
+            assert_eq!(
+                std::fs::metadata(dir.path().join(FILE)).unwrap().len(),
+                MAPPED_SLOTS * SLOT_BYTES
+            );
         }
-        let mapped = marks.mapped.as_ref().expect("mapped on ext4 and tmpfs");
-        // The mapping takes the last slot it holds and nothing past it or between slots.
-        let at = |offset| Mark { offset, run_id: 1 };
-        assert!(mapped.store(at((MAPPED_SLOTS - 1) * SLOT_BYTES)));
-        assert!(!mapped.store(at(MAPPED_SLOTS * SLOT_BYTES)));
-        assert!(!mapped.store(at(4)));
-        mapped.store(Mark {
-            offset: (MAPPED_SLOTS - 1) * SLOT_BYTES,
-            run_id: 0,
-        });
-        assert_eq!(
-            std::fs::metadata(dir.path().join(FILE)).unwrap().len(),
-            MAPPED_SLOTS * SLOT_BYTES
-        );
         assert!(StartMarks::left_in(dir.path()).unwrap().is_empty());
         let last_mapped = i64::try_from(MAPPED_SLOTS).unwrap();
         for run_id in 1..=last_mapped + 1 {

@@ -4,6 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::OwnedMutexGuard;
+
 use crate::admin_client::AdminClient;
 use crate::protocol::{HandleCallbackParam, admin_path};
 use crate::spool::{Due, Spool};
@@ -17,11 +19,14 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// Sends what is spooled now; returns how many results were acknowledged.
 pub async fn drain_once(client: &AdminClient, spool: &Spool) -> Result<usize, String> {
-    let mut files = on_disk(spool, |spool| spool.pending())
+    // The turn goes with each file-system step to its blocking thread and comes back with the
+    // answer, so a drain aborted while a removal runs (a shutdown) holds it until the removal
+    // is done: the shutdown's last drain then does not send again what is being removed.
+    let turn = spool.drain_turn().lock_owned().await;
+    let (files, mut turn) = on_disk(spool, turn, |spool| spool.pending())
         .await
-        .map_err(|e| format!("reading the spool: {e}"))?
-        .into_iter()
-        .peekable();
+        .map_err(|e| format!("reading the spool: {e}"))?;
+    let mut files = files.into_iter().peekable();
     let mut sent = 0;
     while files.peek().is_some() {
         // Whole files per request, so a file is removed exactly when all it holds is stored.
@@ -40,23 +45,26 @@ pub async fn drain_once(client: &AdminClient, spool: &Spool) -> Result<usize, St
             batch.iter().flat_map(|file| file.results.iter()).collect();
         client.post(admin_path::CALLBACK, &results).await?;
         sent += results.len();
-        on_disk(spool, move |spool| spool.ack(&batch))
+        ((), turn) = on_disk(spool, turn, move |spool| spool.ack(&batch))
             .await
             .map_err(|e| format!("removing acknowledged results: {e}"))?;
     }
     Ok(sent)
 }
 
-/// Runs `work` on the spool on a blocking thread: removing a file, or reading the folder after
-/// an outage, may wait on the file system's journal, and the runtime thread starts runs.
+/// Runs `work` on the spool on a blocking thread, holding the drain's `turn` until it is done:
+/// removing a file may wait on the file system's journal, reading the folder after an outage on
+/// the disk, and the runtime thread starts runs.
 async fn on_disk<T: Send + 'static>(
     spool: &Spool,
+    turn: OwnedMutexGuard<()>,
     work: impl FnOnce(&Spool) -> std::io::Result<T> + Send + 'static,
-) -> std::io::Result<T> {
+) -> std::io::Result<(T, OwnedMutexGuard<()>)> {
     let spool = spool.clone();
-    tokio::task::spawn_blocking(move || work(&spool))
+    let (done, turn) = tokio::task::spawn_blocking(move || (work(&spool), turn))
         .await
-        .map_err(std::io::Error::other)?
+        .map_err(std::io::Error::other)?;
+    Ok((done?, turn))
 }
 
 /// Runs forever: sends the spool when its results are due (`Due`), retries with growing

@@ -11,15 +11,21 @@
 //! under memory pressure instead of being shielded as mapped code. What stays resident is the
 //! code the process runs now.
 //!
-//! The same goes for the shared libraries (libc's code alone was 1 MB of an idle agent's 6.2 MB). Only private mappings of a file that cannot be written and
-//! hold no private copy of a page (`Anonymous: 0`) are released: a relocated page (the RELRO
-//! segment) or a patched one would be lost, not re-read, so any mapping that has one is left
+//! The same goes for the shared libraries (libc's code alone was 1 MB of an idle agent's
+//! 6.2 MB). Only the read-only segments of the objects the dynamic loader has loaded (the
+//! executable and its libraries) are released, and only where smaps says their mapping is private,
+//! cannot be written and holds no private copy of a page (`Anonymous: 0`): a relocated page (the
+//! RELRO segment) or a patched one would be lost, not re-read, so any mapping that has one is left
 //! alone. What is released is what the kernel may drop by itself at any time under memory
-//! pressure (clean pages of a file), so no reader can tell the difference but by a fault's cost.
-//! Device files (`/dev/`) are left alone: some cannot be advised, and their pages are no copy of a
-//! file.
+//! pressure (clean pages of a file; locked mappings are left alone), so no reader can tell the
+//! difference but by a fault's cost. The pages of a library are shared with every process using
+//! it: letting go of them lowers this process's RSS, and frees memory only when no other process
+//! maps them.
 
-#![allow(unsafe_code, reason = "madvise has no safe interface")]
+#![allow(
+    unsafe_code,
+    reason = "madvise and dl_iterate_phdr have no safe interface"
+)]
 
 use std::time::Duration;
 
@@ -40,33 +46,121 @@ struct Region {
     resident_kb: u64,
 }
 
-/// Releases the clean read-only pages of the executable and its libraries (returns how many bytes were resident in
-/// them before) and the allocator's free pages.
+/// Releases the clean read-only pages of the executable and its libraries (returns how many
+/// bytes were resident in them before) and the allocator's free pages.
+///
+/// A mapping is released only while it is a read-only segment of an object the dynamic loader
+/// has loaded, and under the loader's lock (`dl_iterate_phdr` holds it while it calls back): a
+/// file mapped for a while (a backtrace reading the executable's debug info, the loader's cache)
+/// or a library `dlclose` may unload could otherwise be unmapped between the read of smaps and
+/// the advice, and its addresses reused by memory in use, which the advice would zero.
 ///
 /// # Errors
-/// When `/proc/self` cannot be read or the kernel refuses the advice.
+/// When `/proc/self` cannot be read. A mapping the kernel refuses to advise is skipped.
 pub fn release() -> std::io::Result<u64> {
-    let smaps = std::fs::read_to_string("/proc/self/smaps")?;
-    let mut released = 0;
-    for region in releasable(&smaps) {
-        // SAFETY: the region is a whole private mapping of a file (the executable or a library)
-        // that nobody can write and that holds no private page (checked just above from smaps, and a read-only
-        // mapping cannot gain one): MADV_DONTNEED only drops page-table entries there, and every
-        // later access re-reads the same bytes from the file. No Rust object lives in it.
-        let advised = unsafe {
-            libc::madvise(
-                region.start as *mut libc::c_void,
-                region.end - region.start,
-                libc::MADV_DONTNEED,
-            )
-        };
-        if advised != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        released += region.resident_kb * 1024;
+    let mut pass = Pass {
+        page: usize::try_from(
+            // SAFETY: sysconf reads a constant of the system.
+            unsafe { libc::sysconf(libc::_SC_PAGESIZE) },
+        )
+        .unwrap_or(4096)
+        .max(1),
+        candidates: None,
+        released_kb: 0,
+        refused: 0,
+    };
+    // SAFETY: `release_object` reads only what the loader passes for the call and the `Pass`
+    // given here, which outlives the call; it does not unwind (it has nothing that panics but
+    // allocation failure, which aborts).
+    unsafe { libc::dl_iterate_phdr(Some(release_object), (&raw mut pass).cast()) };
+    match pass.candidates {
+        Some(Ok(_)) => {}
+        Some(Err(e)) => return Err(e),
+        None => return Err(std::io::Error::other("the loader lists no loaded object")),
+    }
+    if pass.refused > 0 {
+        tracing::debug!(
+            mappings = pass.refused,
+            "The kernel refused to release some mappings"
+        );
     }
     release_free_heap();
-    Ok(released)
+    Ok(pass.released_kb * 1024)
+}
+
+/// One `release`, carried through the loader's calls.
+struct Pass {
+    page: usize,
+    /// The mappings smaps says may be released, read at the first loaded object (under the
+    /// loader's lock, so no object comes or goes between it and the advice).
+    candidates: Option<std::io::Result<Vec<Region>>>,
+    released_kb: u64,
+    refused: u32,
+}
+
+/// Called by `dl_iterate_phdr` for each loaded object: releases the candidate mappings that lie
+/// within one of its read-only `PT_LOAD` segments.
+unsafe extern "C" fn release_object(
+    info: *mut libc::dl_phdr_info,
+    _size: libc::size_t,
+    pass: *mut libc::c_void,
+) -> libc::c_int {
+    // SAFETY: `pass` is the `Pass` `release` handed to `dl_iterate_phdr`, borrowed by nothing
+    // else during the call; `info` is the loader's record of one object for this call.
+    let (pass, info) = unsafe { (&mut *pass.cast::<Pass>(), &*info) };
+    let candidates = pass.candidates.get_or_insert_with(|| {
+        std::fs::read_to_string("/proc/self/smaps").map(|smaps| releasable(&smaps))
+    });
+    let Ok(candidates) = candidates else {
+        return 1;
+    };
+    if info.dlpi_phdr.is_null() {
+        return 0;
+    }
+    // SAFETY: the loader's program headers of this object, `dlpi_phnum` of them.
+    let headers =
+        unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) };
+    let base = usize::try_from(info.dlpi_addr).unwrap_or(usize::MAX);
+    for header in headers {
+        if header.p_type != libc::PT_LOAD || header.p_flags & libc::PF_W != 0 {
+            continue;
+        }
+        let (Ok(vaddr), Ok(size)) = (
+            usize::try_from(header.p_vaddr),
+            usize::try_from(header.p_memsz),
+        ) else {
+            continue;
+        };
+        let start = base.wrapping_add(vaddr) / pass.page * pass.page;
+        let end = base
+            .wrapping_add(vaddr)
+            .saturating_add(size)
+            .div_ceil(pass.page)
+            .saturating_mul(pass.page);
+        for region in candidates
+            .iter()
+            .filter(|r| r.start >= start && r.end <= end)
+        {
+            // SAFETY: the region is a whole private mapping of a file that nobody can write and
+            // that holds no private page (smaps, read under the loader's lock held now), inside
+            // a read-only segment of an object loaded now, so still that mapping: MADV_DONTNEED
+            // only drops page-table entries there, and every later access re-reads the same
+            // bytes from the file. No Rust object lives in it.
+            let advised = unsafe {
+                libc::madvise(
+                    region.start as *mut libc::c_void,
+                    region.end - region.start,
+                    libc::MADV_DONTNEED,
+                )
+            };
+            if advised == 0 {
+                pass.released_kb += region.resident_kb;
+            } else {
+                pass.refused += 1;
+            }
+        }
+    }
+    0
 }
 
 /// Releases now, after [`FIRST_RELEASE_AFTER`], and every [`RELEASE_EVERY`] until dropped
@@ -135,6 +229,15 @@ fn releasable(smaps: &str) -> Vec<Region> {
             // Not `Private_Dirty`: it also counts the file's own pages not written back yet (a
             // binary just installed), which are the file's content all the same.
             ("Anonymous" | "Swap", Some(kb)) if kb > 0 => *qualifies = false,
+            // Locked pages stay resident by request; hugetlb's private pages are not counted as
+            // `Anonymous`; a PFN or I/O mapping is no copy of a file.
+            ("VmFlags", None)
+                if value
+                    .split_whitespace()
+                    .any(|flag| matches!(flag, "lo" | "pf" | "io" | "ht")) =>
+            {
+                *qualifies = false;
+            }
             _ => {}
         }
     }
@@ -222,6 +325,10 @@ Anonymous:             0 kB
 7f0000900000-7f0000901000 r--p 00000000 00:00 0 
 Rss:                   4 kB
 Anonymous:             0 kB
+7f0000a00000-7f0000a01000 r--p 00000000 fd:01 45 /usr/lib/x86_64-linux-gnu/libpinned.so
+Rss:                   4 kB
+Anonymous:             0 kB
+VmFlags: rd mr mw me lo
 ";
 
     #[test]
@@ -241,11 +348,44 @@ Anonymous:             0 kB
             ],
             "the executable's and a library's code and constants, and another file's; not the \
              relocated (anonymous) one, a writable one, a shared one, a device's, a heap, the \
-             vdso, an anonymous one, or one whose smaps entry does not say it holds no private \
+             vdso, an anonymous one, a locked one, or one whose smaps entry does not say it holds no private \
              page"
         );
         assert!(releasable("").is_empty());
         assert!(releasable("garbage\nRss: 5 kB\n").is_empty());
+    }
+
+    /// A file the process maps itself is no loaded object: it may be unmapped, and its
+    /// addresses reused, at any time, so it is never advised, however clean it reads in smaps.
+    #[test]
+    fn a_file_mapped_outside_the_loader_is_left_resident() {
+        let mut file = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut file, &[7; 64 * 1024]).unwrap();
+        let len = 64 * 1024;
+        // SAFETY: a new read-only private mapping of a file this test holds open, unmapped below.
+        let start = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_POPULATE,
+                std::os::fd::AsRawFd::as_raw_fd(&file),
+                0,
+            )
+        };
+        assert_ne!(start, libc::MAP_FAILED);
+        let resident = || {
+            let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+            releasable(&smaps)
+                .iter()
+                .find(|r| r.start == start as usize)
+                .map(|r| r.resident_kb)
+        };
+        assert_eq!(resident(), Some(64), "a candidate by smaps alone");
+        release().unwrap();
+        assert_eq!(resident(), Some(64), "still resident");
+        // SAFETY: the mapping made above, unmapped once.
+        unsafe { libc::munmap(start, len) };
     }
 
     /// Run alone in a child process of its own (this test binary, one test): in the shared

@@ -57,6 +57,8 @@ pub struct Spool {
     /// The folder, open for the fsync that makes each rename durable (an open and a close per
     /// spool file less).
     folder: Arc<std::fs::File>,
+    /// Held by the drain that sends from here (`callback::drain_once`), one at a time.
+    drain_turn: Arc<tokio::sync::Mutex<()>>,
 }
 
 #[derive(Debug, Default)]
@@ -99,6 +101,7 @@ impl Spool {
             held: Arc::default(),
             writing: Arc::default(),
             files: Arc::default(),
+            drain_turn: Arc::default(),
         };
         let ids: HashSet<i64> = spool
             .pending()?
@@ -250,6 +253,11 @@ impl Spool {
             }
         }
         Ok(())
+    }
+
+    /// The drain's turn: one drain sends from the spool at a time.
+    pub fn drain_turn(&self) -> Arc<tokio::sync::Mutex<()>> {
+        self.drain_turn.clone()
     }
 
     pub fn dir(&self) -> &Path {

@@ -111,9 +111,11 @@ impl Logs {
 
     /// The file for a run triggered at `trigger_ms`. Run ids are numbers, so no path can escape.
     pub fn path(&self, run_id: i64, trigger_ms: i64) -> PathBuf {
-        self.dir
-            .join(day_folder(trigger_ms))
-            .join(format!("{run_id}.log"))
+        let day = chrono::DateTime::from_timestamp_millis(trigger_ms).unwrap_or_default();
+        crate::path_in(
+            &self.dir,
+            format_args!("{}/{run_id}.log", day.format("%Y-%m-%d")),
+        )
     }
 
     /// Finds a run's file when the caller's date is missing or wrong (looks at recent folders).

@@ -405,7 +405,6 @@ mod tests {
     /// are leaders of their runs until reaped; a failed exec fails its own run only.
     #[tokio::test]
     async fn spawns_asked_together_start_their_own_processes() {
-        use std::ffi::CString;
         use std::os::fd::AsRawFd;
         let containment = Arc::new(Containment::default());
         let devnull = std::fs::File::options()
@@ -416,8 +415,8 @@ mod tests {
             let containment = containment.clone();
             let output = devnull.as_raw_fd();
             async move {
-                let script = CString::new(format!("exit {}", run % 5)).unwrap();
-                let argv = [c"sh".to_owned(), c"-c".to_owned(), script];
+                let mut argv: super::super::spawner::Strings = ["sh", "-c"].into_iter().collect();
+                argv.push_fmt(format_args!("exit {}", run % 5));
                 let program = if run == 13 {
                     c"/nonexistent"
                 } else {

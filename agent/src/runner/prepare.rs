@@ -1,11 +1,12 @@
 //! Everything a run needs before it starts: its log (made by its first write), its script,
 //! its arguments and its environment.
 
-use std::collections::BTreeMap;
 use std::fs::File;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+use super::spawner::Strings;
 use super::{Prepared, RunnerConfig, script};
 use crate::protocol::TriggerParam;
 
@@ -233,8 +234,10 @@ impl Script {
 /// What to start, and the script to remove once the run is over.
 pub(super) struct Launch {
     pub program: PathBuf,
-    pub args: Vec<String>,
-    pub env: BTreeMap<String, String>,
+    /// The program's name first.
+    pub argv: Strings,
+    /// `KEY=value` entries.
+    pub env: Strings,
     pub script: Script,
     /// A workflow node's output file; other runs get none.
     pub outputs: Option<OutputFile>,
@@ -345,8 +348,8 @@ pub(super) fn launch(
         log.note(&msg);
         return Err(msg);
     };
-    let source = trigger.glue_source.clone().unwrap_or_default();
-    let inline = script::runs_inline(interpreter, &source);
+    let source = trigger.glue_source.as_deref().unwrap_or_default();
+    let inline = script::runs_inline(interpreter, source);
     let script = if inline {
         Script {
             path: script::source_path(&config.scripts_dir, trigger.log_id, interpreter),
@@ -357,7 +360,7 @@ pub(super) fn launch(
             &config.scripts_dir,
             trigger.log_id,
             interpreter,
-            &source,
+            source,
             config.run_as,
         )
         .map_err(|e| format!("cannot write the script: {e}"))?;
@@ -366,67 +369,84 @@ pub(super) fn launch(
             written: true,
         }
     };
-    let params = trigger.executor_params.clone().unwrap_or_default();
-    let mut args = Vec::with_capacity(6);
+    let params = trigger.executor_params.as_deref().unwrap_or_default();
+    let mut argv = Strings::with_capacity(
+        64 + program.as_os_str().len()
+            + source.len()
+            + script.path.as_os_str().len()
+            + params.len(),
+    );
+    argv.push(program.as_os_str().as_bytes());
     if inline {
-        args.extend(["-c".to_owned(), source]);
+        argv.push("-c");
+        argv.push(source);
     }
-    args.extend([
-        script.path.to_string_lossy().into_owned(),
-        params.clone(),
-        trigger.broadcast_index.to_string(),
-        trigger.broadcast_total.to_string(),
-    ]);
-    let mut env = env(trigger, params);
+    argv.push(script.path.as_os_str().as_bytes());
+    argv.push(params);
+    argv.push_fmt(format_args!("{}", trigger.broadcast_index));
+    argv.push_fmt(format_args!("{}", trigger.broadcast_total));
     let (channel, outputs) = output_channel(trigger, &config.scripts_dir, config.run_as)?;
-    env.insert("JOBFLEET_OUTPUT".into(), channel);
+    let env = env(trigger, params, &channel);
     Ok(Launch {
         program,
-        args,
+        argv,
         env,
         script,
         outputs,
     })
 }
 
-/// A clean environment: a few of the agent's own variables, the trigger's extras, and the
-/// run's facts as `JOBFLEET_*` (which the extras cannot override).
-fn env(trigger: &TriggerParam, params: String) -> BTreeMap<String, String> {
-    let mut env: BTreeMap<String, String> = BTreeMap::new();
-    for key in ["PATH", "HOME", "LANG", "TZ", "USER"] {
-        if let Ok(v) = std::env::var(key) {
-            env.insert(key.to_owned(), v);
+/// The agent's own variables a run gets, read once: the agent never changes its environment.
+fn agent_env() -> &'static [(&'static str, String)] {
+    static AGENT_ENV: std::sync::OnceLock<Vec<(&'static str, String)>> = std::sync::OnceLock::new();
+    AGENT_ENV.get_or_init(|| {
+        ["PATH", "HOME", "LANG", "TZ", "USER"]
+            .into_iter()
+            .filter_map(|key| Some((key, std::env::var(key).ok()?)))
+            .collect()
+    })
+}
+
+/// A clean environment: a few of the agent's own variables, the trigger's extras (which may
+/// override those), and the run's facts as `JOBFLEET_*` (which the extras cannot override). No
+/// name is given twice: the extras pass no run fact's name, and the agent's variables none.
+fn env(trigger: &TriggerParam, params: &str, output: &str) -> Strings {
+    let extra = trigger.env.as_ref();
+    let mut env = Strings::with_capacity(
+        1024 + params.len()
+            + output.len()
+            + extra.map_or(0, |e| e.iter().map(|(k, v)| k.len() + v.len() + 2).sum()),
+    );
+    for (key, value) in agent_env() {
+        if !extra.is_some_and(|e| e.contains_key(*key)) {
+            env.push_fmt(format_args!("{key}={value}"));
         }
     }
-    if let Some(extra) = &trigger.env {
-        env.extend(
-            extra
-                .iter()
-                // The run's facts are the agent's; a workflow's facts and inputs come from
-                // the admin under names of their own.
-                .filter(|(k, _)| {
-                    !k.starts_with("JOBFLEET_")
-                        || k.starts_with("JOBFLEET_WORKFLOW_")
-                        || k.starts_with("JOBFLEET_IN_")
-                })
-                .map(|(k, v)| (k.clone(), v.clone())),
-        );
+    for (key, value) in extra.into_iter().flatten().filter(|(k, _)| {
+        // The run's facts are the agent's; a workflow's facts and inputs come from the admin
+        // under names of their own.
+        !k.starts_with("JOBFLEET_")
+            || k.starts_with("JOBFLEET_WORKFLOW_")
+            || k.starts_with("JOBFLEET_IN_")
+    }) {
+        env.push_fmt(format_args!("{key}={value}"));
     }
-    env.insert("JOBFLEET_JOB_ID".into(), trigger.job_id.to_string());
-    env.insert("JOBFLEET_RUN_ID".into(), trigger.log_id.to_string());
-    env.insert("JOBFLEET_PARAMS".into(), params);
-    env.insert(
-        "JOBFLEET_SHARD_INDEX".into(),
-        trigger.broadcast_index.to_string(),
-    );
-    env.insert(
-        "JOBFLEET_SHARD_TOTAL".into(),
-        trigger.broadcast_total.to_string(),
-    );
-    env.insert(
-        "JOBFLEET_ATTEMPT".into(),
-        trigger.attempt.unwrap_or(1).to_string(),
-    );
+    env.push_fmt(format_args!("JOBFLEET_JOB_ID={}", trigger.job_id));
+    env.push_fmt(format_args!("JOBFLEET_RUN_ID={}", trigger.log_id));
+    env.push_fmt(format_args!("JOBFLEET_PARAMS={params}"));
+    env.push_fmt(format_args!(
+        "JOBFLEET_SHARD_INDEX={}",
+        trigger.broadcast_index
+    ));
+    env.push_fmt(format_args!(
+        "JOBFLEET_SHARD_TOTAL={}",
+        trigger.broadcast_total
+    ));
+    env.push_fmt(format_args!(
+        "JOBFLEET_ATTEMPT={}",
+        trigger.attempt.unwrap_or(1)
+    ));
+    env.push_fmt(format_args!("JOBFLEET_OUTPUT={output}"));
     env
 }
 
@@ -434,6 +454,7 @@ fn env(trigger: &TriggerParam, params: String) -> BTreeMap<String, String> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     #[test]
     fn a_log_comes_whole_only_within_the_bound() {
@@ -623,8 +644,19 @@ mod tests {
             ("JOBFLEET_WORKFLOW_NODE".to_owned(), "b".to_owned()),
             ("JOBFLEET_IN_greeting".to_owned(), "hi".to_owned()),
             ("PLAIN".to_owned(), "x".to_owned()),
+            ("PATH".to_owned(), "/custom".to_owned()),
         ]));
-        let env = env(&trigger, String::new());
+        let env: BTreeMap<String, String> = env(&trigger, "", "/dev/null")
+            .iter()
+            .map(|entry| {
+                let (k, v) = std::str::from_utf8(entry).unwrap().split_once('=').unwrap();
+                (k.to_owned(), v.to_owned())
+            })
+            .collect();
+        let agents_kept = agent_env().iter().filter(|(k, _)| *k != "PATH").count();
+        assert_eq!(env.len(), 4 + 7 + agents_kept, "each name once: {env:?}");
+        assert_eq!(env["PATH"], "/custom", "an extra overrides the agent's own");
+        assert_eq!(env["JOBFLEET_OUTPUT"], "/dev/null");
         assert_eq!(env["JOBFLEET_RUN_ID"], "5");
         assert_eq!(env["JOBFLEET_WORKFLOW_NODE"], "b");
         assert_eq!(env["JOBFLEET_IN_greeting"], "hi");

@@ -99,7 +99,7 @@ const MAX_INLINE_BYTES: usize = 64 * 1024;
 
 /// The file a run's source is (or, run inline, would be) in: `<dir>/run-<id>.<ext>`.
 pub fn source_path(dir: &Path, run_id: i64, interpreter: &str) -> PathBuf {
-    dir.join(format!("run-{run_id}.{}", extension(interpreter)))
+    crate::path_in(dir, format_args!("run-{run_id}.{}", extension(interpreter)))
 }
 
 /// Whether the source runs as `sh -c <source> <path> <args>` rather than from a file. A file

@@ -6,7 +6,6 @@
     reason = "pidfd_open, waitid and wait4 need libc to watch and reap with rusage"
 )]
 
-use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -43,8 +42,10 @@ impl Isolation {
 
 pub struct Spec<'a> {
     pub program: &'a Path,
-    pub args: &'a [String],
-    pub env: &'a BTreeMap<String, String>,
+    /// The program's name first.
+    pub argv: &'a spawner::Strings,
+    /// `KEY=value` entries.
+    pub env: &'a spawner::Strings,
     pub cwd: &'a Path,
     /// The write end of the run's output pipe (stdout and stderr). The request takes it: once
     /// the process started, only the job holds it, and the copier sees the output end when the
@@ -66,20 +67,16 @@ pub fn request(spec: Spec<'_>, isolation: &Isolation) -> std::io::Result<spawner
     };
     let program = CString::new(spec.program.as_os_str().as_bytes()).map_err(|_| nul("program"))?;
     let cwd = CString::new(spec.cwd.as_os_str().as_bytes()).map_err(|_| nul("folder"))?;
-    let argv = std::iter::once(Ok(program.clone()))
-        .chain(spec.args.iter().map(|a| CString::new(a.as_str())))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|_| nul("arguments"))?;
-    let env = spec
-        .env
-        .iter()
-        .map(|(k, v)| CString::new(format!("{k}={v}")))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|_| nul("environment"))?;
+    if spec.argv.has_nul() {
+        return Err(nul("arguments"));
+    }
+    if spec.env.has_nul() {
+        return Err(nul("environment"));
+    }
     let request = spawner::Request {
         program: &program,
-        argv: &argv,
-        env: &env,
+        argv: spec.argv,
+        env: spec.env,
         cwd: &cwd,
         output: spec.output.as_raw_fd(),
         start_mark: spec

@@ -32,7 +32,7 @@
     reason = "fork, clone and the child's work before exec need libc, on data prepared beforehand"
 )]
 
-use std::ffi::{CStr, CString};
+use std::ffi::CStr;
 use std::fs::File;
 use std::io::{IoSlice, IoSliceMut, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -57,13 +57,87 @@ const ANSWER: usize = 8;
 /// The child's stack while it prepares the exec; it runs only a few libc calls.
 const CHILD_STACK: usize = 256 * 1024;
 
+/// Strings as a request carries them: each one's bytes and a NUL, back to back. A run's
+/// arguments and environment are written straight into one buffer (an entry's `KEY=value` by
+/// `push_fmt`), where a `CString` apiece, and a `format!` for each variable, made about seventy
+/// allocations of every run's start (BENCHMARKS.md, issue 17).
+#[derive(Debug, Default)]
+pub struct Strings {
+    bytes: Vec<u8>,
+    count: usize,
+    /// A string held a NUL byte, which would end it early in the child: such strings are
+    /// refused when the request is encoded.
+    has_nul: bool,
+}
+
+impl Strings {
+    pub fn with_capacity(bytes: usize) -> Self {
+        Self {
+            bytes: Vec::with_capacity(bytes),
+            ..Self::default()
+        }
+    }
+
+    pub fn push(&mut self, s: impl AsRef<[u8]>) {
+        let s = s.as_ref();
+        self.has_nul |= s.contains(&0);
+        self.bytes.extend_from_slice(s);
+        self.end_string();
+    }
+
+    /// Appends the formatted string, written in place.
+    pub fn push_fmt(&mut self, args: std::fmt::Arguments<'_>) {
+        let start = self.bytes.len();
+        // Writing into a `Vec` fails only when a `Display` does, which ours do not; a failed
+        // write leaves whatever it wrote, still one string.
+        let _ = self.bytes.write_fmt(args);
+        self.has_nul |= self.bytes[start..].contains(&0);
+        self.end_string();
+    }
+
+    fn end_string(&mut self) {
+        self.bytes.push(0);
+        self.count += 1;
+    }
+
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Whether a string holds a NUL byte of its own.
+    pub fn has_nul(&self) -> bool {
+        self.has_nul
+    }
+
+    /// Each string, without its NUL.
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        self.bytes
+            .split(|&b| b == 0)
+            .take(if self.has_nul { 0 } else { self.count })
+    }
+}
+
+impl<S: AsRef<[u8]>> FromIterator<S> for Strings {
+    fn from_iter<I: IntoIterator<Item = S>>(strings: I) -> Self {
+        let mut out = Self::default();
+        for s in strings {
+            out.push(s);
+        }
+        out
+    }
+}
+
 /// What the child needs to become the run.
 pub struct Request<'a> {
     pub program: &'a CStr,
     /// `argv`, the program's name first.
-    pub argv: &'a [CString],
+    pub argv: &'a Strings,
     /// `KEY=value` entries.
-    pub env: &'a [CString],
+    pub env: &'a Strings,
     pub cwd: &'a CStr,
     /// stdout and stderr.
     pub output: RawFd,
@@ -81,11 +155,16 @@ pub struct Request<'a> {
 #[cfg(test)]
 impl<'a> Request<'a> {
     /// `program` with `argv` in `/`, output to `output`, nothing else set: tests' plain run.
-    pub(super) fn plain(program: &'a CStr, argv: &'a [CString], output: RawFd) -> Self {
+    pub(super) fn plain(program: &'a CStr, argv: &'a Strings, output: RawFd) -> Self {
+        static NO_ENV: Strings = Strings {
+            bytes: Vec::new(),
+            count: 0,
+            has_nul: false,
+        };
         Self {
             program,
             argv,
-            env: &[],
+            env: &NO_ENV,
             cwd: c"/",
             output,
             start_mark: None,
@@ -372,6 +451,20 @@ fn put_str(out: &mut Vec<u8>, s: &CStr) {
     out.extend_from_slice(s.to_bytes_with_nul());
 }
 
+fn put_strings(out: &mut Vec<u8>, strings: &Strings, what: &str) -> std::io::Result<()> {
+    // One NUL inside a string would split it in two, and every string after it would be read
+    // as the one before.
+    if strings.has_nul() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("the {what} contain a NUL byte"),
+        ));
+    }
+    put_u32(out, strings.len())?;
+    out.extend_from_slice(&strings.bytes);
+    Ok(())
+}
+
 /// The request as bytes, behind its length; the descriptors travel beside it.
 fn encode(request: &Request<'_>) -> std::io::Result<Vec<u8>> {
     if request.cgroup_procs.len() > MAX_CGROUP_FILES {
@@ -380,17 +473,18 @@ fn encode(request: &Request<'_>) -> std::io::Result<Vec<u8>> {
             "too many cgroup files for one run",
         ));
     }
-    let mut body = Vec::with_capacity(4096);
+    let mut body = Vec::with_capacity(
+        256 + request.program.count_bytes()
+            + request.cwd.count_bytes()
+            + request.argv.bytes.len()
+            + request.env.bytes.len(),
+    );
+    // The body's length goes in front, once it is known.
+    body.extend_from_slice(&[0; 4]);
     put_str(&mut body, request.program);
     put_str(&mut body, request.cwd);
-    put_u32(&mut body, request.argv.len())?;
-    for arg in request.argv {
-        put_str(&mut body, arg);
-    }
-    put_u32(&mut body, request.env.len())?;
-    for entry in request.env {
-        put_str(&mut body, entry);
-    }
+    put_strings(&mut body, request.argv, "arguments")?;
+    put_strings(&mut body, request.env, "environment")?;
     put_u32(&mut body, request.rlimits.len())?;
     for (resource, limit) in request.rlimits {
         body.extend_from_slice(&(*resource).to_le_bytes());
@@ -412,19 +506,17 @@ fn encode(request: &Request<'_>) -> std::io::Result<Vec<u8>> {
         }
         None => body.push(0),
     }
-    if body.len() > MAX_REQUEST {
+    let length = body.len() - 4;
+    if length > MAX_REQUEST {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
-            format!(
-                "the arguments and environment are {} bytes, more than {MAX_REQUEST}",
-                body.len()
-            ),
+            format!("the arguments and environment are {length} bytes, more than {MAX_REQUEST}"),
         ));
     }
-    let mut message = Vec::with_capacity(body.len() + 4);
-    put_u32(&mut message, body.len())?;
-    message.extend_from_slice(&body);
-    Ok(message)
+    let length = u32::try_from(length)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "too large to run"))?;
+    body[..4].copy_from_slice(&length.to_le_bytes());
+    Ok(body)
 }
 
 /// Ends a spawner that failed an exchange, so the next spawn forks a new one.
@@ -896,7 +988,7 @@ mod tests {
         let (output, marks, cgroup) = (open("out"), Arc::new(open("marks")), open("procs"));
         let (out_fd, marks_fd, cgroup_fd) =
             (output.as_raw_fd(), marks.as_raw_fd(), cgroup.as_raw_fd());
-        let argv = [c"true".to_owned()];
+        let argv: Strings = ["true"].into_iter().collect();
         let mut request = Request::plain(c"/bin/true", &argv, out_fd);
         let mark = Mark {
             offset: 8,
@@ -925,9 +1017,29 @@ mod tests {
     }
 
     #[test]
+    fn strings_holding_a_nul_are_refused_not_split() {
+        let argv: Strings = ["true", "two words"].into_iter().collect();
+        assert_eq!(
+            argv.iter().collect::<Vec<_>>(),
+            [b"true".as_slice(), b"two words".as_slice()]
+        );
+        let mut env = Strings::default();
+        env.push_fmt(format_args!("A={}", "x\0y"));
+        assert!(env.has_nul());
+        let refused = encode(&Request {
+            env: &env,
+            ..Request::plain(c"/bin/true", &argv, 1)
+        })
+        .unwrap_err();
+        assert_eq!(refused.kind(), std::io::ErrorKind::InvalidInput);
+        assert!(refused.to_string().contains("environment"), "{refused}");
+    }
+
+    #[test]
     fn a_request_decodes_to_what_was_encoded() {
-        let argv = [c"sh".to_owned(), c"-c".to_owned(), c"echo hi".to_owned()];
-        let env = [c"A=1".to_owned()];
+        let argv: Strings = ["sh", "-c", "echo hi"].into_iter().collect();
+        let mut env = Strings::default();
+        env.push_fmt(format_args!("{}={}", "A", 1));
         let request = Request {
             program: c"/bin/sh",
             argv: &argv,
@@ -1029,7 +1141,7 @@ mod tests {
     }
 
     /// A request to run `program` with `argv` in `/`, output to `output`, nothing else set.
-    fn plain_request(program: &CStr, argv: &[CString], output: RawFd) -> Vec<u8> {
+    fn plain_request(program: &CStr, argv: &Strings, output: RawFd) -> Vec<u8> {
         encode(&Request::plain(program, argv, output)).unwrap()
     }
 
@@ -1041,12 +1153,12 @@ mod tests {
     }
 
     fn request_bytes(n: usize) -> Vec<u8> {
-        let argv = [c"true".to_owned()];
-        let program = CString::new(format!("/bin/p{n}")).unwrap();
+        let argv: Strings = ["true"].into_iter().collect();
+        let program = std::ffi::CString::new(format!("/bin/p{n}")).unwrap();
         encode(&Request {
             program: &program,
             argv: &argv,
-            env: &[],
+            env: &Strings::default(),
             cwd: c"/",
             output: 1,
             start_mark: Some((2, Mark::default())),
@@ -1146,15 +1258,16 @@ mod tests {
         let bad = 17;
         let messages: Vec<Vec<u8>> = (0..MAX_BATCH + 10)
             .map(|i| {
-                let script = CString::new(format!("exit {}", i % 7)).unwrap();
                 if i == bad {
-                    plain_request(c"/nonexistent/program", &[c"x".to_owned()], output[0])
-                } else {
                     plain_request(
-                        c"/bin/sh",
-                        &[c"sh".to_owned(), c"-c".to_owned(), script],
+                        c"/nonexistent/program",
+                        &["x"].into_iter().collect(),
                         output[0],
                     )
+                } else {
+                    let mut argv: Strings = ["sh", "-c"].into_iter().collect();
+                    argv.push_fmt(format_args!("exit {}", i % 7));
+                    plain_request(c"/bin/sh", &argv, output[0])
                 }
             })
             .collect();
@@ -1197,7 +1310,7 @@ mod tests {
         let file = marks.file();
         let devnull = devnull();
         let fds = [devnull.as_raw_fd(), file.as_raw_fd()];
-        let argv = [c"sh".to_owned(), c"-c".to_owned(), c"exit 0".to_owned()];
+        let argv: Strings = ["sh", "-c", "exit 0"].into_iter().collect();
         let messages: Vec<Vec<u8>> = [(41, c"/bin/sh"), (42, c"/nonexistent/program")]
             .into_iter()
             .map(|(run_id, program)| {
@@ -1239,7 +1352,7 @@ mod tests {
     fn a_spawner_left_with_half_a_request_answers_what_it_held() {
         let devnull = devnull();
         let output = [devnull.as_raw_fd()];
-        let argv = [c"sh".to_owned(), c"-c".to_owned(), c"exit 3".to_owned()];
+        let argv: Strings = ["sh", "-c", "exit 3"].into_iter().collect();
         let message = plain_request(c"/bin/sh", &argv, output[0]);
         let whole = Encoded {
             message: &message,

@@ -109,7 +109,7 @@ impl Runner {
         };
         let spec = spawn::Spec {
             program: &launch.program,
-            args: &launch.args,
+            argv: &launch.argv,
             env: &launch.env,
             cwd: &self.config.scripts_dir,
             output: output_write,

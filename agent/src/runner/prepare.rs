@@ -407,9 +407,12 @@ fn agent_env() -> &'static [(&'static str, String)] {
     })
 }
 
-/// A clean environment: a few of the agent's own variables, the trigger's extras (which may
-/// override those), and the run's facts as `JOBFLEET_*` (which the extras cannot override). No
-/// name is given twice: the extras pass no run fact's name, and the agent's variables none.
+/// A clean environment: the run's facts as `JOBFLEET_*` (which the extras cannot override), a
+/// few of the agent's own variables, and the trigger's extras (which may override those). No
+/// name is given twice (a process's `getenv` would take the first): the extras pass no run
+/// fact's name, and an agent's variable the extras name is left out. The run's id comes first:
+/// the sweep reads it from `/proc/<pid>/environ` (`contain::tag`), of which it reads a bounded
+/// head, however large the extras.
 fn env(trigger: &TriggerParam, params: &str, output: &str) -> Strings {
     let extra = trigger.env.as_ref();
     let mut env = Strings::with_capacity(
@@ -417,22 +420,8 @@ fn env(trigger: &TriggerParam, params: &str, output: &str) -> Strings {
             + output.len()
             + extra.map_or(0, |e| e.iter().map(|(k, v)| k.len() + v.len() + 2).sum()),
     );
-    for (key, value) in agent_env() {
-        if !extra.is_some_and(|e| e.contains_key(*key)) {
-            env.push_fmt(format_args!("{key}={value}"));
-        }
-    }
-    for (key, value) in extra.into_iter().flatten().filter(|(k, _)| {
-        // The run's facts are the agent's; a workflow's facts and inputs come from the admin
-        // under names of their own.
-        !k.starts_with("JOBFLEET_")
-            || k.starts_with("JOBFLEET_WORKFLOW_")
-            || k.starts_with("JOBFLEET_IN_")
-    }) {
-        env.push_fmt(format_args!("{key}={value}"));
-    }
-    env.push_fmt(format_args!("JOBFLEET_JOB_ID={}", trigger.job_id));
     env.push_fmt(format_args!("JOBFLEET_RUN_ID={}", trigger.log_id));
+    env.push_fmt(format_args!("JOBFLEET_JOB_ID={}", trigger.job_id));
     env.push_fmt(format_args!("JOBFLEET_PARAMS={params}"));
     env.push_fmt(format_args!(
         "JOBFLEET_SHARD_INDEX={}",
@@ -447,6 +436,20 @@ fn env(trigger: &TriggerParam, params: &str, output: &str) -> Strings {
         trigger.attempt.unwrap_or(1)
     ));
     env.push_fmt(format_args!("JOBFLEET_OUTPUT={output}"));
+    for (key, value) in agent_env() {
+        if !extra.is_some_and(|e| e.contains_key(*key)) {
+            env.push_fmt(format_args!("{key}={value}"));
+        }
+    }
+    for (key, value) in extra.into_iter().flatten().filter(|(k, _)| {
+        // The run's facts are the agent's; a workflow's facts and inputs come from the admin
+        // under names of their own.
+        !k.starts_with("JOBFLEET_")
+            || k.starts_with("JOBFLEET_WORKFLOW_")
+            || k.starts_with("JOBFLEET_IN_")
+    }) {
+        env.push_fmt(format_args!("{key}={value}"));
+    }
     env
 }
 
@@ -646,13 +649,15 @@ mod tests {
             ("PLAIN".to_owned(), "x".to_owned()),
             ("PATH".to_owned(), "/custom".to_owned()),
         ]));
-        let env: BTreeMap<String, String> = env(&trigger, "", "/dev/null")
-            .iter()
-            .map(|entry| {
-                let (k, v) = std::str::from_utf8(entry).unwrap().split_once('=').unwrap();
-                (k.to_owned(), v.to_owned())
-            })
-            .collect();
+        let entries = env(&trigger, "", "/dev/null");
+        let mut env = BTreeMap::new();
+        for (n, entry) in entries.iter().enumerate() {
+            let (k, v) = std::str::from_utf8(entry).unwrap().split_once('=').unwrap();
+            if n == 0 {
+                assert_eq!(k, "JOBFLEET_RUN_ID", "the sweep's tag first");
+            }
+            assert_eq!(env.insert(k, v), None, "{k} given twice");
+        }
         let agents_kept = agent_env().iter().filter(|(k, _)| *k != "PATH").count();
         assert_eq!(env.len(), 4 + 7 + agents_kept, "each name once: {env:?}");
         assert_eq!(env["PATH"], "/custom", "an extra overrides the agent's own");

@@ -89,3 +89,95 @@ pub async fn drain_forever(client: Arc<AdminClient>, spool: Spool, due: Arc<Due>
         }
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// An admin on loopback that acknowledges every callback and counts them.
+    async fn acknowledging_admin() -> (String, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = format!("http://{}/", listener.local_addr().unwrap());
+        let posts = Arc::new(AtomicUsize::new(0));
+        let counted = posts.clone();
+        tokio::spawn(async move {
+            loop {
+                let (mut socket, _) = listener.accept().await.unwrap();
+                let counted = counted.clone();
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    // The headers, then as many body bytes as they announce.
+                    let whole = loop {
+                        let n = socket.read(&mut buf).await.unwrap();
+                        if n == 0 {
+                            return;
+                        }
+                        request.extend_from_slice(&buf[..n]);
+                        let text = String::from_utf8_lossy(&request).to_lowercase();
+                        if let Some(end) = text.find("\r\n\r\n") {
+                            let length: usize = text
+                                .lines()
+                                .find_map(|l| l.strip_prefix("content-length:"))
+                                .map_or(0, |v| v.trim().parse().unwrap());
+                            if request.len() >= end + 4 + length {
+                                break true;
+                            }
+                        }
+                    };
+                    if whole {
+                        counted.fetch_add(1, Ordering::SeqCst);
+                        let body = r#"{"code":200}"#;
+                        let reply = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                            body.len()
+                        );
+                        socket.write_all(reply.as_bytes()).await.unwrap();
+                    }
+                });
+            }
+        });
+        (address, posts)
+    }
+
+    /// One drain sends from the spool at a time: while another holds the turn (a drain whose
+    /// removal still runs on its blocking thread), a drain neither sends nor removes anything.
+    #[tokio::test]
+    async fn a_drain_waits_for_the_turn_before_it_sends() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(dir.path().join("spool")).unwrap();
+        spool
+            .put(
+                &serde_json::from_value(serde_json::json!({"logId": 7, "handleCode": 200}))
+                    .unwrap(),
+            )
+            .unwrap();
+        let (admin, posts) = acknowledging_admin().await;
+        let tls = crate::tls::client_config(&crate::tls::TlsSettings::default()).unwrap();
+        let client = AdminClient::new(vec![admin], None, None, &tls).unwrap();
+
+        let held = spool.drain_turn().lock_owned().await;
+        let waited =
+            tokio::time::timeout(Duration::from_millis(300), drain_once(&client, &spool)).await;
+        assert!(waited.is_err(), "the drain went ahead without the turn");
+        assert_eq!(posts.load(Ordering::SeqCst), 0, "nothing sent meanwhile");
+        assert_eq!(
+            spool.pending().unwrap().len(),
+            1,
+            "nothing removed meanwhile"
+        );
+
+        drop(held);
+        assert_eq!(drain_once(&client, &spool).await.unwrap(), 1);
+        assert_eq!(posts.load(Ordering::SeqCst), 1);
+        assert!(
+            spool.pending().unwrap().is_empty(),
+            "removed once acknowledged"
+        );
+    }
+}

@@ -437,7 +437,10 @@ VmFlags: rd mr mw me lo
     /// addresses reused, at any time, so it is never advised, however clean it reads in smaps.
     #[test]
     fn a_file_mapped_outside_the_loader_is_left_resident() {
-        let mut file = tempfile::tempfile().unwrap();
+        // Beside the test binary: a file system of files, where a TMPDIR under /dev (/dev/shm)
+        // would make no candidate of it.
+        let exe = std::env::current_exe().unwrap();
+        let mut file = tempfile::tempfile_in(exe.parent().unwrap()).unwrap();
         std::io::Write::write_all(&mut file, &[7; 64 * 1024]).unwrap();
         let len = 64 * 1024;
         // SAFETY: a new read-only private mapping of a file this test holds open, unmapped below.
@@ -459,20 +462,21 @@ VmFlags: rd mr mw me lo
                 .find(|r| r.start == start as usize)
                 .map(|r| r.resident_kb)
         };
-        // Where the pages are not all resident at once (reclaimed already, a file system that
-        // does not keep them), there is nothing to tell apart.
+        // Every page read just before smaps is: resident, so that a release would show.
+        let touch = || {
+            for offset in (0..len).step_by(4096) {
+                // SAFETY: within the mapping made above, readable.
+                let _ = unsafe { start.cast::<u8>().add(offset).read_volatile() };
+            }
+        };
+        touch();
         let before = resident();
-        if before == Some(64) {
-            release().unwrap();
-        }
+        release().unwrap();
         let after = resident();
         // SAFETY: the mapping made above, unmapped once.
         unsafe { libc::munmap(start, len) };
-        if before == Some(64) {
-            assert_eq!(after, Some(64), "still resident");
-        } else {
-            assert!(before.is_some(), "a candidate by smaps alone");
-        }
+        assert_eq!(before, Some(64), "a candidate by smaps alone, all resident");
+        assert_eq!(after, Some(64), "still resident after the release");
     }
 
     /// Run alone in a child process of its own (this test binary, one test): in the shared

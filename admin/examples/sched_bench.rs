@@ -996,6 +996,9 @@ fn burst(mysql: bool, jobs: usize) {
         rows - distinct
     );
     println!("{}", cpu_report(&admin, &agents));
+    if succeeded < rows {
+        print_not_succeeded(&bench, 0, i64::MAX);
+    }
 }
 
 fn rss(mysql: bool, jobs: usize) {

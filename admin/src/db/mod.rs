@@ -29,6 +29,7 @@ pub mod user_group_grant;
 pub mod workflow;
 pub mod workflow_node;
 pub mod workflow_run;
+pub mod write_turn;
 
 pub use prepared::{Prepare, Prepared};
 
@@ -41,6 +42,7 @@ use diesel::prelude::*;
 use diesel::r2d2::{self, ManageConnection};
 
 use crate::error::Error;
+use write_turn::{Urgency, WriteTurn};
 
 /// Ids in one `IN (…)` list, or rows in one multi-row statement, at most: MariaDB and SQLite
 /// both take this many placeholders comfortably.
@@ -244,6 +246,16 @@ pub fn rehearse<T>(
         (Ok(()), _) => Err(Error::Internal(anyhow::anyhow!(
             "a rehearsal was not rolled back"
         ))),
+    }
+}
+
+/// Whether a write transaction holds the whole database until it commits (SQLite, whose
+/// writers take turns in `Db::transaction`), rather than the rows it writes (MySQL).
+pub fn one_writer_at_a_time(conn: &AnyConnection) -> bool {
+    match conn {
+        AnyConnection::Sqlite(_) => true,
+        #[cfg(feature = "mysql")]
+        AnyConnection::Mysql(_) => false,
     }
 }
 
@@ -472,10 +484,10 @@ pub struct Db {
     /// database's lock. A writer that finds SQLite's lock taken waits in its busy handler, which
     /// sleeps 1, 2, 5, 10, 15, 20, 25 … ms between tries: under a stream of small transactions
     /// (callbacks, dispatch, workflow steps) those sleeps, not the work, made most of a run's
-    /// latency (BENCHMARKS.md, "Workflows"). A semaphore of one hands the turn over at once,
-    /// first come first served, and waiting for it is bounded like waiting for a connection.
-    /// Other processes on the same file still meet busy_timeout.
-    writer: Option<Arc<tokio::sync::Semaphore>>,
+    /// latency (BENCHMARKS.md, "Workflows"). The turn is handed over at once, first come first
+    /// served but for the timer's takes (`write_turn`), and waiting for it is bounded like
+    /// waiting for a connection. Other processes on the same file still meet busy_timeout.
+    writer: Option<Arc<WriteTurn>>,
     /// SQLite only: checkpoints the WAL, so that no writer does it holding the write turn.
     checkpointer: Option<Arc<checkpoint::Checkpointer>>,
     connection_timeout: Duration,
@@ -513,8 +525,7 @@ impl Db {
             .connection_timeout(connection_timeout)
             .test_on_check_out(true)
             .build_unchecked(ConnectionManager::new(url.clone()));
-        let writer =
-            matches!(url, DbUrl::Sqlite(_)).then(|| Arc::new(tokio::sync::Semaphore::new(1)));
+        let writer = matches!(url, DbUrl::Sqlite(_)).then(|| Arc::new(WriteTurn::default()));
         let checkpointer = match &url {
             DbUrl::Sqlite(path) => Some(Arc::new(checkpoint::Checkpointer::new(path.clone()))),
             DbUrl::Mysql(_) => None,
@@ -564,7 +575,28 @@ impl Db {
     /// # Errors
     /// As [`Db::run`]; a failing `f` rolls the transaction back; `Contended` when every attempt
     /// was a deadlock victim.
-    pub async fn transaction<T, F>(&self, mut f: F) -> Result<T, Error>
+    pub async fn transaction<T, F>(&self, f: F) -> Result<T, Error>
+    where
+        F: FnMut(&mut AnyConnection) -> Result<T, Error> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.transaction_of(Urgency::InTurn, f).await
+    }
+
+    /// As [`Db::transaction`], for work due at a millisecond (the timer's takes): on SQLite it
+    /// goes before the writers waiting for the write turn (`write_turn`).
+    ///
+    /// # Errors
+    /// As [`Db::transaction`].
+    pub async fn due_transaction<T, F>(&self, f: F) -> Result<T, Error>
+    where
+        F: FnMut(&mut AnyConnection) -> Result<T, Error> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.transaction_of(Urgency::Due, f).await
+    }
+
+    async fn transaction_of<T, F>(&self, urgency: Urgency, mut f: F) -> Result<T, Error>
     where
         F: FnMut(&mut AnyConnection) -> Result<T, Error> + Send + 'static,
         T: Send + 'static,
@@ -574,7 +606,7 @@ impl Db {
         };
         // The turn before the connection, and on the async side: a writer waiting for its turn
         // holds neither a connection the current writer or a reader needs nor a blocking thread.
-        let turn = tokio::time::timeout(self.connection_timeout, writer.acquire_owned())
+        let turn = tokio::time::timeout(self.connection_timeout, writer.take(urgency))
             .await
             .map_err(|_| {
                 Error::Unavailable(format!(
@@ -582,7 +614,7 @@ impl Db {
                     self.connection_timeout.as_secs()
                 ))
             })?
-            .map_err(|e| Error::Internal(anyhow::anyhow!("write turn: {e}")))?;
+            .ok_or_else(|| Error::Internal(anyhow::anyhow!("the write turn is gone")))?;
         let pool = self.pool.clone();
         let checkpointer = self.checkpointer.clone();
         tokio::task::spawn_blocking(move || {

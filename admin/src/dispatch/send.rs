@@ -592,14 +592,26 @@ pub async fn dispatch_batch(
     let router = state.router.clone();
     let ids: Vec<RunId> = due.iter().map(|(id, _)| *id).collect();
     let changes = Changes::new(state);
-    let prepared_or_failed = state
-        .db
-        .transaction(move |conn| {
-            let mut changes = changes.afresh();
-            let prepared = prepare_all(conn, &mut changes, &router, &ids)?;
-            Ok((prepared, changes))
-        })
-        .await;
+    let take = move |conn: &mut crate::db::AnyConnection| {
+        let mut changes = changes.afresh();
+        let prepared = prepare_all(conn, &mut changes, &router, &ids)?;
+        Ok((prepared, changes))
+    };
+    // A take ahead of its runs' time goes before the writers waiting for SQLite's write turn,
+    // so that they reach their agents in time. A backlog's take is late anyway: it waits its
+    // turn, and the results' stores between two takes keep the agents from being sent more
+    // than they can queue (given the turn first, a burst of 50,000 filled the agents' queues
+    // and 4,000 runs were refused).
+    let ahead = due
+        .iter()
+        .map(|(_, at_ms)| *at_ms)
+        .min()
+        .is_some_and(|earliest| earliest >= state.clock.now_ms());
+    let prepared_or_failed = if ahead {
+        state.db.due_transaction(take).await
+    } else {
+        state.db.transaction(take).await
+    };
     let took: Vec<RunId> = match &prepared_or_failed {
         // `prepare_all` answers each run in the order given.
         Ok((prepared, _)) => due

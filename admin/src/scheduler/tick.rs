@@ -23,10 +23,27 @@ use super::{Due, WorkflowDue};
 
 /// How far ahead fires are read and stored.
 pub const PRE_READ_MS: i64 = 5_000;
-/// Jobs planned per pass; a fuller backlog is worked off by passes back to back.
-pub const BATCH: i64 = 2_000;
+/// Jobs (and workflows) planned per pass; a fuller backlog is worked off by passes back to
+/// back, each its own transaction. On MySQL, which locks only the rows a pass writes, a large
+/// pass needs fewer statements (round trips).
+const BATCH: i64 = 2_000;
+/// The same on SQLite, where a pass holds the database's one write turn until it commits and
+/// the timer's takes wait for it: at 5,000 fires a second passes of 2,000 jobs held it for
+/// 40–90 ms each, three in a row every second, and the takes behind them reached their agents
+/// tens of milliseconds after their runs' time (BENCHMARKS.md, issue 17). A pass of 500 holds
+/// it for 15–25 ms, and a take that comes meanwhile goes before the next pass.
+const SQLITE_BATCH: i64 = 500;
 /// Fires of one job per pass.
 const MAX_FIRES_PER_JOB: usize = 1_000;
+
+/// How many jobs one pass plans on `conn`'s database.
+fn batch_of(conn: &AnyConnection) -> i64 {
+    if crate::db::one_writer_at_a_time(conn) {
+        SQLITE_BATCH
+    } else {
+        BATCH
+    }
+}
 
 #[derive(Debug, Default)]
 pub struct TickOutcome {
@@ -172,8 +189,9 @@ fn plan_due(
         backlog_from_ms,
         max_fires: MAX_FIRES_PER_JOB,
     };
-    let jobs = job::due(conn, window.horizon_ms, BATCH)?;
-    let more = jobs.len() as i64 == BATCH;
+    let batch = batch_of(conn);
+    let jobs = job::due(conn, window.horizon_ms, batch)?;
+    let more = jobs.len() as i64 == batch;
     let mut planned = Vec::with_capacity(jobs.len());
     for row in jobs {
         let Some(stored_next) = row.next_fire_ms else {
@@ -242,8 +260,9 @@ fn plan_workflows(
     window: Window,
     counted: &mut PassCounts,
 ) -> Result<(Vec<WorkflowDue>, bool), Error> {
-    let rows = workflow::due(conn, window.horizon_ms, BATCH)?;
-    let more = rows.len() as i64 == BATCH;
+    let batch = batch_of(conn);
+    let rows = workflow::due(conn, window.horizon_ms, batch)?;
+    let more = rows.len() as i64 == batch;
     let mut dues = Vec::new();
     for row in rows {
         let Some(stored_next) = row.next_fire_ms else {

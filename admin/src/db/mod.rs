@@ -580,23 +580,16 @@ impl Db {
         F: FnMut(&mut AnyConnection) -> Result<T, Error> + Send + 'static,
         T: Send + 'static,
     {
-        self.transaction_of(Urgency::InTurn, f).await
+        self.transaction_with(Urgency::InTurn, f).await
     }
 
-    /// As [`Db::transaction`], for work due at a millisecond (the timer's takes): on SQLite it
-    /// goes before the writers waiting for the write turn (`write_turn`).
+    /// As [`Db::transaction`], waiting for SQLite's write turn as `urgency` says: `Due` for work
+    /// due at a millisecond (the timer's takes), which goes before the writers waiting
+    /// (`write_turn`). MySQL has no turn.
     ///
     /// # Errors
     /// As [`Db::transaction`].
-    pub async fn due_transaction<T, F>(&self, f: F) -> Result<T, Error>
-    where
-        F: FnMut(&mut AnyConnection) -> Result<T, Error> + Send + 'static,
-        T: Send + 'static,
-    {
-        self.transaction_of(Urgency::Due, f).await
-    }
-
-    async fn transaction_of<T, F>(&self, urgency: Urgency, mut f: F) -> Result<T, Error>
+    pub async fn transaction_with<T, F>(&self, urgency: Urgency, mut f: F) -> Result<T, Error>
     where
         F: FnMut(&mut AnyConnection) -> Result<T, Error> + Send + 'static,
         T: Send + 'static,

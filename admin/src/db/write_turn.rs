@@ -4,11 +4,12 @@
 //! writers still waiting: a take that queued behind the plan pass and a few results' stores
 //! reached its agents tens of milliseconds after its runs were due (BENCHMARKS.md, issue 17),
 //! where the plan pass works 5 s ahead and a result's store a few milliseconds later costs
-//! nobody a deadline. Takes come about ten times a second, so the others never starve.
+//! nobody a deadline. At most a few takes wait at once (the timer takes at most four batches at
+//! a time, and a take already late waits its turn), so the others never starve.
 //!
 //! The turn is handed from one holder to the next waiter directly, never left free while
-//! someone waits; a waiter that gave up (its timeout) is skipped, and a turn sent to a waiter
-//! that gives up at that very moment is dropped with the channel, which hands it on.
+//! someone waits; a waiter that gave up (its timeout) is skipped, and a turn that reaches a
+//! waiter as it gives up is dropped with the waiter's end of the channel, which hands it on.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -25,6 +26,7 @@ pub enum Urgency {
     Due,
 }
 
+/// The turn and its two queues of waiters.
 #[derive(Debug, Default)]
 pub struct WriteTurn {
     state: Mutex<State>,
@@ -51,8 +53,8 @@ impl WriteTurn {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Waits for the turn. `None` only when the turn itself is gone (its `Db` dropped while
-    /// this waited).
+    /// Waits for the turn. `None` if a waiter's channel were dropped unsent, which `hand_over`
+    /// never does: kept as an error rather than a panic.
     pub async fn take(self: &Arc<Self>, urgency: Urgency) -> Option<Turn> {
         let handed = {
             let mut state = self.lock();
@@ -85,8 +87,8 @@ impl WriteTurn {
                     }
                 }
             };
-            // Sent outside the lock: a turn whose receiver went away as it arrived is dropped
-            // inside `send`, and its drop hands it over again.
+            // Sent outside the lock: a turn that reaches a waiter as it gives up is dropped on
+            // the waiter's side, and that drop hands it over again, taking the lock.
             match next.send(Turn {
                 of: Some(self.clone()),
             }) {
@@ -108,24 +110,30 @@ impl Drop for Turn {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
     use super::*;
 
     /// A waiter for the turn, spawned so that it queues at once; it says its name once it has
-    /// the turn and holds it until told to let go.
+    /// the turn and holds it until told to let go. Every waiter of one turn counts itself in
+    /// the turn's test-wide `holders` while it holds it: never two at once.
     fn waiter(
         turn: &Arc<WriteTurn>,
         urgency: Urgency,
         name: &'static str,
         order: &tokio::sync::mpsc::UnboundedSender<&'static str>,
+        holders: &Arc<AtomicUsize>,
     ) -> (tokio::task::JoinHandle<()>, oneshot::Sender<()>) {
         let (release, released) = oneshot::channel();
-        let (turn, order) = (turn.clone(), order.clone());
+        let (turn, order, holders) = (turn.clone(), order.clone(), holders.clone());
         let task = tokio::spawn(async move {
             let held = turn.take(urgency).await.unwrap();
+            let now_held = holders.fetch_add(1, Ordering::SeqCst) + 1;
+            assert_eq!(now_held, 1, "two writers hold the turn");
             order.send(name).unwrap();
             let _ = released.await;
+            holders.fetch_sub(1, Ordering::SeqCst);
             drop(held);
         });
         (task, release)
@@ -142,6 +150,7 @@ mod tests {
         let turn = Arc::new(WriteTurn::default());
         let held = turn.take(Urgency::InTurn).await.unwrap();
         let (order, mut got) = tokio::sync::mpsc::unbounded_channel();
+        let holders = Arc::new(AtomicUsize::new(0));
         let mut waiters = Vec::new();
         for (urgency, name) in [
             (Urgency::InTurn, "first in turn"),
@@ -149,7 +158,7 @@ mod tests {
             (Urgency::Due, "first due"),
             (Urgency::Due, "second due"),
         ] {
-            waiters.push(waiter(&turn, urgency, name, &order));
+            waiters.push(waiter(&turn, urgency, name, &order, &holders));
             settle().await;
         }
         assert!(
@@ -183,7 +192,8 @@ mod tests {
             tokio::time::timeout(Duration::from_millis(20), turn.take(Urgency::Due)).await;
         assert!(gave_up.is_err(), "the turn was held");
         let (order, mut got) = tokio::sync::mpsc::unbounded_channel();
-        let (_task, release) = waiter(&turn, Urgency::InTurn, "next", &order);
+        let holders = Arc::new(AtomicUsize::new(0));
+        let (_task, release) = waiter(&turn, Urgency::InTurn, "next", &order, &holders);
         settle().await;
         drop(held);
         assert_eq!(within_5_s(got.recv()).await, Some("next"));
@@ -201,9 +211,10 @@ mod tests {
         let held = turn.take(Urgency::InTurn).await.unwrap();
         // Queued, then never polled again: the turn reaches its channel, nobody takes it out.
         let mut abandoned = Box::pin(turn.take(Urgency::Due));
-        assert!(futures_poll_once(abandoned.as_mut()).is_none());
+        assert!(poll_once(abandoned.as_mut()).is_none());
         let (order, mut got) = tokio::sync::mpsc::unbounded_channel();
-        let (_task, release) = waiter(&turn, Urgency::InTurn, "next", &order);
+        let holders = Arc::new(AtomicUsize::new(0));
+        let (_task, release) = waiter(&turn, Urgency::InTurn, "next", &order, &holders);
         settle().await;
         drop(held);
         settle().await;
@@ -211,9 +222,17 @@ mod tests {
             got.try_recv().is_err(),
             "the abandoned waiter was sent the turn first"
         );
+        // The turn sits in the abandoned waiter's channel: nobody else may have it meanwhile.
+        let mut newcomer = Box::pin(turn.take(Urgency::InTurn));
+        assert!(
+            poll_once(newcomer.as_mut()).is_none(),
+            "the turn was given twice"
+        );
         drop(abandoned);
         assert_eq!(within_5_s(got.recv()).await, Some("next"));
         drop(release);
+        // Queued after `next`, it has the turn once `next` lets go.
+        within_5_s(newcomer).await.unwrap();
     }
 
     async fn within_5_s<F: std::future::Future>(future: F) -> F::Output {
@@ -223,9 +242,7 @@ mod tests {
     }
 
     /// Polls `future` once with a waker that does nothing.
-    fn futures_poll_once<F: std::future::Future>(
-        future: std::pin::Pin<&mut F>,
-    ) -> Option<F::Output> {
+    fn poll_once<F: std::future::Future>(future: std::pin::Pin<&mut F>) -> Option<F::Output> {
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         match future.poll(&mut cx) {
             std::task::Poll::Ready(out) => Some(out),

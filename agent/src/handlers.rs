@@ -1,5 +1,6 @@
 //! The agent's calls, whatever carried them: `beat`, `idleBeat`, `run`, `kill`, `log`, `held`,
-//! and `runBatch` (only over the agent's own connection: the answer to its `take`).
+//! and `runBatch` (a jobfleet admin's runs of one take, sent ahead of their time: over the
+//! agent's own connection, or by HTTP to an agent the admin dials).
 //! Bytes in, XXL-Job envelope out. The HTTP server (`server.rs`) and the agent's own
 //! connection to an admin (`link.rs`) both call `handle`, so the size and parse rules — and
 //! what each call does — are one code path. The access token is checked by the transport that

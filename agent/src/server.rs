@@ -1,5 +1,5 @@
 //! The executor endpoints the admin calls over HTTP: `beat`, `idleBeat`, `run`, `kill`, `log`,
-//! `held`. Each checks the access token (in constant time), reads the body within the size cap
+//! `held`, and jobfleet's `runBatch`. Each checks the access token (in constant time), reads the body within the size cap
 //! and hands it to `handlers`, which the agent's own connection uses too. Every answer is
 //! XXL-Job's envelope with HTTP 200, as XXL-Job peers expect — a body over the size cap too:
 //! XXL-Job's admin turns any status but 200 into "remoting fail, StatusCode(413)" and drops our
@@ -62,6 +62,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         (agent_path::KILL, Call::Kill),
         (agent_path::LOG, Call::Log),
         (agent_path::HELD, Call::Held),
+        (agent_path::RUN_BATCH, Call::RunBatch),
     ];
     for (path, call) in routes {
         cfg.route(
@@ -75,7 +76,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     }
     cfg.default_service(web::to(|| async {
         reply(Envelope::fail(
-            "unknown path; this is a jobfleet agent (beat, idleBeat, run, kill, log, held)",
+            "unknown path; this is a jobfleet agent (beat, idleBeat, run, kill, log, held, runBatch)",
         ))
     }));
 }

@@ -103,6 +103,16 @@ async fn post(agent: &Running, path: &str, token: Option<&str>, body: &str) -> O
     Some(response.json().await.unwrap())
 }
 
+fn epoch_ms() -> i64 {
+    i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap()
+}
+
 fn trigger(overrides: Value) -> String {
     let mut t = json!({"jobId": 1, "logId": 7, "logDateTime": 1_732_270_000_000_i64, "glueType": "GLUE_SHELL",
         "glueSource": "touch /tmp/jobfleet-should-not-exist-$JOBFLEET_RUN_ID", "executorTimeout": 0,
@@ -248,6 +258,28 @@ async fn bad_input_gets_an_envelope_error_and_spawns_nothing() {
         ),
         ("idleBeat", Some(TOKEN), r#"{"job": 1}"#.into(), "malformed"),
         ("nowhere", Some(TOKEN), "{}".into(), "unknown path"),
+        (
+            "runBatch",
+            Some("wrong"),
+            format!("[{}]", trigger(json!({}))),
+            "access token is wrong",
+        ),
+        ("runBatch", Some(TOKEN), trigger(json!({})), "malformed"),
+        (
+            "runBatch",
+            Some(TOKEN),
+            format!("[{}", trigger(json!({}))),
+            "malformed",
+        ),
+        (
+            "runBatch",
+            Some(TOKEN),
+            format!(
+                "[{}]",
+                trigger(json!({"executorParams": "p".repeat(3 << 20)}))
+            ),
+            "larger than",
+        ),
         (
             "run",
             Some(TOKEN),
@@ -729,15 +761,6 @@ async fn a_run_sent_ahead_starts_at_its_time_and_a_kill_before_then_ends_it_unst
     let agent = start().await;
     let marks = agent.dir.path().join("marks");
     std::fs::create_dir_all(&marks).unwrap();
-    let epoch_ms = || {
-        i64::try_from(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_millis(),
-        )
-        .unwrap()
-    };
     let sent_ms = epoch_ms();
     let timed = post(
         &agent,
@@ -791,6 +814,64 @@ async fn a_run_sent_ahead_starts_at_its_time_and_a_kill_before_then_ends_it_unst
         started_ms - sent_ms
     );
     assert!(!marks.join("81").exists(), "the killed run started");
+}
+
+/// `runBatch` by HTTP (a jobfleet admin's take for a `push` agent): each trigger is its own
+/// `run`, answered in order in `content`, a bad one refused alone; the good ones start at their
+/// own time, not before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_by_http_answers_each_run_and_starts_each_at_its_time() {
+    let agent = start().await;
+    let marks = agent.dir.path().join("marks");
+    std::fs::create_dir_all(&marks).unwrap();
+    let one = |job: i64, run: i64, start_in_ms: i64| {
+        trigger(json!({"jobId": job, "logId": run, "startInMs": start_in_ms,
+            "glueSource": format!("date +%s%3N > {}/{run}", marks.display())}))
+    };
+    let sent_ms = epoch_ms();
+    let batch = format!(
+        "[{},{},{}]",
+        one(21, 211, 300),
+        one(22, 221, -5),
+        one(23, 231, 600)
+    );
+    let answer = post(&agent, "runBatch", Some(TOKEN), &batch).await.unwrap();
+    assert_eq!(answer["code"], 200, "{answer}");
+    let answers = answer["content"].as_array().unwrap();
+    let codes: Vec<_> = answers.iter().map(|a| a["code"].as_i64()).collect();
+    assert_eq!(codes, [Some(200), Some(500), Some(200)], "{answer}");
+    assert_eq!(answers[0]["msg"], "starts in 300 ms", "{answer}");
+    assert!(
+        answers[1]["msg"]
+            .as_str()
+            .is_some_and(|m| m.contains("startInMs must be between 0 and 10000")),
+        "{answer}"
+    );
+    // A jobfleet agent says which of its instances took each run it accepted.
+    assert!(answers[0]["content"].is_string(), "{answer}");
+    let statuses = wait_for_results(&agent, 2).await;
+    assert_eq!(
+        (
+            statuses.get(&211).map(String::as_str),
+            statuses.get(&231).map(String::as_str),
+            statuses.get(&221)
+        ),
+        (Some("succeeded"), Some("succeeded"), None),
+        "{statuses:?}"
+    );
+    for (run, start_in_ms) in [(211, 300), (231, 600)] {
+        let started_ms: i64 = std::fs::read_to_string(marks.join(run.to_string()))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(
+            started_ms - sent_ms >= start_in_ms,
+            "run {run} started {} ms after it was sent, before its time",
+            started_ms - sent_ms
+        );
+    }
+    assert!(!marks.join("221").exists(), "the refused run started");
 }
 
 /// A shutdown while a run sent ahead waits for its time rejects it unstarted, as it would a

@@ -7,7 +7,8 @@
 //! agent's accept journal answers a repeated trigger as accepted without running it again, so a
 //! trigger is delivered at most once per run whatever the connection does.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::domain::ids::{JobId, RunId};
@@ -74,7 +75,14 @@ pub struct AgentClient {
     pub links: Arc<Links>,
     /// How to reach agents connected to the other admins; `None` in a lone admin's tests.
     relay: Option<Arc<Relay>>,
+    /// Addresses whose last `runBatch` by HTTP got no usable answer, and when: an XXL-Job
+    /// executor (or an agent older than that call) knows no such call, so for
+    /// `BATCH_REFUSAL_KEPT` its runs go one by one at their times instead of sent ahead.
+    batch_refused: Arc<Mutex<HashMap<String, tokio::time::Instant>>>,
 }
+
+/// How long an address that did not take a `runBatch` by HTTP is not asked again.
+const BATCH_REFUSAL_KEPT: Duration = Duration::from_secs(60);
 
 /// Why a call could not be served over a connection to this admin.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,6 +136,48 @@ fn taken_by(answer: RawEnvelope) -> Option<RunAccepted> {
         .and_then(|content| RunAccepted::from_content(&content))
 }
 
+fn connection_closed() -> CallError {
+    CallError::Unreachable("the agent's connection closed".into())
+}
+
+fn batch_body(triggers: &[TriggerParam]) -> Result<Box<RawValue>, CallError> {
+    serde_json::value::to_raw_value(triggers)
+        .map_err(|e| CallError::Unreachable(format!("encoding the call: {e}")))
+}
+
+/// One run's answer: accepted with the agent's message and, from a jobfleet agent, which of its
+/// processes took it (as `run` gives it), or refused.
+pub type RunAnswer = Result<(String, Option<RunAccepted>), CallError>;
+
+/// A `runBatch` reply read as each trigger's own answer, in order; a refusal or a count that
+/// does not match is no usable answer for any of them.
+fn batch_answers(reply: RawEnvelope, triggers: usize) -> Result<Vec<RunAnswer>, CallError> {
+    if !reply.is_ok() {
+        return Err(CallError::Refused(
+            reply.msg.unwrap_or_else(|| "no reason given".into()),
+        ));
+    }
+    let answers: Vec<RawEnvelope> = typed(reply.payload())?.unwrap_or_default();
+    if answers.len() != triggers {
+        return Err(CallError::Unreachable(format!(
+            "{} answers to {triggers} triggers",
+            answers.len()
+        )));
+    }
+    Ok(answers
+        .into_iter()
+        .map(|mut answer| {
+            if answer.is_ok() {
+                Ok((answer.msg.take().unwrap_or_default(), taken_by(answer)))
+            } else {
+                Err(CallError::Refused(
+                    answer.msg.unwrap_or_else(|| "no reason given".into()),
+                ))
+            }
+        })
+        .collect())
+}
+
 impl AgentClient {
     /// # Errors
     /// When the TLS backend cannot be initialised.
@@ -146,6 +196,7 @@ impl AgentClient {
             timeout,
             links: Arc::default(),
             relay,
+            batch_refused: Arc::default(),
         })
     }
 
@@ -374,53 +425,97 @@ impl AgentClient {
             .map(|mut e| (e.msg.take().unwrap_or_default(), taken_by(e)))
     }
 
-    /// Hands several triggers to an agent connected to this admin in one `runBatch` call (the
-    /// runs its `take` found). Each trigger's own answer, in order, as `run` gives it.
+    /// Whether the runs of a take for `address` may go down together ahead of their time
+    /// (`run_batch`): it is connected here, or it is dialled at its address and did not lately
+    /// fail a `runBatch` (`conn://` agents connected elsewhere get theirs one by one, relayed).
+    pub fn takes_batches(&self, address: &str) -> bool {
+        if self.links.get(address).is_some() {
+            return true;
+        }
+        if is_connect_address(address) {
+            return false;
+        }
+        let mut refused = self
+            .batch_refused
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match refused.get(address) {
+            Some(since) if since.elapsed() < BATCH_REFUSAL_KEPT => false,
+            Some(_) => {
+                refused.remove(address);
+                true
+            }
+            None => true,
+        }
+    }
+
+    /// Hands several triggers to an agent in one `runBatch` call (the runs a `take` found):
+    /// over its connection here, else by HTTP to its address. Each trigger's own answer, in
+    /// order, as `run` gives it.
     ///
     /// # Errors
-    /// The call as a whole got no usable answer (then each run's fate is in doubt).
+    /// The call as a whole got no usable answer (then each run's fate is in doubt). By HTTP,
+    /// the address is then not sent batches for a while (`takes_batches`).
     pub async fn run_batch(
         &self,
         address: &str,
         triggers: &[TriggerParam],
-    ) -> Result<Vec<Result<(String, Option<RunAccepted>), CallError>>, CallError> {
-        let deadline = tokio::time::Instant::now() + self.timeout;
-        let body = serde_json::value::to_raw_value(triggers)
-            .map_err(|e| CallError::Unreachable(format!("encoding the call: {e}")))?;
-        let reply = self
-            .call_here(address, &Call::RunBatch, &body, deadline)
+    ) -> Result<Vec<RunAnswer>, CallError> {
+        let body = batch_body(triggers)?;
+        if let Some(over_connection) = self.batch_here(address, &body, triggers.len()).await {
+            return over_connection;
+        }
+        if is_connect_address(address) {
+            return Err(connection_closed());
+        }
+        let by_http = self
+            .over_http(address, agent_path::RUN_BATCH, &body)
             .await
-            .map_err(|e| {
-                CallError::Unreachable(match e {
-                    HereError::NotHere => "the agent's connection closed".into(),
-                    HereError::TimedOut => "no reply over the agent's connection in time".into(),
-                })
-            })?;
-        if !reply.is_ok() {
-            return Err(CallError::Refused(
-                reply.msg.unwrap_or_else(|| "no reason given".into()),
-            ));
+            .and_then(|reply| batch_answers(reply, triggers.len()));
+        if by_http.is_err() {
+            // Never pruned: an entry is an address and an instant, and addresses are the fleet's.
+            self.batch_refused
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(address.to_owned(), tokio::time::Instant::now());
         }
-        let answers: Vec<RawEnvelope> = typed(reply.payload())?.unwrap_or_default();
-        if answers.len() != triggers.len() {
-            return Err(CallError::Unreachable(format!(
-                "{} answers to {} triggers",
-                answers.len(),
-                triggers.len()
-            )));
+        by_http
+    }
+
+    /// `run_batch` over the agent's connection here only: the answer to its own `take`, which
+    /// a connection that dropped meanwhile leaves to the in-doubt recovery.
+    ///
+    /// # Errors
+    /// The agent is not connected here, or the call as a whole got no usable answer.
+    pub async fn run_batch_here(
+        &self,
+        address: &str,
+        triggers: &[TriggerParam],
+    ) -> Result<Vec<RunAnswer>, CallError> {
+        let body = batch_body(triggers)?;
+        self.batch_here(address, &body, triggers.len())
+            .await
+            .unwrap_or_else(|| Err(connection_closed()))
+    }
+
+    /// A `runBatch` over the agent's connection here; `None` when it holds none here.
+    async fn batch_here(
+        &self,
+        address: &str,
+        body: &RawValue,
+        triggers: usize,
+    ) -> Option<Result<Vec<RunAnswer>, CallError>> {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        match self
+            .call_here(address, &Call::RunBatch, body, deadline)
+            .await
+        {
+            Ok(reply) => Some(batch_answers(reply, triggers)),
+            Err(HereError::TimedOut) => Some(Err(CallError::Unreachable(
+                "no reply over the agent's connection in time".into(),
+            ))),
+            Err(HereError::NotHere) => None,
         }
-        Ok(answers
-            .into_iter()
-            .map(|mut answer| {
-                if answer.is_ok() {
-                    Ok((answer.msg.take().unwrap_or_default(), taken_by(answer)))
-                } else {
-                    Err(CallError::Refused(
-                        answer.msg.unwrap_or_else(|| "no reason given".into()),
-                    ))
-                }
-            })
-            .collect())
     }
 
     /// Asks whether the agent could start `job_id` now (XXL-Job's idleBeat): `Err` when busy.
@@ -490,7 +585,7 @@ impl AgentClient {
 
 #[cfg(test)]
 mod tests {
-    use super::{AgentClient, CallError, KillOutcome, LogParam};
+    use super::{AgentClient, CallError, KillOutcome, LogParam, TriggerParam};
 
     /// An executor on loopback answering every request with `body`.
     async fn answering(body: &'static str) -> String {
@@ -557,6 +652,59 @@ mod tests {
             client.log(&garbled, &param).await,
             Err(CallError::Unreachable(why)) if why.contains("not an executor answer")
         ),);
+    }
+
+    /// An executor answers `runBatch` as an unknown path (XXL-Job's) or with no answers for
+    /// the triggers: no usable answer, and its address takes no batches for a minute.
+    #[tokio::test]
+    async fn an_address_that_fails_a_batch_by_http_takes_none_for_a_minute() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = AgentClient::new("t".into(), std::time::Duration::from_secs(5), None).unwrap();
+        let trigger: TriggerParam = serde_json::from_str(
+            r#"{"jobId": 1, "logId": 7, "logDateTime": 0, "glueType": "GLUE_SHELL",
+                "glueSource": "true", "executorTimeout": 0,
+                "executorBlockStrategy": "SERIAL_EXECUTION", "broadcastIndex": 0, "broadcastTotal": 1}"#,
+        )
+        .unwrap();
+        let triggers = [trigger.clone(), trigger];
+        let xxl_job =
+            answering(r#"{"code":500,"msg":"invalid request, uri-mapping(/runBatch) not found."}"#)
+                .await;
+        let empty = answering(r#"{"code":200,"msg":null}"#).await;
+        let agent = answering(
+            r#"{"code":200,"content":[{"code":200,"msg":"starts in 5 ms"},{"code":500,"msg":"busy"}]}"#,
+        )
+        .await;
+        for address in [&xxl_job, &empty, &agent] {
+            assert!(client.takes_batches(address), "{address}");
+        }
+        assert!(matches!(
+            client.run_batch(&xxl_job, &triggers).await,
+            Err(CallError::Refused(why)) if why.contains("not found")
+        ));
+        assert!(matches!(
+            client.run_batch(&empty, &triggers).await,
+            Err(CallError::Unreachable(why)) if why == "0 answers to 2 triggers"
+        ));
+        let answers = client.run_batch(&agent, &triggers).await.unwrap();
+        assert!(matches!(&answers[0], Ok((msg, None)) if msg == "starts in 5 ms"));
+        assert!(matches!(&answers[1], Err(CallError::Refused(why)) if why == "busy"));
+        assert!(!client.takes_batches(&xxl_job));
+        assert!(!client.takes_batches(&empty));
+        assert!(client.takes_batches(&agent));
+        // A `conn://` agent not connected here gets its runs one by one, relayed.
+        assert!(!client.takes_batches("conn://agent-1"));
+        // A minute on, the executor is asked again.
+        let a_minute_ago = tokio::time::Instant::now()
+            .checked_sub(super::BATCH_REFUSAL_KEPT)
+            .unwrap();
+        client
+            .batch_refused
+            .lock()
+            .unwrap()
+            .insert(xxl_job.clone(), a_minute_ago);
+        assert!(client.takes_batches(&xxl_job));
+        assert!(!client.takes_batches(&empty));
     }
 
     #[test]

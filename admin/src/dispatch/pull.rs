@@ -129,7 +129,7 @@ pub async fn take(state: &AppState, address: &str, max: u32) -> Result<TakeResul
                 .observe_ms((now - one.run.scheduled_ms) as f64);
         }
         result.sent += u32::try_from(batch.len()).unwrap_or(u32::MAX);
-        match state.agents.run_batch(address, &triggers).await {
+        match state.agents.run_batch_here(address, &triggers).await {
             Ok(replies) => {
                 for ((_, one), reply) in batch.iter().zip(replies) {
                     answers.push(match reply {
@@ -183,10 +183,20 @@ pub(super) fn batches<T>(runs: &[T], parts: impl Fn(&T) -> (&Job, &send::Send)) 
     let (mut start, mut bytes) = (0, 0);
     for (i, item) in runs.iter().enumerate() {
         let (job, one) = parts(item);
-        let size = 512
-            + job.command.as_ref().map_or(0, String::len)
-            + job.script_source.as_ref().map_or(0, String::len)
-            + one.run.params.len();
+        // Text fields twice over: JSON escapes quotes, backslashes and line ends in two bytes,
+        // and a batch by HTTP must stay under the agent's 2 MiB body cap.
+        let text = [
+            job.command.as_deref(),
+            job.script_source.as_deref(),
+            job.http_request.as_deref(),
+            one.run.env.as_deref(),
+            Some(one.run.params.as_str()),
+        ]
+        .into_iter()
+        .flatten()
+        .map(str::len)
+        .sum::<usize>();
+        let size = 512 + 2 * text;
         if i > start && bytes + size > BATCH_BYTES {
             slices.push(&runs[start..i]);
             (start, bytes) = (i, 0);

@@ -667,7 +667,7 @@ pub(super) async fn wait_until(state: &AppState, at_ms: i64) {
 /// Hands each prepared run over as its own task (a slow agent holds up no other run), holding
 /// one of the hand-over slots, and sends its answer to the recorder. A run with a time waits
 /// for it (the timer takes runs a little before they are due), or goes ahead with the others
-/// its agent, connected here, takes now (`ahead`). Returns once every task has started;
+/// its agent takes now (`ahead`). Returns once every task has started;
 /// `started` is when the runs were taken, for the dispatch latency metric.
 pub async fn start_handovers(
     state: &Arc<AppState>,

@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::support::agent::{Executor, fake_executor_heard};
 use crate::support::{AgentProc, TestApp, both_backends, free_port, mysql_db, wait_for};
 
 const RUN_WITHIN: Duration = Duration::from_secs(30);
@@ -210,6 +211,45 @@ async fn an_auto_agent_behind_an_unreachable_address_still_gets_its_runs(mysql: 
 }
 both_backends!(an_auto_agent_behind_an_unreachable_address_still_gets_its_runs);
 
+fn trigger_msg(run: &Value) -> &str {
+    run["trigger_msg"].as_str().unwrap_or_default()
+}
+
+/// Waits for three succeeded runs of `job`, one of which waited for its time at the agent
+/// ("starts in"; a take that ran late on a busy machine sends with no time to wait, "started"),
+/// and checks that none started before its time. Returns the succeeded runs.
+async fn went_ahead(app: &TestApp, job: i64) -> Vec<Value> {
+    let runs = wait_for(
+        RUN_WITHIN,
+        "three succeeded runs, one sent ahead",
+        || async {
+            let done: Vec<Value> = app
+                .runs_of(job)
+                .await
+                .into_iter()
+                .filter(|r| r["status"] == "succeeded")
+                .collect();
+            (done.len() >= 3
+                && done
+                    .iter()
+                    .any(|run| trigger_msg(run).contains(": starts in ")))
+            .then_some(done)
+        },
+    )
+    .await;
+    for run in &runs {
+        assert_started_in_time(run);
+    }
+    runs
+}
+
+fn assert_started_in_time(run: &Value) {
+    assert!(
+        run["started_ms"].as_i64().unwrap() >= run["scheduled_ms"].as_i64().unwrap(),
+        "started before its time: {run}"
+    );
+}
+
 /// The scheduled runs a take finds for an agent connected to the admin go down together ahead
 /// of their time (`startInMs`) and start at it, never before; a failover job's runs (which try
 /// the next agent on a refusal) still go one by one at their time.
@@ -227,41 +267,84 @@ async fn scheduled_runs_go_ahead_over_the_connection_and_start_at_their_time(mys
     let one_by_one = app
         .job_from(g, every_second("one-by-one", "failover"))
         .await;
-    let succeeded = |job: i64| {
-        let app = &app;
-        async move {
-            wait_for(Duration::from_secs(30), "three succeeded runs", || async {
-                let done: Vec<Value> = app
-                    .runs_of(job)
-                    .await
-                    .into_iter()
-                    .filter(|r| r["status"] == "succeeded")
-                    .collect();
-                (done.len() >= 3).then_some(done)
-            })
-            .await
-        }
-    };
-    let message = |run: &Value| run["trigger_msg"].as_str().unwrap_or_default().to_owned();
-    let went_ahead = succeeded(ahead).await;
-    // A take that ran late on a busy machine sends with no time to wait ("started").
-    assert!(
-        went_ahead
-            .iter()
-            .any(|run| message(run).contains(": starts in ")),
-        "{went_ahead:?}"
-    );
-    for run in &went_ahead {
-        assert!(
-            run["started_ms"].as_i64().unwrap() >= run["scheduled_ms"].as_i64().unwrap(),
-            "started before its time: {run}"
-        );
-    }
-    for run in succeeded(one_by_one).await {
-        assert!(message(&run).ends_with(": started"), "{run}");
+    went_ahead(&app, ahead).await;
+    for run in app.runs_reaching(one_by_one, "succeeded", 3).await {
+        assert!(trigger_msg(&run).ends_with(": started"), "{run}");
     }
 }
 both_backends!(scheduled_runs_go_ahead_over_the_connection_and_start_at_their_time);
+
+/// A `push` agent, dialled at its address, gets a take's runs ahead too, in one `runBatch` by
+/// HTTP, and starts each at its time; an executor that does not answer `runBatch` (XXL-Job's
+/// knows no such call) still gets every run, one by one at its time.
+async fn scheduled_runs_go_ahead_by_http_to_a_push_agent_and_one_by_one_to_an_executor(
+    mysql: bool,
+) {
+    let app = TestApp::scheduling(mysql, &[]).await;
+    let g = app.group("push-ahead").await;
+    let dir = tempfile::tempdir().unwrap();
+    let agent = AgentProc::start_with(
+        &app.base,
+        "push-ahead",
+        &dir.path().join("agent"),
+        &[("JOBFLEET_AGENT_MODE", "push")],
+    );
+    app.wait_for_agent(&agent.address).await;
+    let (executor, heard) = fake_executor_heard(Executor::Accepting).await;
+    let r = app
+        .post(
+            "/api/v1/groups",
+            &app.admin,
+            json!({"app_name": "push-ahead-xxl", "title": "xxl",
+                "address_mode": "manual", "addresses": [executor]}),
+        )
+        .await;
+    assert!(r.status.is_success(), "{}", r.body);
+    let xxl = r.body["id"].as_i64().unwrap();
+    let every_second = |name: &str| {
+        json!({"name": name, "routing": "first", "handler": {"type": "shell", "command": "true"},
+            "schedule": {"type": "fixed_rate", "interval_s": 1}})
+    };
+    let ahead = app.job_from(g, every_second("push-ahead")).await;
+    let to_executor = app.job_from(xxl, every_second("to-executor")).await;
+    for run in &went_ahead(&app, ahead).await {
+        assert_eq!(run["agent"].as_str(), Some(agent.address.as_str()), "{run}");
+    }
+    // The executor never answers with results, so its runs stay running once it took them.
+    let taken = app.runs_reaching(to_executor, "running", 3).await;
+    let heard = heard.lock().unwrap().clone();
+    let asked = |path: &str| {
+        heard
+            .iter()
+            .filter(|h| h.line.starts_with(&format!("POST /{path} ")))
+            .collect::<Vec<_>>()
+    };
+    // Asked for a batch once, and then not again for a minute (twice should two takes have
+    // overlapped on a busy machine).
+    assert!((1..=2).contains(&asked("runBatch").len()), "{heard:?}");
+    // Each run went by itself, at its time: never before it, and without `startInMs`.
+    let runs_sent: Vec<(i64, Value)> = asked("run")
+        .iter()
+        .map(|h| (h.at_ms, serde_json::from_str(&h.body).unwrap()))
+        .collect();
+    for run in &taken {
+        assert_eq!(run["agent"].as_str(), Some(executor.as_str()), "{run}");
+        assert!(!trigger_msg(run).contains("starts in"), "{run}");
+        let sent: Vec<&(i64, Value)> = runs_sent
+            .iter()
+            .filter(|(_, trigger)| trigger["logId"] == run["id"])
+            .collect();
+        let [(arrived_ms, trigger)] = sent.as_slice() else {
+            panic!("run {} was sent {} times: {heard:?}", run["id"], sent.len());
+        };
+        assert!(trigger.get("startInMs").is_none(), "{trigger}");
+        assert!(
+            *arrived_ms >= run["scheduled_ms"].as_i64().unwrap(),
+            "sent before its time: {run} arrived at {arrived_ms}"
+        );
+    }
+}
+both_backends!(scheduled_runs_go_ahead_by_http_to_a_push_agent_and_one_by_one_to_an_executor);
 
 /// A TCP proxy that cuts the first connection through which a trigger frame passes toward
 /// the agent, right after passing it on; every other byte and connection goes through.

@@ -56,6 +56,10 @@ pub mod agent_path {
     /// jobfleet: the runs this agent holds now (`HeldRuns`), for an admin recovering runs
     /// whose sending admin died before it stored the agent's answer.
     pub const HELD: &str = "held";
+    /// jobfleet: several `run`s in one call, each with its `startInMs`: the runs one take found
+    /// for the agent, sent ahead of their time (over its connection, or by HTTP to an agent the
+    /// admin dials: `push`, or `auto` connected to another admin).
+    pub const RUN_BATCH: &str = "runBatch";
 }
 
 /// `registryGroup` of an executor registration.

@@ -201,17 +201,68 @@ pub enum Executor {
 
 /// A fake executor on loopback answering every request as `kind` says; returns its address.
 pub async fn fake_executor(kind: Executor) -> String {
+    fake_executor_heard(kind).await.0
+}
+
+/// A request a fake executor got: when (ms since the epoch), its request line
+/// (`POST /run HTTP/1.1`) and its body.
+#[derive(Debug, Clone)]
+pub struct Heard {
+    pub at_ms: i64,
+    pub line: String,
+    pub body: String,
+}
+
+/// `fake_executor`, with every request it got.
+pub async fn fake_executor_heard(
+    kind: Executor,
+) -> (String, std::sync::Arc<std::sync::Mutex<Vec<Heard>>>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = format!("http://{}/", listener.local_addr().unwrap());
+    let heard = std::sync::Arc::<std::sync::Mutex<Vec<Heard>>>::default();
+    let log = heard.clone();
     tokio::spawn(async move {
         loop {
             let Ok((mut socket, _)) = listener.accept().await else {
                 return;
             };
+            let log = log.clone();
             tokio::spawn(async move {
                 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-                let mut buf = vec![0u8; 65536];
-                let _ = socket.read(&mut buf).await;
+                // The whole request (head and `content-length` bytes of body) before answering.
+                let mut request = Vec::new();
+                let mut chunk = [0u8; 65536];
+                let (line, body) = loop {
+                    let text = String::from_utf8_lossy(&request);
+                    if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                        let length = head
+                            .lines()
+                            .find_map(|h| {
+                                let (name, value) = h.split_once(':')?;
+                                name.eq_ignore_ascii_case("content-length")
+                                    .then(|| value.trim().parse::<usize>().ok())?
+                            })
+                            .unwrap_or(0);
+                        if body.len() >= length {
+                            break (
+                                head.lines().next().unwrap_or_default().to_owned(),
+                                body.to_owned(),
+                            );
+                        }
+                    }
+                    match socket.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&chunk[..n]),
+                    }
+                };
+                let at_ms = i64::try_from(
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .unwrap()
+                        .as_millis(),
+                )
+                .unwrap();
+                log.lock().unwrap().push(Heard { at_ms, line, body });
                 let body = match kind {
                     Executor::Accepting => r#"{"code":200,"msg":null}"#,
                     Executor::Refusing => r#"{"code":500,"msg":"refused by test"}"#,
@@ -229,5 +280,5 @@ pub async fn fake_executor(kind: Executor) -> String {
             });
         }
     });
-    address
+    (address, heard)
 }

@@ -451,6 +451,24 @@ impl TestApp {
         items
     }
 
+    /// Waits (30 s at most) until `job` has `n` or more runs in `status`; returns them.
+    pub async fn runs_reaching(&self, job: i64, status: &str, n: usize) -> Vec<Value> {
+        wait_for(
+            std::time::Duration::from_secs(30),
+            &format!("{n} {status} runs of job {job}"),
+            || async {
+                let runs: Vec<Value> = self
+                    .runs_of(job)
+                    .await
+                    .into_iter()
+                    .filter(|r| r["status"] == status)
+                    .collect();
+                (runs.len() >= n).then_some(runs)
+            },
+        )
+        .await
+    }
+
     pub async fn run(&self, run_id: i64) -> Value {
         self.get(&format!("/api/v1/runs/{run_id}"), &self.admin)
             .await

@@ -30,7 +30,9 @@
 //! and N over today until five minutes ago, and the admin alone on it for 440 s: its CPU each
 //! second (the seconds over 30 ms printed: the minute passes, the report's count, the log
 //! keeper's sweep), the start-up's first 130 s apart from the steady rest.
-//! `spawn`: the machine's ceiling, `sh -c true` processes per second with nothing else running.
+//! `spawn`: the machine's ceiling, `sh -c true` processes per second with nothing else running;
+//! then the floor of the per-fire figures: a bare program's own CPU per process when it starts
+//! 1,000 a second, each at its millisecond, and waits for each one's exit.
 //! `modes`: `lateness` at 100 and 500 fires/s with the agents in `push` mode and in `connect`
 //! mode (issue 14), each over a fresh admin and database, as one table (`--jobs N`: at N only).
 //! `workflows` (issue 16), over real agents whose jobs write their own start time (`date +%s%N`
@@ -1181,6 +1183,98 @@ fn spawn_ceiling() {
     );
 }
 
+/// CPU time the calling thread has used, in µs.
+fn thread_cpu_us() -> u64 {
+    cpu_us_of(nix::sys::resource::UsageWho::RUSAGE_THREAD)
+}
+
+/// CPU time `who` has used, in µs.
+fn cpu_us_of(who: nix::sys::resource::UsageWho) -> u64 {
+    let usage = nix::sys::resource::getrusage(who).expect("getrusage");
+    let us = |t: nix::sys::time::TimeVal| t.tv_sec() as u64 * 1_000_000 + t.tv_usec() as u64;
+    us(usage.user_time()) + us(usage.system_time())
+}
+
+/// A descriptor that turns readable when child `pid` has exited.
+#[allow(unsafe_code, reason = "pidfd_open has no wrapper in std or nix")]
+fn exit_watch(pid: u32) -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    assert!(fd >= 0, "pidfd_open: {}", std::io::Error::last_os_error());
+    // SAFETY: the descriptor was just returned to us and nothing else owns it.
+    unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as std::os::fd::RawFd) }
+}
+
+/// The floor of the per-fire targets: the least a program spends to start `sh -c true` at its
+/// millisecond, `rate` a second spread evenly, and to see each one end. One thread, as an
+/// agent's runtime is, waits in `ppoll` for the next start or an exit (a pidfd per process),
+/// spawns each process at its time (`posix_spawn`: a vfork, as the agents' spawners do) and
+/// reaps each one when it ends. Its CPU per process is what any scheduler that starts processes
+/// on time and notices their ends spends at the least, before it has decided, logged or
+/// recorded anything.
+fn paced_spawn_floor(rate: u32, seconds: u32) {
+    use nix::poll::{PollFd, PollFlags, ppoll};
+    use nix::sys::resource::UsageWho;
+    use nix::sys::time::TimeSpec;
+    use std::os::fd::AsFd;
+
+    let count = rate * seconds;
+    let period = Duration::from_secs(1) / rate;
+    let before = thread_cpu_us();
+    let children_before = cpu_us_of(UsageWho::RUSAGE_CHILDREN);
+    let mut live: Vec<(Child, std::os::fd::OwnedFd)> = Vec::new();
+    let mut next = Instant::now() + period;
+    let mut spawned = 0;
+    while spawned < count || !live.is_empty() {
+        let now = Instant::now();
+        if spawned < count && now >= next {
+            let child = Command::new("/bin/sh")
+                .args(["-c", "true"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap();
+            let watch = exit_watch(child.id());
+            live.push((child, watch));
+            spawned += 1;
+            next += period;
+            continue;
+        }
+        let wait = if spawned < count {
+            next - now
+        } else {
+            Duration::from_secs(1)
+        };
+        let mut fds: Vec<PollFd> = live
+            .iter()
+            .map(|(_, watch)| PollFd::new(watch.as_fd(), PollFlags::POLLIN))
+            .collect();
+        ppoll(&mut fds, Some(TimeSpec::from_duration(wait)), None).expect("ppoll");
+        let ended: Vec<bool> = fds.iter().map(|fd| fd.any() == Some(true)).collect();
+        drop(fds);
+        let mut i = 0;
+        live.retain_mut(|(child, _)| {
+            let keep = !ended[i];
+            i += 1;
+            if !keep {
+                child.wait().unwrap();
+            }
+            keep
+        });
+    }
+    let spent = thread_cpu_us() - before;
+    let processes = cpu_us_of(UsageWho::RUSAGE_CHILDREN) - children_before;
+    let per = |us: u64| us as f64 / 1000.0 / f64::from(count);
+    println!(
+        "paced floor: {count} `sh -c true` at {rate}/s, each started at its time and reaped at \
+         its exit by one thread: {:.3} ms of that thread's CPU per process (the processes \
+         themselves {:.3} ms each)",
+        per(spent),
+        per(processes)
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mysql = args.iter().any(|a| a == "--mysql");
@@ -1196,7 +1290,10 @@ fn main() {
         Some("rss") => rss(mysql, jobs.unwrap_or(100_000)),
         Some("idle") => idle(),
         Some("day2") => day2(mysql, jobs.unwrap_or(1_000_000)),
-        Some("spawn") => spawn_ceiling(),
+        Some("spawn") => {
+            spawn_ceiling();
+            paced_spawn_floor(1000, 10);
+        }
         Some("modes") => modes(mysql, jobs),
         Some("fleet") => {
             let agents = args

@@ -262,6 +262,30 @@ pub fn end_rules_all(conn: &mut AnyConnection, ids: &[JobId]) -> Result<Vec<EndR
     })
 }
 
+/// A job's own timeout, what the monitor checks a running run against.
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable)]
+#[diesel(table_name = job)]
+pub struct Timeout {
+    pub id: JobId,
+    pub timeout_s: i64,
+}
+
+/// The timeouts of the jobs of `ids` that exist, each once, by id.
+///
+/// # Errors
+/// Database errors.
+pub fn timeouts_all(conn: &mut AnyConnection, ids: &[JobId]) -> Result<Vec<Timeout>, Error> {
+    each_once(conn, ids, |conn, list| {
+        Ok(db_run!(conn: {
+            job::table
+                .filter(job::id.eq_any(list))
+                .select(Timeout::as_select())
+                .prepared()
+                .load(conn)?
+        }))
+    })
+}
+
 /// The jobs of `ids` that exist, each once (an id named twice, as by two workflow nodes, could
 /// otherwise fall in two lists), by id.
 pub fn find_all(conn: &mut AnyConnection, ids: &[JobId]) -> Result<Vec<Job>, Error> {
@@ -296,6 +320,12 @@ trait HasJobId {
 }
 
 impl HasJobId for Job {
+    fn job_id(&self) -> JobId {
+        self.id
+    }
+}
+
+impl HasJobId for Timeout {
     fn job_id(&self) -> JobId {
         self.id
     }
@@ -744,6 +774,33 @@ pub(crate) mod tests {
                 .unwrap()
                 .is_empty()
         );
+    });
+
+    storage_test!(timeouts_are_the_jobs_own_each_once, |conn| {
+        let g = insert_group(conn, "g1");
+        let none = insert_job(conn, fields(g, "no timeout"));
+        let timed = insert_job(
+            conn,
+            JobFields {
+                timeout_s: 90,
+                ..fields(g, "timed")
+            },
+        );
+        let expected = vec![
+            Timeout {
+                id: none,
+                timeout_s: 0,
+            },
+            Timeout {
+                id: timed,
+                timeout_s: 90,
+            },
+        ];
+        assert_eq!(
+            timeouts_all(conn, &across_lists(timed, none)).unwrap(),
+            expected
+        );
+        assert!(timeouts_all(conn, &[JobId(999_999)]).unwrap().is_empty());
     });
 
     storage_test!(job_round_trip_filters_and_unique_name, |conn| {

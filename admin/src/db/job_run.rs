@@ -59,6 +59,25 @@ pub struct JobRun {
     pub outputs: Option<String>,
 }
 
+/// What watching a running run needs: its job, where it runs and since when, and which agent
+/// process accepted it. The monitor's pass every two seconds and each batch of heartbeats read
+/// every running run (of those agents): as whole rows, with their texts, those reads were a
+/// sixth of the admin's CPU while a burst ran (BENCHMARKS.md, issue 17).
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable)]
+#[diesel(table_name = job_run)]
+pub struct RunningRun {
+    pub id: RunId,
+    pub job_id: JobId,
+    pub agent_address: Option<String>,
+    pub agent_instance: Option<String>,
+    pub agent_seq: Option<i64>,
+    /// The run's own timeout (a workflow node's), over its job's.
+    pub timeout_s: Option<i64>,
+    pub started_ms: Option<i64>,
+    pub triggered_ms: Option<i64>,
+    pub created_ms: i64,
+}
+
 #[derive(Debug, Clone, Insertable)]
 #[diesel(table_name = job_run)]
 pub struct NewJobRun {
@@ -455,7 +474,7 @@ pub fn running_on(conn: &mut AnyConnection, address: &str) -> Result<Vec<JobRun>
 
 /// The runs running on any of `addresses` (a batch of heartbeats), by id: one query by the
 /// `(agent_address, status)` index instead of one per agent.
-pub fn running_at(conn: &mut AnyConnection, addresses: &[&str]) -> Result<Vec<JobRun>, Error> {
+pub fn running_at(conn: &mut AnyConnection, addresses: &[&str]) -> Result<Vec<RunningRun>, Error> {
     if addresses.is_empty() {
         return Ok(Vec::new());
     }
@@ -464,7 +483,7 @@ pub fn running_at(conn: &mut AnyConnection, addresses: &[&str]) -> Result<Vec<Jo
             .filter(job_run::agent_address.eq_any(addresses))
             .filter(job_run::status.eq(RunStatus::Running))
             .order(job_run::id.asc())
-            .select(JobRun::as_select())
+            .select(RunningRun::as_select())
             .load(conn)?
     }))
 }
@@ -617,12 +636,12 @@ pub fn in_flight_before(
 }
 
 /// Runs an agent has accepted and not reported on, oldest first.
-pub fn running(conn: &mut AnyConnection, limit: i64) -> Result<Vec<JobRun>, Error> {
+pub fn running(conn: &mut AnyConnection, limit: i64) -> Result<Vec<RunningRun>, Error> {
     Ok(job_run::table
         .filter(job_run::status.eq(RunStatus::Running))
         .order(job_run::id.asc())
         .limit(limit)
-        .select(JobRun::as_select())
+        .select(RunningRun::as_select())
         .load(conn)?)
 }
 

@@ -234,7 +234,7 @@ pub async fn recover(state: &AppState) -> Result<Recovered, Error> {
             let mut ids: Vec<JobId> = running.iter().map(|r| r.job_id).collect();
             ids.sort_unstable();
             ids.dedup();
-            let jobs: HashMap<JobId, i64> = job::find_all(conn, &ids)?
+            let jobs: HashMap<JobId, i64> = job::timeouts_all(conn, &ids)?
                 .into_iter()
                 .map(|j| (j.id, j.timeout_s))
                 .collect();

@@ -417,7 +417,7 @@ fn write_calls_in(
         .collect();
     held_at.sort_unstable();
     held_at.dedup();
-    let mut running: HashMap<String, Vec<job_run::JobRun>> = HashMap::new();
+    let mut running: HashMap<String, Vec<job_run::RunningRun>> = HashMap::new();
     for run in job_run::running_at(conn, &held_at)? {
         if let Some(address) = run.agent_address.clone() {
             running.entry(address).or_default().push(run);
@@ -575,7 +575,7 @@ fn write_calls_in(
 /// it. A run stored without an instance (an XXL-Job executor, an admin before this check) is
 /// left to the liveness monitor.
 fn no_longer_held(
-    run: &job_run::JobRun,
+    run: &job_run::RunningRun,
     held: &HashSet<i64>,
     instance_id: &str,
     accepted_through: i64,
@@ -940,43 +940,18 @@ pub fn may_report(
 mod tests {
     use super::*;
     use crate::domain::ids::JobId;
-    use crate::domain::policy::TriggerKind;
 
-    fn run(instance: Option<&str>, seq: Option<i64>) -> job_run::JobRun {
-        job_run::JobRun {
+    fn run(instance: Option<&str>, seq: Option<i64>) -> job_run::RunningRun {
+        job_run::RunningRun {
             id: RunId(7),
             job_id: JobId(1),
-            group_id: GroupId(1),
-            first_run_id: None,
-            attempt: 1,
-            trigger_kind: TriggerKind::Api,
-            fire_slot_ms: None,
-            scheduled_ms: 0,
-            status: RunStatus::Running,
             agent_address: Some("http://a:1/".into()),
-            params: String::new(),
-            shard_index: 0,
-            shard_total: 1,
-            trigger_msg: None,
-            triggered_ms: None,
-            started_ms: None,
-            finished_ms: None,
-            handle_code: None,
-            handle_msg: None,
-            exit_code: None,
-            term_signal: None,
-            cpu_ms: None,
-            max_rss_kb: None,
-            oom_killed: None,
-            limits_mode: None,
-            created_ms: 0,
             agent_instance: instance.map(str::to_owned),
             agent_seq: seq,
-            workflow_node_id: None,
-            node_attempt: None,
             timeout_s: None,
-            env: None,
-            outputs: None,
+            started_ms: None,
+            triggered_ms: None,
+            created_ms: 0,
         }
     }
 

@@ -31,8 +31,8 @@
 //! second (the seconds over 30 ms printed: the minute passes, the report's count, the log
 //! keeper's sweep), the start-up's first 130 s apart from the steady rest.
 //! `spawn`: the machine's ceiling, `sh -c true` processes per second with nothing else running;
-//! then the floor of the per-fire figures: a bare program's own CPU per process when it starts
-//! 1,000 a second, each at its millisecond, and waits for each one's exit.
+//! then a reference floor for the per-fire figures: the CPU per process of one thread doing
+//! nothing but start 1,000 a second, each at its millisecond, and reap each at its exit.
 //! `modes`: `lateness` at 100 and 500 fires/s with the agents in `push` mode and in `connect`
 //! mode (issue 14), each over a fresh admin and database, as one table (`--jobs N`: at N only).
 //! `workflows` (issue 16), over real agents whose jobs write their own start time (`date +%s%N`
@@ -1195,48 +1195,52 @@ fn cpu_us_of(who: nix::sys::resource::UsageWho) -> u64 {
     us(usage.user_time()) + us(usage.system_time())
 }
 
-/// A descriptor that turns readable when child `pid` has exited.
-#[allow(unsafe_code, reason = "pidfd_open has no wrapper in std or nix")]
-fn exit_watch(pid: u32) -> std::os::fd::OwnedFd {
-    use std::os::fd::FromRawFd;
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    assert!(fd >= 0, "pidfd_open: {}", std::io::Error::last_os_error());
-    // SAFETY: the descriptor was just returned to us and nothing else owns it.
-    unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as std::os::fd::RawFd) }
-}
-
-/// The floor of the per-fire targets: the least a program spends to start `sh -c true` at its
-/// millisecond, `rate` a second spread evenly, and to see each one end. One thread, as an
-/// agent's runtime is, waits in `ppoll` for the next start or an exit (a pidfd per process),
-/// spawns each process at its time (`posix_spawn`: a vfork, as the agents' spawners do) and
-/// reaps each one when it ends. Its CPU per process is what any scheduler that starts processes
-/// on time and notices their ends spends at the least, before it has decided, logged or
-/// recorded anything.
+/// A reference floor for the per-fire figures: one thread doing nothing but start
+/// `sh -c true` at its millisecond, `rate` a second spread evenly, and reap each one when it
+/// ends. It waits in `ppoll` for the next start or a `SIGCHLD` (a signalfd), spawns each process
+/// at its time (`posix_spawn`: a vfork, as the agents' spawners clone) and reaps whatever ended
+/// (`waitpid` without blocking). Its CPU per process is the timer's wake-up, the spawn and the
+/// exit's wake-up, before anything has been decided, journalled, logged or reported. How late
+/// each start was is kept: back-to-back starts after a delay skip wake-ups (and understate the
+/// CPU floor), and their lateness is the floor of the lateness targets.
+#[allow(
+    clippy::zombie_processes,
+    reason = "every child is reaped by `waitpid(-1)`, not through its handle"
+)]
 fn paced_spawn_floor(rate: u32, seconds: u32) {
+    use nix::errno::Errno;
     use nix::poll::{PollFd, PollFlags, ppoll};
     use nix::sys::resource::UsageWho;
+    use nix::sys::signal::{SigSet, Signal};
+    use nix::sys::signalfd::{SfdFlags, SignalFd};
     use nix::sys::time::TimeSpec;
+    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
     use std::os::fd::AsFd;
 
     let count = rate * seconds;
     let period = Duration::from_secs(1) / rate;
+    // Only this thread runs now; with SIGCHLD blocked here the signal waits for the signalfd.
+    // `Command` clears the mask in the child.
+    let mut chld = SigSet::empty();
+    chld.add(Signal::SIGCHLD);
+    chld.thread_block().expect("block SIGCHLD");
+    let exits = SignalFd::with_flags(&chld, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
+        .expect("signalfd");
     let before = thread_cpu_us();
     let children_before = cpu_us_of(UsageWho::RUSAGE_CHILDREN);
-    let mut live: Vec<(Child, std::os::fd::OwnedFd)> = Vec::new();
+    let (mut spawned, mut reaped) = (0, 0);
+    let mut lateness_us: Vec<u128> = Vec::with_capacity(count as usize);
     let mut next = Instant::now() + period;
-    let mut spawned = 0;
-    while spawned < count || !live.is_empty() {
+    while reaped < count {
         let now = Instant::now();
         if spawned < count && now >= next {
-            let child = Command::new("/bin/sh")
+            lateness_us.push((now - next).as_micros());
+            Command::new("/bin/sh")
                 .args(["-c", "true"])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .spawn()
                 .unwrap();
-            let watch = exit_watch(child.id());
-            live.push((child, watch));
             spawned += 1;
             next += period;
             continue;
@@ -1246,32 +1250,40 @@ fn paced_spawn_floor(rate: u32, seconds: u32) {
         } else {
             Duration::from_secs(1)
         };
-        let mut fds: Vec<PollFd> = live
-            .iter()
-            .map(|(_, watch)| PollFd::new(watch.as_fd(), PollFlags::POLLIN))
-            .collect();
-        ppoll(&mut fds, Some(TimeSpec::from_duration(wait)), None).expect("ppoll");
-        let ended: Vec<bool> = fds.iter().map(|fd| fd.any() == Some(true)).collect();
-        drop(fds);
-        let mut i = 0;
-        live.retain_mut(|(child, _)| {
-            let keep = !ended[i];
-            i += 1;
-            if !keep {
-                child.wait().unwrap();
+        let mut fds = [PollFd::new(exits.as_fd(), PollFlags::POLLIN)];
+        match ppoll(&mut fds, Some(TimeSpec::from_duration(wait)), None) {
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(e) => panic!("ppoll: {e}"),
+        }
+        while exits.read_signal().expect("signalfd read").is_some() {}
+        loop {
+            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) | Err(Errno::ECHILD) => break,
+                Ok(_) => reaped += 1,
+                Err(e) => panic!("waitpid: {e}"),
             }
-            keep
-        });
+        }
     }
     let spent = thread_cpu_us() - before;
     let processes = cpu_us_of(UsageWho::RUSAGE_CHILDREN) - children_before;
+    chld.thread_unblock().expect("unblock SIGCHLD");
     let per = |us: u64| us as f64 / 1000.0 / f64::from(count);
+    let late = lateness_us
+        .iter()
+        .filter(|&&us| us > period.as_micros())
+        .count();
+    lateness_us.sort_unstable();
+    let at = |q: usize| lateness_us[(lateness_us.len() - 1) * q / 100] as f64 / 1000.0;
     println!(
         "paced floor: {count} `sh -c true` at {rate}/s, each started at its time and reaped at \
          its exit by one thread: {:.3} ms of that thread's CPU per process (the processes \
-         themselves {:.3} ms each)",
+         themselves {:.3} ms each); start lateness p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms \
+         ({late} over a period)",
         per(spent),
-        per(processes)
+        per(processes),
+        at(50),
+        at(99),
+        at(100)
     );
 }
 

@@ -61,8 +61,9 @@ pub struct JobRun {
 
 /// What watching a running run needs: its job, where it runs and since when, and which agent
 /// process accepted it. The monitor's pass every two seconds and each batch of heartbeats read
-/// every running run (of those agents): as whole rows, with their texts, those reads were a
-/// sixth of the admin's CPU while a burst ran (BENCHMARKS.md, issue 17).
+/// every running run (of those agents): read as whole rows, with their texts, these reads and
+/// the monitor's read of their jobs (whole, for the timeout) were about a sixth of the admin's
+/// CPU while a burst ran (BENCHMARKS.md, issue 17).
 #[derive(Debug, Clone, PartialEq, Queryable, Selectable)]
 #[diesel(table_name = job_run)]
 pub struct RunningRun {
@@ -460,16 +461,6 @@ pub fn release_claim(conn: &mut AnyConnection, id: RunId, claimed_ms: i64) -> Re
     )
     .execute(conn)?
         > 0)
-}
-
-/// Runs stored as running on the agent at `address`: what its heartbeats are checked against.
-pub fn running_on(conn: &mut AnyConnection, address: &str) -> Result<Vec<JobRun>, Error> {
-    Ok(job_run::table
-        .filter(job_run::agent_address.eq(address))
-        .filter(job_run::status.eq(RunStatus::Running))
-        .order(job_run::id.asc())
-        .select(JobRun::as_select())
-        .load(conn)?)
 }
 
 /// The runs running on any of `addresses` (a batch of heartbeats), by id: one query by the
@@ -1669,7 +1660,7 @@ mod tests {
             (stored.agent_instance.as_deref(), stored.agent_seq),
             (Some("i1"), Some(7))
         );
-        assert_eq!(running_on(conn, "http://a:1/").unwrap().len(), 1);
+        assert_eq!(running_at(conn, &["http://a:1/"]).unwrap().len(), 1);
         let running = get(conn, id).unwrap();
         assert_eq!(
             (running.status.as_str(), running.agent_address.as_deref()),

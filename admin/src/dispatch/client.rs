@@ -79,10 +79,17 @@ pub struct AgentClient {
     /// executor (or an agent older than that call) knows no such call, so for
     /// `BATCH_REFUSAL_KEPT` its runs go one by one at their times instead of sent ahead.
     batch_refused: Arc<Mutex<HashMap<String, tokio::time::Instant>>>,
+    /// Addresses no connection could be made to by HTTP lately, and when (`reach_order`).
+    unconnectable: Arc<Mutex<HashMap<String, tokio::time::Instant>>>,
 }
 
 /// How long an address that did not take a `runBatch` by HTTP is not asked again.
 const BATCH_REFUSAL_KEPT: Duration = Duration::from_secs(60);
+
+/// How long an address no connection could be made to is tried after the others. Short: an
+/// agent restarting is back within it, and one dead is tried again once per period, by the run
+/// whose other agents all failed or by the first run after it.
+const UNCONNECTABLE_KEPT: Duration = Duration::from_secs(10);
 
 /// Why a call could not be served over a connection to this admin.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -187,7 +194,9 @@ impl AgentClient {
         relay: Option<Arc<Relay>>,
     ) -> Result<Self, reqwest::Error> {
         let http = reqwest::Client::builder()
-            .connect_timeout(timeout)
+            // Inside the call's own timeout, so that a host that answers no connect at all
+            // ends as a connect that failed (`reach_order`), not as a call that timed out.
+            .connect_timeout(timeout.mul_f64(0.9))
             .timeout(timeout)
             .build()?;
         Ok(Self {
@@ -197,6 +206,7 @@ impl AgentClient {
             links: Arc::default(),
             relay,
             batch_refused: Arc::default(),
+            unconnectable: Arc::default(),
         })
     }
 
@@ -400,7 +410,21 @@ impl AgentClient {
             .json(body)
             .send()
             .await
-            .map_err(|e| CallError::Unreachable(e.to_string()))?;
+            .map_err(|e| {
+                if e.is_connect() {
+                    // Never pruned: an entry is an address and an instant, and addresses are
+                    // the fleet's.
+                    self.unconnectable()
+                        .insert(address.to_owned(), tokio::time::Instant::now());
+                }
+                CallError::Unreachable(e.to_string())
+            })?;
+        {
+            let mut unconnectable = self.unconnectable();
+            if !unconnectable.is_empty() {
+                unconnectable.remove(address);
+            }
+        }
         let text = response
             .text()
             .await
@@ -423,6 +447,60 @@ impl AgentClient {
         self.call::<_, Box<RawValue>>(address, agent_path::RUN, trigger)
             .await
             .map(|mut e| (e.msg.take().unwrap_or_default(), taken_by(e)))
+    }
+
+    fn unconnectable(&self) -> std::sync::MutexGuard<'_, HashMap<String, tokio::time::Instant>> {
+        self.unconnectable
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Puts the addresses no connection could be made to in the last `UNCONNECTABLE_KEPT` after
+    /// the others, each part in its order, for a run no agent was offered yet (the caller's
+    /// to know: a run sent ahead whose call failed goes to its first agent again, which may
+    /// hold it from that call). Every routing moves past an agent it cannot reach, so the order
+    /// only spares the attempt: a refused connection costs a round trip, but a host that is
+    /// down (no answer to the connect at all) costs the trigger timeout, run after run, until
+    /// the registry drops it (never, for a manual group's addresses). Only a connect that
+    /// failed counts, so nothing of that call reached the agent; an answer that came late or
+    /// garbled keeps its agent's place, and so does an agent connected here now. Once its
+    /// period is over an address keeps its place for one order, whose run tries it again, and
+    /// goes after the others for another period unless an answer from it forgets it: one run
+    /// a period pays for a host still down, not every run in flight then.
+    pub fn reach_order(&self, addresses: &mut [String]) {
+        if addresses.len() < 2 {
+            return;
+        }
+        let mut unconnectable = self.unconnectable();
+        if unconnectable.is_empty() {
+            return;
+        }
+        let now = tokio::time::Instant::now();
+        let last: Vec<bool> = addresses
+            .iter()
+            .map(|address| match unconnectable.get_mut(address) {
+                _ if self.links.get(address).is_some() => false,
+                Some(since) if now.duration_since(*since) < UNCONNECTABLE_KEPT => true,
+                Some(since) => {
+                    *since = now;
+                    false
+                }
+                None => false,
+            })
+            .collect();
+        drop(unconnectable);
+        if !last.contains(&true) {
+            return;
+        }
+        // A stable sort: reachable (false) before unconnectable (true), each in routing order.
+        let mut keyed: Vec<(bool, String)> = last
+            .into_iter()
+            .zip(addresses.iter_mut().map(std::mem::take))
+            .collect();
+        keyed.sort_by_key(|(last, _)| *last);
+        for (slot, (_, address)) in addresses.iter_mut().zip(keyed) {
+            *slot = address;
+        }
     }
 
     /// Whether the runs of a take for `address` may go down together ahead of their time
@@ -631,15 +709,24 @@ mod tests {
         request.len() >= head_end + 4 + length
     }
 
-    #[tokio::test]
-    async fn a_refusal_is_one_whatever_its_content_holds() {
+    /// A client with a 5 s timeout, its TLS provider installed.
+    fn client() -> AgentClient {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = AgentClient::new("t".into(), std::time::Duration::from_secs(5), None).unwrap();
-        let param = LogParam {
+        AgentClient::new("t".into(), std::time::Duration::from_secs(5), None).unwrap()
+    }
+
+    fn log_of_run_1() -> LogParam {
+        LogParam {
             log_date_tim: 0,
             log_id: 1,
             from_line_num: 1,
-        };
+        }
+    }
+
+    #[tokio::test]
+    async fn a_refusal_is_one_whatever_its_content_holds() {
+        let client = client();
+        let param = log_of_run_1();
         let refusing =
             answering(r#"{"code":500,"msg":"no log for run 1","content":"not a log page"}"#).await;
         assert!(matches!(
@@ -658,8 +745,7 @@ mod tests {
     /// the triggers: no usable answer, and its address takes no batches for a minute.
     #[tokio::test]
     async fn an_address_that_fails_a_batch_by_http_takes_none_for_a_minute() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = AgentClient::new("t".into(), std::time::Duration::from_secs(5), None).unwrap();
+        let client = client();
         let trigger: TriggerParam = serde_json::from_str(
             r#"{"jobId": 1, "logId": 7, "logDateTime": 0, "glueType": "GLUE_SHELL",
                 "glueSource": "true", "executorTimeout": 0,
@@ -705,6 +791,101 @@ mod tests {
             .insert(xxl_job.clone(), a_minute_ago);
         assert!(client.takes_batches(&xxl_job));
         assert!(!client.takes_batches(&empty));
+    }
+
+    /// An address no connection could be made to is tried after the others for a while; one
+    /// that answered, however badly, keeps its place.
+    #[tokio::test]
+    async fn an_address_nobody_listens_at_is_tried_last_for_a_while() {
+        let client = client();
+        let param = log_of_run_1();
+        let closed = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            format!("http://{}/", listener.local_addr().unwrap())
+        };
+        let garbled = answering(r#"{"code":200,"content":"not a log page"}"#).await;
+        let refusing = answering(r#"{"code":500,"msg":"busy"}"#).await;
+        let routed = || vec![closed.clone(), garbled.clone(), refusing.clone()];
+
+        let mut order = routed();
+        client.reach_order(&mut order);
+        assert_eq!(order, routed(), "nothing failed yet");
+        assert!(matches!(
+            client.log(&closed, &param).await,
+            Err(CallError::Unreachable(_))
+        ));
+        assert!(client.log(&garbled, &param).await.is_err());
+        assert!(client.log(&refusing, &param).await.is_err());
+        let mut order = routed();
+        client.reach_order(&mut order);
+        assert_eq!(order, [garbled.clone(), refusing.clone(), closed.clone()]);
+        // One address alone is tried whatever happened to it.
+        let mut alone = vec![closed.clone()];
+        client.reach_order(&mut alone);
+        assert_eq!(alone, std::slice::from_ref(&closed));
+
+        // Its time over, one run tries it in its place again; the others still go past it.
+        let long_ago = tokio::time::Instant::now()
+            .checked_sub(super::UNCONNECTABLE_KEPT)
+            .unwrap();
+        client.unconnectable().insert(closed.clone(), long_ago);
+        let mut order = routed();
+        client.reach_order(&mut order);
+        assert_eq!(order, routed(), "the run that tries it again");
+        let mut order = routed();
+        client.reach_order(&mut order);
+        assert_eq!(order, [garbled.clone(), refusing.clone(), closed.clone()]);
+
+        // An address that answers again is forgotten at once.
+        client
+            .unconnectable()
+            .insert(refusing.clone(), tokio::time::Instant::now());
+        assert!(client.log(&refusing, &param).await.is_err());
+        let mut order = vec![refusing.clone(), garbled.clone()];
+        client.reach_order(&mut order);
+        assert_eq!(order, [refusing.clone(), garbled.clone()]);
+    }
+
+    /// A host that is down answers no connect at all: the attempt ends at the connect timeout,
+    /// inside the call's, and counts as a connect that failed. Made on loopback by a listener
+    /// that never accepts and whose accept queue is full, so the kernel drops further SYNs.
+    #[tokio::test]
+    async fn a_connect_nobody_answers_counts_as_unconnectable() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        // The connect's timeout is 0.9 of it: the margin lets a late poll still see the
+        // connect's, not the call's.
+        let timeout = std::time::Duration::from_secs(3);
+        let client = AgentClient::new("t".into(), timeout, None).unwrap();
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let listener = socket.listen(0).unwrap();
+        let at = listener.local_addr().unwrap();
+        // The queue holds one connection; the second and later wait on SYNs nobody answers.
+        let mut held = Vec::new();
+        for _ in 0..2 {
+            if let Ok(Ok(stream)) = tokio::time::timeout(
+                std::time::Duration::from_millis(200),
+                tokio::net::TcpStream::connect(at),
+            )
+            .await
+            {
+                held.push(stream);
+            }
+        }
+        let silent_host = format!("http://{at}/");
+        let other = answering(r#"{"code":200,"content":{"fromLineNum":1,"toLineNum":1,"logContent":"","isEnd":true}}"#).await;
+        let param = log_of_run_1();
+        let asked = std::time::Instant::now();
+        assert!(matches!(
+            client.log(&silent_host, &param).await,
+            Err(CallError::Unreachable(_))
+        ));
+        assert!(asked.elapsed() >= timeout / 2, "{:?}", asked.elapsed());
+        assert!(asked.elapsed() < timeout, "{:?}", asked.elapsed());
+        let mut order = vec![silent_host.clone(), other.clone()];
+        client.reach_order(&mut order);
+        assert_eq!(order, [other, silent_host]);
+        drop((held, listener));
     }
 
     #[test]

@@ -460,6 +460,7 @@ pub async fn dispatch(state: &AppState, run_id: RunId, only: Option<String>) -> 
         })
         .await?;
     changes.committed(state);
+    let prepared = in_reach_order(state, prepared);
     let answers = send_prepared(state, prepared).await;
     for answer in &answers {
         count(state, answer);
@@ -664,6 +665,18 @@ pub(super) async fn wait_until(state: &AppState, at_ms: i64) {
     }
 }
 
+/// `prepared` with each send's agents in the order they can be reached (`reach_order`): for
+/// runs just taken, which no agent was offered under this claim. Not for the runs of a call
+/// sent ahead that failed (`ahead`): their first agent may hold them from that call.
+fn in_reach_order(state: &AppState, mut prepared: Prepared) -> Prepared {
+    if let Prepared::Send { sends, .. } = &mut prepared {
+        for send in sends {
+            state.agents.reach_order(&mut send.addresses);
+        }
+    }
+    prepared
+}
+
 /// Hands each prepared run over as its own task (a slow agent holds up no other run), holding
 /// one of the hand-over slots, and sends its answer to the recorder. A run with a time waits
 /// for it (the timer takes runs a little before they are due), or goes ahead with the others
@@ -678,6 +691,7 @@ pub async fn start_handovers(
     let mut ahead = super::ahead::Ahead::default();
     let one_by_one: Vec<_> = prepared
         .into_iter()
+        .map(|(one, at_ms)| (in_reach_order(state, one), at_ms))
         .filter_map(|(one, at_ms)| match at_ms {
             Some(at_ms) => ahead.keep(state, one, at_ms).map(|one| (one, Some(at_ms))),
             None => Some((one, None)),

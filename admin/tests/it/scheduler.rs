@@ -750,12 +750,27 @@ async fn failover_passes_dead_refusing_silent_and_garbage_agents() {
             "{address} {why}: {msg}"
         );
     }
+    // The next run, within the 10 s, spares the address nobody listens at: it goes last.
+    let next = app.trigger(failover, json!({})).await;
     assert_eq!(
-        app.finished_run(run["id"].as_i64().unwrap(), WITHIN).await["status"],
-        "succeeded"
+        next["agent"].as_str(),
+        Some(real.address.as_str()),
+        "{next}"
     );
+    let msg = next["trigger_msg"].as_str().unwrap();
+    assert!(!msg.contains(&dead), "{msg}");
+    for address in [&refuse, &silent, &garbage] {
+        assert!(msg.contains(&format!("{address} ")), "{address}: {msg}");
+    }
+    for run in [&run, &next] {
+        assert_eq!(
+            app.finished_run(run["id"].as_i64().unwrap(), WITHIN).await["status"],
+            "succeeded"
+        );
+    }
 
-    // `first` moves past an agent it cannot reach, but a refusal is that agent's answer.
+    // `first` moves past an agent it cannot reach (the one nobody listens at is tried last
+    // still), but a refusal is that agent's answer.
     let first = app
         .job_from(g, json!({"name": "first", "routing": "first", "handler": {"type": "shell", "command": "true"}}))
         .await;

@@ -81,8 +81,8 @@ pub struct RunningRun {
 
 /// `None` is inserted as `NULL`, which is every one of these columns' default: as a default,
 /// diesel's SQLite backend inserts a batch as a statement per row (SQLite has no `DEFAULT`
-/// among `VALUES`), each prepared afresh; as `NULL`, a pass's planned fires go in one
-/// statement of up to `IN_LIST_MAX` rows.
+/// among `VALUES`), each found in the statement cache by its SQL text built anew; as `NULL`, a
+/// pass's planned fires go in one statement of up to `IN_LIST_MAX` rows.
 #[derive(Debug, Clone, Insertable)]
 #[diesel(table_name = job_run, treat_none_as_default_value = false)]
 pub struct NewJobRun {

@@ -846,6 +846,39 @@ mod tests {
         assert_eq!(order, [refusing.clone(), garbled.clone()]);
     }
 
+    /// An agent that dialled in is reached over its link, not its address: a connect to the
+    /// address that failed (from before it connected, or a listener it does not have) does not
+    /// send its runs elsewhere while the link is up; once the link is gone, the mark counts.
+    #[tokio::test]
+    async fn an_agent_linked_here_keeps_its_place_whatever_its_address_did() {
+        let client = client();
+        let linked = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            format!("http://{}/", listener.local_addr().unwrap())
+        };
+        let other = answering(r#"{"code":200,"content":"not a log page"}"#).await;
+        assert!(matches!(
+            client.log(&linked, &log_of_run_1()).await,
+            Err(CallError::Unreachable(_))
+        ));
+        let (link, _frames) = crate::dispatch::link::Link::new(client.links.next_serial(), 0);
+        client.links.insert(&linked, link.clone());
+        let routed = || vec![linked.clone(), other.clone()];
+        for _ in 0..3 {
+            let mut order = routed();
+            client.reach_order(&mut order);
+            assert_eq!(order, routed(), "linked: never demoted");
+        }
+        client.links.remove(&linked, link.serial);
+        let mut order = routed();
+        client.reach_order(&mut order);
+        assert_eq!(
+            order,
+            [other, linked],
+            "the link gone, its failed connect counts"
+        );
+    }
+
     /// A host that is down answers no connect at all: the attempt ends at the connect timeout,
     /// inside the call's, and counts as a connect that failed. Made on loopback by a listener
     /// that never accepts and whose accept queue is full, so the kernel drops further SYNs.

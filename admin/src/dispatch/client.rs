@@ -799,10 +799,12 @@ mod tests {
     async fn an_address_nobody_listens_at_is_tried_last_for_a_while() {
         let client = client();
         let param = log_of_run_1();
-        let closed = {
-            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            format!("http://{}/", listener.local_addr().unwrap())
-        };
+        // Bound but never listening, and held to the end: a connect is refused, and no other
+        // test's listener can take the port meanwhile (without SO_REUSEADDR on this socket the
+        // kernel lets nobody else bind it), which would answer and clear the mark.
+        let held = tokio::net::TcpSocket::new_v4().unwrap();
+        held.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let closed = format!("http://{}/", held.local_addr().unwrap());
         let garbled = answering(r#"{"code":200,"content":"not a log page"}"#).await;
         let refusing = answering(r#"{"code":500,"msg":"busy"}"#).await;
         let routed = || vec![closed.clone(), garbled.clone(), refusing.clone()];

@@ -782,6 +782,103 @@ async fn failover_passes_dead_refusing_silent_and_garbage_agents() {
     );
 }
 
+/// The runs of a call sent ahead that got no answer go one by one to their first agent first,
+/// even when its address has meanwhile failed a connect (which puts it last for runs just
+/// taken): the call may have reached it, and it knows a run it already holds by its id, where
+/// another agent would run it a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_batch_goes_back_to_its_first_agent_first() {
+    use tokio::io::AsyncWriteExt;
+    let app = TestApp::scheduling(false, &[("JOBFLEET_TRIGGER_TIMEOUT_MS", "5000")]).await;
+    let port = crate::support::free_port();
+    let first = format!("http://127.0.0.1:{port}/");
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let (second, second_heard) =
+        crate::support::agent::fake_executor_heard(Executor::Accepting).await;
+    let r = app
+        .post(
+            "/api/v1/groups",
+            &app.admin,
+            json!({"app_name": "sched-batch-back", "title": "batch back",
+            "address_mode": "manual", "addresses": [first, second]}),
+        )
+        .await;
+    assert!(r.status.is_success(), "{}", r.body);
+    let g = r.body["id"].as_i64().unwrap();
+    let ahead = app
+        .job_from(
+            g,
+            json!({"name": "ahead", "enabled": true, "routing": "first",
+            "schedule": {"type": "once", "at_ms": app.now_ms() + 3_000},
+            "handler": {"type": "shell", "command": "true"}}),
+        )
+        .await;
+    let manual = app
+        .job_from(g, json!({"name": "manual", "routing": "first", "handler": {"type": "shell", "command": "true"}}))
+        .await;
+
+    // The timed run goes ahead to the first agent, which holds the call unanswered.
+    let (mut batch_call, _) = tokio::time::timeout(WITHIN, listener.accept())
+        .await
+        .expect("the timed run's call sent ahead")
+        .unwrap();
+    let (line, _) = crate::support::agent::read_request(&mut batch_call)
+        .await
+        .unwrap();
+    assert!(line.starts_with("POST /runBatch "), "{line}");
+    // Meanwhile nobody listens at its address: a run taken now fails to connect there, which
+    // marks the address, and goes to the second agent.
+    drop(listener);
+    let other = app.trigger(manual, json!({})).await;
+    assert_eq!(other["agent"].as_str(), Some(second.as_str()), "{other}");
+    assert!(
+        other["trigger_msg"].as_str().unwrap().contains(&first),
+        "{other}"
+    );
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
+    // The call ends without an answer: its run goes one by one, to the first agent first.
+    drop(batch_call);
+    let (mut again, _) = tokio::time::timeout(WITHIN, listener.accept())
+        .await
+        .expect("the run offered to its first agent again")
+        .unwrap();
+    let (line, body) = crate::support::agent::read_request(&mut again)
+        .await
+        .unwrap();
+    assert!(line.starts_with("POST /run "), "{line}");
+    let answer = r#"{"code":200,"msg":null}"#;
+    again
+        .write_all(
+            format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}",
+                answer.len()
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let run = wait_for(WITHIN, "the timed run accepted", || async {
+        app.runs_of(ahead)
+            .await
+            .into_iter()
+            .find(|run| run["agent"].is_string())
+    })
+    .await;
+    assert_eq!(run["agent"].as_str(), Some(first.as_str()), "{run}");
+    let sent: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(sent["logId"], run["id"], "{body}");
+    let heard = second_heard.lock().unwrap().clone();
+    assert_eq!(
+        heard.len(),
+        1,
+        "the second agent got the manual run only: {heard:?}"
+    );
+}
+
 async fn forbid_skips_and_replace_kills_the_running_run(mysql: bool) {
     let app = TestApp::scheduling(mysql, &[]).await;
     let dir = tempfile::tempdir().unwrap();

@@ -199,6 +199,37 @@ pub enum Executor {
     Silent,
 }
 
+/// Reads one whole HTTP request (head and `content-length` bytes of body): its request line
+/// (`POST /run HTTP/1.1`) and its body; `None` when the peer closes or fails first.
+pub async fn read_request(socket: &mut tokio::net::TcpStream) -> Option<(String, String)> {
+    use tokio::io::AsyncReadExt;
+    let mut request = Vec::new();
+    let mut chunk = [0u8; 65536];
+    loop {
+        let text = String::from_utf8_lossy(&request);
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length = head
+                .lines()
+                .find_map(|h| {
+                    let (name, value) = h.split_once(':')?;
+                    name.eq_ignore_ascii_case("content-length")
+                        .then(|| value.trim().parse::<usize>().ok())?
+                })
+                .unwrap_or(0);
+            if body.len() >= length {
+                return Some((
+                    head.lines().next().unwrap_or_default().to_owned(),
+                    body.to_owned(),
+                ));
+            }
+        }
+        match socket.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => request.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
 /// A fake executor on loopback answering every request as `kind` says; returns its address.
 pub async fn fake_executor(kind: Executor) -> String {
     fake_executor_heard(kind).await.0
@@ -228,32 +259,9 @@ pub async fn fake_executor_heard(
             };
             let log = log.clone();
             tokio::spawn(async move {
-                use tokio::io::{AsyncReadExt, AsyncWriteExt};
-                // The whole request (head and `content-length` bytes of body) before answering.
-                let mut request = Vec::new();
-                let mut chunk = [0u8; 65536];
-                let (line, body) = loop {
-                    let text = String::from_utf8_lossy(&request);
-                    if let Some((head, body)) = text.split_once("\r\n\r\n") {
-                        let length = head
-                            .lines()
-                            .find_map(|h| {
-                                let (name, value) = h.split_once(':')?;
-                                name.eq_ignore_ascii_case("content-length")
-                                    .then(|| value.trim().parse::<usize>().ok())?
-                            })
-                            .unwrap_or(0);
-                        if body.len() >= length {
-                            break (
-                                head.lines().next().unwrap_or_default().to_owned(),
-                                body.to_owned(),
-                            );
-                        }
-                    }
-                    match socket.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => request.extend_from_slice(&chunk[..n]),
-                    }
+                use tokio::io::AsyncWriteExt;
+                let Some((line, body)) = read_request(&mut socket).await else {
+                    return;
                 };
                 let at_ms = i64::try_from(
                     std::time::SystemTime::now()

@@ -11,20 +11,23 @@
 //! `limits`). A job running as root can still escape on purpose (it can do anything); this
 //! stops careless escapes and everything a `run_as` user can do.
 //!
-//! Invariant: a pid in the leader table is never reaped here (its own waiter reaps it), and
-//! a leader is entered in the table under the same lock as its spawn, so a sweep never
-//! mistakes a just-spawned leader for an orphan. Spawns go to the spawner in batches (see
-//! `spawner`): the runs that became ready together are started under one hold of the lock.
+//! Invariant: a pid in the leader table is never reaped here (its own waiter reaps it), and a
+//! sweep never mistakes a just-spawned leader for an orphan: spawns go to the spawner in batches
+//! (see `spawner`) under the table's lock, and a look at the agent's children first reads, under
+//! the same hold of the lock, every answer the spawner still owes and enters those leaders.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Read;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitPidFlag, waitpid};
 use nix::unistd::Pid;
 use tokio::sync::oneshot;
+
+use super::spawner::{Spawner, Started};
 
 /// The tag every run's environment carries.
 pub const RUN_TAG: &str = "JOBFLEET_RUN_ID";
@@ -42,12 +45,47 @@ pub fn become_subreaper() -> nix::Result<()> {
     nix::sys::prctl::set_child_subreaper(true)
 }
 
+/// How long a lone run's spawn answer may wait to be read when nothing else wakes the agent.
+/// Up to this long after its start a run's pid is unknown: a kill or its timeout acts that much
+/// later, and its exit is seen then (a pidfd of an exited child is ready at once).
+const COLLECT_AFTER: Duration = Duration::from_millis(10);
+
 /// A spawn waiting for the next batch.
 struct Waiting {
     run_id: i64,
     request: super::spawner::Queued,
-    started: oneshot::Sender<std::io::Result<i32>>,
+    started: oneshot::Sender<std::io::Result<Started>>,
 }
+
+/// A spawn whose request the spawner has and whose answer is not read yet.
+struct Owed {
+    run_id: i64,
+    started: oneshot::Sender<std::io::Result<Started>>,
+}
+
+/// The spawner, and the spawns it owes answers for, in the order it answers.
+struct Spawning {
+    spawner: Spawner,
+    owed: VecDeque<Owed>,
+    /// A task will read the answers owed (`collect_soon`).
+    collecting: bool,
+}
+
+impl Default for Spawning {
+    fn default() -> Self {
+        Self {
+            spawner: Spawner::new(),
+            owed: VecDeque::new(),
+            collecting: false,
+        }
+    }
+}
+
+/// An answer read and the spawn it is for, handed over once the locks are released.
+type Answered = (
+    oneshot::Sender<std::io::Result<Started>>,
+    std::io::Result<Started>,
+);
 
 /// The run leaders this agent has spawned and not yet reaped, by pid.
 #[derive(Default)]
@@ -55,6 +93,8 @@ pub struct Containment {
     leaders: Mutex<HashMap<i32, i64>>,
     /// Spawns asked for since the last batch went out.
     waiting: Mutex<Vec<Waiting>>,
+    /// Taken after `leaders`, never before it.
+    spawning: Mutex<Spawning>,
     /// Leaders reaped so far.
     reaps: AtomicU64,
     /// A look for strays found none after this many reaps (`has_strays`).
@@ -216,10 +256,9 @@ fn tag(pid: i32) -> Tag {
 /// tagged with this run, with a run no longer going, or not tagged.
 fn orphans(leaders: &HashMap<i32, i64>, run_id: i64, children: Vec<i32>) -> Vec<i32> {
     let going: HashSet<i64> = leaders.values().copied().collect();
-    let spawner = super::spawner::pid();
     children
         .into_iter()
-        .filter(|child| !leaders.contains_key(child) && Some(*child) != spawner)
+        .filter(|child| !leaders.contains_key(child) && !super::spawner::is_spawner(*child))
         .filter(|child| match tag(*child) {
             Tag::Run(id) => id == run_id || !going.contains(&id),
             Tag::Missing => true,
@@ -234,6 +273,12 @@ impl Containment {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    fn spawning(&self) -> MutexGuard<'_, Spawning> {
+        self.spawning
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Has the spawner start a run's leader and enters it. The request waits for the batch of
     /// every spawn asked for before the runtime gets to the batch: the runs a trigger message
     /// or a journal write made ready together start in one exchange.
@@ -244,7 +289,7 @@ impl Containment {
         self: &Arc<Self>,
         run_id: i64,
         request: super::spawner::Queued,
-    ) -> std::io::Result<i32> {
+    ) -> std::io::Result<Started> {
         let (started, answer) = oneshot::channel();
         let first = {
             let mut waiting = self
@@ -272,32 +317,110 @@ impl Containment {
             })
     }
 
-    /// Starts every waiting spawn in one exchange with the spawner and enters the leaders,
-    /// under the table's lock.
-    fn spawn_waiting(&self) {
+    /// Sends every waiting spawn to the spawner in one exchange, under the table's lock, with
+    /// the answers already in. A batch of several runs (a burst) waits for its answers, as the
+    /// agent gathers the next batch meanwhile (an agent that carried on wrote its journal and
+    /// spool in smaller groups, and spent more, BENCHMARKS.md); a lone run's answer is read
+    /// when the agent is awake anyway (the next batch), or by `collect_soon`: its start costs the
+    /// agent no wake-up of its own.
+    fn spawn_waiting(self: &Arc<Self>) {
         let batch = std::mem::take(
             &mut *self
                 .waiting
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         );
-        let encoded: Vec<_> = batch.iter().map(|w| w.request.encoded()).collect();
-        let mut leaders = self.lock();
-        let results = super::spawner::spawn_batch(&encoded);
-        for (waiting, result) in batch.iter().zip(&results) {
-            if let Ok(pid) = result {
-                leaders.insert(*pid, waiting.run_id);
+        let wait = batch.len() > 1;
+        let mut answered = Vec::new();
+        let collect_soon = {
+            let mut leaders = self.lock();
+            let mut spawning = self.spawning();
+            let encoded: Vec<_> = batch.iter().map(|w| w.request.encoded()).collect();
+            let sent = spawning.spawner.send(&encoded);
+            drop(encoded);
+            for (waiting, sent) in batch.into_iter().zip(sent) {
+                match sent {
+                    Ok(()) => spawning.owed.push_back(Owed {
+                        run_id: waiting.run_id,
+                        started: waiting.started,
+                    }),
+                    Err(e) => answered.push((waiting.started, Err(e))),
+                }
+            }
+            Self::read_answers(&mut spawning, &mut leaders, wait, &mut answered);
+            let arm = !spawning.owed.is_empty() && !spawning.collecting;
+            spawning.collecting |= arm;
+            arm
+        };
+        self.hand_over(answered);
+        if collect_soon {
+            let containment = self.clone();
+            tokio::spawn(async move { containment.collect_soon().await });
+        }
+    }
+
+    /// Reads the answers owed after `COLLECT_AFTER`, again until none is owed: the pids of runs
+    /// started when nothing else woke the agent.
+    async fn collect_soon(self: Arc<Self>) {
+        loop {
+            tokio::time::sleep(COLLECT_AFTER).await;
+            let mut answered = Vec::new();
+            let done = {
+                let mut leaders = self.lock();
+                let mut spawning = self.spawning();
+                Self::read_answers(&mut spawning, &mut leaders, false, &mut answered);
+                let done = spawning.owed.is_empty();
+                spawning.collecting = !done;
+                done
+            };
+            self.hand_over(answered);
+            if done {
+                return;
             }
         }
-        drop(leaders);
-        drop(encoded);
-        for (waiting, result) in batch.into_iter().zip(results) {
-            // Whoever asked is gone (the runtime is shutting down): nobody would wait for
-            // this process, so it ends here.
-            if let Err(Ok(pid)) = waiting.started.send(result) {
-                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-                let _guard = self.reaping(pid);
-                let _ = waitpid(Pid::from_raw(pid), None);
+    }
+
+    /// Reads the spawner's answers (every one owed when `wait`, else those in) and enters the
+    /// leaders they name; what each spawn is told goes into `answered`.
+    fn read_answers(
+        spawning: &mut Spawning,
+        leaders: &mut HashMap<i32, i64>,
+        wait: bool,
+        answered: &mut Vec<Answered>,
+    ) {
+        if spawning.owed.is_empty() {
+            return;
+        }
+        for outcome in spawning.spawner.collect(wait) {
+            // One table owns its spawner, so every answer is for a spawn it sent.
+            let Some(owed) = spawning.owed.pop_front() else {
+                tracing::error!("The spawner answered a request nobody sent");
+                break;
+            };
+            if let Ok(started) = &outcome {
+                leaders.insert(started.pid, owed.run_id);
+            }
+            answered.push((owed.started, outcome));
+        }
+    }
+
+    /// Every answer the spawner owes, read and entered: before any look at the agent's children,
+    /// under the same hold of the table's lock, so that no leader just started is taken for an
+    /// orphan. The spawns are told once the caller has released the locks (`hand_over`).
+    fn enter_every_leader(&self, leaders: &mut HashMap<i32, i64>) -> Vec<Answered> {
+        let mut answered = Vec::new();
+        Self::read_answers(&mut self.spawning(), leaders, true, &mut answered);
+        answered
+    }
+
+    /// Tells each spawn its answer. Whoever asked is gone (the runtime is shutting down):
+    /// nobody would wait for that process, so it ends here.
+    fn hand_over(&self, answered: Vec<Answered>) {
+        for (started, outcome) in answered {
+            if let Err(Ok(started)) = started.send(outcome) {
+                let _ = kill(Pid::from_raw(started.pid), Signal::SIGKILL);
+                let _guard = self.reaping(started.pid);
+                let _ = waitpid(Pid::from_raw(started.pid), None);
             }
         }
     }
@@ -324,10 +447,13 @@ impl Containment {
         if self.clean_through.load(Ordering::Acquire) >= reaped {
             return false;
         }
-        let leaders = self.lock();
+        let mut leaders = self.lock();
+        let answered = self.enter_every_leader(&mut leaders);
         // Reaps are counted under this lock, so this look starts after every one counted here.
         let through = self.reaps.load(Ordering::Acquire);
         let found = !orphans(&leaders, NO_RUN, agent_children()).is_empty();
+        drop(leaders);
+        self.hand_over(answered);
         if !found {
             self.clean_through.fetch_max(through, Ordering::AcqRel);
         }
@@ -348,8 +474,9 @@ impl Containment {
         let mut orphans_killed = Vec::new();
         for round in 0..ROUNDS {
             let mut victims = Vec::new();
-            {
-                let leaders = self.lock();
+            let answered = {
+                let mut leaders = self.lock();
+                let answered = self.enter_every_leader(&mut leaders);
                 // The leader only while the table holds it: then it is not reaped yet, so its
                 // pid cannot have been reused.
                 if round == 0
@@ -367,7 +494,9 @@ impl Containment {
                         signalled += 1;
                     }
                 }
-            }
+                answered
+            };
+            self.hand_over(answered);
             if signal != Signal::SIGKILL || victims.is_empty() {
                 break;
             }
@@ -434,7 +563,7 @@ mod tests {
                 assert_eq!(outcome.unwrap_err().raw_os_error(), Some(libc::ENOENT));
                 continue;
             }
-            let pid = outcome.unwrap();
+            let pid = outcome.unwrap().pid;
             assert_eq!(containment.lock().get(&pid), Some(&run));
             let _guard = containment.reaping(pid);
             assert_eq!(
@@ -443,6 +572,53 @@ mod tests {
             );
         }
         assert!(containment.lock().is_empty());
+    }
+
+    /// A lone spawn's answer is read later, yet a look at the agent's children in between first
+    /// reads every answer owed and enters their leaders, so the process is never taken for an
+    /// orphan. (The look here is the one for strays, as a sweep's would end the other tests'
+    /// children; both read the answers alike.)
+    #[tokio::test]
+    async fn a_started_leader_whose_answer_is_unread_is_entered_before_a_look_at_children() {
+        use std::os::fd::AsRawFd;
+        let containment = Arc::new(Containment::default());
+        let devnull = std::fs::File::options()
+            .write(true)
+            .open("/dev/null")
+            .unwrap();
+        let argv: super::super::spawner::Strings = ["sleep", "30"].into_iter().collect();
+        let request = super::super::spawner::Queued::new(&super::super::spawner::Request::plain(
+            c"/bin/sleep",
+            &argv,
+            devnull.as_raw_fd(),
+        ))
+        .unwrap();
+        let spawn = tokio::spawn({
+            let containment = containment.clone();
+            async move { containment.spawn(99, request).await }
+        });
+        // The batch goes out; the answer is not read yet.
+        while containment.spawning().owed.is_empty() {
+            tokio::task::yield_now().await;
+        }
+        // Long enough for the process to exist; the runtime, held here, reads no answer.
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(containment.spawning().owed.len(), 1, "still unread");
+        containment.has_strays(1);
+        let entered: Vec<i32> = containment
+            .lock()
+            .iter()
+            .filter(|(_, run)| **run == 99)
+            .map(|(pid, _)| *pid)
+            .collect();
+        assert_eq!(entered.len(), 1, "a leader before the look");
+        let pid = spawn.await.unwrap().unwrap().pid;
+        assert_eq!(entered, [pid]);
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        assert!(!stat.contains(") Z "), "{stat}");
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        let _guard = containment.reaping(pid);
+        waitpid(Pid::from_raw(pid), None).unwrap();
     }
 
     /// A kept-open list read again shows the children of now, not of when it was opened.

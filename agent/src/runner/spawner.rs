@@ -16,13 +16,16 @@
 //! the same order. A request carries the program, arguments, environment, folder, rlimits and
 //! run-as user, with the run's output, the start marks file and the cgroup files as descriptors
 //! (`SCM_RIGHTS`); the answer is the pid, or the error that kept the process from starting (its
-//! pid too when it got as far as a process, which the agent then reaps). The spawner holds its
-//! answers while another request is already waiting and writes them together, so a batch costs
-//! the agent one wait and one wake-up, not one per run (a burst's starts used to be a fifth of
-//! the agent's CPU in those).
-//! The agent stays blocked for the batch, as it did per run: it gathers the next batch meanwhile
-//! (an agent that carried on while its runs started wrote its journal and spool in smaller
-//! groups, and spent more, see BENCHMARKS). The spawner ends when the agent's end of the pair
+//! pid too when it got as far as a process, which the agent then reaps), with the
+//! `CLOCK_MONOTONIC` time the process started at, so that a run's start latency is the same
+//! however late its answer is read. The spawner holds its answers while another request is
+//! already waiting and writes them together, so a batch costs the agent one wait and one
+//! wake-up, not one per run (a burst's starts used to be a fifth of the agent's CPU in those).
+//! The agent waits for the answers of a batch of several runs: it gathers the next batch
+//! meanwhile (an agent that carried on while a burst's runs started wrote its journal and spool
+//! in smaller groups, and spent more, see BENCHMARKS). A lone run's answer it reads later, when
+//! it is awake anyway or must know (`Spawner::collect`, `contain`): at a steady rate, the wait
+//! for each run's answer was a wake-up of the agent's own per run. The spawner ends when the agent's end of the pair
 //! closes, or once the agent is gone (its requests still in the socket do not start then).
 //! Should it die between batches, the next forks a new one (from the grown agent then:
 //! still correct, less small); should it die holding requests, those runs fail rather than risk
@@ -52,8 +55,8 @@ const MAX_CGROUP_FILES: usize = 4;
 /// answers must fit the agent's socket buffer while it is still writing requests, or both ends
 /// would wait for each other (each small write takes about a kB of it).
 pub const MAX_BATCH: usize = 64;
-/// Bytes of one answer: the pid, then the errno.
-const ANSWER: usize = 8;
+/// Bytes of one answer: the pid, the errno, and the `CLOCK_MONOTONIC` nanoseconds of the start.
+const ANSWER: usize = 16;
 /// The child's stack while it prepares the exec; it runs only a few libc calls.
 const CHILD_STACK: usize = 256 * 1024;
 
@@ -180,14 +183,17 @@ struct Connection {
     pid: i32,
 }
 
-static SPAWNER: Mutex<Option<Connection>> = Mutex::new(None);
+/// The spawner `start` forked while the process was small, for the first `Spawner` to take.
+static STARTED: Mutex<Option<Connection>> = Mutex::new(None);
+/// The pids of the spawners alive: the agent's children that are no run and must survive a sweep.
+static LIVE: Mutex<Vec<i32>> = Mutex::new(Vec::new());
 /// The threads that forked a spawner: the runs a spawner starts are their children
 /// (`CLONE_PARENT` gives a run its spawner's parent, which is a thread, not the process). One
 /// entry per thread, so it stays as small as the number of spawners ever forked.
 static FORKING_THREADS: Mutex<Vec<i32>> = Mutex::new(Vec::new());
 
-fn lock() -> MutexGuard<'static, Option<Connection>> {
-    SPAWNER
+fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -198,24 +204,286 @@ fn lock() -> MutexGuard<'static, Option<Connection>> {
 /// # Errors
 /// When the socket pair or the fork fails.
 pub fn start() -> std::io::Result<()> {
-    let mut spawner = lock();
-    if spawner.is_none() {
-        *spawner = Some(fork_spawner()?);
+    let mut started = locked(&STARTED);
+    if started.is_none() {
+        *started = Some(fork_spawner()?);
     }
     Ok(())
 }
 
-/// The spawner's pid: the agent's child that is no run and must survive a sweep.
-pub fn pid() -> Option<i32> {
-    lock().as_ref().map(|c| c.pid)
+/// Whether `pid` is a spawner of this process: an agent's child that is no run.
+pub fn is_spawner(pid: i32) -> bool {
+    locked(&LIVE).contains(&pid)
+}
+
+/// A run's process as the spawner started it.
+#[derive(Debug, Clone, Copy)]
+pub struct Started {
+    pub pid: i32,
+    /// When its clone returned (the process had exec'd, or failed to).
+    pub at: std::time::Instant,
+}
+
+/// A spawner as its owner holds it: the connection (forked on the first need), the answers its
+/// process owes, and the outcomes already read ahead of those.
+///
+/// Requests go out with `send` and their answers come back with `collect`, later and in order:
+/// the agent need not wait for a batch's answers, so a run's start costs it no wake-up of its
+/// own; it reads them when it is awake anyway, or when it must know (BENCHMARKS.md, issue 17).
+#[derive(Default)]
+pub struct Spawner {
+    connection: Option<Connection>,
+    /// Answers the connection's process owes, for requests it got whole, oldest first.
+    owed: usize,
+    /// Outcomes read (or failed) ahead of `owed`'s, oldest first.
+    settled: std::collections::VecDeque<std::io::Result<Started>>,
+    /// The first bytes of an answer read in part.
+    partial: Vec<u8>,
+}
+
+impl Spawner {
+    /// A spawner holding the one `start` forked, if nobody took it yet.
+    pub fn new() -> Self {
+        let mut spawner = Self::default();
+        spawner.connection = locked(&STARTED).take();
+        spawner
+    }
+
+    /// Writes each request to the spawner (forking one where there is none) without waiting
+    /// for its answer. `Ok`: the request reached a spawner whole, and its outcome comes out of
+    /// `collect`, in the order of the requests; `Err`: it did not start.
+    ///
+    /// Errors: the spawner being unreachable twice in a row.
+    pub fn send(&mut self, batch: &[Encoded<'_>]) -> Vec<std::io::Result<()>> {
+        self.send_via(fork_spawner, batch)
+    }
+
+    /// The outcomes of the requests sent, oldest first: every one still owed when `wait`, else
+    /// those whose answers are in.
+    ///
+    /// Errors: the spawner's account of the failed step (exec, setuid, …), or the spawner
+    /// dying before it answered (the run may have started, so it is not asked again).
+    pub fn collect(&mut self, wait: bool) -> Vec<std::io::Result<Started>> {
+        if wait {
+            self.read_blocking(self.owed);
+        } else {
+            self.read_ready();
+        }
+        self.settled.drain(..).collect()
+    }
+
+    fn send_via(
+        &mut self,
+        mut fork: impl FnMut() -> std::io::Result<Connection>,
+        batch: &[Encoded<'_>],
+    ) -> Vec<std::io::Result<()>> {
+        let mut results: Vec<std::io::Result<()>> = Vec::with_capacity(batch.len());
+        let mut unreachable = None;
+        for attempt in 0..2 {
+            if results.len() == batch.len() {
+                break;
+            }
+            if self.connection.is_none() {
+                match fork() {
+                    Ok(connection) => self.connection = Some(connection),
+                    Err(e) => {
+                        unreachable = Some(e);
+                        break;
+                    }
+                }
+            }
+            let mut failed = None;
+            for request in &batch[results.len()..] {
+                // The answers owed must fit the socket while requests are still written, or
+                // both ends would wait for each other: beyond a batch's, read some first.
+                if self.owed >= MAX_BATCH {
+                    self.read_blocking(1);
+                }
+                let Some(connection) = self.connection.as_mut() else {
+                    failed = Some(std::io::Error::other("the spawner died"));
+                    break;
+                };
+                match send_request(&mut connection.stream, request) {
+                    Ok(()) => {
+                        self.owed += 1;
+                        results.push(Ok(()));
+                    }
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+            }
+            let Some(e) = failed else {
+                break;
+            };
+            // A request may have gone out in part, and a spawner still alive would wait for
+            // its rest while holding the answers owed: the end of the stream tells it there is
+            // no rest, and it writes what it holds before it exits.
+            if let Some(connection) = &self.connection {
+                let _ = connection.stream.shutdown(std::net::Shutdown::Write);
+            }
+            self.read_blocking(self.owed);
+            self.forget();
+            if attempt == 0 && results.len() < batch.len() {
+                // Nothing whole of the rest reached it: those requests are safe to send again.
+                tracing::warn!(error = %e, "The spawner is gone; starting another");
+            }
+            unreachable = Some(e);
+        }
+        while results.len() < batch.len() {
+            results.push(Err(match &unreachable {
+                Some(e) => {
+                    std::io::Error::new(e.kind(), format!("the spawner is unreachable: {e}"))
+                }
+                None => std::io::Error::other("the spawner is unreachable"),
+            }));
+        }
+        results
+    }
+
+    /// Reads the answers already in, without waiting.
+    fn read_ready(&mut self) {
+        let Some(socket) = self.connection.as_ref().map(|c| c.stream.as_raw_fd()) else {
+            return;
+        };
+        let mut buffer = [0u8; MAX_BATCH * ANSWER];
+        while self.owed > 0 {
+            let want = (self.owed * ANSWER - self.partial.len()).min(buffer.len());
+            match nix::sys::socket::recv(socket, &mut buffer[..want], MsgFlags::MSG_DONTWAIT) {
+                Ok(0) => {
+                    self.fail_owed(&std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
+                    return;
+                }
+                Ok(n) => {
+                    self.partial.extend_from_slice(&buffer[..n]);
+                    self.settle_answers();
+                }
+                Err(nix::errno::Errno::EAGAIN) => return,
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => {
+                    self.fail_owed(&e.into());
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Reads `n` more answers (at most those owed), waiting for them.
+    fn read_blocking(&mut self, n: usize) {
+        let target = self.owed - n.min(self.owed);
+        let mut buffer = [0u8; MAX_BATCH * ANSWER];
+        while self.owed > target {
+            let Some(connection) = &mut self.connection else {
+                return;
+            };
+            let want = ((self.owed - target) * ANSWER)
+                .saturating_sub(self.partial.len())
+                .clamp(1, buffer.len());
+            match connection.stream.read(&mut buffer[..want]) {
+                Ok(0) => {
+                    self.fail_owed(&std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
+                    return;
+                }
+                Ok(got) => {
+                    self.partial.extend_from_slice(&buffer[..got]);
+                    self.settle_answers();
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.fail_owed(&e);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Turns the whole answers in `partial` into outcomes.
+    fn settle_answers(&mut self) {
+        let whole = self.partial.len() / ANSWER;
+        for answer in self.partial.chunks_exact(ANSWER).take(whole) {
+            let (pid, errno, at_ns) = parse_answer(answer);
+            self.settled.push_back(outcome_of(pid, errno, at_ns));
+        }
+        self.partial.drain(..whole * ANSWER);
+        self.owed -= whole;
+    }
+
+    /// The spawner holds requests whole and may have started their processes before it died:
+    /// asking another one would start those runs twice. They fail instead; a process that did
+    /// start is an unknown child the next sweep ends.
+    fn fail_owed(&mut self, e: &std::io::Error) {
+        for _ in 0..self.owed {
+            self.settled.push_back(Err(std::io::Error::new(
+                e.kind(),
+                MayHaveStarted(format!(
+                    "the spawner died before answering, so the run may not have started: {e}"
+                )),
+            )));
+        }
+        self.owed = 0;
+        self.partial.clear();
+        self.forget();
+    }
+
+    /// Ends the spawner, so the next request forks a new one.
+    fn forget(&mut self) {
+        if let Some(gone) = self.connection.take() {
+            let pid = nix::unistd::Pid::from_raw(gone.pid);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            let _ = nix::sys::wait::waitpid(pid, None);
+            locked(&LIVE).retain(|&live| live != gone.pid);
+        }
+        self.owed = 0;
+        self.partial.clear();
+    }
+}
+
+impl Drop for Spawner {
+    fn drop(&mut self) {
+        self.forget();
+    }
+}
+
+/// An answer's outcome; a process that failed to exec is reaped here.
+fn outcome_of(pid: i32, errno: i32, at_ns: u64) -> std::io::Result<Started> {
+    if errno != 0 {
+        if pid > 0 {
+            // It got as far as a process, which exited; it is ours to reap.
+            let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+        }
+        return Err(std::io::Error::from_raw_os_error(errno));
+    }
+    Ok(Started {
+        pid,
+        at: instant_of(at_ns),
+    })
+}
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds: the clock `Instant` reads, shared with the spawner.
+fn monotonic_ns() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes only into the local we pass; it is async-signal-safe and
+    // takes no lock, so the spawner may call it between clones.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    u64::try_from(now.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(now.tv_nsec).unwrap_or(0)
+}
+
+/// The `Instant` of a `CLOCK_MONOTONIC` reading taken (by the spawner) in the past.
+fn instant_of(ns: u64) -> std::time::Instant {
+    let now = std::time::Instant::now();
+    now.checked_sub(std::time::Duration::from_nanos(
+        monotonic_ns().saturating_sub(ns),
+    ))
+    .unwrap_or(now)
 }
 
 /// The threads of this process whose children runs can be: the ones that forked a spawner.
 pub fn run_parent_threads() -> Vec<i32> {
-    FORKING_THREADS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .clone()
+    locked(&FORKING_THREADS).clone()
 }
 
 /// One request of a batch: its encoded bytes (`encode`) and the descriptors that travel with it.
@@ -309,116 +577,6 @@ impl Queued {
             fds: &self.raw_fds,
         }
     }
-}
-
-/// Starts a process per request, in order, and returns each one's pid (a child of this
-/// process) or why it did not start.
-///
-/// Errors: the spawner's account of the failed step (exec, setuid, …), the spawner dying
-/// before it answered (the run may have started, so it is not asked again), or the spawner
-/// being unreachable twice in a row.
-pub fn spawn_batch(batch: &[Encoded<'_>]) -> Vec<std::io::Result<i32>> {
-    let mut spawner = lock();
-    batch
-        .chunks(MAX_BATCH)
-        .flat_map(|chunk| spawn_via(&mut spawner, fork_spawner, chunk))
-        .collect()
-}
-
-/// `spawn_batch` of at most `MAX_BATCH` requests on the spawner in `spawner`, forking one with
-/// `fork` where there is none.
-fn spawn_via(
-    spawner: &mut Option<Connection>,
-    mut fork: impl FnMut() -> std::io::Result<Connection>,
-    batch: &[Encoded<'_>],
-) -> Vec<std::io::Result<i32>> {
-    let mut results: Vec<Option<std::io::Result<i32>>> = batch.iter().map(|_| None).collect();
-    // Requests before `sent` reached a spawner whole.
-    let mut sent = 0;
-    let mut unreachable = None;
-    for attempt in 0..2 {
-        if sent == batch.len() {
-            break;
-        }
-        if spawner.is_none() {
-            match fork() {
-                Ok(connection) => *spawner = Some(connection),
-                Err(e) => {
-                    unreachable = Some(e);
-                    break;
-                }
-            }
-        }
-        let Some(connection) = spawner.as_mut() else {
-            continue;
-        };
-        let first = sent;
-        let mut failed = None;
-        for request in &batch[first..] {
-            match send_request(&mut connection.stream, request) {
-                Ok(()) => sent += 1,
-                Err(e) => {
-                    failed = Some(e);
-                    break;
-                }
-            }
-        }
-        if failed.is_some() {
-            // A request may have gone out in part, and a spawner still alive would wait for
-            // its rest while holding the answers read below: the end of the stream tells it
-            // there is no rest, and it writes what it holds before it exits.
-            let _ = connection.stream.shutdown(std::net::Shutdown::Write);
-        }
-        for (slot, result) in results[first..sent].iter_mut().enumerate() {
-            match read_answer(&mut connection.stream) {
-                Ok((pid, 0)) => *result = Some(Ok(pid)),
-                Ok((pid, errno)) => {
-                    if pid > 0 {
-                        // It got as far as a process, which exited; it is ours to reap.
-                        let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
-                    }
-                    *result = Some(Err(std::io::Error::from_raw_os_error(errno)));
-                }
-                // The spawner has these requests whole and may have started their processes
-                // before it died: asking another one would start those runs twice. They fail
-                // instead; a process that did start is an unknown child the next sweep ends.
-                Err(e) => {
-                    for result in &mut results[first + slot..sent] {
-                        *result = Some(Err(std::io::Error::new(
-                            e.kind(),
-                            MayHaveStarted(format!(
-                                "the spawner died before answering, so the run may not have started: {e}"
-                            )),
-                        )));
-                    }
-                    failed.get_or_insert(e);
-                    break;
-                }
-            }
-        }
-        let Some(e) = failed else {
-            break;
-        };
-        forget_spawner(spawner);
-        if attempt == 0 && sent < batch.len() {
-            // Nothing whole of the rest reached it: those requests are safe to send again.
-            tracing::warn!(error = %e, "The spawner is gone; starting another");
-        }
-        unreachable = Some(e);
-    }
-    results
-        .into_iter()
-        .map(|result| {
-            result.unwrap_or_else(|| {
-                Err(match &unreachable {
-                    Some(e) => {
-                        std::io::Error::new(e.kind(), format!("the spawner is unreachable: {e}"))
-                    }
-                    None => std::io::Error::other("the spawner is unreachable"),
-                })
-            })
-        })
-        .collect()
 }
 
 /// A spawn that failed in a way that leaves its process possibly started, or still to start
@@ -519,15 +677,6 @@ fn encode(request: &Request<'_>) -> std::io::Result<Vec<u8>> {
     Ok(body)
 }
 
-/// Ends a spawner that failed an exchange, so the next spawn forks a new one.
-fn forget_spawner(spawner: &mut Option<Connection>) {
-    if let Some(gone) = spawner.take() {
-        let pid = nix::unistd::Pid::from_raw(gone.pid);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
-        let _ = nix::sys::wait::waitpid(pid, None);
-    }
-}
-
 /// Writes one request whole; an error means the spawner cannot have acted on it.
 fn send_request(stream: &mut UnixStream, request: &Encoded<'_>) -> std::io::Result<()> {
     let rights = [ControlMessage::ScmRights(request.fds)];
@@ -547,15 +696,18 @@ fn send_request(stream: &mut UnixStream, request: &Encoded<'_>) -> std::io::Resu
     stream.write_all(&request.message[sent..])
 }
 
-/// Reads the next answer: (pid, errno).
-fn read_answer(stream: &mut UnixStream) -> std::io::Result<(i32, i32)> {
-    let mut answer = [0u8; ANSWER];
-    stream.read_exact(&mut answer)?;
-    let [a, b, c, d, e, f, g, h] = answer;
-    Ok((
-        i32::from_le_bytes([a, b, c, d]),
-        i32::from_le_bytes([e, f, g, h]),
-    ))
+/// An answer's (pid, errno, `CLOCK_MONOTONIC` ns of the start).
+fn parse_answer(answer: &[u8]) -> (i32, i32, u64) {
+    let field = |at: usize, bytes: &mut [u8]| bytes.copy_from_slice(&answer[at..at + bytes.len()]);
+    let (mut pid, mut errno, mut at) = ([0u8; 4], [0u8; 4], [0u8; 8]);
+    field(0, &mut pid);
+    field(4, &mut errno);
+    field(8, &mut at);
+    (
+        i32::from_le_bytes(pid),
+        i32::from_le_bytes(errno),
+        u64::from_le_bytes(at),
+    )
 }
 
 fn fork_spawner() -> std::io::Result<Connection> {
@@ -572,12 +724,12 @@ fn fork_spawner() -> std::io::Result<Connection> {
         }
         nix::unistd::ForkResult::Parent { child } => {
             let thread = nix::unistd::gettid().as_raw();
-            let mut threads = FORKING_THREADS
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut threads = locked(&FORKING_THREADS);
             if !threads.contains(&thread) {
                 threads.push(thread);
             }
+            drop(threads);
+            locked(&LIVE).push(child.as_raw());
             Ok(Connection {
                 stream: ours,
                 pid: child.as_raw(),
@@ -672,9 +824,11 @@ fn serve_requests(mut stream: UnixStream, agent: nix::unistd::Pid) -> std::io::R
             Some(decoded) => launch(&decoded, devnull.as_raw_fd(), &mut stack),
             None => (-1, libc::EINVAL),
         };
+        let at_ns = monotonic_ns();
         drop(fds);
         answers.extend_from_slice(&pid.to_le_bytes());
         answers.extend_from_slice(&errno.to_le_bytes());
+        answers.extend_from_slice(&at_ns.to_le_bytes());
     }
 }
 
@@ -1101,7 +1255,7 @@ mod tests {
 
     #[allow(
         clippy::zombie_processes,
-        reason = "`forget_spawner` kills and reaps it by its pid, as it does a spawner"
+        reason = "`Spawner::forget` kills and reaps it by its pid, as it does a spawner"
     )]
     fn stand_in_pid() -> i32 {
         let child = std::process::Command::new("sleep")
@@ -1131,6 +1285,7 @@ mod tests {
             for pid in pids.into_iter().take(answers) {
                 let mut bytes = pid.to_le_bytes().to_vec();
                 bytes.extend_from_slice(&0i32.to_le_bytes());
+                bytes.extend_from_slice(&monotonic_ns().to_le_bytes());
                 theirs.write_all(&bytes).unwrap();
             }
         });
@@ -1138,6 +1293,32 @@ mod tests {
             stream: ours,
             pid: stand_in,
         }
+    }
+
+    /// `send_via` and `collect`: each request's pid, or why it did not start.
+    fn spawn_via(
+        spawner: &mut Spawner,
+        fork: impl FnMut() -> std::io::Result<Connection>,
+        batch: &[Encoded<'_>],
+    ) -> Vec<std::io::Result<i32>> {
+        let sent = spawner.send_via(fork, batch);
+        let mut outcomes = spawner.collect(true).into_iter();
+        sent.into_iter()
+            .map(|sent| {
+                sent.and_then(|()| {
+                    outcomes
+                        .next()
+                        .expect("an outcome for each request sent")
+                        .map(|started| started.pid)
+                })
+            })
+            .collect()
+    }
+
+    fn holding(connection: Connection) -> Spawner {
+        let mut spawner = Spawner::default();
+        spawner.connection = Some(connection);
+        spawner
     }
 
     /// A request to run `program` with `argv` in `/`, output to `output`, nothing else set.
@@ -1183,7 +1364,7 @@ mod tests {
     fn a_spawner_that_died_with_the_requests_is_not_asked_again() {
         let messages: Vec<Vec<u8>> = (1..=3).map(request_bytes).collect();
         let mut forks = 0;
-        let mut slot = None;
+        let mut slot = Spawner::default();
         // It takes all three and answers the first only.
         let outcome = spawn_via(
             &mut slot,
@@ -1201,14 +1382,14 @@ mod tests {
             );
         }
         assert_eq!(forks, 1, "a second spawner could start the runs twice");
-        assert!(slot.is_none(), "the dead spawner is forgotten");
+        assert!(slot.connection.is_none(), "the dead spawner is forgotten");
     }
 
     #[test]
     fn a_request_that_never_reached_a_spawner_goes_to_a_new_one() {
         let messages = vec![request_bytes(4242)];
         let mut forks = 0;
-        let mut slot = None;
+        let mut slot = Spawner::default();
         let outcome = spawn_via(
             &mut slot,
             || {
@@ -1230,7 +1411,6 @@ mod tests {
         );
         assert_eq!(*outcome[0].as_ref().unwrap(), 4242);
         assert_eq!(forks, 2);
-        forget_spawner(&mut slot);
     }
 
     /// A batch's requests go out before any answer is read (the stand-in answers only once it
@@ -1238,7 +1418,7 @@ mod tests {
     #[test]
     fn a_batch_goes_out_back_to_back_and_each_request_gets_its_own_answer() {
         let messages: Vec<Vec<u8>> = (1..=MAX_BATCH).map(request_bytes).collect();
-        let mut slot = Some(fake_spawner(MAX_BATCH, MAX_BATCH));
+        let mut slot = holding(fake_spawner(MAX_BATCH, MAX_BATCH));
         let outcome = spawn_via(
             &mut slot,
             || panic!("no second spawner"),
@@ -1246,7 +1426,6 @@ mod tests {
         );
         let pids: Vec<i32> = outcome.into_iter().map(Result::unwrap).collect();
         assert_eq!(pids, (1..=MAX_BATCH as i32).collect::<Vec<_>>());
-        forget_spawner(&mut slot);
     }
 
     /// The real spawner, a batch larger than `MAX_BATCH`: each request starts its own process,
@@ -1278,7 +1457,7 @@ mod tests {
                 fds: &output,
             })
             .collect();
-        let mut slot = None;
+        let mut slot = Spawner::default();
         let outcomes: Vec<_> = batch
             .chunks(MAX_BATCH)
             .flat_map(|chunk| spawn_via(&mut slot, fork_spawner, chunk))
@@ -1298,7 +1477,6 @@ mod tests {
                 "run {i}"
             );
         }
-        forget_spawner(&mut slot);
     }
 
     /// Each run's process writes its own mark into its slot before anything else, so even one
@@ -1328,9 +1506,9 @@ mod tests {
                 fds: if i < 2 { &fds } else { &fds[..1] },
             })
             .collect();
-        let mut slot = None;
+        let mut slot = Spawner::default();
         let outcomes = spawn_via(&mut slot, fork_spawner, &batch);
-        forget_spawner(&mut slot);
+        drop(slot);
         for outcome in [&outcomes[0], &outcomes[2]] {
             let pid = nix::unistd::Pid::from_raw(*outcome.as_ref().unwrap());
             nix::sys::wait::waitpid(pid, None).unwrap();
@@ -1373,8 +1551,10 @@ mod tests {
             .stream
             .shutdown(std::net::Shutdown::Write)
             .unwrap();
+        let mut answer = [0u8; ANSWER];
         for _ in 0..2 {
-            let (pid, errno) = read_answer(&mut connection.stream).unwrap();
+            connection.stream.read_exact(&mut answer).unwrap();
+            let (pid, errno, _) = parse_answer(&answer);
             assert_eq!(errno, 0);
             let pid = nix::unistd::Pid::from_raw(pid);
             assert_eq!(
@@ -1382,7 +1562,10 @@ mod tests {
                 nix::sys::wait::WaitStatus::Exited(pid, 3)
             );
         }
-        assert!(read_answer(&mut connection.stream).is_err(), "nothing more");
+        assert!(
+            connection.stream.read_exact(&mut answer).is_err(),
+            "nothing more"
+        );
         let spawner = nix::unistd::Pid::from_raw(connection.pid);
         assert!(matches!(
             nix::sys::wait::waitpid(spawner, None).unwrap(),

@@ -119,8 +119,8 @@ impl Runner {
             Ok(request) => self.containment.spawn(run_id, request).await,
             Err(e) => Err(e),
         };
-        let pid = match spawned {
-            Ok(pid) => pid,
+        let started = match spawned {
+            Ok(started) => started,
             Err(e) => {
                 if spawner::may_have_started(&e) {
                     self.marks.retire(run_id);
@@ -137,8 +137,14 @@ impl Runner {
                 return Err(not_run(msg));
             }
         };
-        let start_latency_us =
-            u64::try_from(prepared.due().elapsed().as_micros()).unwrap_or(u64::MAX);
+        let pid = started.pid;
+        let start_latency_us = u64::try_from(
+            started
+                .at
+                .saturating_duration_since(prepared.due())
+                .as_micros(),
+        )
+        .unwrap_or(u64::MAX);
         tracing::info!(run_id, job_id = trigger.job_id, pid, "Run started");
         let copier = tokio::spawn(output::copy(output_read, log.clone(), self.config.output));
         let waiter = watch_exit(self.containment.clone(), run_id, pid);

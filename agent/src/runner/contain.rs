@@ -45,10 +45,14 @@ pub fn become_subreaper() -> nix::Result<()> {
     nix::sys::prctl::set_child_subreaper(true)
 }
 
-/// How long a lone run's spawn answer may wait to be read when nothing else wakes the agent.
-/// Up to this long after its start a run's pid is unknown: a kill or its timeout acts that much
-/// later, and its exit is seen then (a pidfd of an exited child is ready at once).
-const COLLECT_AFTER: Duration = Duration::from_millis(10);
+/// How long after the last batch the answers still owed are read when nothing else woke the
+/// agent meanwhile (again as long if an answer was not in yet). About this long after its start
+/// (or until the next batch, at a steadier rate; later on a busy agent) a run's pid is unknown:
+/// its timeout starts then, a kill acts then, and its exit is seen then at the earliest (a pidfd
+/// of an exited child is ready at once), so a shorter run's `finished_ms` is about that late.
+/// Each batch pushes the read back, so runs closer together than this cost no timer's wake-up;
+/// runs further apart cost one each, as the wait for each answer did before.
+const COLLECT_AFTER: Duration = Duration::from_millis(5);
 
 /// A spawn waiting for the next batch.
 struct Waiting {
@@ -95,6 +99,8 @@ pub struct Containment {
     waiting: Mutex<Vec<Waiting>>,
     /// Taken after `leaders`, never before it.
     spawning: Mutex<Spawning>,
+    /// A batch went out: `collect_soon` waits `COLLECT_AFTER` from now.
+    batch_sent: tokio::sync::Notify,
     /// Leaders reaped so far.
     reaps: AtomicU64,
     /// A look for strays found none after this many reaps (`has_strays`).
@@ -321,8 +327,8 @@ impl Containment {
     /// the answers already in. A batch of several runs (a burst) waits for its answers, as the
     /// agent gathers the next batch meanwhile (an agent that carried on wrote its journal and
     /// spool in smaller groups, and spent more, BENCHMARKS.md); a lone run's answer is read
-    /// when the agent is awake anyway (the next batch), or by `collect_soon`: its start costs the
-    /// agent no wake-up of its own.
+    /// when the agent is awake anyway (the next batch), or by `collect_soon`: at a rate with
+    /// runs closer than `COLLECT_AFTER`, its start costs the agent no wake-up of its own.
     fn spawn_waiting(self: &Arc<Self>) {
         let batch = std::mem::take(
             &mut *self
@@ -332,7 +338,7 @@ impl Containment {
         );
         let wait = batch.len() > 1;
         let mut answered = Vec::new();
-        let collect_soon = {
+        let (collector_was_there, collector_needed) = {
             let mut leaders = self.lock();
             let mut spawning = self.spawning();
             let encoded: Vec<_> = batch.iter().map(|w| w.request.encoded()).collect();
@@ -348,22 +354,31 @@ impl Containment {
                 }
             }
             Self::read_answers(&mut spawning, &mut leaders, wait, &mut answered);
-            let arm = !spawning.owed.is_empty() && !spawning.collecting;
-            spawning.collecting |= arm;
-            arm
+            let collecting = spawning.collecting;
+            spawning.collecting |= !spawning.owed.is_empty();
+            (collecting, spawning.collecting)
         };
         self.hand_over(answered);
-        if collect_soon {
-            let containment = self.clone();
-            tokio::spawn(async move { containment.collect_soon().await });
+        match (collector_was_there, collector_needed) {
+            (false, true) => {
+                let containment = self.clone();
+                tokio::spawn(async move { containment.collect_soon().await });
+            }
+            (true, _) => self.batch_sent.notify_one(),
+            (false, false) => {}
         }
     }
 
-    /// Reads the answers owed after `COLLECT_AFTER`, again until none is owed: the pids of runs
-    /// started when nothing else woke the agent.
+    /// Reads the answers owed once no batch went out for `COLLECT_AFTER`, again until none is
+    /// owed: the pids of runs started when nothing else woke the agent. A batch's own wake-up
+    /// reads what came meanwhile, so the wait starts again from it (a poll of this task on the
+    /// same thread, where a timer that fired would be a wake-up of the agent's).
     async fn collect_soon(self: Arc<Self>) {
         loop {
-            tokio::time::sleep(COLLECT_AFTER).await;
+            tokio::select! {
+                () = tokio::time::sleep(COLLECT_AFTER) => {}
+                () = self.batch_sent.notified() => continue,
+            }
             let mut answered = Vec::new();
             let done = {
                 let mut leaders = self.lock();
@@ -437,7 +452,8 @@ impl Containment {
     }
 
     /// Whether a sweep for `run_id` after its leader was reaped would find anything: a few
-    /// reads of `/proc`, so that a run that left nothing needs no blocking thread to sweep it.
+    /// reads of `/proc` (after the spawner's answers still owed, which it may wait for, a clone's
+    /// time), so that a run that left nothing needs no blocking thread to sweep it.
     /// `reaped` is `reaped_so_far` read after the run's leader was reaped. Everything a run
     /// left is an orphan of the agent from the moment its leader exited, so one look that finds
     /// no orphan of an ended run answers for every run reaped before it: runs that end together
@@ -514,6 +530,32 @@ impl Containment {
     }
 }
 
+impl Drop for Containment {
+    /// The runs whose answers are unread have nobody to wait for them any more: their
+    /// processes end here, as `hand_over` ends one whose asker is gone.
+    fn drop(&mut self) {
+        let mut leaders = std::mem::take(
+            self.leaders
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        let mut answered = Vec::new();
+        Self::read_answers(
+            self.spawning
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+            &mut leaders,
+            true,
+            &mut answered,
+        );
+        *self
+            .leaders
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = leaders;
+        self.hand_over(answered);
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -572,53 +614,6 @@ mod tests {
             );
         }
         assert!(containment.lock().is_empty());
-    }
-
-    /// A lone spawn's answer is read later, yet a look at the agent's children in between first
-    /// reads every answer owed and enters their leaders, so the process is never taken for an
-    /// orphan. (The look here is the one for strays, as a sweep's would end the other tests'
-    /// children; both read the answers alike.)
-    #[tokio::test]
-    async fn a_started_leader_whose_answer_is_unread_is_entered_before_a_look_at_children() {
-        use std::os::fd::AsRawFd;
-        let containment = Arc::new(Containment::default());
-        let devnull = std::fs::File::options()
-            .write(true)
-            .open("/dev/null")
-            .unwrap();
-        let argv: super::super::spawner::Strings = ["sleep", "30"].into_iter().collect();
-        let request = super::super::spawner::Queued::new(&super::super::spawner::Request::plain(
-            c"/bin/sleep",
-            &argv,
-            devnull.as_raw_fd(),
-        ))
-        .unwrap();
-        let spawn = tokio::spawn({
-            let containment = containment.clone();
-            async move { containment.spawn(99, request).await }
-        });
-        // The batch goes out; the answer is not read yet.
-        while containment.spawning().owed.is_empty() {
-            tokio::task::yield_now().await;
-        }
-        // Long enough for the process to exist; the runtime, held here, reads no answer.
-        std::thread::sleep(Duration::from_millis(200));
-        assert_eq!(containment.spawning().owed.len(), 1, "still unread");
-        containment.has_strays(1);
-        let entered: Vec<i32> = containment
-            .lock()
-            .iter()
-            .filter(|(_, run)| **run == 99)
-            .map(|(pid, _)| *pid)
-            .collect();
-        assert_eq!(entered.len(), 1, "a leader before the look");
-        let pid = spawn.await.unwrap().unwrap().pid;
-        assert_eq!(entered, [pid]);
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-        assert!(!stat.contains(") Z "), "{stat}");
-        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-        let _guard = containment.reaping(pid);
-        waitpid(Pid::from_raw(pid), None).unwrap();
     }
 
     /// A kept-open list read again shows the children of now, not of when it was opened.

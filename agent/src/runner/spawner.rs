@@ -12,8 +12,8 @@
 //! as if it had forked it.
 //!
 //! The agent talks to the spawner over a socket pair, a batch at a time: the agent writes the
-//! requests of every run ready to start, back to back, then reads their answers, which come in
-//! the same order. A request carries the program, arguments, environment, folder, rlimits and
+//! requests of every run ready to start, back to back, and reads their answers, which come in
+//! the same order, then or later (below). A request carries the program, arguments, environment, folder, rlimits and
 //! run-as user, with the run's output, the start marks file and the cgroup files as descriptors
 //! (`SCM_RIGHTS`); the answer is the pid, or the error that kept the process from starting (its
 //! pid too when it got as far as a process, which the agent then reaps), with the
@@ -51,9 +51,10 @@ use super::start_marks::Mark;
 const MAX_REQUEST: usize = 16 * 1024 * 1024;
 /// Most cgroup files a request passes (a run joins one cgroup).
 const MAX_CGROUP_FILES: usize = 4;
-/// Most requests written before their answers are read, and most answers the spawner holds: the
-/// answers must fit the agent's socket buffer while it is still writing requests, or both ends
-/// would wait for each other (each small write takes about a kB of it).
+/// Most requests whose answers are unread (counted across batches: the agent reads one before
+/// it writes more), and most answers the spawner holds: the answers must fit the agent's socket
+/// buffer while it is still writing requests, or both ends would wait for each other (each small
+/// write takes about a kB of it).
 pub const MAX_BATCH: usize = 64;
 /// Bytes of one answer: the pid, the errno, and the `CLOCK_MONOTONIC` nanoseconds of the start.
 const ANSWER: usize = 16;

@@ -16,9 +16,11 @@ use jobfleet_agent::runner::spawner::{Queued, Request, Strings};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-/// A lone run's answer is read later (with the next batch, or `COLLECT_AFTER` on); a sweep in
-/// between, which would end an untagged child that is no leader, first reads every answer owed
-/// and finds the process a leader, so the run survives it.
+/// A lone run's answer is read later (with the next batch, or `COLLECT_AFTER` after the last
+/// one); a sweep in between, which would end an untagged child that is no leader, first reads
+/// every answer owed and finds the process a leader, so the run survives it. (Should the answer
+/// come in before its batch's own read, the sweep finds a leader already: the test then proves
+/// less, never fails wrongly.)
 #[tokio::test]
 async fn a_run_whose_spawn_answer_is_unread_survives_a_sweep() {
     let containment = Arc::new(Containment::default());

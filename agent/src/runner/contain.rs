@@ -51,7 +51,9 @@ pub fn become_subreaper() -> nix::Result<()> {
 /// its timeout starts then, a kill acts then, and its exit is seen then at the earliest (a pidfd
 /// of an exited child is ready at once), so a shorter run's `finished_ms` is about that late.
 /// Each batch pushes the read back, so runs closer together than this cost no timer's wake-up;
-/// runs further apart cost one each, as the wait for each answer did before.
+/// runs further apart cost one each, as the wait for each answer did before. Near the spawner's
+/// pace it holds its answers while requests keep coming (up to `spawner::MAX_BATCH` of them), so
+/// a pid can then stay unread for that many starts.
 const COLLECT_AFTER: Duration = Duration::from_millis(5);
 
 /// A spawn waiting for the next batch.
@@ -452,8 +454,9 @@ impl Containment {
     }
 
     /// Whether a sweep for `run_id` after its leader was reaped would find anything: a few
-    /// reads of `/proc` (after the spawner's answers still owed, which it may wait for, a clone's
-    /// time), so that a run that left nothing needs no blocking thread to sweep it.
+    /// reads of `/proc` (after the spawner's answers still owed, which it may wait for: up to
+    /// `spawner::MAX_BATCH` starts), so that a run that left nothing needs no blocking thread to
+    /// sweep it.
     /// `reaped` is `reaped_so_far` read after the run's leader was reaped. Everything a run
     /// left is an orphan of the agent from the moment its leader exited, so one look that finds
     /// no orphan of an ended run answers for every run reaped before it: runs that end together

@@ -25,8 +25,9 @@
 //! meanwhile (an agent that carried on while a burst's runs started wrote its journal and spool
 //! in smaller groups, and spent more, see BENCHMARKS). A lone run's answer it reads later, when
 //! it is awake anyway or must know (`Spawner::collect`, `contain`): at a steady rate, the wait
-//! for each run's answer was a wake-up of the agent's own per run. The spawner ends when the agent's end of the pair
-//! closes, or once the agent is gone (its requests still in the socket do not start then).
+//! for each run's answer was a wake-up of the agent's own per run. The spawner ends when the
+//! agent's end of the pair closes, or once the agent is gone (its requests still in the socket
+//! do not start then).
 //! Should it die between batches, the next forks a new one (from the grown agent then:
 //! still correct, less small); should it die holding requests, those runs fail rather than risk
 //! being started twice, and the batch's requests it never got go to a new one.

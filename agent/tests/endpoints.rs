@@ -1307,6 +1307,52 @@ async fn the_spawner_outlives_runs_and_one_that_died_is_replaced() {
     let replaced =
         jobfleet_agent::runner::spawner::of_agent(agent.child.id()).expect("a new spawner");
     assert_ne!(replaced, spawner);
+
+    // Spawners, and so runs, are children of the forking thread, never of the main thread,
+    // which the agent's look for strays reads as the orphans' alone.
+    let pid = agent.child.id();
+    let forks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| t.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|t| {
+            std::fs::read_to_string(format!("/proc/{pid}/task/{t}/comm"))
+                .is_ok_and(|c| c.trim() == "jobfleet-forks")
+        })
+        .expect("the forking thread");
+    let children_of = |thread: u32| -> Vec<i32> {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{thread}/children"))
+            .unwrap()
+            .split_whitespace()
+            .map(|p| p.parse().unwrap())
+            .collect()
+    };
+    let going = post(
+        &agent,
+        "run",
+        Some(TOKEN),
+        &trigger(json!({"jobId": 53, "logId": 53, "glueSource": "sleep 2"})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(going["code"], 200, "{going}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while children_of(forks).len() < 2 {
+        assert!(Instant::now() < deadline, "the run never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(children_of(forks).contains(&replaced));
+    assert_eq!(
+        children_of(pid),
+        Vec::<i32>::new(),
+        "the main thread's children"
+    );
+    assert_eq!(
+        wait_for_results(&agent, 3)
+            .await
+            .get(&53)
+            .map(String::as_str),
+        Some("succeeded")
+    );
 }
 
 /// An http run's request is sent once: a bad request is refused at the trigger, and a run

@@ -1,6 +1,6 @@
-//! A sweep while a run's spawn answer is unread: its own process (a test binary of one test), so
-//! that the sweep, which ends every untagged child of the process that is no leader, has no other
-//! test's children to end.
+//! Sweeps and looks for strays while a run's spawn answer is unread: a process of their own (a
+//! test binary), so that a sweep, which ends every untagged child of the process that is no
+//! leader, has no other test's children to end; its tests take turns for the same reason.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -11,27 +11,24 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Duration;
 
-use jobfleet_agent::runner::contain::Containment;
+use jobfleet_agent::runner::contain::{self, Containment};
 use jobfleet_agent::runner::spawner::{Queued, Request, Strings};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-/// A lone run's answer is read later (with the next batch, or `COLLECT_AFTER` after the last
-/// one); a sweep in between, which would end an untagged child that is no leader, first reads
-/// every answer owed and finds the process a leader, so the run survives it. (Should the answer
-/// come in before its batch's own read, the sweep finds a leader already: the test then proves
-/// less, never fails wrongly.)
-#[tokio::test]
-async fn a_run_whose_spawn_answer_is_unread_survives_a_sweep() {
-    let containment = Arc::new(Containment::default());
+/// One test at a time: each one's sweep would end the other's processes.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A request to run `program` with `args`, its output to `/dev/null`, untagged.
+fn request(program: &std::ffi::CStr, args: &[&str]) -> Queued {
     let devnull = std::fs::File::options()
         .write(true)
         .open("/dev/null")
         .unwrap();
-    let argv: Strings = ["sleep", "30"].into_iter().collect();
+    let argv: Strings = args.iter().copied().collect();
     let env = Strings::default();
-    let request = Queued::new(&Request {
-        program: c"/bin/sleep",
+    Queued::new(&Request {
+        program,
         argv: &argv,
         env: &env,
         cwd: c"/",
@@ -41,7 +38,23 @@ async fn a_run_whose_spawn_answer_is_unread_survives_a_sweep() {
         rlimits: &[],
         user: None,
     })
-    .unwrap();
+    .unwrap()
+}
+
+fn is_zombie_or_gone(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| s.contains(") Z "))
+}
+
+/// A lone run's answer is read later (with the next batch, or `COLLECT_AFTER` after the last
+/// one); a sweep in between, which would end an untagged child that is no leader, first reads
+/// every answer owed and finds the process a leader, so the run survives it. (Should the answer
+/// come in before its batch's own read, the sweep finds a leader already: the test then proves
+/// less, never fails wrongly.)
+#[tokio::test]
+async fn a_run_whose_spawn_answer_is_unread_survives_a_sweep() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let containment = Arc::new(Containment::default());
+    let request = request(c"/bin/sleep", &["sleep", "30"]);
     let spawn = tokio::spawn({
         let containment = containment.clone();
         async move { containment.spawn(99, request).await }
@@ -59,4 +72,67 @@ async fn a_run_whose_spawn_answer_is_unread_survives_a_sweep() {
     nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL).unwrap();
     let _guard = containment.reaping(pid);
     nix::sys::wait::waitpid(Pid::from_raw(pid), None).unwrap();
+}
+
+/// The look for strays at a run's end reads only the main thread's children, where the kernel
+/// puts the orphans of a subreaper and where no run is (runs are children of the thread that
+/// forks the spawners): a run whose answer is unread is not taken for a stray, and a process a
+/// run left behind is found.
+#[tokio::test]
+async fn the_look_for_strays_finds_orphans_and_never_an_unread_run() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    contain::become_subreaper().unwrap();
+    let containment = Arc::new(Containment::default());
+    let unread = tokio::spawn({
+        let containment = containment.clone();
+        let request = request(c"/bin/sleep", &["sleep", "30"]);
+        async move { containment.spawn(41, request).await }
+    });
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // A look that counts reaps from before any: it reads the children whatever it saw last.
+    assert!(
+        !containment.has_strays(containment.reaped_so_far() + 1),
+        "a run whose spawn answer is unread was taken for a stray"
+    );
+    let running = unread.await.unwrap().unwrap().pid;
+
+    // A run that leaves `sleep 30` behind: its leader exits, the sleep becomes the agent's.
+    let leaver = containment
+        .spawn(42, request(c"/bin/sh", &["sh", "-c", "sleep 30 & exit 0"]))
+        .await
+        .unwrap()
+        .pid;
+    {
+        let _guard = containment.reaping(leaver);
+        nix::sys::wait::waitpid(Pid::from_raw(leaver), None).unwrap();
+    }
+    // The kernel re-parented the sleep when the leader exited, before the leader could be reaped.
+    assert!(
+        containment.has_strays(containment.reaped_so_far()),
+        "the process the run left was not found"
+    );
+    let main_children =
+        std::fs::read_to_string(format!("/proc/self/task/{}/children", std::process::id()))
+            .unwrap();
+    let main_children: Vec<i32> = main_children
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    assert_eq!(
+        main_children.len(),
+        1,
+        "the main thread holds the leftover alone, no run: {main_children:?} (run {running})"
+    );
+    assert_ne!(main_children[0], running);
+    let ended = containment.sweep(42, None, Signal::SIGKILL);
+    assert_eq!(ended, 1, "the sweep ends the leftover and nothing else");
+    assert!(!is_zombie_or_gone(running), "the sweep ended a going run");
+    assert!(!containment.has_strays(containment.reaped_so_far() + 1));
+
+    nix::sys::signal::kill(Pid::from_raw(running), Signal::SIGKILL).unwrap();
+    let _guard = containment.reaping(running);
+    nix::sys::wait::waitpid(Pid::from_raw(running), None).unwrap();
 }

@@ -56,6 +56,10 @@ pub fn become_subreaper() -> nix::Result<()> {
 /// a pid can then stay unread for that many starts.
 const COLLECT_AFTER: Duration = Duration::from_millis(5);
 
+/// The fewest runs in a batch whose answers the agent waits for (a burst's batches). Fewer come
+/// due together now and then at a steady rate, and each wait was a blocking read of the agent's.
+const WAIT_FROM: usize = 8;
+
 /// A spawn waiting for the next batch.
 struct Waiting {
     run_id: i64,
@@ -154,6 +158,32 @@ fn agent_children() -> Vec<i32> {
     out
 }
 
+/// Whether the main thread's children are the agent's orphans only: no spawner was forked from
+/// it, so no run is its child (see `spawner::fork_spawner`).
+fn main_holds_no_run() -> bool {
+    !super::spawner::run_parent_threads().contains(&main_thread())
+}
+
+fn main_thread() -> i32 {
+    CHILDREN_FILES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get_or_insert_with(ChildrenFiles::of_this_process)
+        .main
+}
+
+/// The main thread's children: where the kernel re-parents the agent's orphans.
+fn main_children() -> Vec<i32> {
+    let mut files = CHILDREN_FILES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let files = files.get_or_insert_with(ChildrenFiles::of_this_process);
+    let mut out = Vec::new();
+    let main = files.main;
+    files.read(main, &mut out);
+    out
+}
+
 /// The agent's threads' `children` lists, kept open: a look at the end of a run reads them again
 /// from the start (a `/proc` list is made afresh at each read from offset 0) instead of opening,
 /// sizing and closing each, four system calls fewer per run.
@@ -203,10 +233,10 @@ impl ChildrenFiles {
                 Err(_) => break,
             }
         }
-        if length == 0 && thread != self.main {
+        if length == 0 && thread != self.main && Some(thread) != super::spawner::forking_thread() {
             // An ended thread's list reads empty, and the open file stays that thread's even
             // when a new thread gets its id: an empty list is opened afresh at the next look
-            // (not the main thread's, which lives as long as the agent).
+            // (not the main or the forking thread's, which live as long as the agent).
             self.open.remove(&thread);
         }
         out.extend(
@@ -326,11 +356,11 @@ impl Containment {
     }
 
     /// Sends every waiting spawn to the spawner in one exchange, under the table's lock, with
-    /// the answers already in. A batch of several runs (a burst) waits for its answers, as the
-    /// agent gathers the next batch meanwhile (an agent that carried on wrote its journal and
-    /// spool in smaller groups, and spent more, BENCHMARKS.md); a lone run's answer is read
-    /// when the agent is awake anyway (the next batch), or by `collect_soon`: at a rate with
-    /// runs closer than `COLLECT_AFTER`, its start costs the agent no wake-up of its own.
+    /// the answers already in. A batch of `WAIT_FROM` runs or more (a burst) waits for its
+    /// answers, as the agent gathers the next batch meanwhile (an agent that carried on wrote its
+    /// journal and spool in smaller groups, and spent more, BENCHMARKS.md); a smaller batch's
+    /// answers are read when the agent is awake anyway (the next batch), or by `collect_soon`: at
+    /// a rate with runs closer than `COLLECT_AFTER`, a start costs the agent no wake-up of its own.
     fn spawn_waiting(self: &Arc<Self>) {
         let batch = std::mem::take(
             &mut *self
@@ -338,7 +368,7 @@ impl Containment {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         );
-        let wait = batch.len() > 1;
+        let wait = batch.len() >= WAIT_FROM;
         let mut answered = Vec::new();
         let (collector_was_there, collector_needed) = {
             let mut leaders = self.lock();
@@ -453,10 +483,12 @@ impl Containment {
         leaders
     }
 
-    /// Whether a sweep for `run_id` after its leader was reaped would find anything: a few
-    /// reads of `/proc` (after the spawner's answers still owed, which it may wait for: up to
-    /// `spawner::MAX_BATCH` starts), so that a run that left nothing needs no blocking thread to
-    /// sweep it.
+    /// Whether a sweep for `run_id` after its leader was reaped would find anything: a read of
+    /// the main thread's children, where orphans go and runs never are, so that a run that left
+    /// nothing needs no blocking thread to sweep it. A stray that may be an owed run's orphan,
+    /// still going, counts too: the sweep reads every answer first and spares it. Should a
+    /// spawner have been forked from the main thread, the look reads every run's parent too,
+    /// after every answer still owed, which it may wait for (up to `spawner::MAX_BATCH` starts).
     /// `reaped` is `reaped_so_far` read after the run's leader was reaped. Everything a run
     /// left is an orphan of the agent from the moment its leader exited, so one look that finds
     /// no orphan of an ended run answers for every run reaped before it: runs that end together
@@ -467,10 +499,20 @@ impl Containment {
             return false;
         }
         let mut leaders = self.lock();
-        let answered = self.enter_every_leader(&mut leaders);
+        let orphans_apart = main_holds_no_run();
+        let answered = if orphans_apart {
+            Vec::new()
+        } else {
+            self.enter_every_leader(&mut leaders)
+        };
         // Reaps are counted under this lock, so this look starts after every one counted here.
         let through = self.reaps.load(Ordering::Acquire);
-        let found = !orphans(&leaders, NO_RUN, agent_children()).is_empty();
+        let children = if orphans_apart {
+            main_children()
+        } else {
+            agent_children()
+        };
+        let found = !orphans(&leaders, NO_RUN, children).is_empty();
         drop(leaders);
         self.hand_over(answered);
         if !found {

@@ -9,7 +9,8 @@
 //! run with `clone(CLONE_VM | CLONE_VFORK | CLONE_PARENT)`: nothing is copied, the reported peak
 //! is the run's own (the spawner's few hundred kB at most), and the run is the agent's child, not
 //! the spawner's, so the agent waits for it with rusage, gets its SIGCHLD, and sweeps it exactly
-//! as if it had forked it.
+//! as if it had forked it. Every spawner is forked by one thread of the agent that does nothing
+//! else (`fork_spawner`), so that runs are never children of the main thread, where orphans go.
 //!
 //! The agent talks to the spawner over a socket pair, a batch at a time: the agent writes the
 //! requests of every run ready to start, back to back, and reads their answers, which come in
@@ -21,9 +22,9 @@
 //! however late its answer is read. The spawner holds its answers while another request is
 //! already waiting and writes them together, so a batch costs the agent one wait and one
 //! wake-up, not one per run (a burst's starts used to be a fifth of the agent's CPU in those).
-//! The agent waits for the answers of a batch of several runs: it gathers the next batch
+//! The agent waits for the answers of a batch of several runs (`contain::WAIT_FROM`): it gathers the next batch
 //! meanwhile (an agent that carried on while a burst's runs started wrote its journal and spool
-//! in smaller groups, and spent more, see BENCHMARKS). A lone run's answer it reads later, when
+//! in smaller groups, and spent more, see BENCHMARKS). A smaller batch's answers it reads later, when
 //! it is awake anyway or must know (`Spawner::collect`, `contain`): at a steady rate, the wait
 //! for each run's answer was a wake-up of the agent's own per run. The spawner ends when the
 //! agent's end of the pair closes, or once the agent is gone (its requests still in the socket
@@ -193,6 +194,14 @@ static LIVE: Mutex<Vec<i32>> = Mutex::new(Vec::new());
 /// (`CLONE_PARENT` gives a run its spawner's parent, which is a thread, not the process). One
 /// entry per thread, so it stays as small as the number of spawners ever forked.
 static FORKING_THREADS: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+/// The thread that forks every spawner (`fork_spawner`), once started: a way to ask it for one.
+static FORKER: Mutex<Option<Forker>> = Mutex::new(None);
+
+/// The forking thread's id and the way to ask it for a spawner.
+struct Forker {
+    thread: i32,
+    asks: std::sync::mpsc::Sender<std::sync::mpsc::SyncSender<std::io::Result<Connection>>>,
+}
 
 fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
@@ -200,8 +209,8 @@ fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Starts the spawner now, while this process is small; `main` calls it before any thread
-/// starts. Without it, the first spawn starts one.
+/// Starts the spawner now, while this process is small; `main` calls it before any other
+/// thread starts. Without it, the first spawn starts one.
 ///
 /// # Errors
 /// When the socket pair or the fork fails.
@@ -382,6 +391,19 @@ impl Spawner {
             let want = ((self.owed - target) * ANSWER)
                 .saturating_sub(self.partial.len())
                 .clamp(1, buffer.len());
+            // A poll for input first: a read asleep on the socket is woken also when the
+            // spawner takes a request off it (room to write), a wake-up for nothing each time;
+            // a poll for input is not.
+            let mut poll = [nix::poll::PollFd::new(
+                std::os::fd::AsFd::as_fd(&connection.stream),
+                nix::poll::PollFlags::POLLIN,
+            )];
+            if let Err(e) = nix::poll::poll(&mut poll, nix::poll::PollTimeout::NONE)
+                && e != nix::errno::Errno::EINTR
+            {
+                self.fail_owed(&e.into());
+                return;
+            }
             match connection.stream.read(&mut buffer[..want]) {
                 Ok(0) => {
                     self.fail_owed(&std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
@@ -486,6 +508,11 @@ fn instant_of(ns: u64) -> std::time::Instant {
 /// The threads of this process whose children runs can be: the ones that forked a spawner.
 pub fn run_parent_threads() -> Vec<i32> {
     locked(&FORKING_THREADS).clone()
+}
+
+/// The thread that forks the spawners, once one was forked: it lives as long as the process.
+pub fn forking_thread() -> Option<i32> {
+    locked(&FORKER).as_ref().map(|f| f.thread)
 }
 
 /// One request of a batch: its encoded bytes (`encode`) and the descriptors that travel with it.
@@ -712,13 +739,67 @@ fn parse_answer(answer: &[u8]) -> (i32, i32, u64) {
     )
 }
 
+/// Forks a spawner on the forking thread, started on the first call.
+///
+/// Why a thread of its own: a run is the child of the thread that forked its spawner, and the
+/// kernel re-parents an orphan to the subreaper's first live thread, the main one. With the
+/// spawners forked elsewhere, the main thread's children are orphans only, so the look for
+/// strays at each run's end (`contain::Containment::has_strays`) reads that one list and need
+/// not wait for the answers the spawner still owes: a run whose pid is not read yet is never
+/// there. Waiting for them cost the agent a blocking read, and a spurious wake-up when the
+/// spawner took the request, at most runs' ends (BENCHMARKS.md, issue 17). The thread never
+/// ends: a thread's children go to another thread when it does.
 fn fork_spawner() -> std::io::Result<Connection> {
+    let (reply, answer) = std::sync::mpsc::sync_channel(1);
+    {
+        let mut forker = locked(&FORKER);
+        if forker.is_none() {
+            *forker = Some(start_forker()?);
+        }
+        let asked = forker.as_ref().map(|f| f.asks.send(reply));
+        if !matches!(asked, Some(Ok(()))) {
+            return Err(std::io::Error::other(
+                "the spawners' forking thread is gone",
+            ));
+        }
+    }
+    answer
+        .recv()
+        .map_err(|_| std::io::Error::other("the spawners' forking thread is gone"))?
+}
+
+fn start_forker() -> std::io::Result<Forker> {
+    let (asks, asked) =
+        std::sync::mpsc::channel::<std::sync::mpsc::SyncSender<std::io::Result<Connection>>>();
+    let (tid_tx, tid_rx) = std::sync::mpsc::sync_channel(1);
+    std::thread::Builder::new()
+        .name("jobfleet-forks".into())
+        // The spawner runs on a copy of this stack: its requests' buffers are on the heap.
+        .stack_size(256 * 1024)
+        .spawn(move || {
+            let _ = tid_tx.send(nix::unistd::gettid().as_raw());
+            // `FORKER` keeps the sender for good, so this waits for asks forever.
+            for reply in asked {
+                let _ = reply.send(fork_spawner_here());
+            }
+            loop {
+                std::thread::park();
+            }
+        })?;
+    let thread = tid_rx
+        .recv()
+        .map_err(|_| std::io::Error::other("the spawners' forking thread did not start"))?;
+    Ok(Forker { thread, asks })
+}
+
+/// Forks a spawner from the calling thread, which becomes the parent of the runs it starts.
+fn fork_spawner_here() -> std::io::Result<Connection> {
     let (ours, theirs) = UnixStream::pair()?;
     let agent = nix::unistd::getpid();
     // SAFETY: the child touches only its own copy of memory: it closes what it inherited, then
     // serves requests and exits; it never returns into the caller's code. Started from `main`
-    // the process has one thread; started later, glibc's fork keeps malloc usable in the child,
-    // and the child takes no other lock.
+    // the process has this thread and main's, waiting for it; started later, glibc's fork keeps
+    // malloc usable in the child, and the child takes no other lock.
     match unsafe { nix::unistd::fork() }? {
         nix::unistd::ForkResult::Child => {
             drop(ours);

@@ -18,8 +18,9 @@ fn main() -> ExitCode {
         println!("jobfleet-agent: the configuration is valid");
         return ExitCode::SUCCESS;
     }
-    // Before any thread or allocation of the daemon: the spawner is a copy of this process as it
-    // is now, and the smaller it is, the smaller the peak each run reports.
+    // Before any other thread or allocation of the daemon: the spawner (forked by a thread this
+    // starts for the purpose) is a copy of this process as it is now, and the smaller it is, the
+    // smaller the peak each run reports.
     if let Err(e) = jobfleet_agent::runner::spawner::start() {
         eprintln!("jobfleet-agent: cannot start the spawner: {e}");
         return ExitCode::from(1);

@@ -13,8 +13,9 @@
 //!
 //! Invariant: a pid in the leader table is never reaped here (its own waiter reaps it), and a
 //! sweep never mistakes a just-spawned leader for an orphan: spawns go to the spawner in batches
-//! (see `spawner`) under the table's lock, and a look at the agent's children first reads, under
-//! the same hold of the lock, every answer the spawner still owes and enters those leaders.
+//! (see `spawner`) under the table's lock, and a sweep first reads, under the same hold of the
+//! lock, every answer the spawner still owes and enters those leaders. The look for strays at a
+//! run's end reads only the main thread's children, where no run is (`has_strays`).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Read;
@@ -49,12 +50,19 @@ pub fn become_subreaper() -> nix::Result<()> {
 /// agent meanwhile (again as long if an answer was not in yet). About this long after its start
 /// (or until the next batch, at a steadier rate; later on a busy agent) a run's pid is unknown:
 /// its timeout starts then, a kill acts then, and its exit is seen then at the earliest (a pidfd
-/// of an exited child is ready at once), so a shorter run's `finished_ms` is about that late.
+/// of an exited child is ready at once), so a shorter run's `finished_ms` is about that late
+/// while runs come closer together than `QUIET`.
 /// Each batch pushes the read back, so runs closer together than this cost no timer's wake-up;
 /// runs further apart cost one each, as the wait for each answer did before. Near the spawner's
 /// pace it holds its answers while requests keep coming (up to `spawner::MAX_BATCH` of them), so
 /// a pid can then stay unread for that many starts.
 const COLLECT_AFTER: Duration = Duration::from_millis(5);
+/// How soon the answers owed are read instead, after a batch that came `QUIET` or longer after
+/// the one before: at such a rate each run costs the agent a wake-up for its answer anyway, and
+/// reading it early has the run's exit seen when it happens, so that a short run's `finished_ms`
+/// is not `COLLECT_AFTER` late where nobody gains from the wait.
+const COLLECT_SOON: Duration = Duration::from_millis(1);
+const QUIET: Duration = Duration::from_millis(20);
 
 /// The fewest runs in a batch whose answers the agent waits for (a burst's batches). Fewer come
 /// due together now and then at a steady rate, and each wait was a blocking read of the agent's.
@@ -79,6 +87,10 @@ struct Spawning {
     owed: VecDeque<Owed>,
     /// A task will read the answers owed (`collect_soon`).
     collecting: bool,
+    /// When the last batch went out.
+    last_batch: Option<std::time::Instant>,
+    /// How long after the last batch `collect_soon` reads: `COLLECT_AFTER` or `COLLECT_SOON`.
+    collect_after: Duration,
 }
 
 impl Default for Spawning {
@@ -87,6 +99,8 @@ impl Default for Spawning {
             spawner: Spawner::new(),
             owed: VecDeque::new(),
             collecting: false,
+            last_batch: None,
+            collect_after: COLLECT_AFTER,
         }
     }
 }
@@ -111,6 +125,9 @@ pub struct Containment {
     reaps: AtomicU64,
     /// A look for strays found none after this many reaps (`has_strays`).
     clean_through: AtomicU64,
+    /// A look for strays through every run parent's children found none after the spawner had
+    /// failed this many starts as "may have started" (`Spawner::unsure`).
+    unsure_clean_through: AtomicU64,
 }
 
 /// A run id no run has: `orphans` for it finds the orphans of every ended run and the untagged.
@@ -159,9 +176,24 @@ fn agent_children() -> Vec<i32> {
 }
 
 /// Whether the main thread's children are the agent's orphans only: no spawner was forked from
-/// it, so no run is its child (see `spawner::fork_spawner`).
+/// it, so no run is its child (see `spawner::fork_spawner`), and the kernel re-parents orphans
+/// to a subreaper's first live thread (Linux 3.19 and later; before, to the thread that was the
+/// subreaper ancestor, here the forking thread).
 fn main_holds_no_run() -> bool {
-    !super::spawner::run_parent_threads().contains(&main_thread())
+    orphans_go_to_the_main_thread()
+        && !super::spawner::run_parent_threads().contains(&main_thread())
+}
+
+fn orphans_go_to_the_main_thread() -> bool {
+    static SINCE_3_19: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SINCE_3_19.get_or_init(|| {
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        let mut numbers = release
+            .split(|c: char| !c.is_ascii_digit())
+            .map(|n| n.parse::<u32>().unwrap_or(0));
+        let version = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
+        version >= (3, 19)
+    })
 }
 
 fn main_thread() -> i32 {
@@ -373,6 +405,12 @@ impl Containment {
         let (collector_was_there, collector_needed) = {
             let mut leaders = self.lock();
             let mut spawning = self.spawning();
+            let now = std::time::Instant::now();
+            let quiet = spawning
+                .last_batch
+                .is_none_or(|last| now.duration_since(last) >= QUIET);
+            spawning.collect_after = if quiet { COLLECT_SOON } else { COLLECT_AFTER };
+            spawning.last_batch = Some(now);
             let encoded: Vec<_> = batch.iter().map(|w| w.request.encoded()).collect();
             let sent = spawning.spawner.send(&encoded);
             drop(encoded);
@@ -401,14 +439,16 @@ impl Containment {
         }
     }
 
-    /// Reads the answers owed once no batch went out for `COLLECT_AFTER`, again until none is
+    /// Reads the answers owed once no batch went out for `COLLECT_AFTER` (`COLLECT_SOON` after a
+    /// batch that ended a quiet spell), again until none is
     /// owed: the pids of runs started when nothing else woke the agent. A batch's own wake-up
     /// reads what came meanwhile, so the wait starts again from it (a poll of this task on the
     /// same thread, where a timer that fired would be a wake-up of the agent's).
     async fn collect_soon(self: Arc<Self>) {
         loop {
+            let after = self.spawning().collect_after;
             tokio::select! {
-                () = tokio::time::sleep(COLLECT_AFTER) => {}
+                () = tokio::time::sleep(after) => {}
                 () = self.batch_sent.notified() => continue,
             }
             let mut answered = Vec::new();
@@ -451,8 +491,9 @@ impl Containment {
         }
     }
 
-    /// Every answer the spawner owes, read and entered: before any look at the agent's children,
-    /// under the same hold of the table's lock, so that no leader just started is taken for an
+    /// Every answer the spawner owes, read and entered: before a sweep's look at the agent's
+    /// children (or a look for strays through every run parent's), under the same hold of the
+    /// table's lock, so that no leader just started is taken for an
     /// orphan. The spawns are told once the caller has released the locks (`hand_over`).
     fn enter_every_leader(&self, leaders: &mut HashMap<i32, i64>) -> Vec<Answered> {
         let mut answered = Vec::new();
@@ -487,8 +528,11 @@ impl Containment {
     /// the main thread's children, where orphans go and runs never are, so that a run that left
     /// nothing needs no blocking thread to sweep it. A stray that may be an owed run's orphan,
     /// still going, counts too: the sweep reads every answer first and spares it. Should a
-    /// spawner have been forked from the main thread, the look reads every run's parent too,
-    /// after every answer still owed, which it may wait for (up to `spawner::MAX_BATCH` starts).
+    /// spawner have been forked from the main thread (or on a kernel before 3.19), or a start
+    /// have failed as "may have started" since the last clean look through them (its process, if
+    /// any, is a child of the forking thread with no known pid), the look reads every run's
+    /// parent too, after every answer still owed, which it may wait for (up to
+    /// `spawner::MAX_BATCH` starts).
     /// `reaped` is `reaped_so_far` read after the run's leader was reaped. Everything a run
     /// left is an orphan of the agent from the moment its leader exited, so one look that finds
     /// no orphan of an ended run answers for every run reaped before it: runs that end together
@@ -499,7 +543,11 @@ impl Containment {
             return false;
         }
         let mut leaders = self.lock();
-        let orphans_apart = main_holds_no_run();
+        // A start that failed as "may have started" may have left a process the agent knows no
+        // pid of, a child of the forking thread: then every run parent's children are read.
+        let unsure = self.spawning().spawner.unsure();
+        let orphans_apart =
+            main_holds_no_run() && unsure <= self.unsure_clean_through.load(Ordering::Acquire);
         let answered = if orphans_apart {
             Vec::new()
         } else {
@@ -517,6 +565,10 @@ impl Containment {
         self.hand_over(answered);
         if !found {
             self.clean_through.fetch_max(through, Ordering::AcqRel);
+            if !orphans_apart {
+                self.unsure_clean_through
+                    .fetch_max(unsure, Ordering::AcqRel);
+            }
         }
         found
     }

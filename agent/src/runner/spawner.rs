@@ -250,6 +250,9 @@ pub struct Spawner {
     settled: std::collections::VecDeque<std::io::Result<Started>>,
     /// The first bytes of an answer read in part.
     partial: Vec<u8>,
+    /// Requests failed as "may have started" so far (`fail_owed`): each may have left a process
+    /// whose pid the agent never learns, a child of the forking thread.
+    unsure: u64,
 }
 
 impl Spawner {
@@ -353,6 +356,11 @@ impl Spawner {
         results
     }
 
+    /// How many requests failed as "may have started" so far: processes with no known pid.
+    pub fn unsure(&self) -> u64 {
+        self.unsure
+    }
+
     /// Reads the answers already in, without waiting.
     fn read_ready(&mut self) {
         let Some(socket) = self.connection.as_ref().map(|c| c.stream.as_raw_fd()) else {
@@ -398,11 +406,13 @@ impl Spawner {
                 std::os::fd::AsFd::as_fd(&connection.stream),
                 nix::poll::PollFlags::POLLIN,
             )];
-            if let Err(e) = nix::poll::poll(&mut poll, nix::poll::PollTimeout::NONE)
-                && e != nix::errno::Errno::EINTR
-            {
-                self.fail_owed(&e.into());
-                return;
+            match nix::poll::poll(&mut poll, nix::poll::PollTimeout::NONE) {
+                Ok(_) => {}
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => {
+                    self.fail_owed(&e.into());
+                    return;
+                }
             }
             match connection.stream.read(&mut buffer[..want]) {
                 Ok(0) => {
@@ -435,8 +445,10 @@ impl Spawner {
 
     /// The spawner holds requests whole and may have started their processes before it died:
     /// asking another one would start those runs twice. They fail instead; a process that did
-    /// start is an unknown child the next sweep ends.
+    /// start is an unknown child the next sweep ends (and the next look for strays, which reads
+    /// every run parent's children while such a process may be there: `Spawner::unsure`).
     fn fail_owed(&mut self, e: &std::io::Error) {
+        self.unsure += self.owed as u64;
         for _ in 0..self.owed {
             self.settled.push_back(Err(std::io::Error::new(
                 e.kind(),
@@ -758,14 +770,17 @@ fn fork_spawner() -> std::io::Result<Connection> {
         }
         let asked = forker.as_ref().map(|f| f.asks.send(reply));
         if !matches!(asked, Some(Ok(()))) {
+            // It cannot end short of a panic; should it have, the next ask starts another.
+            *forker = None;
             return Err(std::io::Error::other(
                 "the spawners' forking thread is gone",
             ));
         }
     }
-    answer
-        .recv()
-        .map_err(|_| std::io::Error::other("the spawners' forking thread is gone"))?
+    answer.recv().map_err(|_| {
+        *locked(&FORKER) = None;
+        std::io::Error::other("the spawners' forking thread is gone")
+    })?
 }
 
 fn start_forker() -> std::io::Result<Forker> {

@@ -1481,6 +1481,11 @@ mod tests {
         }
         assert_eq!(forks, 1, "a second spawner could start the runs twice");
         assert!(slot.connection.is_none(), "the dead spawner is forgotten");
+        assert_eq!(
+            slot.unsure(),
+            2,
+            "the look for strays must learn of two processes it may not know"
+        );
     }
 
     #[test]

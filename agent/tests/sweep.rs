@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jobfleet_agent::runner::contain::{self, Containment};
-use jobfleet_agent::runner::spawner::{Queued, Request, Strings};
+use jobfleet_agent::runner::spawner::{self, Queued, Request, Strings};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
@@ -41,12 +41,25 @@ fn request(program: &std::ffi::CStr, args: &[&str]) -> Queued {
     .unwrap()
 }
 
+/// The spawners alive: children of the forking thread.
+fn spawners() -> Vec<i32> {
+    let Some(forks) = spawner::forking_thread() else {
+        return Vec::new();
+    };
+    std::fs::read_to_string(format!("/proc/self/task/{forks}/children"))
+        .unwrap()
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .filter(|p| spawner::is_spawner(*p))
+        .collect()
+}
+
 fn is_zombie_or_gone(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| s.contains(") Z "))
 }
 
 /// A lone run's answer is read later (with the next batch, or `COLLECT_AFTER` after the last
-/// one); a sweep in between, which would end an untagged child that is no leader, first reads
+/// one, `COLLECT_SOON` after a first batch); a sweep in between, which would end an untagged child that is no leader, first reads
 /// every answer owed and finds the process a leader, so the run survives it. (Should the answer
 /// come in before its batch's own read, the sweep finds a leader already: the test then proves
 /// less, never fails wrongly.)
@@ -135,4 +148,71 @@ async fn the_look_for_strays_finds_orphans_and_never_an_unread_run() {
     nix::sys::signal::kill(Pid::from_raw(running), Signal::SIGKILL).unwrap();
     let _guard = containment.reaping(running);
     nix::sys::wait::waitpid(Pid::from_raw(running), None).unwrap();
+}
+
+/// A start failed as "may have started" (its spawner died holding the request) may have left a
+/// process with no known pid, a child of the forking thread, where the quick look for strays does
+/// not read: the look then reads every run parent's children until one finds nothing.
+#[tokio::test]
+async fn after_a_start_that_may_have_happened_the_look_reads_every_run_parent() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    contain::become_subreaper().unwrap();
+    let containment = Arc::new(Containment::default());
+    let spawners_before = spawners();
+    // A process of the forking thread's that is no leader: what a spawner that died after
+    // starting it, before answering, leaves.
+    let unknown = containment
+        .spawn(43, request(c"/bin/sleep", &["sleep", "30"]))
+        .await
+        .unwrap()
+        .pid;
+    drop(containment.reaping(unknown));
+    assert!(
+        !containment.has_strays(containment.reaped_so_far() + 1),
+        "the quick look reads the main thread's children only"
+    );
+
+    // This table's spawner dies holding a request: that start may have happened.
+    let ours: Vec<i32> = spawners()
+        .into_iter()
+        .filter(|p| !spawners_before.contains(p))
+        .collect();
+    assert_eq!(ours.len(), 1, "{ours:?}");
+    let held = Pid::from_raw(ours[0]);
+    nix::sys::signal::kill(held, Signal::SIGSTOP).unwrap();
+    let doubtful = tokio::spawn({
+        let containment = containment.clone();
+        async move {
+            containment
+                .spawn(44, request(c"/bin/true", &["true"]))
+                .await
+        }
+    });
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    nix::sys::signal::kill(held, Signal::SIGKILL).unwrap();
+    let failed = doubtful.await.unwrap().unwrap_err();
+    assert!(spawner::may_have_started(&failed), "{failed}");
+
+    assert!(
+        containment.has_strays(containment.reaped_so_far() + 1),
+        "after a start that may have happened, the look reads the forking thread's children"
+    );
+    nix::sys::signal::kill(Pid::from_raw(unknown), Signal::SIGKILL).unwrap();
+    nix::sys::wait::waitpid(Pid::from_raw(unknown), None).unwrap();
+    // A look that finds nothing there puts the quick look back.
+    assert!(!containment.has_strays(containment.reaped_so_far() + 1));
+    let again = containment
+        .spawn(45, request(c"/bin/sleep", &["sleep", "30"]))
+        .await
+        .unwrap()
+        .pid;
+    drop(containment.reaping(again));
+    assert!(
+        !containment.has_strays(containment.reaped_so_far() + 1),
+        "the quick look is back"
+    );
+    nix::sys::signal::kill(Pid::from_raw(again), Signal::SIGKILL).unwrap();
+    nix::sys::wait::waitpid(Pid::from_raw(again), None).unwrap();
 }

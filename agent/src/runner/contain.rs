@@ -15,7 +15,8 @@
 //! sweep never mistakes a just-spawned leader for an orphan: spawns go to the spawner in batches
 //! (see `spawner`) under the table's lock, and a sweep first reads, under the same hold of the
 //! lock, every answer the spawner still owes and enters those leaders. The look for strays at a
-//! run's end reads only the main thread's children, where no run is (`has_strays`).
+//! run's end reads only the main thread's children, where no run is, unless it cannot rely on
+//! that (`has_strays`).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Read;
@@ -119,7 +120,7 @@ pub struct Containment {
     waiting: Mutex<Vec<Waiting>>,
     /// Taken after `leaders`, never before it.
     spawning: Mutex<Spawning>,
-    /// A batch went out: `collect_soon` waits `COLLECT_AFTER` from now.
+    /// A batch went out: `collect_soon` waits `COLLECT_AFTER` (or `COLLECT_SOON`) from now.
     batch_sent: tokio::sync::Notify,
     /// Leaders reaped so far.
     reaps: AtomicU64,
@@ -458,6 +459,9 @@ impl Containment {
                 Self::read_answers(&mut spawning, &mut leaders, false, &mut answered);
                 let done = spawning.owed.is_empty();
                 spawning.collecting = !done;
+                // The early read is one per quiet batch: an answer late beyond it (a slow exec,
+                // a spawner held up) is waited for at the usual pace, not polled every 1 ms.
+                spawning.collect_after = COLLECT_AFTER;
                 done
             };
             self.hand_over(answered);

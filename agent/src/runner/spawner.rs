@@ -7,7 +7,7 @@
 //! RSS of the memory a process execs away from into the process's own peak, so every run would
 //! report the agent's peak as its `max_rss_kb`. The spawner's memory is small, and it starts each
 //! run with `clone(CLONE_VM | CLONE_VFORK | CLONE_PARENT)`: nothing is copied, the reported peak
-//! is the run's own (the spawner's few hundred kB at most), and the run is the agent's child, not
+//! is the run's own (at least the spawner's peak, about 2 MB), and the run is the agent's child, not
 //! the spawner's, so the agent waits for it with rusage, gets its SIGCHLD, and sweeps it exactly
 //! as if it had forked it. Every spawner is forked by one thread of the agent that does nothing
 //! else (`fork_spawner`), so that runs are never children of the main thread, where orphans go.
@@ -522,7 +522,8 @@ pub fn run_parent_threads() -> Vec<i32> {
     locked(&FORKING_THREADS).clone()
 }
 
-/// The thread that forks the spawners, once one was forked: it lives as long as the process.
+/// The thread that forks the spawners, once one was forked: it is meant to live as long as the
+/// process (it would end only by a panic, and then the next fork starts another).
 pub fn forking_thread() -> Option<i32> {
     locked(&FORKER).as_ref().map(|f| f.thread)
 }
@@ -759,8 +760,8 @@ fn parse_answer(answer: &[u8]) -> (i32, i32, u64) {
 /// strays at each run's end (`contain::Containment::has_strays`) reads that one list and need
 /// not wait for the answers the spawner still owes: a run whose pid is not read yet is never
 /// there. Waiting for them cost the agent a blocking read, and a spurious wake-up when the
-/// spawner took the request, at most runs' ends (BENCHMARKS.md, issue 17). The thread never
-/// ends: a thread's children go to another thread when it does.
+/// spawner took the request, at most runs' ends (BENCHMARKS.md, issue 17). The thread does not
+/// end (a thread's children would go to another thread if it did), short of a panic.
 fn fork_spawner() -> std::io::Result<Connection> {
     let (reply, answer) = std::sync::mpsc::sync_channel(1);
     {
@@ -793,7 +794,8 @@ fn start_forker() -> std::io::Result<Forker> {
         .stack_size(256 * 1024)
         .spawn(move || {
             let _ = tid_tx.send(nix::unistd::gettid().as_raw());
-            // `FORKER` keeps the sender for good, so this waits for asks forever.
+            // `FORKER` keeps the sender unless this thread is found gone, so this waits for
+            // asks forever.
             for reply in asked {
                 let _ = reply.send(fork_spawner_here());
             }

@@ -124,6 +124,9 @@ impl Runner {
             Err(e) => {
                 if spawner::may_have_started(&e) {
                     self.marks.retire(run_id);
+                    // Its process, if it started, carries the run's tag and no known pid: it
+                    // ends now, not at some later run's end.
+                    self.sweep(run_id, None, Signal::SIGKILL).await;
                 }
                 let msg = format!("cannot start `{}`: {e}", launch.program.display());
                 log.note(&msg);

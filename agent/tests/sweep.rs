@@ -41,6 +41,13 @@ fn request(program: &std::ffi::CStr, args: &[&str]) -> Queued {
     .unwrap()
 }
 
+/// Kills and reaps a child of the agent's (a leader or not).
+fn end(containment: &Containment, pid: i32) {
+    nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL).unwrap();
+    let _guard = containment.reaping(pid);
+    nix::sys::wait::waitpid(Pid::from_raw(pid), None).unwrap();
+}
+
 /// The spawners alive: children of the forking thread.
 fn spawners() -> Vec<i32> {
     let Some(forks) = spawner::forking_thread() else {
@@ -82,9 +89,7 @@ async fn a_run_whose_spawn_answer_is_unread_survives_a_sweep() {
     let pid = spawn.await.unwrap().unwrap().pid;
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     assert!(!stat.contains(") Z "), "the sweep killed the run: {stat}");
-    nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL).unwrap();
-    let _guard = containment.reaping(pid);
-    nix::sys::wait::waitpid(Pid::from_raw(pid), None).unwrap();
+    end(&containment, pid);
 }
 
 /// The look for strays at a run's end reads only the main thread's children, where the kernel
@@ -145,9 +150,7 @@ async fn the_look_for_strays_finds_orphans_and_never_an_unread_run() {
     assert!(!is_zombie_or_gone(running), "the sweep ended a going run");
     assert!(!containment.has_strays(containment.reaped_so_far() + 1));
 
-    nix::sys::signal::kill(Pid::from_raw(running), Signal::SIGKILL).unwrap();
-    let _guard = containment.reaping(running);
-    nix::sys::wait::waitpid(Pid::from_raw(running), None).unwrap();
+    end(&containment, running);
 }
 
 /// A start failed as "may have started" (its spawner died holding the request) may have left a
@@ -199,8 +202,7 @@ async fn after_a_start_that_may_have_happened_the_look_reads_every_run_parent() 
         containment.has_strays(containment.reaped_so_far() + 1),
         "after a start that may have happened, the look reads the forking thread's children"
     );
-    nix::sys::signal::kill(Pid::from_raw(unknown), Signal::SIGKILL).unwrap();
-    nix::sys::wait::waitpid(Pid::from_raw(unknown), None).unwrap();
+    end(&containment, unknown);
     // A look that finds nothing there puts the quick look back.
     assert!(!containment.has_strays(containment.reaped_so_far() + 1));
     let again = containment
@@ -213,6 +215,5 @@ async fn after_a_start_that_may_have_happened_the_look_reads_every_run_parent() 
         !containment.has_strays(containment.reaped_so_far() + 1),
         "the quick look is back"
     );
-    nix::sys::signal::kill(Pid::from_raw(again), Signal::SIGKILL).unwrap();
-    nix::sys::wait::waitpid(Pid::from_raw(again), None).unwrap();
+    end(&containment, again);
 }

@@ -1775,4 +1775,114 @@ mod tests {
             (RunStatus::Running, Some("http://c:3/"))
         );
     });
+
+    storage_test!(
+        a_batch_update_names_only_the_rows_that_differ_and_stores_each_rows_value,
+        |conn| {
+            let ids: Vec<RunId> = (0..7)
+                .map(|i| insert(conn, &run(JobId(9), Some(i), 0)).unwrap())
+                .collect();
+            assert!(claim_all(conn, &ids, 70).unwrap());
+            crate::db::prepared::update(
+                job_run::table,
+                (
+                    job_run::handle_msg.eq("old"),
+                    job_run::exit_code.eq(5),
+                    job_run::term_signal.eq(9),
+                ),
+                job_run::job_id.eq(JobId(9)),
+            )
+            .execute(conn)
+            .unwrap();
+            let big = |v: &[Option<i64>]| v.iter().map(|&v| Value::BigInt(v)).collect();
+            let int = |v: &[Option<i32>]| v.iter().map(|&v| Value::Int(v)).collect();
+            let text = |v: &[Option<&'static str>]| v.iter().map(|&v| Value::Text(v)).collect();
+            let n = RowsUpdate::new("job_run", ids.iter().map(|id| id.0).collect())
+                .column(
+                    "started_ms",
+                    Set::Always,
+                    big(&[
+                        Some(10),
+                        Some(10),
+                        Some(10),
+                        Some(20),
+                        Some(10),
+                        None,
+                        Some(10),
+                    ]),
+                )
+                .column(
+                    "handle_msg",
+                    Set::UnlessNull,
+                    text(&[None, Some("a"), None, None, Some("b"), None, None]),
+                )
+                .column(
+                    "exit_code",
+                    Set::UnlessNull,
+                    int(&[Some(1), Some(1), None, Some(1), Some(1), Some(1), Some(2)]),
+                )
+                .column("term_signal", Set::UnlessNull, int(&[None; 7]))
+                .column("oom_killed", Set::Always, vec![Value::Bool(Some(true)); 7])
+                .where_each_equals(
+                    "triggered_ms",
+                    big(&[
+                        Some(70),
+                        Some(70),
+                        Some(70),
+                        Some(70),
+                        Some(70),
+                        Some(70),
+                        Some(60),
+                    ]),
+                )
+                .execute(conn)
+                .unwrap();
+            assert_eq!(n, 6, "the row claimed at another time is left out");
+            let row = |conn: &mut AnyConnection, i: usize| {
+                let r = get(conn, ids[i]).unwrap();
+                (
+                    r.started_ms,
+                    r.handle_msg,
+                    r.exit_code,
+                    r.term_signal,
+                    r.oom_killed,
+                )
+            };
+            let old = || Some("old".to_owned());
+            assert_eq!(
+                row(conn, 0),
+                (Some(10), old(), Some(1), Some(9), Some(true))
+            );
+            assert_eq!(
+                row(conn, 1),
+                (Some(10), Some("a".into()), Some(1), Some(9), Some(true))
+            );
+            assert_eq!(
+                row(conn, 2),
+                (Some(10), old(), Some(5), Some(9), Some(true))
+            );
+            assert_eq!(
+                row(conn, 3),
+                (Some(20), old(), Some(1), Some(9), Some(true))
+            );
+            assert_eq!(
+                row(conn, 4),
+                (Some(10), Some("b".into()), Some(1), Some(9), Some(true))
+            );
+            assert_eq!(row(conn, 5), (None, old(), Some(1), Some(9), Some(true)));
+            assert_eq!(row(conn, 6), (None, old(), Some(5), Some(9), None));
+
+            // Nothing to write: the statement still matches (and counts) its rows.
+            let n = RowsUpdate::new("job_run", ids.iter().map(|id| id.0).collect())
+                .column("exit_code", Set::UnlessNull, int(&[None; 7]))
+                .where_each_equals("triggered_ms", big(&[Some(70); 7]))
+                .execute(conn)
+                .unwrap();
+            assert_eq!(n, 7);
+            assert_eq!(
+                row(conn, 2),
+                (Some(10), old(), Some(5), Some(9), Some(true))
+            );
+        }
+    );
 }

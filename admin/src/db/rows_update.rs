@@ -5,6 +5,13 @@
 //! (its agent's sequence number, its exit code, its times). A statement per row is a round trip
 //! per row on MariaDB; one per batch is one. Diesel's DSL cannot spell a `CASE` of a length known
 //! only at run time, so this writes the SQL with diesel's own identifier quoting and binds.
+//!
+//! Most columns of a batch hold the same value in most rows (every result `succeeded`, exit
+//! code 0, one agent's address): a column names only the rows that differ from its most common
+//! value, which the others take in the `ELSE`, and a column every row leaves as it is is not
+//! written at all. A `CASE` with a branch for every row and column made a result batch's
+//! statement 28 KB for 40 rows, and MariaDB spent more of its CPU parsing and preparing it than
+//! storing the rows (BENCHMARKS.md, issue 17).
 
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::sql_types::{BigInt, Bool, Integer, Nullable, Text};
@@ -13,7 +20,7 @@ use diesel::{QueryResult, RunQueryDsl};
 use super::MultiBackend;
 
 /// A value bound for one row; `None` is SQL `NULL`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Value<'a> {
     Text(Option<&'a str>),
     Int(Option<i32>),
@@ -28,6 +35,39 @@ pub enum Set {
     Always,
     /// The value, unless it is `NULL`: then the column keeps what it has.
     UnlessNull,
+}
+
+impl Value<'_> {
+    fn is_null(&self) -> bool {
+        match self {
+            Value::Text(v) => v.is_none(),
+            Value::Int(v) => v.is_none(),
+            Value::BigInt(v) => v.is_none(),
+            Value::Bool(v) => v.is_none(),
+        }
+    }
+}
+
+/// The value most of `values` are (the first of those tied), and the positions of the others.
+fn most_common<'a>(values: &[Value<'a>]) -> (Value<'a>, Vec<usize>) {
+    let mut counts: std::collections::HashMap<Value<'a>, usize> =
+        std::collections::HashMap::with_capacity(values.len().min(16));
+    let mut best: Option<(Value<'a>, usize)> = None;
+    for &value in values {
+        let count = counts.entry(value).or_insert(0);
+        *count += 1;
+        if best.is_none_or(|(_, most)| *count > most) {
+            best = Some((value, *count));
+        }
+    }
+    let common = best.map_or(Value::BigInt(None), |(value, _)| value);
+    let others = values
+        .iter()
+        .enumerate()
+        .filter(|(_, value)| **value != common)
+        .map(|(i, _)| i)
+        .collect();
+    (common, others)
 }
 
 #[derive(Debug)]
@@ -45,7 +85,8 @@ pub struct RowsUpdate<'a> {
     parts: Vec<Part<'a>>,
     columns: usize,
     also: Option<(&'static str, Vec<&'a str>)>,
-    matching: Option<(&'static str, Vec<Value<'a>>)>,
+    /// `AND column = …`, from `where_each_equals`.
+    matching: Vec<Part<'a>>,
 }
 
 impl<'a> RowsUpdate<'a> {
@@ -56,7 +97,7 @@ impl<'a> RowsUpdate<'a> {
             parts: vec![Part::Sql("UPDATE "), Part::Ident(table), Part::Sql(" SET ")],
             columns: 0,
             also: None,
-            matching: None,
+            matching: Vec::new(),
         }
     }
 
@@ -76,27 +117,27 @@ impl<'a> RowsUpdate<'a> {
     #[must_use]
     pub fn column(mut self, column: &'static str, how: Set, values: Vec<Value<'a>>) -> Self {
         assert_eq!(values.len(), self.ids.len(), "a value per row");
-        self.next_column(column);
-        self.parts.push(Part::Sql("CASE "));
-        self.parts.push(Part::Ident("id"));
-        for (&id, value) in self.ids.iter().zip(values) {
-            self.parts.push(Part::Sql(" WHEN "));
-            self.parts.push(Part::Bind(Value::BigInt(Some(id))));
-            match how {
-                Set::Always => {
-                    self.parts.push(Part::Sql(" THEN "));
-                    self.parts.push(Part::Bind(value));
-                }
-                Set::UnlessNull => {
-                    self.parts.push(Part::Sql(" THEN COALESCE("));
-                    self.parts.push(Part::Bind(value));
-                    self.parts.push(Part::Sql(", "));
-                    self.parts.push(Part::Ident(column));
-                    self.parts.push(Part::Sql(")"));
-                }
-            }
+        let (common, others) = most_common(&values);
+        let keeps = |value: &Value<'_>| how == Set::UnlessNull && value.is_null();
+        if others.is_empty() && keeps(&common) {
+            return self;
         }
-        self.parts.push(Part::Sql(" END"));
+        self.next_column(column);
+        let value_of = |value: Value<'a>| {
+            if keeps(&value) {
+                Part::Ident(column)
+            } else {
+                Part::Bind(value)
+            }
+        };
+        per_row(
+            &mut self.parts,
+            &self.ids,
+            &values,
+            common,
+            &others,
+            value_of,
+        );
         self
     }
 
@@ -130,9 +171,47 @@ impl<'a> RowsUpdate<'a> {
     #[must_use]
     pub fn where_each_equals(mut self, column: &'static str, values: Vec<Value<'a>>) -> Self {
         assert_eq!(values.len(), self.ids.len(), "a value per row");
-        self.matching = Some((column, values));
+        let (common, others) = most_common(&values);
+        self.matching.push(Part::Sql(" AND "));
+        self.matching.push(Part::Ident(column));
+        self.matching.push(Part::Sql(" = "));
+        per_row(
+            &mut self.matching,
+            &self.ids,
+            &values,
+            common,
+            &others,
+            Part::Bind,
+        );
         self
     }
+}
+
+/// Each row's value: `common` alone when no row differs from it, else a `CASE` naming the rows
+/// that do (`others`, positions in `ids` and `values`) with `common` in its `ELSE`.
+fn per_row<'a>(
+    parts: &mut Vec<Part<'a>>,
+    ids: &[i64],
+    values: &[Value<'a>],
+    common: Value<'a>,
+    others: &[usize],
+    value_of: impl Fn(Value<'a>) -> Part<'a>,
+) {
+    if others.is_empty() {
+        parts.push(value_of(common));
+        return;
+    }
+    parts.push(Part::Sql("CASE "));
+    parts.push(Part::Ident("id"));
+    for &i in others {
+        parts.push(Part::Sql(" WHEN "));
+        parts.push(Part::Bind(Value::BigInt(Some(ids[i]))));
+        parts.push(Part::Sql(" THEN "));
+        parts.push(value_of(values[i]));
+    }
+    parts.push(Part::Sql(" ELSE "));
+    parts.push(value_of(common));
+    parts.push(Part::Sql(" END"));
 }
 
 impl QueryFragment<MultiBackend> for RowsUpdate<'_> {
@@ -140,11 +219,14 @@ impl QueryFragment<MultiBackend> for RowsUpdate<'_> {
         // Each batch size is another statement: not worth keeping on the connection.
         out.unsafe_to_cache_prepared();
         for part in &self.parts {
-            match part {
-                Part::Sql(sql) => out.push_sql(sql),
-                Part::Ident(name) => out.push_identifier(name)?,
-                Part::Bind(value) => push_value(&mut out, value)?,
-            }
+            push_part(&mut out, part)?;
+        }
+        if self.columns == 0 {
+            // Every column keeps what every row has: a statement that changes nothing still
+            // counts the rows it matches.
+            out.push_identifier("id")?;
+            out.push_sql(" = ");
+            out.push_identifier("id")?;
         }
         out.push_sql(" WHERE ");
         out.push_identifier("id")?;
@@ -168,21 +250,20 @@ impl QueryFragment<MultiBackend> for RowsUpdate<'_> {
             }
             out.push_sql(")");
         }
-        if let Some((column, values)) = &self.matching {
-            out.push_sql(" AND ");
-            out.push_identifier(column)?;
-            out.push_sql(" = CASE ");
-            out.push_identifier("id")?;
-            for (id, value) in self.ids.iter().zip(values) {
-                out.push_sql(" WHEN ");
-                out.push_bind_param::<BigInt, _>(id)?;
-                out.push_sql(" THEN ");
-                push_value(&mut out, value)?;
-            }
-            out.push_sql(" END");
+        for part in &self.matching {
+            push_part(&mut out, part)?;
         }
         Ok(())
     }
+}
+
+fn push_part<'b>(out: &mut AstPass<'_, 'b, MultiBackend>, part: &'b Part<'_>) -> QueryResult<()> {
+    match part {
+        Part::Sql(sql) => out.push_sql(sql),
+        Part::Ident(name) => out.push_identifier(name)?,
+        Part::Bind(value) => push_value(out, value)?,
+    }
+    Ok(())
 }
 
 fn push_value<'b>(

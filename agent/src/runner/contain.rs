@@ -178,22 +178,31 @@ fn agent_children() -> Vec<i32> {
 
 /// Whether the main thread's children are the agent's orphans only: no spawner was forked from
 /// it, so no run is its child (see `spawner::fork_spawner`), and the kernel re-parents orphans
-/// to a subreaper's first live thread (Linux 3.19 and later; before, to the thread that was the
-/// subreaper ancestor, here the forking thread).
+/// to a subreaper's first live thread (Linux 3.19 and later, seen once by
+/// `spawner::an_orphan_lands_on_the_main_thread`; before, to the thread that was the subreaper
+/// ancestor, here the forking thread).
 fn main_holds_no_run() -> bool {
     orphans_go_to_the_main_thread()
         && !super::spawner::run_parent_threads().contains(&main_thread())
 }
 
+/// Linux 3.19 or later, and an orphan seen landing there once: an emulated kernel (gVisor,
+/// WSL 1) reports a version it may not behave as, and there the quick look would miss strays.
 fn orphans_go_to_the_main_thread() -> bool {
-    static SINCE_3_19: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *SINCE_3_19.get_or_init(|| {
+    static LANDS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *LANDS.get_or_init(|| {
         let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
         let mut numbers = release
             .split(|c: char| !c.is_ascii_digit())
             .map(|n| n.parse::<u32>().unwrap_or(0));
         let version = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
         version >= (3, 19)
+            && std::thread::scope(|scope| {
+                scope
+                    .spawn(super::spawner::an_orphan_lands_on_the_main_thread)
+                    .join()
+                    .unwrap_or(false)
+            })
     })
 }
 

@@ -522,6 +522,54 @@ pub fn run_parent_threads() -> Vec<i32> {
     locked(&FORKING_THREADS).clone()
 }
 
+/// Called from a thread other than the main one (as a run's parent is), forks a child that
+/// forks a grandchild and exits: whether the orphaned grandchild is then the main thread's
+/// child. False when this process is not a subreaper (the orphan goes elsewhere). Run under the
+/// leaders' lock, so that no sweep takes the grandchild for a stray meanwhile.
+pub fn an_orphan_lands_on_the_main_thread() -> bool {
+    let Ok((read_end, write_end)) = nix::unistd::pipe() else {
+        return false;
+    };
+    // SAFETY: the child and grandchild call only fork, write, pause and _exit, all
+    // async-signal-safe, as a child of a multithreaded process must.
+    let child = match unsafe { nix::unistd::fork() } {
+        Ok(nix::unistd::ForkResult::Child) => unsafe {
+            let grandchild = libc::fork();
+            if grandchild == 0 {
+                loop {
+                    libc::pause();
+                }
+            }
+            let bytes = grandchild.to_ne_bytes();
+            libc::write(write_end.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
+            libc::_exit(0)
+        },
+        Ok(nix::unistd::ForkResult::Parent { child }) => child,
+        Err(_) => return false,
+    };
+    drop(write_end);
+    let mut bytes = [0u8; 4];
+    let read = std::fs::File::from(read_end).read_exact(&mut bytes);
+    // Re-parenting happens as the child exits, so it is done once the child is reaped.
+    let _ = nix::sys::wait::waitpid(child, None);
+    let grandchild = i32::from_ne_bytes(bytes);
+    if read.is_err() || grandchild <= 0 {
+        return false;
+    }
+    let landed =
+        std::fs::read_to_string(format!("/proc/self/task/{}/children", std::process::id()))
+            .is_ok_and(|list| {
+                list.split_whitespace()
+                    .any(|pid| pid.parse() == Ok(grandchild))
+            });
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(grandchild),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(grandchild), None);
+    landed
+}
+
 /// The thread that forks the spawners, once one was forked: it is meant to live as long as the
 /// process (it would end only by a panic, and then the next fork starts another).
 pub fn forking_thread() -> Option<i32> {
@@ -1226,6 +1274,18 @@ unsafe fn become_run(args: &ChildArgs<'_>) -> i32 {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    /// The probe sees where an orphan really goes: this test process is no subreaper (no test of
+    /// this binary makes it one), so the orphan goes to an ancestor and the probe says no. That it
+    /// says yes in a subreaper is `tests/sweep.rs`' quick look, which needs it.
+    #[test]
+    fn an_orphan_of_a_process_that_is_no_subreaper_does_not_land_on_its_main_thread() {
+        assert!(
+            !std::thread::spawn(an_orphan_lands_on_the_main_thread)
+                .join()
+                .unwrap()
+        );
+    }
 
     #[test]
     fn itoa_writes_decimal() {

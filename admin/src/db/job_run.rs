@@ -1819,7 +1819,13 @@ mod tests {
                 .column(
                     "exit_code",
                     Set::UnlessNull,
-                    int(&[Some(1), Some(1), None, Some(1), Some(1), Some(1), Some(2)]),
+                    int(&[Some(1), Some(1), None, Some(1), Some(1), Some(2), Some(1)]),
+                )
+                .column("cpu_ms", Set::UnlessNull, big(&[Some(7); 7]))
+                .column(
+                    "limits_mode",
+                    Set::Always,
+                    text(&[None, None, Some("x"), None, None, None, None]),
                 )
                 .column("term_signal", Set::UnlessNull, int(&[None; 7]))
                 .column("oom_killed", Set::Always, vec![Value::Bool(Some(true)); 7])
@@ -1869,8 +1875,29 @@ mod tests {
                 row(conn, 4),
                 (Some(10), Some("b".into()), Some(1), Some(9), Some(true))
             );
-            assert_eq!(row(conn, 5), (None, old(), Some(1), Some(9), Some(true)));
+            assert_eq!(row(conn, 5), (None, old(), Some(2), Some(9), Some(true)));
             assert_eq!(row(conn, 6), (None, old(), Some(5), Some(9), None));
+
+            let more = |conn: &mut AnyConnection, i: usize| {
+                let r = get(conn, ids[i]).unwrap();
+                (r.cpu_ms, r.limits_mode)
+            };
+            assert_eq!(more(conn, 0), (Some(7), None));
+            assert_eq!(more(conn, 2), (Some(7), Some("x".into())));
+            assert_eq!(more(conn, 6), (None, None));
+
+            // A NULL claim matches nothing, as the most common value too.
+            let n = RowsUpdate::new("job_run", ids.iter().map(|id| id.0).collect())
+                .column("exit_code", Set::Always, int(&[Some(42); 7]))
+                .where_each_equals(
+                    "triggered_ms",
+                    big(&[None, None, None, Some(70), None, None, None]),
+                )
+                .execute(conn)
+                .unwrap();
+            assert_eq!(n, 1);
+            assert_eq!(row(conn, 3).2, Some(42));
+            assert_eq!(row(conn, 0).2, Some(1));
 
             // Nothing to write: the statement still matches (and counts) its rows.
             let n = RowsUpdate::new("job_run", ids.iter().map(|id| id.0).collect())

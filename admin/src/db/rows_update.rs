@@ -1,5 +1,5 @@
 //! One `UPDATE` that gives each row of a batch its own values:
-//! `SET col = CASE id WHEN ? THEN ? … END, … WHERE id IN (…)`.
+//! `SET col = CASE id WHEN ? THEN ? … ELSE ? END, … WHERE id IN (…)`.
 //!
 //! A burst stores thousands of trigger answers and results, each row with values of its own
 //! (its agent's sequence number, its exit code, its times). A statement per row is a round trip
@@ -48,7 +48,8 @@ impl Value<'_> {
     }
 }
 
-/// The value most of `values` are (the first of those tied), and the positions of the others.
+/// The value most of `values` are (of those tied, the one that got there first), and the
+/// positions of the others.
 fn most_common<'a>(values: &[Value<'a>]) -> (Value<'a>, Vec<usize>) {
     let mut counts: std::collections::HashMap<Value<'a>, usize> =
         std::collections::HashMap::with_capacity(values.len().min(16));
@@ -77,8 +78,8 @@ enum Part<'a> {
     Bind(Value<'a>),
 }
 
-/// The statement, built column by column; its SQL depends on the batch's size, so it is not kept
-/// prepared (each size would be a statement kept for the connection's life).
+/// The statement, built column by column; its SQL depends on the batch's size and on which rows
+/// differ, so it is not kept prepared (each would be a statement kept for the connection's life).
 #[derive(Debug)]
 pub struct RowsUpdate<'a> {
     ids: Vec<i64>,
@@ -216,7 +217,7 @@ fn per_row<'a>(
 
 impl QueryFragment<MultiBackend> for RowsUpdate<'_> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, MultiBackend>) -> QueryResult<()> {
-        // Each batch size is another statement: not worth keeping on the connection.
+        // Each batch's sizes and differing rows make another statement: not worth keeping.
         out.unsafe_to_cache_prepared();
         for part in &self.parts {
             push_part(&mut out, part)?;
@@ -284,3 +285,40 @@ impl QueryId for RowsUpdate<'_> {
 }
 
 impl<Conn> RunQueryDsl<Conn> for RowsUpdate<'_> {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn binds(parts: &[Part<'_>]) -> usize {
+        parts
+            .iter()
+            .filter(|part| matches!(part, Part::Bind(_)))
+            .count()
+    }
+
+    /// What keeps a burst's statements short: the rows that share a column's most common value
+    /// are not named in it.
+    #[test]
+    fn a_column_names_only_the_rows_that_differ_from_its_most_common_value() {
+        let a = Value::Text(Some("a"));
+        let b = Value::Text(Some("b"));
+        let null = Value::Text(None);
+        assert_eq!(most_common(&[a, b, b, a, null]), (b, vec![0, 3, 4]));
+        assert_eq!(most_common(&[a, a, a]), (a, vec![]));
+
+        let ids = || vec![1, 2, 3, 4, 5];
+        // Two rows differ: a WHEN and a THEN each, and the ELSE.
+        let mixed = RowsUpdate::new("t", ids()).column("c", Set::Always, vec![a, a, b, a, null]);
+        assert_eq!(binds(&mixed.parts), 5);
+        let same = RowsUpdate::new("t", ids()).column("c", Set::Always, vec![a; 5]);
+        assert_eq!(binds(&same.parts), 1);
+        // A NULL under UnlessNull keeps the column: no bind for it, nor for a column all NULL.
+        let kept = RowsUpdate::new("t", ids())
+            .column("c", Set::UnlessNull, vec![null, null, a, null, null])
+            .column("d", Set::UnlessNull, vec![null; 5]);
+        assert_eq!((binds(&kept.parts), kept.columns), (2, 1));
+        let matching = RowsUpdate::new("t", ids()).where_each_equals("m", vec![a, a, a, b, a]);
+        assert_eq!(binds(&matching.matching), 3);
+    }
+}

@@ -190,20 +190,30 @@ fn main_holds_no_run() -> bool {
 /// WSL 1) reports a version it may not behave as, and there the quick look would miss strays.
 fn orphans_go_to_the_main_thread() -> bool {
     static LANDS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *LANDS.get_or_init(|| {
-        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-        let mut numbers = release
-            .split(|c: char| !c.is_ascii_digit())
-            .map(|n| n.parse::<u32>().unwrap_or(0));
-        let version = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
-        version >= (3, 19)
-            && std::thread::scope(|scope| {
-                scope
-                    .spawn(super::spawner::an_orphan_lands_on_the_main_thread)
-                    .join()
-                    .unwrap_or(false)
-            })
+    if let Some(&lands) = LANDS.get() {
+        return lands;
+    }
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut numbers = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|n| n.parse::<u32>().unwrap_or(0));
+    let version = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
+    let seen = if version >= (3, 19) {
+        std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .spawn_scoped(scope, super::spawner::an_orphan_lands_on_the_main_thread)
+                .ok()
+                .and_then(|probe| probe.join().ok().flatten())
+        })
+    } else {
+        Some(false)
+    };
+    // A probe that failed (no thread, pipe or fork to be had) is tried again at the next look;
+    // until then the look reads every run parent's list.
+    seen.inspect(|&lands| {
+        let _ = LANDS.set(lands);
     })
+    .unwrap_or(false)
 }
 
 fn main_thread() -> i32 {
@@ -541,7 +551,8 @@ impl Containment {
     /// the main thread's children, where orphans go and runs never are, so that a run that left
     /// nothing needs no blocking thread to sweep it. A stray that may be an owed run's orphan,
     /// still going, counts too: the sweep reads every answer first and spares it. Should a
-    /// spawner have been forked from the main thread (or on a kernel before 3.19), or a start
+    /// spawner have been forked from the main thread (or on a kernel before 3.19, or one where an
+    /// orphan was not seen landing on the main thread, see `orphans_go_to_the_main_thread`), or a start
     /// have failed as "may have started" since the last clean look through them (its process, if
     /// any, is a child of the forking thread with no known pid), the look reads every run's
     /// parent too, after every answer still owed, which it may wait for (up to

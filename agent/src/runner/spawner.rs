@@ -524,37 +524,54 @@ pub fn run_parent_threads() -> Vec<i32> {
 
 /// Called from a thread other than the main one (as a run's parent is), forks a child that
 /// forks a grandchild and exits: whether the orphaned grandchild is then the main thread's
-/// child. False when this process is not a subreaper (the orphan goes elsewhere). Run under the
+/// child. No when this process is neither a subreaper nor a namespace's init (the orphan goes
+/// elsewhere); `None` when the probe itself failed (a pipe or a fork refused). Run under the
 /// leaders' lock, so that no sweep takes the grandchild for a stray meanwhile.
-pub fn an_orphan_lands_on_the_main_thread() -> bool {
-    let Ok((read_end, write_end)) = nix::unistd::pipe() else {
-        return false;
-    };
-    // SAFETY: the child and grandchild call only fork, write, pause and _exit, all
-    // async-signal-safe, as a child of a multithreaded process must.
+pub fn an_orphan_lands_on_the_main_thread() -> Option<bool> {
+    // Close-on-exec: no program another thread starts meanwhile keeps an end open.
+    let pipe = || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ok();
+    let (pid_read, pid_write) = pipe()?;
+    // The grandchild waits for the end of this pipe: it ends when the probe lets go of it, or
+    // when the agent dies meanwhile, so no grandchild outlives the probe.
+    let (hold_read, hold_write) = pipe()?;
+    // SAFETY: the child and the grandchild make raw system calls only (clone, close, write,
+    // read, _exit), all async-signal-safe, as a child of a multithreaded process must: a second
+    // `fork` would run the atfork handlers of a copy of a multithreaded process.
     let child = match unsafe { nix::unistd::fork() } {
         Ok(nix::unistd::ForkResult::Child) => unsafe {
-            let grandchild = libc::fork();
+            let grandchild = libc::syscall(
+                libc::SYS_clone,
+                libc::c_long::from(libc::SIGCHLD),
+                0,
+                0,
+                0,
+                0,
+            );
             if grandchild == 0 {
-                loop {
-                    libc::pause();
-                }
+                libc::close(pid_write.as_raw_fd());
+                libc::close(hold_write.as_raw_fd());
+                let mut byte = 0u8;
+                while libc::read(hold_read.as_raw_fd(), (&raw mut byte).cast(), 1) < 0
+                    && *libc::__errno_location() == libc::EINTR
+                {}
+                libc::_exit(0);
             }
-            let bytes = grandchild.to_ne_bytes();
-            libc::write(write_end.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
+            let pid = i32::try_from(grandchild).unwrap_or(-1).to_ne_bytes();
+            libc::write(pid_write.as_raw_fd(), pid.as_ptr().cast(), pid.len());
             libc::_exit(0)
         },
         Ok(nix::unistd::ForkResult::Parent { child }) => child,
-        Err(_) => return false,
+        Err(_) => return None,
     };
-    drop(write_end);
-    let mut bytes = [0u8; 4];
-    let read = std::fs::File::from(read_end).read_exact(&mut bytes);
-    // Re-parenting happens as the child exits, so it is done once the child is reaped.
+    drop((pid_write, hold_read));
+    // Re-parenting happens as the child exits, so it is done once the child is reaped; and
+    // whatever it wrote is in the pipe by then, so the read below cannot wait.
     let _ = nix::sys::wait::waitpid(child, None);
+    let mut bytes = [0u8; 4];
+    let read = std::fs::File::from(pid_read).read_exact(&mut bytes);
     let grandchild = i32::from_ne_bytes(bytes);
     if read.is_err() || grandchild <= 0 {
-        return false;
+        return None;
     }
     let landed =
         std::fs::read_to_string(format!("/proc/self/task/{}/children", std::process::id()))
@@ -562,12 +579,12 @@ pub fn an_orphan_lands_on_the_main_thread() -> bool {
                 list.split_whitespace()
                     .any(|pid| pid.parse() == Ok(grandchild))
             });
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(grandchild),
-        nix::sys::signal::Signal::SIGKILL,
-    );
-    let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(grandchild), None);
-    landed
+    drop(hold_write);
+    if landed {
+        // Ours to reap; elsewhere it ends by itself and its new parent reaps it.
+        let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(grandchild), None);
+    }
+    Some(landed)
 }
 
 /// The thread that forks the spawners, once one was forked: it is meant to live as long as the
@@ -1276,14 +1293,16 @@ mod tests {
     use super::*;
 
     /// The probe sees where an orphan really goes: this test process is no subreaper (no test of
-    /// this binary makes it one), so the orphan goes to an ancestor and the probe says no. That it
+    /// this binary makes it one) nor a namespace's init, so the orphan goes to an ancestor and
+    /// the probe says no. That it
     /// says yes in a subreaper is `tests/sweep.rs`' quick look, which needs it.
     #[test]
     fn an_orphan_of_a_process_that_is_no_subreaper_does_not_land_on_its_main_thread() {
         assert!(
-            !std::thread::spawn(an_orphan_lands_on_the_main_thread)
+            std::thread::spawn(an_orphan_lands_on_the_main_thread)
                 .join()
                 .unwrap()
+                == Some(false)
         );
     }
 

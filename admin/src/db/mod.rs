@@ -728,9 +728,10 @@ mod tests {
     }
 
     /// Without the planner's stability guarantee every `.first()` re-parses its statement at
-    /// each execution (`.cargo/config.toml` says why).
+    /// each execution; the threading mode and the memory count cost a mutex per call
+    /// (`.cargo/config.toml` says why).
     #[test]
-    fn the_bundled_sqlite_keeps_its_plans() {
+    fn the_bundled_sqlite_has_our_build_options() {
         #[derive(QueryableByName)]
         struct Opt {
             #[diesel(sql_type = diesel::sql_types::Text)]
@@ -743,10 +744,17 @@ mod tests {
             .into_iter()
             .map(|o| o.compile_options)
             .collect();
-        assert!(
-            options.iter().any(|o| o == "ENABLE_QPSG"),
-            "build without LIBSQLITE3_FLAGS=SQLITE_ENABLE_QPSG: {options:?}"
-        );
+        for wanted in [
+            "ENABLE_QPSG",
+            "THREADSAFE=2",
+            "DEFAULT_MEMSTATUS=0",
+            "OMIT_SHARED_CACHE",
+        ] {
+            assert!(
+                options.iter().any(|o| o == wanted),
+                "build without {wanted} (LIBSQLITE3_FLAGS in .cargo/config.toml): {options:?}"
+            );
+        }
     }
 
     #[cfg(feature = "mysql")]

@@ -728,8 +728,8 @@ mod tests {
     }
 
     /// Without the planner's stability guarantee every `.first()` re-parses its statement at
-    /// each execution; the threading mode and the memory count cost a mutex per call
-    /// (`.cargo/config.toml` says why).
+    /// each execution; the serialized threading mode costs a mutex per call, the memory count
+    /// one per allocation, and shared-cache mode checks on every lock (`.cargo/config.toml`).
     #[test]
     fn the_bundled_sqlite_has_our_build_options() {
         #[derive(QueryableByName)]

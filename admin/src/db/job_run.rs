@@ -234,14 +234,75 @@ pub fn insert(conn: &mut AnyConnection, new: &NewJobRun) -> Result<RunId, Error>
 ///
 /// The rows must share `created_ms` and each have a `fire_slot_ms` (scheduled fires).
 pub fn insert_fires(conn: &mut AnyConnection, rows: &[NewJobRun]) -> Result<Vec<RunId>, Error> {
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids = match conn {
+        #[cfg(feature = "mysql")]
+        AnyConnection::Mysql(c) => {
+            diesel::insert_into(job_run::table)
+                .values(rows)
+                .execute(c)?;
+            // MySQL has no `RETURNING`. Reading the ids back by the unique key cost InnoDB
+            // about 7 pages a run in a burst (BENCHMARKS.md); where the server hands one
+            // statement's values out consecutively, the first id gives them all.
+            consecutive_ids(c, rows.len())?
+        }
+        AnyConnection::Sqlite(c) => {
+            // `RETURNING`'s order is SQLite's own, not the rows': matched by slot below.
+            let stored: Vec<(RunId, JobId, Option<i64>)> = diesel::insert_into(job_run::table)
+                .values(rows)
+                .returning((job_run::id, job_run::job_id, job_run::fire_slot_ms))
+                .get_results(c)?;
+            Some(in_row_order(rows, stored)?)
+        }
+    };
+    match ids {
+        Some(ids) => Ok(ids),
+        None => read_back_fires(conn, rows),
+    }
+}
+
+/// The ids of the `n` rows the connection's last `INSERT` added, when the server guarantees
+/// they are consecutive: InnoDB's `innodb_autoinc_lock_mode` 0 or 1 (1 is the default) gives a
+/// multi-row `INSERT … VALUES`, whose row count is known, one block of values in row order,
+/// `auto_increment_increment` apart, the first being `LAST_INSERT_ID()`. Mode 2 (interleaved,
+/// as Galera requires) gives no such promise: `None` then.
+#[cfg(feature = "mysql")]
+fn consecutive_ids(c: &mut diesel::MysqlConnection, n: usize) -> Result<Option<Vec<RunId>>, Error> {
+    use diesel::dsl::sql;
+    use diesel::sql_types::BigInt;
+    let (first, increment, lock_mode): (i64, i64, i64) =
+        diesel::select(sql::<(BigInt, BigInt, BigInt)>(
+            "CAST(LAST_INSERT_ID() AS SIGNED), \
+         CAST(@@SESSION.auto_increment_increment AS SIGNED), \
+         CAST(@@GLOBAL.innodb_autoinc_lock_mode AS SIGNED)",
+        ))
+        .prepared()
+        .get_result(c)?;
+    Ok(ids_in_one_block(first, increment, lock_mode, n))
+}
+
+/// See [`consecutive_ids`].
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+fn ids_in_one_block(first: i64, increment: i64, lock_mode: i64, n: usize) -> Option<Vec<RunId>> {
+    if !(0..=1).contains(&lock_mode) || increment < 1 || first < 1 {
+        return None;
+    }
+    (0..n)
+        .map(|i| {
+            let step = i64::try_from(i).ok()?.checked_mul(increment)?;
+            first.checked_add(step).map(RunId)
+        })
+        .collect()
+}
+
+/// The new runs' ids, read back by their unique key: auto-increment values of one statement
+/// need not be consecutive (InnoDB's interleaved mode).
+fn read_back_fires(conn: &mut AnyConnection, rows: &[NewJobRun]) -> Result<Vec<RunId>, Error> {
     let Some(first) = rows.first() else {
         return Ok(Vec::new());
     };
-    db_run!(conn: {
-        diesel::insert_into(job_run::table).values(rows).execute(conn)?;
-    });
-    // Auto-increment values of one statement need not be consecutive (InnoDB's interleaved
-    // mode): read them back by the unique key instead.
     let job_ids: Vec<JobId> = rows.iter().map(|r| r.job_id).collect();
     let stored: Vec<(RunId, JobId, Option<i64>)> = job_run::table
         .filter(job_run::job_id.eq_any(&job_ids))
@@ -250,6 +311,14 @@ pub fn insert_fires(conn: &mut AnyConnection, rows: &[NewJobRun]) -> Result<Vec<
         .filter(job_run::shard_index.eq(0))
         .select((job_run::id, job_run::job_id, job_run::fire_slot_ms))
         .load(conn)?;
+    in_row_order(rows, stored)
+}
+
+/// `stored` (id, job, slot) in the order of `rows`.
+fn in_row_order(
+    rows: &[NewJobRun],
+    stored: Vec<(RunId, JobId, Option<i64>)>,
+) -> Result<Vec<RunId>, Error> {
     let by_slot: std::collections::HashMap<(JobId, Option<i64>), RunId> = stored
         .into_iter()
         .map(|(id, job_id, slot)| ((job_id, slot), id))
@@ -1363,6 +1432,80 @@ mod tests {
         assert_eq!(count(conn, &ranged).unwrap(), 1);
         assert!(matches!(get(conn, RunId(9999)), Err(Error::NotFound(_))));
     });
+
+    storage_test!(a_pass_s_fires_get_their_own_ids_in_row_order, |conn| {
+        // Runs already there, so that the new ids start past 1.
+        insert(conn, &run(JobId(3), None, 0)).unwrap();
+        insert(conn, &run(JobId(3), Some(1_000), 1)).unwrap();
+        let fires = |slot: i64| {
+            [JobId(9), JobId(2), JobId(5), JobId(3)]
+                .map(|job| run(job, Some(slot), 0))
+                .to_vec()
+        };
+        let check = |conn: &mut AnyConnection, rows: &[NewJobRun], ids: &[RunId]| {
+            assert_eq!(ids.len(), rows.len());
+            for (row, id) in rows.iter().zip(ids) {
+                let stored = get(conn, *id).unwrap();
+                assert_eq!(
+                    (stored.job_id, stored.fire_slot_ms),
+                    (row.job_id, row.fire_slot_ms)
+                );
+            }
+            // The path that reads the ids back by the unique key agrees.
+            assert_eq!(read_back_fires(conn, rows).unwrap(), ids);
+        };
+        let rows = fires(1_000);
+        let ids = insert_fires(conn, &rows).unwrap();
+        check(conn, &rows, &ids);
+
+        // A server whose session hands values out 3 apart (as a multi-primary setup does).
+        #[cfg(feature = "mysql")]
+        if let AnyConnection::Mysql(c) = conn {
+            diesel::connection::SimpleConnection::batch_execute(
+                c,
+                "SET SESSION auto_increment_increment = 3",
+            )
+            .unwrap();
+        }
+        let rows = fires(2_000);
+        let ids = insert_fires(conn, &rows).unwrap();
+        check(conn, &rows, &ids);
+        #[cfg(feature = "mysql")]
+        if let AnyConnection::Mysql(c) = conn {
+            diesel::connection::SimpleConnection::batch_execute(
+                c,
+                "SET SESSION auto_increment_increment = 1",
+            )
+            .unwrap();
+        }
+
+        // All or none: one slot already fired fails the pass and adds no run.
+        let mut rows = fires(3_000);
+        rows.push(run(JobId(9), Some(1_000), 0));
+        let before = count(conn, &RunFilter::default()).unwrap();
+        assert!(matches!(
+            insert_fires(conn, &rows),
+            Err(Error::Conflict { .. })
+        ));
+        assert_eq!(count(conn, &RunFilter::default()).unwrap(), before);
+    });
+
+    #[test]
+    fn one_statement_s_ids_are_derived_only_where_the_server_promises_one_block() {
+        let ids = |first, increment, mode, n| {
+            ids_in_one_block(first, increment, mode, n)
+                .map(|v| v.into_iter().map(|id| id.0).collect::<Vec<_>>())
+        };
+        assert_eq!(ids(41, 1, 1, 3), Some(vec![41, 42, 43]));
+        assert_eq!(ids(41, 1, 0, 2), Some(vec![41, 42]));
+        assert_eq!(ids(10, 3, 1, 3), Some(vec![10, 13, 16]));
+        // Interleaved: values of concurrent statements may mix.
+        assert_eq!(ids(41, 1, 2, 3), None);
+        // No id generated, a nonsense increment, or ids past i64.
+        assert_eq!(ids(0, 1, 1, 3), None);
+        assert_eq!(ids(41, 0, 1, 3), None);
+        assert_eq!(ids(i64::MAX - 1, 1, 1, 3), None);
+    }
 
     storage_test!(
         batch_writes_are_all_or_nothing_and_store_what_single_ones_do,

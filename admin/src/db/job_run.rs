@@ -243,16 +243,22 @@ pub fn insert_fires(conn: &mut AnyConnection, rows: &[NewJobRun]) -> Result<Vec<
             diesel::insert_into(job_run::table)
                 .values(rows)
                 .execute(c)?;
-            // MySQL has no `RETURNING`. Reading the ids back by the unique key cost InnoDB
-            // about 7 pages a run in a burst (BENCHMARKS.md); where the server hands one
-            // statement's values out consecutively, the first id gives them all.
-            consecutive_ids(c, rows.len())?
+            // Diesel has no `RETURNING` on MySQL (MySQL itself has none). Reading the ids back
+            // by the unique key cost InnoDB about 7 pages a run in a burst (BENCHMARKS.md);
+            // where the server hands one statement's values out consecutively, the first id
+            // gives them all. A server that cannot say so (no such variable) reads them back.
+            consecutive_ids(c, rows.len()).unwrap_or(None)
         }
         AnyConnection::Sqlite(c) => {
             // `RETURNING`'s order is SQLite's own, not the rows': matched by slot below.
-            let stored: Vec<(RunId, JobId, Option<i64>)> = diesel::insert_into(job_run::table)
+            let stored: Vec<Stored> = diesel::insert_into(job_run::table)
                 .values(rows)
-                .returning((job_run::id, job_run::job_id, job_run::fire_slot_ms))
+                .returning((
+                    job_run::id,
+                    job_run::job_id,
+                    job_run::fire_slot_ms,
+                    job_run::shard_index,
+                ))
                 .get_results(c)?;
             Some(in_row_order(rows, stored)?)
         }
@@ -264,10 +270,10 @@ pub fn insert_fires(conn: &mut AnyConnection, rows: &[NewJobRun]) -> Result<Vec<
 }
 
 /// The ids of the `n` rows the connection's last `INSERT` added, when the server guarantees
-/// they are consecutive: InnoDB's `innodb_autoinc_lock_mode` 0 or 1 (1 is the default) gives a
-/// multi-row `INSERT … VALUES`, whose row count is known, one block of values in row order,
-/// `auto_increment_increment` apart, the first being `LAST_INSERT_ID()`. Mode 2 (interleaved,
-/// as Galera requires) gives no such promise: `None` then.
+/// they are consecutive: InnoDB's `innodb_autoinc_lock_mode` 0 or 1 (1 is MariaDB's default)
+/// gives a multi-row `INSERT … VALUES`, whose row count is known, one block of values in row
+/// order, `auto_increment_increment` apart, the first being `LAST_INSERT_ID()`. Mode 2
+/// (interleaved: MySQL 8's default, and what Galera requires) gives no such promise: `None` then.
 #[cfg(feature = "mysql")]
 fn consecutive_ids(c: &mut diesel::MysqlConnection, n: usize) -> Result<Option<Vec<RunId>>, Error> {
     use diesel::dsl::sql;
@@ -304,29 +310,37 @@ fn read_back_fires(conn: &mut AnyConnection, rows: &[NewJobRun]) -> Result<Vec<R
         return Ok(Vec::new());
     };
     let job_ids: Vec<JobId> = rows.iter().map(|r| r.job_id).collect();
-    let stored: Vec<(RunId, JobId, Option<i64>)> = job_run::table
+    let mut shards: Vec<i32> = rows.iter().map(|r| r.shard_index).collect();
+    shards.sort_unstable();
+    shards.dedup();
+    let stored: Vec<Stored> = job_run::table
         .filter(job_run::job_id.eq_any(&job_ids))
         .filter(job_run::created_ms.eq(first.created_ms))
         .filter(job_run::fire_slot_ms.is_not_null())
-        .filter(job_run::shard_index.eq(0))
-        .select((job_run::id, job_run::job_id, job_run::fire_slot_ms))
+        .filter(job_run::shard_index.eq_any(&shards))
+        .select((
+            job_run::id,
+            job_run::job_id,
+            job_run::fire_slot_ms,
+            job_run::shard_index,
+        ))
         .load(conn)?;
     in_row_order(rows, stored)
 }
 
-/// `stored` (id, job, slot) in the order of `rows`.
-fn in_row_order(
-    rows: &[NewJobRun],
-    stored: Vec<(RunId, JobId, Option<i64>)>,
-) -> Result<Vec<RunId>, Error> {
-    let by_slot: std::collections::HashMap<(JobId, Option<i64>), RunId> = stored
+/// A new run as read back: id, job, slot and shard, the unique key's columns.
+type Stored = (RunId, JobId, Option<i64>, i32);
+
+/// The ids of `stored` in the order of `rows`, matched by the unique key.
+fn in_row_order(rows: &[NewJobRun], stored: Vec<Stored>) -> Result<Vec<RunId>, Error> {
+    let by_slot: std::collections::HashMap<(JobId, Option<i64>, i32), RunId> = stored
         .into_iter()
-        .map(|(id, job_id, slot)| ((job_id, slot), id))
+        .map(|(id, job_id, slot, shard)| ((job_id, slot, shard), id))
         .collect();
     rows.iter()
         .map(|r| {
             by_slot
-                .get(&(r.job_id, r.fire_slot_ms))
+                .get(&(r.job_id, r.fire_slot_ms, r.shard_index))
                 .copied()
                 .ok_or_else(|| {
                     Error::Internal(anyhow::anyhow!(
@@ -1442,6 +1456,16 @@ mod tests {
                 .map(|job| run(job, Some(slot), 0))
                 .to_vec()
         };
+        // On MariaDB (lock mode 1 by default) the ids came from `LAST_INSERT_ID()`, not from
+        // the read-back that `check` compares them with.
+        #[cfg_attr(not(feature = "mysql"), allow(unused_variables))]
+        let assert_derived = |conn: &mut AnyConnection, ids: &[RunId]| match conn {
+            #[cfg(feature = "mysql")]
+            AnyConnection::Mysql(c) => {
+                assert_eq!(consecutive_ids(c, ids.len()).unwrap().as_deref(), Some(ids));
+            }
+            AnyConnection::Sqlite(_) => {}
+        };
         let check = |conn: &mut AnyConnection, rows: &[NewJobRun], ids: &[RunId]| {
             assert_eq!(ids.len(), rows.len());
             for (row, id) in rows.iter().zip(ids) {
@@ -1454,30 +1478,27 @@ mod tests {
             // The path that reads the ids back by the unique key agrees.
             assert_eq!(read_back_fires(conn, rows).unwrap(), ids);
         };
-        let rows = fires(1_000);
-        let ids = insert_fires(conn, &rows).unwrap();
-        check(conn, &rows, &ids);
-
-        // A server whose session hands values out 3 apart (as a multi-primary setup does).
-        #[cfg(feature = "mysql")]
-        if let AnyConnection::Mysql(c) = conn {
-            diesel::connection::SimpleConnection::batch_execute(
-                c,
-                "SET SESSION auto_increment_increment = 3",
-            )
-            .unwrap();
+        // The second pass on a server whose session hands values out 3 apart (as a
+        // multi-primary setup does).
+        #[cfg_attr(not(feature = "mysql"), allow(unused_variables))]
+        let set_increment = |conn: &mut AnyConnection, increment: u32| {
+            #[cfg(feature = "mysql")]
+            if let AnyConnection::Mysql(c) = conn {
+                diesel::connection::SimpleConnection::batch_execute(
+                    c,
+                    &format!("SET SESSION auto_increment_increment = {increment}"),
+                )
+                .unwrap();
+            }
+        };
+        for (slot, increment) in [(1_000, 1), (2_000, 3)] {
+            set_increment(conn, increment);
+            let rows = fires(slot);
+            let ids = insert_fires(conn, &rows).unwrap();
+            assert_derived(conn, &ids);
+            check(conn, &rows, &ids);
         }
-        let rows = fires(2_000);
-        let ids = insert_fires(conn, &rows).unwrap();
-        check(conn, &rows, &ids);
-        #[cfg(feature = "mysql")]
-        if let AnyConnection::Mysql(c) = conn {
-            diesel::connection::SimpleConnection::batch_execute(
-                c,
-                "SET SESSION auto_increment_increment = 1",
-            )
-            .unwrap();
-        }
+        set_increment(conn, 1);
 
         // All or none: one slot already fired fails the pass and adds no run.
         let mut rows = fires(3_000);

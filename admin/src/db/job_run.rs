@@ -250,7 +250,7 @@ pub fn insert_fires(conn: &mut AnyConnection, rows: &[NewJobRun]) -> Result<Vec<
             consecutive_ids(c, rows.len()).unwrap_or(None)
         }
         AnyConnection::Sqlite(c) => {
-            // `RETURNING`'s order is SQLite's own, not the rows': matched by slot below.
+            // `RETURNING`'s order is SQLite's own, not the rows': matched by the unique key.
             let stored: Vec<Stored> = diesel::insert_into(job_run::table)
                 .values(rows)
                 .returning((

@@ -173,6 +173,59 @@ async fn limits_are_enforced_and_reported() {
     }
 }
 
+/// A run's exit is looked for when its output ends: a leader that closes its output and goes
+/// on is still waited for to its exit, and one whose output a background process keeps open is
+/// still seen to exit, its leftover ended with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_is_waited_for_to_its_exit_whenever_its_output_ends() {
+    let (app, _dir, _agent, g) = with_agent("e2e-output-end", &[]).await;
+    let closes_early = app
+        .job_from(
+            g,
+            json!({"name": "closes-early", "handler": {"type": "shell",
+            "command": "echo before; exec >/dev/null 2>&1; sleep 0.4; exit 7"}}),
+        )
+        .await;
+    let id = app.trigger(closes_early, json!({})).await["id"]
+        .as_i64()
+        .unwrap();
+    let done = app.finished_run(id, RUN_WITHIN).await;
+    assert_eq!(
+        (done["status"].as_str(), done["exit_code"].as_i64()),
+        (Some("failed"), Some(7)),
+        "{done}"
+    );
+    let wall_ms = done["finished_ms"].as_i64().unwrap() - done["started_ms"].as_i64().unwrap();
+    assert!(
+        wall_ms >= 400,
+        "ended at its exit, not its output's end: {done}"
+    );
+    assert_eq!(app.full_log(id).await, "before\n");
+
+    let kept_open = app
+        .job_from(
+            g,
+            json!({"name": "kept-open", "handler": {"type": "shell",
+            "command": "sleep 30 & echo left"}}),
+        )
+        .await;
+    let id = app.trigger(kept_open, json!({})).await["id"]
+        .as_i64()
+        .unwrap();
+    let done = app.finished_run(id, RUN_WITHIN).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    let wall_ms = done["finished_ms"].as_i64().unwrap() - done["started_ms"].as_i64().unwrap();
+    assert!(
+        wall_ms < 10_000,
+        "ended at its leader's exit, not the sleep's: {done}"
+    );
+    let log = app.full_log(id).await;
+    assert!(
+        log.starts_with("left\n") && log.contains("left running after it finished"),
+        "{log}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timeouts_and_kills_stop_the_whole_tree() {
     let (app, _dir, _agent, g) = with_agent("e2e-kill", &[]).await;

@@ -14,6 +14,8 @@ use std::io::{Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use tokio::sync::oneshot;
+
 use super::prepare::RunLog;
 
 /// Bytes read from the pipe at a time; kept small because every running run holds one.
@@ -158,12 +160,19 @@ const INLINE_BYTES: u64 = 256 * 1024;
 
 /// Copies the output pipe `source` into the run's log until end of file; the log is made by the
 /// first byte. Never fails: what went wrong is in the outcome. `source` must be the read end
-/// `pipe` made: it is taken as a non-blocking pipe without a look.
-pub(super) async fn copy(source: File, log: RunLog, limits: OutputLimits) -> Outcome {
+/// `pipe` made: it is taken as a non-blocking pipe without a look. `ended` is dropped as soon
+/// as the output has ended (or cannot be read), before the log is finished.
+pub(super) async fn copy(
+    source: File,
+    log: RunLog,
+    limits: OutputLimits,
+    ended: oneshot::Sender<()>,
+) -> Outcome {
     let mut copier = Copier::new(log, limits);
     let pipe = match tokio::net::unix::pipe::Receiver::from_file_unchecked(source) {
         Ok(pipe) => pipe,
         Err(e) => {
+            drop(ended);
             copier.read_failed(&e);
             return copier.finish();
         }
@@ -178,6 +187,7 @@ pub(super) async fn copy(source: File, log: RunLog, limits: OutputLimits) -> Out
                     buf.resize(CHUNK, 0);
                     let rest = tokio::task::spawn_blocking(move || {
                         copier.drain(File::from(fd), &mut buf);
+                        drop(ended);
                         copier.finish()
                     });
                     rest.await.unwrap_or_else(|e| Outcome {
@@ -186,6 +196,7 @@ pub(super) async fn copy(source: File, log: RunLog, limits: OutputLimits) -> Out
                     })
                 }
                 Err(e) => {
+                    drop(ended);
                     copier.read_failed(&e);
                     copier.finish()
                 }
@@ -210,6 +221,7 @@ pub(super) async fn copy(source: File, log: RunLog, limits: OutputLimits) -> Out
             }
         }
     }
+    drop(ended);
     copier.finish()
 }
 
@@ -396,8 +408,14 @@ mod tests {
             .enable_all()
             .build()
             .unwrap();
-        let outcome = runtime.block_on(copy(read, RunLog::new(log.clone()), limits));
+        let (ended, output_ended) = oneshot::channel();
+        let outcome = runtime.block_on(copy(read, RunLog::new(log.clone()), limits, ended));
         writer.join().unwrap();
+        // What waits for the run's exit learns that its output ended, however the copy went.
+        assert!(matches!(
+            { output_ended }.try_recv(),
+            Err(oneshot::error::TryRecvError::Closed)
+        ));
         let text = std::fs::read(&log).unwrap_or_default();
         (outcome, text, dir)
     }

@@ -126,26 +126,44 @@ pub fn exit_watch(pid: i32) -> std::io::Result<tokio::io::unix::AsyncFd<std::os:
 /// be reused yet), then reaps it with its rusage, holding what `before_reap` returned until then.
 pub fn wait<G>(pid: i32, before_reap: impl FnOnce() -> G) -> std::io::Result<Exit> {
     loop {
-        // SAFETY: an all-zero siginfo_t is a valid value of this plain C struct.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: waitid writes only into the local we pass, which outlives the call.
-        let r = unsafe {
-            libc::waitid(
-                libc::P_PID,
-                pid as libc::id_t,
-                &mut info,
-                libc::WEXITED | libc::WNOWAIT,
-            )
-        };
-        if r == 0 {
-            break;
-        }
-        let err = std::io::Error::last_os_error();
-        if err.kind() != std::io::ErrorKind::Interrupted {
-            return Err(err);
+        match exited_unreaped(pid, 0) {
+            Ok(_) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
     }
     reap(pid, before_reap)
+}
+
+/// `reap` if `pid` has exited already, without waiting; None while it runs (or when the look
+/// fails: the caller then waits as it would have).
+pub fn reap_if_exited<G>(
+    pid: i32,
+    before_reap: impl FnOnce() -> G,
+) -> Option<std::io::Result<Exit>> {
+    matches!(exited_unreaped(pid, libc::WNOHANG), Ok(true)).then(|| reap(pid, before_reap))
+}
+
+/// Whether `pid` has exited, leaving it a zombie: `waitid` with `WNOWAIT` and `flags`
+/// (`WNOHANG` not to wait for it).
+fn exited_unreaped(pid: i32, flags: libc::c_int) -> std::io::Result<bool> {
+    // SAFETY: an all-zero siginfo_t is a valid value of this plain C struct; waitid leaves its
+    // pid zero when, with WNOHANG, no child of the kind is waitable.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: waitid writes only into the local we pass, which outlives the call.
+    let r = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOWAIT | flags,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: waitid filled the siginfo for a child's exit, or left it zeroed.
+    Ok(unsafe { info.si_pid() } == pid)
 }
 
 /// `wait` for a `pid` known to have exited (its pidfd turned readable): the look that waits is
@@ -187,4 +205,45 @@ pub fn reap<G>(pid: i32, before_reap: impl FnOnce() -> G) -> std::io::Result<Exi
 /// Raw fd of an open file, for `Isolation::cgroup_procs`.
 pub fn raw_fd(file: &File) -> i32 {
     file.as_raw_fd()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[allow(
+        clippy::zombie_processes,
+        reason = "reaping the child is what the test does, through the function it tests"
+    )]
+    fn an_exit_is_reaped_without_waiting_only_once_it_happened() {
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "read _ || true; exit 7"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = i32::try_from(child.id()).unwrap();
+        let mut prepared = 0;
+        assert!(
+            reap_if_exited(pid, || prepared += 1).is_none(),
+            "a running process is not reaped"
+        );
+        assert_eq!(prepared, 0, "nor prepared for a reap");
+        drop(child.stdin.take());
+        let started = std::time::Instant::now();
+        let exit = loop {
+            if let Some(exit) = reap_if_exited(pid, || prepared += 1) {
+                break exit.unwrap();
+            }
+            assert!(started.elapsed() < std::time::Duration::from_secs(10));
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
+        assert_eq!((exit.code, exit.signal, prepared), (Some(7), None, 1));
+        assert!(
+            reap_if_exited(pid, || prepared += 1).is_none(),
+            "reaped once: nothing is left to reap"
+        );
+        assert_eq!(prepared, 1);
+    }
 }

@@ -38,11 +38,26 @@ pub(super) struct NotRun {
 type Waited = (std::io::Result<spawn::Exit>, usize);
 type Waiter = JoinHandle<Waited>;
 
+/// How long a run's exit is left to its output's end before it is watched through a pidfd.
+/// Most runs' output ends as their leader exits (the leader held the pipe's last write end),
+/// and a leader found exited then is reaped at once: no pidfd to open, register, deregister
+/// and close, three system calls fewer per run with the look itself (BENCHMARKS.md). A run
+/// still writing after this long, or whose output stays open past its leader's exit (a
+/// background process kept it), is watched through a pidfd as before: its exit, and the end of
+/// what it left running, come at most this much later.
+const OUTPUT_END_FIRST: Duration = Duration::from_millis(50);
+
 /// Waits for the leader's exit and reaps it; then whatever the run left behind (a background
 /// daemon, a `setsid` escapee) ends with it: nothing of a run outlives its result unnoticed.
-/// The exit is watched on the runtime through a pidfd, and a blocking thread sweeps only a run
-/// that left something; where pidfds are missing, all of it happens on a blocking thread.
-fn watch_exit(containment: Arc<Containment>, run_id: i64, pid: i32) -> Waiter {
+/// The exit is looked for when the run's output ends (`output_ended`), else watched on the
+/// runtime through a pidfd, and a blocking thread sweeps only a run that left something; where
+/// pidfds are missing, all of it happens on a blocking thread.
+fn watch_exit(
+    containment: Arc<Containment>,
+    run_id: i64,
+    pid: i32,
+    output_ended: oneshot::Receiver<()>,
+) -> Waiter {
     let on_a_thread = {
         let containment = containment.clone();
         move || {
@@ -52,16 +67,33 @@ fn watch_exit(containment: Arc<Containment>, run_id: i64, pid: i32) -> Waiter {
             (exit, leftovers)
         }
     };
-    let Ok(watch) = spawn::exit_watch(pid) else {
-        return tokio::task::spawn_blocking(on_a_thread);
-    };
     tokio::spawn(async move {
-        if watch.readable().await.is_err() {
-            return tokio::task::spawn_blocking(on_a_thread)
-                .await
-                .unwrap_or_else(|e| (Err(std::io::Error::other(e)), 0));
-        }
-        let exit = spawn::reap(pid, || containment.reaping(pid));
+        // The sender is dropped when the output ends, so either outcome of the wait says so.
+        let ended_with_output = tokio::time::timeout(OUTPUT_END_FIRST, output_ended)
+            .await
+            .is_ok();
+        let exited = if ended_with_output {
+            spawn::reap_if_exited(pid, || containment.reaping(pid))
+        } else {
+            None
+        };
+        let exit = match exited {
+            Some(exit) => exit,
+            None => {
+                let Ok(watch) = spawn::exit_watch(pid) else {
+                    return tokio::task::spawn_blocking(on_a_thread)
+                        .await
+                        .unwrap_or_else(|e| (Err(std::io::Error::other(e)), 0));
+                };
+                if watch.readable().await.is_err() {
+                    drop(watch);
+                    return tokio::task::spawn_blocking(on_a_thread)
+                        .await
+                        .unwrap_or_else(|e| (Err(std::io::Error::other(e)), 0));
+                }
+                spawn::reap(pid, || containment.reaping(pid))
+            }
+        };
         let reaped = containment.reaped_so_far();
         kill::signal_group(pid, Signal::SIGKILL);
         // The runs that ended with this one reap first; one look for strays then serves them all.
@@ -149,8 +181,14 @@ impl Runner {
         )
         .unwrap_or(u64::MAX);
         tracing::info!(run_id, job_id = trigger.job_id, pid, "Run started");
-        let copier = tokio::spawn(output::copy(output_read, log.clone(), self.config.output));
-        let waiter = watch_exit(self.containment.clone(), run_id, pid);
+        let (output_ends, output_ended) = oneshot::channel();
+        let copier = tokio::spawn(output::copy(
+            output_read,
+            log.clone(),
+            self.config.output,
+            output_ends,
+        ));
+        let waiter = watch_exit(self.containment.clone(), run_id, pid, output_ended);
         let (waited, stopped) = self.wait_or_stop(prepared, pid, waiter, stop_rx, log).await;
         let (exit, leftovers) = match waited {
             Ok((exit, leftovers)) => (Ok(exit), leftovers),

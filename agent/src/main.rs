@@ -30,7 +30,8 @@ fn main() -> ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
         .with_target(false)
         .init();
-    // One thread is plenty: the HTTP server has its own, and each run waits on a blocking thread.
+    // One thread is plenty: the HTTP server has its own, and runs are waited for here, through
+    // their output's end or a pidfd, without a thread of their own.
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -183,24 +183,42 @@ async fn a_run_is_waited_for_to_its_exit_whenever_its_output_ends() {
         .job_from(
             g,
             json!({"name": "closes-early", "handler": {"type": "shell",
-            "command": "echo before; exec >/dev/null 2>&1; sleep 0.4; exit 7"}}),
+            "command": "echo before; exec >/dev/null 2>&1; sleep 2; exit 7"}}),
+        )
+        .await;
+    let quick = app
+        .job_from(
+            g,
+            json!({"name": "quick", "handler": {"type": "shell",
+            "command": "echo quick"}}),
         )
         .await;
     let id = app.trigger(closes_early, json!({})).await["id"]
         .as_i64()
         .unwrap();
+    // Another run goes from start to result meanwhile: looking for the first one's exit when its
+    // output ended did not hold up the agent's thread until that exit.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let quick_id = app.trigger(quick, json!({})).await["id"].as_i64().unwrap();
+    let quick_done = app.finished_run(quick_id, RUN_WITHIN).await;
     let done = app.finished_run(id, RUN_WITHIN).await;
     assert_eq!(
         (done["status"].as_str(), done["exit_code"].as_i64()),
         (Some("failed"), Some(7)),
         "{done}"
     );
-    let wall_ms = done["finished_ms"].as_i64().unwrap() - done["started_ms"].as_i64().unwrap();
+    let finished = done["finished_ms"].as_i64().unwrap();
+    let wall_ms = finished - done["started_ms"].as_i64().unwrap();
     assert!(
-        wall_ms >= 400,
+        wall_ms >= 2_000,
         "ended at its exit, not its output's end: {done}"
     );
     assert_eq!(app.full_log(id).await, "before\n");
+    assert_eq!(quick_done["status"], "succeeded", "{quick_done}");
+    assert!(
+        quick_done["finished_ms"].as_i64().unwrap() < finished - 1_000,
+        "the other run was not held up: {quick_done} {done}"
+    );
 
     let kept_open = app
         .job_from(

@@ -408,16 +408,45 @@ mod tests {
             .enable_all()
             .build()
             .unwrap();
-        let (ended, output_ended) = oneshot::channel();
+        let (ended, _output_ended) = oneshot::channel();
         let outcome = runtime.block_on(copy(read, RunLog::new(log.clone()), limits, ended));
         writer.join().unwrap();
-        // What waits for the run's exit learns that its output ended, however the copy went.
-        assert!(matches!(
-            { output_ended }.try_recv(),
-            Err(oneshot::error::TryRecvError::Closed)
-        ));
         let text = std::fs::read(&log).unwrap_or_default();
         (outcome, text, dir)
+    }
+
+    #[test]
+    fn the_output_s_end_is_told_when_the_last_writer_closes_and_not_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let (read, mut write) = pipe().unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let (ended, mut output_ended) = oneshot::channel();
+        let copier = runtime.spawn(copy(
+            read,
+            RunLog::new(dir.path().join("7.log")),
+            ROOMY,
+            ended,
+        ));
+        write.write_all(b"still going\n").unwrap();
+        runtime.block_on(async {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        });
+        assert_eq!(
+            output_ended.try_recv(),
+            Err(oneshot::error::TryRecvError::Empty),
+            "the output is still open"
+        );
+        drop(write);
+        runtime.block_on(async {
+            assert!(
+                (&mut output_ended).await.is_err(),
+                "told by the sender's drop"
+            );
+            assert_eq!(copier.await.unwrap().total_bytes, 12);
+        });
     }
 
     const ROOMY: OutputLimits = OutputLimits {

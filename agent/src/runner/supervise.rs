@@ -38,20 +38,22 @@ pub(super) struct NotRun {
 type Waited = (std::io::Result<spawn::Exit>, usize);
 type Waiter = JoinHandle<Waited>;
 
-/// How long a run's exit is left to its output's end before it is watched through a pidfd.
-/// Most runs' output ends as their leader exits (the leader held the pipe's last write end),
-/// and a leader found exited then is reaped at once: no pidfd to open, register, deregister
-/// and close, three system calls fewer per run with the look itself (BENCHMARKS.md). A run
-/// still writing after this long, or whose output stays open past its leader's exit (a
-/// background process kept it), is watched through a pidfd as before: its exit, and the end of
-/// what it left running, come at most this much later.
+/// How long after its pid is known a run's exit is left to its output's end before it is
+/// watched through a pidfd. Most runs' output ends as their leader exits (the leader held the
+/// pipe's last write end), and a leader found exited then is reaped at once: no pidfd to open,
+/// register, deregister and close, three system calls fewer per run with the look itself
+/// (BENCHMARKS.md). A run whose output is still open after this long, or whose leader is still
+/// running when its output ends (it closed it, or a background process keeps it open), is
+/// watched through a pidfd as before: its exit, and the end of what it left running, come at
+/// most this much later.
 const OUTPUT_END_FIRST: Duration = Duration::from_millis(50);
 
 /// Waits for the leader's exit and reaps it; then whatever the run left behind (a background
 /// daemon, a `setsid` escapee) ends with it: nothing of a run outlives its result unnoticed.
 /// The exit is looked for when the run's output ends (`output_ended`), else watched on the
 /// runtime through a pidfd, and a blocking thread sweeps only a run that left something; where
-/// pidfds are missing, all of it happens on a blocking thread.
+/// pidfds are missing, a run not found exited at its output's end is waited for, and swept, on a
+/// blocking thread.
 fn watch_exit(
     containment: Arc<Containment>,
     run_id: i64,

@@ -16,7 +16,9 @@
 //!     [--chains 100] [--length 10] [--sleep-ms 0] [--fan 1000] [--steps-only | --fan-only]
 //! ```
 //! `lateness`: N (1,000) fixed-rate jobs of 1 s spread over the second (N fires/s) on 4 agents
-//! for 20 s; agent process start − scheduled time, p50/p99. Agent CPU figures (all but `idle`'s)
+//! for 20 s; agent process start − scheduled time, p50/p99; the paced spawn floor (`spawn`'s
+//! second figure) is read just before and just after, and the CPU per fire given as a multiple
+//! of each. Agent CPU figures (all but `idle`'s)
 //! count each agent's spawner too (the process that starts its runs: agent overhead, not the
 //! jobs'); before 2026-11-29 they did not. `http`: the same with http jobs
 //! (N = 5,000) that GET a loopback endpoint this program serves: no process per run, so it
@@ -397,6 +399,8 @@ struct Lateness {
     started: Vec<i64>,
     seconds: i64,
     cpu: String,
+    /// Admin and agent CPU per fire in the measured window, ms.
+    per_fire_ms: f64,
 }
 
 /// `per_second` fixed-rate jobs of 1 s spread over the second on 4 agents (in `mode`, or their
@@ -517,6 +521,7 @@ fn lateness_window(
             window_cpu.0 as f64 / (to - from) as f64 * 100.0,
             (window_cpu.0 + window_cpu.1) as f64 / fires.max(1) as f64
         ),
+        per_fire_ms: (window_cpu.0 + window_cpu.1) as f64 / fires.max(1) as f64,
     }
 }
 
@@ -558,13 +563,26 @@ fn backend(mysql: bool) -> &'static str {
 }
 
 fn lateness(mysql: bool, per_second: usize) {
+    // A host's pace drifts within minutes (BENCHMARKS.md), so the per-fire target, a multiple
+    // of the paced floor, is read against floors taken on each side of the run, on a quiet
+    // machine: the admin and agents are not running yet, or any more.
+    let floor_before = paced_spawn_floor(1000, 10);
     let l = measure_lateness(mysql, per_second, None);
+    let floor_after = paced_spawn_floor(1000, 10);
     println!(
         "lateness at {per_second}/s on {}: {}",
         backend(mysql),
         l.summary("agent process start")
     );
     println!("{}", l.cpu);
+    println!(
+        "per fire {:.2} ms: {:.1} × the paced floor read before the run ({:.3} ms), {:.1} × the one after ({:.3} ms)",
+        l.per_fire_ms,
+        l.per_fire_ms / floor_before,
+        floor_before,
+        l.per_fire_ms / floor_after,
+        floor_after
+    );
 }
 
 impl Lateness {
@@ -1203,7 +1221,8 @@ fn cpu_us_of(who: nix::sys::resource::UsageWho) -> u64 {
     clippy::zombie_processes,
     reason = "every child is reaped by `waitpid(-1)`, not through its handle"
 )]
-fn paced_spawn_floor(rate: u32, seconds: u32) {
+/// Returns the thread's CPU per process, ms.
+fn paced_spawn_floor(rate: u32, seconds: u32) -> f64 {
     use nix::errno::Errno;
     use nix::poll::{PollFd, PollFlags, ppoll};
     use nix::sys::resource::UsageWho;
@@ -1281,6 +1300,7 @@ fn paced_spawn_floor(rate: u32, seconds: u32) {
         at(99),
         at(100)
     );
+    per(spent)
 }
 
 fn main() {

@@ -602,6 +602,55 @@ pub fn advance_many(
     }))
 }
 
+/// One job's move in a plan pass: from the next fire time the pass read to the one after.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Advance {
+    pub id: JobId,
+    pub expected: i64,
+    pub next: Option<i64>,
+}
+
+/// Rows per statement of [`advance_each`]: each row's `CASE` branch is looked through for every
+/// row the statement matches, so its cost grows with the square of this.
+const ADVANCE_EACH_ROWS: usize = 50;
+
+/// `advance` for jobs that each move between values of their own; returns how many moved.
+///
+/// Fixed-rate jobs spread over the second each have a next fire time of their own, so a plan
+/// pass had a statement per job: on MariaDB at 1,000 fires a second the most frequent statement
+/// and the largest share of the server's statement time (BENCHMARKS.md, issue 17). There a
+/// statement moves up to [`ADVANCE_EACH_ROWS`] jobs; SQLite runs `advance`'s kept statement per
+/// job, an in-process call cheaper than preparing a statement of a new shape.
+pub fn advance_each(conn: &mut AnyConnection, moves: &[Advance]) -> Result<usize, Error> {
+    use super::rows_update::{RowsUpdate, Set, Value};
+    if moves.len() < 2 || !super::batch_writes_pay(conn) {
+        let mut moved = 0;
+        for one in moves {
+            moved += usize::from(advance(conn, one.id, one.expected, one.next)?);
+        }
+        return Ok(moved);
+    }
+    let mut moved = 0;
+    for chunk in moves.chunks(ADVANCE_EACH_ROWS) {
+        moved += RowsUpdate::new("job", chunk.iter().map(|one| one.id.0).collect())
+            .column(
+                "next_fire_ms",
+                Set::Always,
+                chunk.iter().map(|one| Value::BigInt(one.next)).collect(),
+            )
+            .where_each_equals(
+                "next_fire_ms",
+                chunk
+                    .iter()
+                    .map(|one| Value::BigInt(Some(one.expected)))
+                    .collect(),
+            )
+            .where_each_equals("enabled", vec![Value::Bool(Some(true)); chunk.len()])
+            .execute(conn)?;
+    }
+    Ok(moved)
+}
+
 /// The soonest next fire of any enabled job, for the scheduler's sleep.
 pub fn soonest_fire(conn: &mut AnyConnection) -> Result<Option<i64>, Error> {
     use diesel::dsl::min;
@@ -742,6 +791,56 @@ pub(crate) mod tests {
         let found: Vec<JobId> = find_all(conn, &ids).unwrap().iter().map(|j| j.id).collect();
         assert_eq!(found, vec![first, second]);
     });
+
+    storage_test!(
+        jobs_each_move_from_their_own_time_unless_it_changed,
+        |conn| {
+            let g = insert_group(conn, "g1");
+            // More than two statements' worth on MariaDB, each job at a time of its own.
+            let jobs: Vec<JobId> = (0..120)
+                .map(|i| {
+                    insert_job(
+                        conn,
+                        JobFields {
+                            next_fire_ms: Some(1_000 + i),
+                            enabled: i != 70,
+                            ..fields(g, &format!("job{i}"))
+                        },
+                    )
+                })
+                .collect();
+            // Edited since the pass read it: its time is another.
+            prepared::update(job::table, job::next_fire_ms.eq(7), job::id.eq(jobs[5]))
+                .execute(conn)
+                .unwrap();
+            let moves: Vec<Advance> = (0..120)
+                .map(|i| Advance {
+                    id: jobs[i],
+                    expected: 1_000 + i as i64,
+                    next: (i != 119).then_some(5_000 + i as i64),
+                })
+                .collect();
+            assert_eq!(advance_each(conn, &moves).unwrap(), 118);
+            let next_of =
+                |conn: &mut AnyConnection, i: usize| get(conn, jobs[i]).unwrap().next_fire_ms;
+            assert_eq!(next_of(conn, 5), Some(7), "edited: left alone");
+            assert_eq!(next_of(conn, 70), Some(1_070), "disabled: left alone");
+            assert_eq!(next_of(conn, 119), None, "its last fire");
+            for i in (0..119).filter(|i| ![5, 70].contains(i)) {
+                assert_eq!(next_of(conn, i), Some(5_000 + i as i64), "job {i}");
+            }
+            // Moved already: nothing matches a second time.
+            assert_eq!(advance_each(conn, &moves[..60]).unwrap(), 0);
+            assert_eq!(advance_each(conn, &[]).unwrap(), 0);
+            let one = Advance {
+                id: jobs[0],
+                expected: 5_000,
+                next: Some(9_000),
+            };
+            assert_eq!(advance_each(conn, &[one]).unwrap(), 1);
+            assert_eq!(next_of(conn, 0), Some(9_000));
+        }
+    );
 
     storage_test!(end_rules_are_the_jobs_own_each_once, |conn| {
         let g = insert_group(conn, "g1");

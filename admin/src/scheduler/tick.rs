@@ -152,8 +152,9 @@ pub async fn tick(state: &AppState) -> Result<TickOutcome, Error> {
 
 /// How a pass writes. A burst of thousands of jobs due at once must be planned in well under
 /// the misfire threshold, also on MariaDB where every statement is a round trip: `Batched`
-/// moves jobs that share old and new fire times with one statement and inserts all runs with
-/// one. `OneByOne` is the fallback when a batched statement does not match what was read.
+/// moves jobs that share old and new fire times with one statement, the others a statement per
+/// fifty on MariaDB (`job::advance_each`), and inserts all runs with one. `OneByOne` is the
+/// fallback when a batched statement does not match what was read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
     Batched,
@@ -338,12 +339,26 @@ fn write_batched(
             .or_default()
             .push(p.job.id);
     }
+    // Jobs that share a move (one-shot jobs due together, cron jobs on the same minute) go by
+    // `IN` lists; jobs alone in theirs (fixed-rate jobs spread over the second) together.
+    let mut alone = Vec::new();
     for ((expected, next), ids) in &moves {
+        if let [id] = ids.as_slice() {
+            alone.push(job::Advance {
+                id: *id,
+                expected: *expected,
+                next: *next,
+            });
+            continue;
+        }
         for chunk in ids.chunks(IN_LIST_MAX) {
             if job::advance_many(conn, chunk, *expected, *next)? != chunk.len() {
                 return Ok(None);
             }
         }
+    }
+    if job::advance_each(conn, &alone)? != alone.len() {
+        return Ok(None);
     }
     let fires: Vec<&super::plan::Fire> = planned.iter().flat_map(|p| &p.fires).collect();
     let rows: Vec<job_run::NewJobRun> = planned

@@ -413,3 +413,56 @@ fn write_one_by_one(
     }
     Ok(dues)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::job::tests::{fields, insert_group, write};
+    use crate::testing::storage_test;
+
+    fn planned_job(conn: &mut AnyConnection, name: &str, stored_next: i64) -> Planned {
+        let g = insert_group(conn, name);
+        let id = job::insert(
+            conn,
+            &write(g),
+            &job::NewJob {
+                fields: job::JobFields {
+                    next_fire_ms: Some(stored_next),
+                    ..fields(g, name)
+                },
+                created_ms: 1,
+            },
+        )
+        .unwrap();
+        Planned {
+            job: job::get(conn, id).unwrap(),
+            stored_next,
+            next: Some(stored_next + 1_000),
+            fires: Vec::new(),
+        }
+    }
+
+    storage_test!(a_batched_pass_whose_moves_fall_short_starts_over, |conn| {
+        // Jobs alone in their move (each at its own time) and two that share one.
+        let mut planned: Vec<Planned> = [("a", 1_000), ("b", 2_000), ("c", 3_000), ("d", 3_000)]
+            .into_iter()
+            .map(|(name, at)| planned_job(conn, name, at))
+            .collect();
+        assert!(write_batched(conn, &planned, 10).unwrap().is_some());
+        for p in &planned {
+            assert_eq!(
+                job::get(conn, p.job.id).unwrap().next_fire_ms,
+                p.next,
+                "{} moved",
+                p.job.name
+            );
+        }
+        // Read before someone edited `b`: the pass must not go on as if all had moved.
+        for p in &mut planned {
+            p.stored_next += 1_000;
+            p.next = Some(p.stored_next + 1_000);
+        }
+        job::advance(conn, planned[1].job.id, planned[1].stored_next, Some(7)).unwrap();
+        assert!(write_batched(conn, &planned, 10).unwrap().is_none());
+    });
+}

@@ -34,6 +34,11 @@ fn main() -> ExitCode {
     // their output's end or a pidfd, without a thread of their own.
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        // The blocking threads (journal and spool writes, sweeps) yield to this one as the
+        // spawner does: woken by it, they no longer take its core in the middle of its turn.
+        .on_thread_start(|| {
+            jobfleet_agent::runner::spawner::yield_to_the_agent();
+        })
         .build()
     {
         Ok(r) => r,

@@ -16,7 +16,20 @@ const TOKEN: &str = "agent-test-token";
 
 /// The agent binary with a clean environment and the test token.
 fn agent() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_jobfleet-agent"));
+    agent_under(&[])
+}
+
+/// `agent()` started through `wrapper` (a program and its arguments, the agent's path after).
+fn agent_under(wrapper: &[&str]) -> Command {
+    let binary = env!("CARGO_BIN_EXE_jobfleet-agent");
+    let mut cmd = match wrapper.split_first() {
+        Some((program, args)) => {
+            let mut cmd = Command::new(program);
+            cmd.args(args).arg(binary);
+            cmd
+        }
+        None => Command::new(binary),
+    };
     cmd.env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("JOBFLEET_AGENT_TOKEN", TOKEN)
@@ -56,8 +69,18 @@ async fn start_with(env: &[(&str, &str)]) -> Running {
 
 /// Starts an agent on `port` with its data in `dir` (again, after a kill, say).
 async fn start_in(dir: tempfile::TempDir, port: u16, env: &[(&str, &str)]) -> Running {
+    start_under(&[], dir, port, env).await
+}
+
+/// `start_in` through `wrapper` (see `agent_under`).
+async fn start_under(
+    wrapper: &[&str],
+    dir: tempfile::TempDir,
+    port: u16,
+    env: &[(&str, &str)],
+) -> Running {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let child = agent()
+    let child = agent_under(wrapper)
         .arg("--allow-root")
         .env(
             "JOBFLEET_AGENT_ADMINS",
@@ -1353,6 +1376,76 @@ async fn the_spawner_outlives_runs_and_one_that_died_is_replaced() {
             .map(String::as_str),
         Some("succeeded")
     );
+}
+
+/// The scheduling policy (the 41st field of `/proc/.../stat`) of each thread of `pid`, by name.
+fn thread_policies(pid: u32) -> Vec<(String, i32)> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("stat")).ok())
+        .map(|stat| {
+            let (open, close) = (stat.find('(').unwrap(), stat.rfind(')').unwrap());
+            let policy = stat[close + 2..]
+                .split(' ')
+                .nth(38)
+                .unwrap()
+                .parse()
+                .unwrap();
+            (stat[open + 1..close].to_owned(), policy)
+        })
+        .collect()
+}
+
+/// Issue 17: an ordinary agent's spawner and blocking threads are batch threads, so that waking
+/// them never takes its main thread's core in the middle of its turn; its main thread and its
+/// runs are ordinary. An agent an operator starts under another policy (here idle) keeps it, for
+/// every thread and for its runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ordinary_agent_s_helpers_yield_to_it_and_its_runs_stay_ordinary() {
+    const OTHER: i32 = 0;
+    const BATCH: i32 = 3;
+    const IDLE: i32 = 5;
+    for (wrapper, helpers, rest) in [
+        (&[][..], BATCH, OTHER),
+        (&["chrt", "--idle", "0"][..], IDLE, IDLE),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let agent = start_under(wrapper, dir, free_port(), &[]).await;
+        let page = run_to_its_end(
+            &agent,
+            61,
+            61,
+            "echo \"policy=$(cut -d ' ' -f 41 /proc/$$/stat)\"",
+        )
+        .await;
+        let log = page["content"]["logContent"].as_str().unwrap();
+        assert!(
+            log.contains(&format!("policy={rest}\n")),
+            "{wrapper:?}: {log}"
+        );
+        // The result is spooled by a blocking thread, which lingers for a while.
+        wait_for_results(&agent, 1).await;
+        let threads = thread_policies(agent.child.id());
+        assert!(
+            threads.iter().any(|(name, _)| name == "tokio-rt-worker"),
+            "{threads:?}"
+        );
+        for (name, policy) in &threads {
+            let wanted = if name == "tokio-rt-worker" {
+                helpers
+            } else {
+                rest
+            };
+            assert_eq!(*policy, wanted, "{wrapper:?}: thread {name}: {threads:?}");
+        }
+        let spawner = jobfleet_agent::runner::spawner::of_agent(agent.child.id())
+            .expect("a spawner beside the agent");
+        assert_eq!(
+            thread_policies(spawner as u32),
+            vec![("jobfleet-spawn".to_owned(), helpers)],
+            "{wrapper:?}"
+        );
+    }
 }
 
 /// An http run's request is sent once: a bad request is refused at the trigger, and a run

@@ -928,7 +928,8 @@ fn serve(stream: UnixStream, agent: nix::unistd::Pid) -> ! {
     close_inherited(stream.as_raw_fd());
     // Named, so an operator tells it from the agent; a nameless failure changes nothing.
     let _ = nix::sys::prctl::set_name(NAME);
-    let code = match serve_requests(stream, agent) {
+    let batch = yield_to_the_agent();
+    let code = match serve_requests(stream, agent, batch) {
         Ok(()) => 0,
         Err(_) => 1,
     };
@@ -955,7 +956,32 @@ fn close_inherited(keep: RawFd) {
     }
 }
 
-fn serve_requests(mut stream: UnixStream, agent: nix::unistd::Pid) -> std::io::Result<()> {
+/// Makes the calling thread (the spawner's only one, or one of the agent's blocking threads)
+/// `SCHED_BATCH` when it is an ordinary (`SCHED_OTHER`) one; says whether it did, and so, in the
+/// spawner, whether each run goes back to `SCHED_OTHER` before its exec.
+///
+/// Why: the agent's main thread wakes the spawner with every request, and the scheduler let the
+/// woken spawner take the agent's core at once (wake-up preemption), in the middle of the agent's
+/// turn: about one involuntary switch of the agent's main thread per run at 1,000 fires/s, each
+/// a switch away and one back (BENCHMARKS.md, issue 17). A batch thread does not preempt when
+/// woken: it runs on an idle core at once, or when the running thread's turn ends, which is when
+/// the agent would wait for it anyway. Its share of the CPU is unchanged (same nice). A thread
+/// started under another policy (an operator's idle or real-time agent) keeps it, and so do the
+/// runs.
+pub fn yield_to_the_agent() -> bool {
+    let ordinary = libc::sched_param { sched_priority: 0 };
+    // SAFETY: reads and sets this process's own policy; no memory is passed but `ordinary`.
+    unsafe {
+        libc::sched_getscheduler(0) == libc::SCHED_OTHER
+            && libc::sched_setscheduler(0, libc::SCHED_BATCH, &ordinary) == 0
+    }
+}
+
+fn serve_requests(
+    mut stream: UnixStream,
+    agent: nix::unistd::Pid,
+    batch: bool,
+) -> std::io::Result<()> {
     let devnull = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -986,7 +1012,7 @@ fn serve_requests(mut stream: UnixStream, agent: nix::unistd::Pid) -> std::io::R
             return Ok(());
         }
         let (pid, errno) = match Decoded::parse(&body, &fds) {
-            Some(decoded) => launch(&decoded, devnull.as_raw_fd(), &mut stack),
+            Some(decoded) => launch(&decoded, devnull.as_raw_fd(), &mut stack, batch),
             None => (-1, libc::EINVAL),
         };
         let at_ns = monotonic_ns();
@@ -1151,14 +1177,22 @@ impl<'a> Decoded<'a> {
 struct ChildArgs<'a> {
     request: &'a Decoded<'a>,
     devnull: RawFd,
+    /// The spawner is `SCHED_BATCH` for its own sake (`yield_to_the_agent`), not the run's.
+    ordinary_policy: bool,
     errno: AtomicI32,
 }
 
 /// Starts the request's process: (pid, 0), or (pid or -1, errno) when it did not get to exec.
-fn launch(request: &Decoded<'_>, devnull: RawFd, stack: &mut [u8]) -> (i32, i32) {
+fn launch(
+    request: &Decoded<'_>,
+    devnull: RawFd,
+    stack: &mut [u8],
+    ordinary_policy: bool,
+) -> (i32, i32) {
     let args = ChildArgs {
         request,
         devnull,
+        ordinary_policy,
         errno: AtomicI32::new(0),
     };
     let top = stack.as_mut_ptr_range().end;
@@ -1251,6 +1285,11 @@ unsafe fn become_run(args: &ChildArgs<'_>) -> i32 {
             || libc::dup2(request.output, 2) < 0
             || libc::chdir(request.cwd.as_ptr()) != 0
         {
+            return errno();
+        }
+        // Back to an ordinary process's policy, which a process may always take for itself.
+        let ordinary = libc::sched_param { sched_priority: 0 };
+        if args.ordinary_policy && libc::sched_setscheduler(0, libc::SCHED_OTHER, &ordinary) != 0 {
             return errno();
         }
         let mut buf = [0u8; 12];
@@ -1705,6 +1744,55 @@ mod tests {
             crate::runner::start_marks::StartMarks::left_in(dir.path()).unwrap(),
             std::collections::HashSet::from([41, 42])
         );
+    }
+
+    /// The policy field (41st) of `/proc/<pid>/stat`, read after the name's closing bracket.
+    fn policy_of(pid: i32) -> i32 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let after_name = &stat[stat.rfind(')').unwrap() + 2..];
+        after_name.split(' ').nth(38).unwrap().parse().unwrap()
+    }
+
+    /// The spawner of an ordinary agent is a batch process, so waking it never takes the agent's
+    /// core; the runs it starts are ordinary processes all the same, from their first
+    /// instruction of the program on.
+    #[test]
+    fn the_spawner_yields_to_the_agent_and_its_runs_are_ordinary() {
+        // SAFETY: reads this thread's own policy.
+        let ours = unsafe { libc::sched_getscheduler(0) };
+        assert_eq!(
+            ours,
+            libc::SCHED_OTHER,
+            "the test needs an ordinary process"
+        );
+        let (read, write) = nix::unistd::pipe().unwrap();
+        let output = [write.as_raw_fd()];
+        // The shell's own policy, and that of a program it starts.
+        let argv: Strings = [
+            "sh",
+            "-c",
+            "cut -d ' ' -f 41 /proc/$$/stat; cut -d ' ' -f 41 /proc/self/stat",
+        ]
+        .into_iter()
+        .collect();
+        let message = plain_request(c"/bin/sh", &argv, output[0]);
+        let mut slot = Spawner::default();
+        let outcome = spawn_via(
+            &mut slot,
+            fork_spawner,
+            &[Encoded {
+                message: &message,
+                fds: &output,
+            }],
+        );
+        let spawner = slot.connection.as_ref().unwrap().pid;
+        assert_eq!(policy_of(spawner), libc::SCHED_BATCH);
+        let pid = nix::unistd::Pid::from_raw(*outcome[0].as_ref().unwrap());
+        nix::sys::wait::waitpid(pid, None).unwrap();
+        drop(write);
+        let mut printed = String::new();
+        File::from(read).read_to_string(&mut printed).unwrap();
+        assert_eq!(printed, "0\n0\n", "SCHED_OTHER is 0");
     }
 
     /// The agent gave up on a request it could not write whole (the stream ends inside it):

@@ -36,6 +36,8 @@ fn main() -> ExitCode {
         .enable_all()
         // The blocking threads (journal and spool writes, sweeps) yield to this one as the
         // spawner does: woken by it, they no longer take its core in the middle of its turn.
+        // Named so that an operator, and a test, tells them from the HTTP server's runtime's.
+        .thread_name("jobfleet-block")
         .on_thread_start(|| {
             jobfleet_agent::runner::spawner::yield_to_the_agent();
         })

@@ -966,11 +966,13 @@ fn close_inherited(keep: RawFd) {
 /// a switch away and one back (BENCHMARKS.md, issue 17). A batch thread does not preempt when
 /// woken: it runs on an idle core at once, or when the running thread's turn ends, which is when
 /// the agent would wait for it anyway. Its share of the CPU is unchanged (same nice). A thread
-/// started under another policy (an operator's idle or real-time agent) keeps it, and so do the
-/// runs.
+/// started under another policy (an operator's idle, batch or real-time agent) keeps it, and so do
+/// the runs; under `SCHED_RESET_ON_FORK` (`chrt -R`) the kernel makes the agent's new threads and
+/// the spawner ordinary, and they are then made batch like any ordinary agent's.
 pub fn yield_to_the_agent() -> bool {
     let ordinary = libc::sched_param { sched_priority: 0 };
-    // SAFETY: reads and sets this process's own policy; no memory is passed but `ordinary`.
+    // SAFETY: reads and sets the calling thread's own policy (Linux keeps one per thread); no
+    // memory is passed but `ordinary`.
     unsafe {
         libc::sched_getscheduler(0) == libc::SCHED_OTHER
             && libc::sched_setscheduler(0, libc::SCHED_BATCH, &ordinary) == 0
@@ -1287,10 +1289,14 @@ unsafe fn become_run(args: &ChildArgs<'_>) -> i32 {
         {
             return errno();
         }
-        // Back to an ordinary process's policy, which a process may always take for itself.
-        let ordinary = libc::sched_param { sched_priority: 0 };
-        if args.ordinary_policy && libc::sched_setscheduler(0, libc::SCHED_OTHER, &ordinary) != 0 {
-            return errno();
+        // Back to an ordinary process's policy, nice kept. Linux lets a process leave
+        // SCHED_BATCH for SCHED_OTHER unprivileged; only a security module or seccomp filter could
+        // refuse it, and that would have refused the spawner's own change, which then never
+        // happened. Best effort all the same: a run left a batch process loses only wake-up
+        // preemption, a run failed for it would lose its start.
+        if args.ordinary_policy {
+            let ordinary = libc::sched_param { sched_priority: 0 };
+            libc::sched_setscheduler(0, libc::SCHED_OTHER, &ordinary);
         }
         let mut buf = [0u8; 12];
         let pid = itoa(libc::getpid() as u32, &mut buf);

@@ -18,7 +18,8 @@
 //! `lateness`: N (1,000) fixed-rate jobs of 1 s spread over the second (N fires/s) on 4 agents
 //! for 20 s; agent process start − scheduled time, p50/p99; the paced spawn floor (`spawn`'s
 //! second figure) is read just before and just after, and the CPU per fire given as a multiple
-//! of each. Agent CPU figures (all but `idle`'s)
+//! of each; the agents' main threads and spawners are reported apart (share of a core, voluntary
+//! and involuntary context switches a run). Agent CPU figures (all but `idle`'s)
 //! count each agent's spawner too (the process that starts its runs: agent overhead, not the
 //! jobs'); before 2026-11-29 they did not. `http`: the same with http jobs
 //! (N = 5,000) that GET a loopback endpoint this program serves: no process per run, so it
@@ -132,6 +133,95 @@ fn spawner_cpu_ms(agent: &Proc) -> i64 {
 /// CPU time the agents used, their spawners' included, in ms.
 fn agents_cpu_ms(agents: &[Proc]) -> i64 {
     agents.iter().map(|a| cpu_ms(a).0 + spawner_cpu_ms(a)).sum()
+}
+
+/// CPU and context switches of one thread, from `/proc/<pid>/task/<tid>/{stat,status}`.
+#[derive(Debug, Default, Clone, Copy)]
+struct ThreadUse {
+    cpu_ms: i64,
+    voluntary: i64,
+    involuntary: i64,
+}
+
+impl ThreadUse {
+    fn of(pid: u32, tid: u32) -> Self {
+        let task = format!("/proc/{pid}/task/{tid}");
+        let stat = std::fs::read_to_string(format!("{task}/stat")).unwrap_or_default();
+        let fields: Vec<i64> = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest)
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(|f| f.parse().unwrap_or(0))
+            .collect();
+        let tick = |i: usize| fields.get(i - 3).copied().unwrap_or(0) * 10;
+        let status = std::fs::read_to_string(format!("{task}/status")).unwrap_or_default();
+        let count = |key: &str| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix(key))
+                .and_then(|rest| rest.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        Self {
+            cpu_ms: tick(14) + tick(15),
+            voluntary: count("voluntary_ctxt_switches:"),
+            involuntary: count("nonvoluntary_ctxt_switches:"),
+        }
+    }
+
+    fn add(self, other: Self) -> Self {
+        Self {
+            cpu_ms: self.cpu_ms + other.cpu_ms,
+            voluntary: self.voluntary + other.voluntary,
+            involuntary: self.involuntary + other.involuntary,
+        }
+    }
+
+    fn since(self, before: Self) -> Self {
+        Self {
+            cpu_ms: self.cpu_ms - before.cpu_ms,
+            voluntary: self.voluntary - before.voluntary,
+            involuntary: self.involuntary - before.involuntary,
+        }
+    }
+}
+
+/// The agents' main threads and their spawners, each summed over the agents: the two threads
+/// that live as long as their agent and do a run's work (the blocking threads come and go, and a
+/// thread's counts leave with it).
+fn agents_thread_use(agents: &[Proc]) -> (ThreadUse, ThreadUse) {
+    agents.iter().fold(
+        (ThreadUse::default(), ThreadUse::default()),
+        |(main, spawners), agent| {
+            let pid = agent.0.id();
+            let spawner = jobfleet_agent::runner::spawner::of_agent(pid)
+                .map_or_else(ThreadUse::default, |spawner| {
+                    ThreadUse::of(spawner.cast_unsigned(), spawner.cast_unsigned())
+                });
+            (main.add(ThreadUse::of(pid, pid)), spawners.add(spawner))
+        },
+    )
+}
+
+/// How the agents' main threads and spawners spent a window of `ms` with `fires` runs: share of a
+/// core, and voluntary and involuntary context switches a run. An involuntary switch is a thread
+/// preempted mid-turn (the spawner's wake-up took the core from the agent, as before the spawner
+/// was `SCHED_BATCH`); a voluntary one is a sleep, so the wake-ups a run costs.
+fn thread_report(main: ThreadUse, spawners: ThreadUse, ms: i64, fires: i64) -> String {
+    let describe = |name: &str, used: ThreadUse| {
+        format!(
+            "{name} {:.1} % of a core, {:.2} voluntary and {:.2} involuntary switches a run",
+            used.cpu_ms as f64 / ms.max(1) as f64 * 100.0,
+            used.voluntary as f64 / fires.max(1) as f64,
+            used.involuntary as f64 / fires.max(1) as f64
+        )
+    };
+    format!(
+        "{}; {}",
+        describe("the agents' main threads", main),
+        describe("their spawners", spawners)
+    )
 }
 
 fn cpu_report(admin: &Proc, agents: &[Proc]) -> String {
@@ -401,6 +491,8 @@ struct Lateness {
     cpu: String,
     /// Admin and agent CPU per fire in the measured window, ms.
     per_fire_ms: f64,
+    /// The agents' main threads and spawners in the measured window (`thread_report`).
+    threads: String,
 }
 
 /// `per_second` fixed-rate jobs of 1 s spread over the second on 4 agents (in `mode`, or their
@@ -472,11 +564,13 @@ fn lateness_window(
     };
     sleep_until(from);
     let window_start = (cpu_ms(admin).0, agents_cpu_ms(agents));
+    let threads_start = agents_thread_use(agents);
     sleep_until(to);
     let window_cpu = (
         cpu_ms(admin).0 - window_start.0,
         agents_cpu_ms(agents) - window_start.1,
     );
+    let threads_end = agents_thread_use(agents);
     // Disabled only once every run of the window was taken: a take that waited for the write
     // turn past `to` would find its job disabled and skip runs of the window (seen at 1,000/s).
     sleep_until(to + 1_000);
@@ -522,6 +616,12 @@ fn lateness_window(
             (window_cpu.0 + window_cpu.1) as f64 / fires.max(1) as f64
         ),
         per_fire_ms: (window_cpu.0 + window_cpu.1) as f64 / fires.max(1) as f64,
+        threads: thread_report(
+            threads_end.0.since(threads_start.0),
+            threads_end.1.since(threads_start.1),
+            to - from,
+            fires,
+        ),
     }
 }
 
@@ -575,6 +675,7 @@ fn lateness(mysql: bool, per_second: usize) {
         l.summary("agent process start")
     );
     println!("{}", l.cpu);
+    println!("in the measured window: {}", l.threads);
     println!(
         "per fire {:.2} ms: {:.1} × the paced floor read before the run ({:.3} ms), {:.1} × the one after ({:.3} ms)",
         l.per_fire_ms,

@@ -109,7 +109,14 @@ fn cpu_ms_of(pid: u32) -> i64 {
 }
 
 fn cpu_ms_and_children(pid: u32) -> (i64, i64) {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let ms = stat_ms(&format!("/proc/{pid}/stat"));
+    (ms(14) + ms(15), ms(16) + ms(17))
+}
+
+/// Field `i` of a `stat` file (as stat(5) numbers them: utime, stime, cutime and cstime are
+/// 14-17) read as ticks, in ms; ticks are 10 ms here.
+fn stat_ms(path: &str) -> impl Fn(usize) -> i64 + use<> {
+    let stat = std::fs::read_to_string(path).unwrap_or_default();
     // The fields after the command name, which may hold spaces, start after its closing ')'.
     let fields: Vec<i64> = stat
         .rsplit_once(')')
@@ -118,9 +125,7 @@ fn cpu_ms_and_children(pid: u32) -> (i64, i64) {
         .split_whitespace()
         .map(|f| f.parse().unwrap_or(0))
         .collect();
-    // utime, stime, cutime, cstime are fields 14-17 of stat(5); ticks are 10 ms here.
-    let tick = |i: usize| fields.get(i - 3).copied().unwrap_or(0) * 10;
-    (tick(14) + tick(15), tick(16) + tick(17))
+    move |i| fields.get(i - 3).copied().unwrap_or(0) * 10
 }
 
 /// CPU time of an agent's spawner (the process that starts its runs for it, so part of the
@@ -146,15 +151,7 @@ struct ThreadUse {
 impl ThreadUse {
     fn of(pid: u32, tid: u32) -> Self {
         let task = format!("/proc/{pid}/task/{tid}");
-        let stat = std::fs::read_to_string(format!("{task}/stat")).unwrap_or_default();
-        let fields: Vec<i64> = stat
-            .rsplit_once(')')
-            .map(|(_, rest)| rest)
-            .unwrap_or_default()
-            .split_whitespace()
-            .map(|f| f.parse().unwrap_or(0))
-            .collect();
-        let tick = |i: usize| fields.get(i - 3).copied().unwrap_or(0) * 10;
+        let ms = stat_ms(&format!("{task}/stat"));
         let status = std::fs::read_to_string(format!("{task}/status")).unwrap_or_default();
         let count = |key: &str| {
             status
@@ -164,7 +161,7 @@ impl ThreadUse {
                 .unwrap_or(0)
         };
         Self {
-            cpu_ms: tick(14) + tick(15),
+            cpu_ms: ms(14) + ms(15),
             voluntary: count("voluntary_ctxt_switches:"),
             involuntary: count("nonvoluntary_ctxt_switches:"),
         }

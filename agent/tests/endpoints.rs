@@ -494,7 +494,7 @@ async fn script_jobs_run_with_a_relative_data_folder() {
         (
             41,
             "GLUE_SHELL",
-            format!("echo bash > {}", marker.display()),
+            format!("echo bash >> {}", marker.display()),
         ),
         (
             42,
@@ -517,7 +517,14 @@ async fn script_jobs_run_with_a_relative_data_folder() {
         vec!["succeeded", "succeeded"],
         "{statuses:?}"
     );
-    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "bash\nperl\n");
+    // The two runs belong to different jobs and may run in either order, so both append.
+    let mut ran: Vec<String> = std::fs::read_to_string(&marker)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    ran.sort();
+    assert_eq!(ran, ["bash", "perl"]);
 }
 
 /// Issue 20: a trigger carries its run id as an idempotency key. A repeat while the run goes

@@ -3,7 +3,7 @@
 //!
 //! ```sh
 //! cargo build --release --workspace --bins --features jobfleet-admin/mysql
-//! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- lateness [--mysql] [--jobs 1000]
+//! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- lateness [--mysql] [--jobs 1000] [--agents 4]
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- http [--mysql] [--jobs 5000]
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- burst [--mysql] [--jobs 50000]
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- rss [--jobs 100000]
@@ -15,7 +15,7 @@
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- workflows [--mysql] \
 //!     [--chains 100] [--length 10] [--sleep-ms 0] [--fan 1000] [--steps-only | --fan-only]
 //! ```
-//! `lateness`: N (1,000) fixed-rate jobs of 1 s spread over the second (N fires/s) on 4 agents
+//! `lateness`: N (1,000) fixed-rate jobs of 1 s spread over the second (N fires/s) on 4 agents (`--agents`)
 //! for 20 s; agent process start − scheduled time, p50/p99; the paced spawn floor (`spawn`'s
 //! second figure) is read just before and just after, and the CPU per fire given as a multiple
 //! of each; the agents' main threads and spawners are reported apart (share of a core, voluntary
@@ -492,16 +492,21 @@ struct Lateness {
     threads: String,
 }
 
-/// `per_second` fixed-rate jobs of 1 s spread over the second on 4 agents (in `mode`, or their
-/// default) for 20 s, over a fresh database and admin; the first 3 s are not counted.
-fn measure_lateness(mysql: bool, per_second: usize, mode: Option<Mode>) -> Lateness {
-    measure_lateness_of(mysql, per_second, mode, None)
+/// How many agents `lateness`, `modes` and `http` run by default: more than the host's cores,
+/// as a small fleet's agents share an admin.
+const LATENESS_AGENTS: usize = 4;
+
+/// `per_second` fixed-rate jobs of 1 s spread over the second on `agents` agents (in `mode`, or
+/// their default) for 20 s, over a fresh database and admin; the first 3 s are not counted.
+fn measure_lateness(mysql: bool, per_second: usize, agents: usize, mode: Option<Mode>) -> Lateness {
+    measure_lateness_of(mysql, per_second, agents, mode, None)
 }
 
 /// `measure_lateness`, with http jobs that GET `http_url` when given.
 fn measure_lateness_of(
     mysql: bool,
     per_second: usize,
+    agents: usize,
     mode: Option<Mode>,
     http_url: Option<&str>,
 ) -> Lateness {
@@ -516,7 +521,7 @@ fn measure_lateness_of(
             .unwrap();
     }
     let (admin, base) = bench.admin();
-    let agents = bench.agents(&base, 4, mode);
+    let agents = bench.agents(&base, agents, mode);
     let l = lateness_window(&bench, &admin, &agents, per_second, 20);
     if let Ok(dump) = std::env::var("SCHED_BENCH_DUMP") {
         // `modes` keeps one file per measurement.
@@ -659,15 +664,15 @@ fn backend(mysql: bool) -> &'static str {
     if mysql { "MariaDB" } else { "SQLite" }
 }
 
-fn lateness(mysql: bool, per_second: usize) {
+fn lateness(mysql: bool, per_second: usize, agents: usize) {
     // A host's pace drifts within minutes (BENCHMARKS.md), so the per-fire target, a multiple
     // of the paced floor, is read against floors taken on each side of the run, on a quiet
     // machine: the admin and agents are not running yet, or any more.
     let floor_before = paced_spawn_floor(1000, 10);
-    let l = measure_lateness(mysql, per_second, None);
+    let l = measure_lateness(mysql, per_second, agents, None);
     let floor_after = paced_spawn_floor(1000, 10);
     println!(
-        "lateness at {per_second}/s on {}: {}",
+        "lateness at {per_second}/s on {} with {agents} agent(s): {}",
         backend(mysql),
         l.summary("agent process start")
     );
@@ -707,7 +712,7 @@ fn modes(mysql: bool, rate: Option<usize>) {
     let mut rows = Vec::new();
     for per_second in rates {
         for mode in [Mode::Push, Mode::Connect] {
-            let l = measure_lateness(mysql, per_second, Some(mode));
+            let l = measure_lateness(mysql, per_second, LATENESS_AGENTS, Some(mode));
             eprintln!("{} at {per_second}/s: {}", mode.as_str(), l.cpu);
             rows.push((mode, per_second, l));
         }
@@ -760,7 +765,7 @@ fn http_endpoint() -> String {
 fn http_lateness(mysql: bool, per_second: usize) {
     let url = http_endpoint();
     let own_before = cpu_ms_of(std::process::id());
-    let l = measure_lateness_of(mysql, per_second, None, Some(&url));
+    let l = measure_lateness_of(mysql, per_second, LATENESS_AGENTS, None, Some(&url));
     let endpoint_ms = cpu_ms_of(std::process::id()) - own_before;
     println!(
         "http jobs at {per_second}/s on {}: {}",
@@ -1409,8 +1414,17 @@ fn main() {
         .position(|a| a == "--jobs")
         .and_then(|i| args.get(i + 1))
         .map(|n| n.parse::<usize>().expect("--jobs takes a number"));
+    let agents = args
+        .iter()
+        .position(|a| a == "--agents")
+        .and_then(|i| args.get(i + 1))
+        .map(|n| n.parse::<usize>().expect("--agents takes a number"));
     match args.first().map(String::as_str) {
-        Some("lateness") => lateness(mysql, jobs.unwrap_or(1000)),
+        Some("lateness") => lateness(
+            mysql,
+            jobs.unwrap_or(1000),
+            agents.unwrap_or(LATENESS_AGENTS),
+        ),
         Some("http") => http_lateness(mysql, jobs.unwrap_or(5000)),
         Some("burst") => burst(mysql, jobs.unwrap_or(50_000)),
         Some("rss") => rss(mysql, jobs.unwrap_or(100_000)),
@@ -1422,11 +1436,7 @@ fn main() {
         }
         Some("modes") => modes(mysql, jobs),
         Some("fleet") => {
-            let agents = args
-                .iter()
-                .position(|a| a == "--agents")
-                .and_then(|i| args.get(i + 1))
-                .map_or(10_000, |n| n.parse().expect("--agents takes a number"));
+            let agents = agents.unwrap_or(10_000);
             let connections = args
                 .iter()
                 .position(|a| a == "--connections")
@@ -1458,7 +1468,7 @@ fn main() {
         _ => {
             eprintln!(
                 "usage: sched_bench lateness|http|burst|rss|idle|day2|spawn|modes|workflows|fleet [--mysql] [--jobs N] \
-                 [--agents N --connections N] [--chains N --length N --sleep-ms N --fan N --steps-only --fan-only]"
+                 [--agents N] [--connections N] [--chains N --length N --sleep-ms N --fan N --steps-only --fan-only]"
             );
             std::process::exit(2);
         }

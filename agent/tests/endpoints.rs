@@ -1045,11 +1045,21 @@ async fn triggers_beyond_the_run_limit_wait_their_turn_and_a_full_queue_refuses(
         trigger(json!({"jobId": job, "logId": job * 10, "glueSource": script}))
     };
     let mark = |name: &str| format!("touch {}/{name}", marks.display());
+    // The first run holds the only slot until the test says go, however slow the requests
+    // below are: a fixed sleep could end first on a loaded machine.
+    let go = marks.join("go");
     let first = post(
         &agent,
         "run",
         Some(TOKEN),
-        &run(1, format!("sleep 2; {}", mark("one"))),
+        &run(
+            1,
+            format!(
+                "while [ ! -e {} ]; do sleep 0.05; done; {}",
+                go.display(),
+                mark("one")
+            ),
+        ),
     )
     .await
     .unwrap();
@@ -1096,6 +1106,7 @@ async fn triggers_beyond_the_run_limit_wait_their_turn_and_a_full_queue_refuses(
         fifth["code"], 200,
         "the killed runs' places are free: {fifth}"
     );
+    std::fs::write(&go, "").unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     while spooled_statuses(&agent).len() < 4 {
         assert!(

@@ -527,10 +527,12 @@ async fn an_agent_with_free_slots_takes_due_runs_in_batches(mysql: bool) {
         .await;
     let now = app.now_ms();
     let new_run = move |job: i64| crate::support::pending_api_run(job, g, now, now);
+    // In one transaction: the agent pulls on its own, and a take landing between the inserts
+    // would split the batches differently.
     let (taken, left): (Vec<i64>, Vec<i64>) = app
         .state
         .db
-        .run(move |conn| {
+        .transaction(move |conn| {
             let mut taken = Vec::new();
             for _ in 0..RUNS {
                 taken.push(job_run::insert(conn, &new_run(any))?.0);

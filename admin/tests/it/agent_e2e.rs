@@ -307,8 +307,18 @@ async fn timeouts_and_kills_stop_the_whole_tree() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn block_strategies_serial_discard_and_cover() {
-    let (app, _dir, _agent, g) = with_agent("e2e-block", &[]).await;
+    let (app, dir, _agent, g) = with_agent("e2e-block", &[]).await;
     let body = |name: &str, strategy: &str| json!({"name": name, "block_strategy": strategy, "handler": {"type": "shell", "command": "echo start; sleep 1; echo end"}});
+    // A first run that must still be going when the second trigger arrives waits for the test
+    // to say go: a fixed sleep could end first on a loaded machine.
+    let go = |name: &str| dir.path().join(format!("go-{name}"));
+    let held = |name: &str, strategy: &str| {
+        let command = format!(
+            "echo start; while [ ! -e {} ]; do sleep 0.05; done; echo end",
+            go(name).display()
+        );
+        json!({"name": name, "block_strategy": strategy, "handler": {"type": "shell", "command": command}})
+    };
 
     let serial = app.job_from(g, body("serial", "serial")).await;
     let first = app.trigger(serial, json!({})).await["id"].as_i64().unwrap();
@@ -331,7 +341,7 @@ async fn block_strategies_serial_discard_and_cover() {
         "serial runs do not overlap: {a} {b}"
     );
 
-    let discard = app.job_from(g, body("discard", "discard_later")).await;
+    let discard = app.job_from(g, held("discard", "discard_later")).await;
     let first = app.trigger(discard, json!({})).await["id"]
         .as_i64()
         .unwrap();
@@ -344,12 +354,13 @@ async fn block_strategies_serial_discard_and_cover() {
             .contains("Discard Later"),
         "{rejected}"
     );
+    std::fs::write(go("discard"), "").unwrap();
     assert_eq!(
         app.finished_run(first, RUN_WITHIN).await["status"],
         "succeeded"
     );
 
-    let cover = app.job_from(g, body("cover", "cover_early")).await;
+    let cover = app.job_from(g, held("cover", "cover_early")).await;
     let first = app.trigger(cover, json!({})).await["id"].as_i64().unwrap();
     wait_for(
         Duration::from_secs(10),
@@ -362,6 +373,7 @@ async fn block_strategies_serial_discard_and_cover() {
         app.finished_run(first, RUN_WITHIN).await["status"],
         "killed"
     );
+    std::fs::write(go("cover"), "").unwrap();
     assert_eq!(
         app.finished_run(second, RUN_WITHIN).await["status"],
         "succeeded"

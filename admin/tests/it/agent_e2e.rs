@@ -183,7 +183,7 @@ async fn a_run_is_waited_for_to_its_exit_whenever_its_output_ends() {
         .job_from(
             g,
             json!({"name": "closes-early", "handler": {"type": "shell",
-            "command": "echo before; exec >/dev/null 2>&1; sleep 2; exit 7"}}),
+            "command": "echo before; exec >/dev/null 2>&1; sleep 5; exit 7"}}),
         )
         .await;
     let quick = app
@@ -210,13 +210,15 @@ async fn a_run_is_waited_for_to_its_exit_whenever_its_output_ends() {
     let finished = done["finished_ms"].as_i64().unwrap();
     let wall_ms = finished - done["started_ms"].as_i64().unwrap();
     assert!(
-        wall_ms >= 2_000,
+        wall_ms >= 5_000,
         "ended at its exit, not its output's end: {done}"
     );
     assert_eq!(app.full_log(id).await, "before\n");
     assert_eq!(quick_done["status"], "succeeded", "{quick_done}");
     assert!(
-        quick_done["finished_ms"].as_i64().unwrap() < finished - 1_000,
+        // A margin of seconds: the quick run's whole way, from trigger to result, fits in it
+        // on a loaded machine too.
+        quick_done["finished_ms"].as_i64().unwrap() < finished - 3_000,
         "the other run was not held up: {quick_done} {done}"
     );
 

@@ -121,9 +121,10 @@ async fn connect_mode_runs_logs_and_kills(mysql: bool) {
         .job_from(g, json!({"name": "shell", "handler": {"type": "shell", "command": "echo \"run=$JOBFLEET_RUN_ID\""}}))
         .await;
     let run = app.trigger(shell, json!({})).await;
-    assert_eq!(
-        (run["status"].as_str(), run["agent"].as_str()),
-        (Some("running"), Some(address.as_str())),
+    // Succeeded already, should the answer be read after a slow machine's linger.
+    assert!(
+        matches!(run["status"].as_str(), Some("running" | "succeeded"))
+            && run["agent"].as_str() == Some(address.as_str()),
         "{run}"
     );
     let id = run["id"].as_i64().unwrap();
@@ -201,7 +202,10 @@ async fn an_auto_agent_behind_an_unreachable_address_still_gets_its_runs(mysql: 
         .job_from(g, json!({"name": "auto", "handler": {"type": "shell", "command": "echo via the connection"}}))
         .await;
     let run = app.trigger(job, json!({})).await;
-    assert_eq!(run["status"], "running", "{run}");
+    assert!(
+        matches!(run["status"].as_str(), Some("running" | "succeeded")),
+        "{run}"
+    );
     let id = run["id"].as_i64().unwrap();
     assert_eq!(
         app.finished_run(id, RUN_WITHIN).await["status"],

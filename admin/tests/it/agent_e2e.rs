@@ -31,9 +31,10 @@ async fn shell_and_script_jobs_run_with_their_context_and_log() {
         .job_from(g, json!({"name": "shell", "params": "--full", "handler": {"type": "shell", "command": "echo \"run=$JOBFLEET_RUN_ID job=$JOBFLEET_JOB_ID params=$JOBFLEET_PARAMS shard=$JOBFLEET_SHARD_INDEX/$JOBFLEET_SHARD_TOTAL attempt=$JOBFLEET_ATTEMPT arg1=$1\""}}))
         .await;
     let run = app.trigger(shell, json!({})).await;
-    assert_eq!(
-        (run["status"].as_str(), run["agent"].as_str()),
-        (Some("running"), Some(agent.address.as_str())),
+    // Succeeded already, should the answer be read after a slow machine's linger.
+    assert!(
+        matches!(run["status"].as_str(), Some("running" | "succeeded"))
+            && run["agent"].as_str() == Some(agent.address.as_str()),
         "{run}"
     );
     let id = run["id"].as_i64().unwrap();

@@ -492,8 +492,8 @@ struct Lateness {
     threads: String,
 }
 
-/// How many agents `lateness`, `modes` and `http` run by default: more than the host's cores,
-/// as a small fleet's agents share an admin.
+/// How many agents `lateness` runs unless `--agents` says otherwise, and `modes` and `http`
+/// always: more than the host's cores, as a small fleet's agents share an admin.
 const LATENESS_AGENTS: usize = 4;
 
 /// `per_second` fixed-rate jobs of 1 s spread over the second on `agents` agents (in `mode`, or
@@ -1419,6 +1419,7 @@ fn main() {
         .position(|a| a == "--agents")
         .and_then(|i| args.get(i + 1))
         .map(|n| n.parse::<usize>().expect("--agents takes a number"));
+    assert!(agents != Some(0), "--agents takes a number of at least 1");
     match args.first().map(String::as_str) {
         Some("lateness") => lateness(
             mysql,
@@ -1468,7 +1469,7 @@ fn main() {
         _ => {
             eprintln!(
                 "usage: sched_bench lateness|http|burst|rss|idle|day2|spawn|modes|workflows|fleet [--mysql] [--jobs N] \
-                 [--agents N] [--connections N] [--chains N --length N --sleep-ms N --fan N --steps-only --fan-only]"
+                 [--agents N (lateness, fleet)] [--connections N] [--chains N --length N --sleep-ms N --fan N --steps-only --fan-only]"
             );
             std::process::exit(2);
         }

@@ -1046,7 +1046,8 @@ async fn triggers_beyond_the_run_limit_wait_their_turn_and_a_full_queue_refuses(
     };
     let mark = |name: &str| format!("touch {}/{name}", marks.display());
     // The first run holds the only slot until the test says go, however slow the requests
-    // below are: a fixed sleep could end first on a loaded machine.
+    // below are (for at most 30 s, so that a failed test leaves nothing behind): a fixed sleep
+    // could end first on a loaded machine.
     let go = marks.join("go");
     let first = post(
         &agent,
@@ -1055,7 +1056,7 @@ async fn triggers_beyond_the_run_limit_wait_their_turn_and_a_full_queue_refuses(
         &run(
             1,
             format!(
-                "while [ ! -e {} ]; do sleep 0.05; done; {}",
+                "for i in $(seq 600); do [ -e {} ] && break; sleep 0.05; done; {}",
                 go.display(),
                 mark("one")
             ),

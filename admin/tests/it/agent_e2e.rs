@@ -313,11 +313,12 @@ async fn block_strategies_serial_discard_and_cover() {
     let (app, dir, _agent, g) = with_agent("e2e-block", &[]).await;
     let body = |name: &str, strategy: &str| json!({"name": name, "block_strategy": strategy, "handler": {"type": "shell", "command": "echo start; sleep 1; echo end"}});
     // A first run that must still be going when the second trigger arrives waits for the test
-    // to say go: a fixed sleep could end first on a loaded machine.
+    // to say go (for at most 30 s, so that a failed test leaves nothing behind): a fixed sleep
+    // could end first on a loaded machine.
     let go = |name: &str| dir.path().join(format!("go-{name}"));
     let held = |name: &str, strategy: &str| {
         let command = format!(
-            "echo start; while [ ! -e {} ]; do sleep 0.05; done; echo end",
+            "echo start; for i in $(seq 600); do [ -e {} ] && break; sleep 0.05; done; echo end",
             go(name).display()
         );
         json!({"name": name, "block_strategy": strategy, "handler": {"type": "shell", "command": command}})

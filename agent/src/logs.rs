@@ -81,10 +81,34 @@ pub struct Logs {
 }
 
 fn day_folder(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .unwrap_or_default()
-        .format("%Y-%m-%d")
-        .to_string()
+    Day::of(ms).to_string()
+}
+
+/// A day's folder name, `YYYY-MM-DD` in UTC: written field by field, as chrono's `format` parses
+/// its pattern again at each call, a few per cent of the agent's thread per run (BENCHMARKS.md).
+struct Day(chrono::NaiveDate);
+
+impl Day {
+    fn of(ms: i64) -> Self {
+        Self(
+            chrono::DateTime::from_timestamp_millis(ms)
+                .unwrap_or_default()
+                .date_naive(),
+        )
+    }
+}
+
+impl std::fmt::Display for Day {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use chrono::Datelike;
+        write!(
+            f,
+            "{:04}-{:02}-{:02}",
+            self.0.year(),
+            self.0.month(),
+            self.0.day()
+        )
+    }
 }
 
 impl Logs {
@@ -111,10 +135,9 @@ impl Logs {
 
     /// The file for a run triggered at `trigger_ms`. Run ids are numbers, so no path can escape.
     pub fn path(&self, run_id: i64, trigger_ms: i64) -> PathBuf {
-        let day = chrono::DateTime::from_timestamp_millis(trigger_ms).unwrap_or_default();
         crate::path_in(
             &self.dir,
-            format_args!("{}/{run_id}.log", day.format("%Y-%m-%d")),
+            format_args!("{}/{run_id}.log", Day::of(trigger_ms)),
         )
     }
 
@@ -228,6 +251,29 @@ impl Logs {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_day_s_folder_is_named_as_chrono_would() {
+        for ms in [
+            0,
+            -1,
+            1_764_979_199_999,
+            1_764_979_200_000,
+            1_709_164_800_000,
+            253_402_300_799_999,
+        ] {
+            let chrono = chrono::DateTime::from_timestamp_millis(ms)
+                .unwrap()
+                .format("%Y-%m-%d")
+                .to_string();
+            assert_eq!(day_folder(ms), chrono, "{ms}");
+        }
+        let logs = Logs::new(PathBuf::from("/logs"), 7);
+        assert_eq!(
+            logs.path(42, 1_764_979_200_000),
+            PathBuf::from("/logs/2025-12-06/42.log")
+        );
+    }
 
     #[test]
     fn opening_makes_the_folder() {

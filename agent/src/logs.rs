@@ -85,7 +85,7 @@ fn day_folder(ms: i64) -> String {
 }
 
 /// A day's folder name, `YYYY-MM-DD` in UTC: written field by field, as chrono's `format` parses
-/// its pattern again at each call, a few per cent of the agent's thread per run (BENCHMARKS.md).
+/// its pattern again at each call, about 2 % of the agent's main thread (BENCHMARKS.md).
 struct Day(chrono::NaiveDate);
 
 impl Day {

@@ -41,8 +41,6 @@ fn main() -> ExitCode {
         .on_thread_start(|| {
             jobfleet_agent::runner::spawner::yield_to_the_agent();
         })
-        // A short run's end is looked for when the agent wakes up anyway (`output::copy`).
-        .on_thread_unpark(jobfleet_agent::runner::output::agent_woke)
         .build()
     {
         Ok(r) => r,

@@ -53,7 +53,6 @@ pub fn become_subreaper() -> nix::Result<()> {
 /// its timeout starts then, a kill acts then, and its exit is seen then at the earliest (a pidfd
 /// of an exited child is ready at once), so a shorter run's `finished_ms` is about that late
 /// while runs come closer together than `QUIET`.
-/// A run's output's end may go unnoticed as long (`end_may_wait`), for the same reason.
 /// Each batch pushes the read back, so runs closer together than this cost no timer's wake-up;
 /// runs further apart cost one each, as the wait for each answer did before. Near the spawner's
 /// pace it holds its answers while requests keep coming (up to `spawner::MAX_BATCH` of them), so
@@ -93,8 +92,6 @@ struct Spawning {
     last_batch: Option<std::time::Instant>,
     /// How long after the last batch `collect_soon` reads: `COLLECT_AFTER` or `COLLECT_SOON`.
     collect_after: Duration,
-    /// The last batch came less than `QUIET` after the one before.
-    steady: bool,
 }
 
 impl Default for Spawning {
@@ -105,7 +102,6 @@ impl Default for Spawning {
             collecting: false,
             last_batch: None,
             collect_after: COLLECT_AFTER,
-            steady: false,
         }
     }
 }
@@ -373,14 +369,6 @@ impl Containment {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// How long a run's output's end may go unnoticed (`output::copy`): while runs come closer
-    /// together than `QUIET`, as long as a pid may (`COLLECT_AFTER`), since the agent wakes for
-    /// the next start within about that time and looks then; when they come further apart, not
-    /// at all, as nobody gains from the wait.
-    pub fn end_may_wait(&self) -> Option<Duration> {
-        self.spawning().steady.then_some(COLLECT_AFTER)
-    }
-
     /// Has the spawner start a run's leader and enters it. The request waits for the batch of
     /// every spawn asked for before the runtime gets to the batch: the runs a trigger message
     /// or a journal write made ready together start in one exchange.
@@ -442,7 +430,6 @@ impl Containment {
                 .last_batch
                 .is_none_or(|last| now.duration_since(last) >= QUIET);
             spawning.collect_after = if quiet { COLLECT_SOON } else { COLLECT_AFTER };
-            spawning.steady = !quiet;
             spawning.last_batch = Some(now);
             let encoded: Vec<_> = batch.iter().map(|w| w.request.encoded()).collect();
             let sent = spawning.spawner.send(&encoded);

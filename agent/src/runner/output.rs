@@ -13,10 +13,8 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::oneshot;
 
 use super::prepare::RunLog;
 
@@ -154,36 +152,6 @@ fn mib(bytes: u64) -> String {
     }
 }
 
-/// Copiers waiting for the agent's next wake-up (`next_wake_up_or`).
-static LOOKING: AtomicUsize = AtomicUsize::new(0);
-static WOKE: Notify = Notify::const_new();
-
-/// Tells the copiers waiting for it that the agent's runtime woke up: installed as the runtime's
-/// `on_thread_unpark`, where it costs an atomic load while nobody waits. A runtime without it
-/// (tests, tools) has its copiers look at their time limit instead.
-pub fn agent_woke() {
-    if LOOKING.load(Ordering::Acquire) > 0 {
-        WOKE.notify_waiters();
-    }
-}
-
-/// Waits for the runtime's next wake-up (for anything: a start's timer, a message, a write
-/// done), or for `until`, whichever comes first.
-async fn next_wake_up_or(until: tokio::time::Instant) {
-    struct Looking;
-    impl Drop for Looking {
-        fn drop(&mut self) {
-            LOOKING.fetch_sub(1, Ordering::Release);
-        }
-    }
-    LOOKING.fetch_add(1, Ordering::Release);
-    let _looking = Looking;
-    tokio::select! {
-        () = WOKE.notified() => {}
-        () = tokio::time::sleep_until(until) => {}
-    }
-}
-
 /// Output up to this many bytes is copied on the run's own task; a run that writes more has the
 /// rest copied on a blocking thread, so that writing a talkative run's log never holds up the
 /// other runs on the agent's thread. Most runs write far less, and a thread per run was a
@@ -195,41 +163,26 @@ const INLINE_BYTES: u64 = 256 * 1024;
 /// `pipe` made: it is taken as a non-blocking pipe without a look. `ended` is dropped as soon
 /// as the output has ended (or cannot be read), before the log is finished.
 ///
-/// The pipe is read at once, and, for up to `may_wait`, again each time the agent wakes up for
-/// anything else (`agent_woke`) or when that time is up, before it is watched by the runtime:
-/// a short run has usually ended by the agent's next wake-up, and is then noticed without a
-/// wake-up of its own (nor the pipe's registration with epoll and its removal). Its end, and
-/// so its `finished_ms`, is seen up to `may_wait` late.
+/// The pipe is read once before the runtime watches it: a short run whose pid was read at the
+/// agent's next wake-up has usually ended by then, and is seen ended without the pipe's
+/// registration with epoll, the runtime's poll for it and its removal.
 pub(super) async fn copy(
     source: File,
     log: RunLog,
     limits: OutputLimits,
     ended: oneshot::Sender<()>,
-    may_wait: Option<Duration>,
 ) -> Outcome {
     let mut copier = Copier::new(log, limits);
-    let look_until = may_wait.map(|d| tokio::time::Instant::now() + d);
-    loop {
-        match copier.read_what_is_there(&source) {
-            Ok(true) => {
-                drop(ended);
-                return copier.finish();
-            }
-            Ok(false) => {}
-            Err(e) => {
-                drop(ended);
-                copier.read_failed(&e);
-                return copier.finish();
-            }
+    match copier.read_what_is_there(&source) {
+        Ok(true) => {
+            drop(ended);
+            return copier.finish();
         }
-        match look_until {
-            Some(until)
-                if copier.outcome.total_bytes <= INLINE_BYTES
-                    && tokio::time::Instant::now() < until =>
-            {
-                next_wake_up_or(until).await;
-            }
-            _ => break,
+        Ok(false) => {}
+        Err(e) => {
+            drop(ended);
+            copier.read_failed(&e);
+            return copier.finish();
         }
     }
     let pipe = match tokio::net::unix::pipe::Receiver::from_file_unchecked(source) {
@@ -332,10 +285,10 @@ impl Copier {
             .get_or_insert(format!("cannot read the output: {e}"));
     }
 
-    /// Takes what the non-blocking `source` holds now, up to `INLINE_BYTES` in all; true once it
-    /// has ended.
+    /// Takes what the non-blocking `source` holds now, until it has none or more than
+    /// `INLINE_BYTES` came in all (one read of 4 KiB past it at most); true once it has ended.
     fn read_what_is_there(&mut self, mut source: &File) -> std::io::Result<bool> {
-        // On the stack and small: most runs write nothing, and this is read once or twice.
+        // On the stack and small: most runs write nothing, and this is read once.
         let mut chunk = [0u8; 4096];
         while self.outcome.total_bytes <= INLINE_BYTES {
             match source.read(&mut chunk) {
@@ -489,28 +442,10 @@ mod tests {
             .build()
             .unwrap();
         let (ended, _output_ended) = oneshot::channel();
-        let outcome = runtime.block_on(copy(read, RunLog::new(log.clone()), limits, ended, None));
+        let outcome = runtime.block_on(copy(read, RunLog::new(log.clone()), limits, ended));
         writer.join().unwrap();
         let text = std::fs::read(&log).unwrap_or_default();
         (outcome, text, dir)
-    }
-
-    /// A copier of `read` into `7.log` in `dir` on `runtime`, and the receiver its end drops.
-    fn copier_on(
-        runtime: &tokio::runtime::Runtime,
-        read: File,
-        dir: &Path,
-        may_wait: Option<Duration>,
-    ) -> (tokio::task::JoinHandle<Outcome>, oneshot::Receiver<()>) {
-        let (ended, output_ended) = oneshot::channel();
-        let copier = runtime.spawn(copy(
-            read,
-            RunLog::new(dir.join("7.log")),
-            ROOMY,
-            ended,
-            may_wait,
-        ));
-        (copier, output_ended)
     }
 
     #[test]
@@ -521,7 +456,13 @@ mod tests {
             .enable_all()
             .build()
             .unwrap();
-        let (copier, mut output_ended) = copier_on(&runtime, read, dir.path(), None);
+        let (ended, mut output_ended) = oneshot::channel();
+        let copier = runtime.spawn(copy(
+            read,
+            RunLog::new(dir.path().join("7.log")),
+            ROOMY,
+            ended,
+        ));
         write.write_all(b"still going\n").unwrap();
         runtime.block_on(async {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
@@ -541,64 +482,29 @@ mod tests {
         });
     }
 
-    /// Lets the runtime run what is ready after it woke up (a timer) and poll `main` again.
-    async fn nap_then_let_tasks_run(ms: u64) {
-        tokio::time::sleep(Duration::from_millis(ms)).await;
-        for _ in 0..16 {
-            tokio::task::yield_now().await;
-        }
-    }
-
     #[test]
-    fn an_output_s_end_is_looked_for_at_the_agent_s_next_wake_up() {
+    fn an_output_that_ended_before_its_copier_started_needs_no_reactor() {
         let dir = tempfile::tempdir().unwrap();
         let (read, mut write) = pipe().unwrap();
+        write.write_all(b"done\n").unwrap();
+        drop(write);
+        // No I/O driver: a copier that registered the pipe with epoll would panic here.
         let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .on_thread_unpark(agent_woke)
             .build()
             .unwrap();
-        // A time limit no test waits for: the end must be seen at a wake-up for something else.
-        let (copier, mut output_ended) =
-            copier_on(&runtime, read, dir.path(), Some(Duration::from_secs(600)));
-        runtime.block_on(nap_then_let_tasks_run(20));
-        write.write_all(b"partial").unwrap();
-        runtime.block_on(nap_then_let_tasks_run(20));
-        assert!(!copier.is_finished(), "the output is still open");
-        assert_eq!(
-            std::fs::read(dir.path().join("7.log")).unwrap(),
-            b"partial",
-            "what came is taken at the wake-up"
-        );
-        drop(write);
-        runtime.block_on(nap_then_let_tasks_run(20));
-        assert!(copier.is_finished(), "seen ended at the next wake-up");
+        let (ended, mut output_ended) = oneshot::channel();
+        let outcome = runtime.block_on(copy(
+            read,
+            RunLog::new(dir.path().join("7.log")),
+            ROOMY,
+            ended,
+        ));
+        assert_eq!(outcome.total_bytes, 5);
         assert_eq!(
             output_ended.try_recv(),
             Err(oneshot::error::TryRecvError::Closed)
         );
-        assert_eq!(runtime.block_on(copier).unwrap().total_bytes, 7);
-    }
-
-    #[test]
-    fn without_wake_ups_an_output_s_end_is_seen_at_its_time_limit() {
-        let dir = tempfile::tempdir().unwrap();
-        let (read, write) = pipe().unwrap();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let (copier, _output_ended) =
-            copier_on(&runtime, read, dir.path(), Some(Duration::from_millis(300)));
-        runtime.block_on(nap_then_let_tasks_run(10));
-        drop(write);
-        let outcome = runtime
-            .block_on(async { tokio::time::timeout(Duration::from_secs(60), copier).await })
-            .expect("seen at its time limit, long before 60 s")
-            .unwrap();
-        // Not asserted: that it took the whole 300 ms. Tests beside this one that install the
-        // hook may wake it early, which is harmless.
-        assert_eq!(outcome.total_bytes, 0);
+        assert_eq!(std::fs::read(dir.path().join("7.log")).unwrap(), b"done\n");
     }
 
     const ROOMY: OutputLimits = OutputLimits {

@@ -189,7 +189,6 @@ impl Runner {
             log.clone(),
             self.config.output,
             output_ends,
-            self.containment.end_may_wait(),
         ));
         let waiter = watch_exit(self.containment.clone(), run_id, pid, output_ended);
         let (waited, stopped) = self.wait_or_stop(prepared, pid, waiter, stop_rx, log).await;

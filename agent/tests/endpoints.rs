@@ -455,6 +455,11 @@ async fn stop_gracefully(agent: &mut Running) {
 
 /// Results the agent spooled (its admin is unreachable here, so they stay), by run id.
 fn spooled_statuses(agent: &Running) -> std::collections::BTreeMap<i64, String> {
+    spooled_field(agent, "status")
+}
+
+/// One field (a string) of each result the agent spooled, by run id.
+fn spooled_field(agent: &Running, field: &str) -> std::collections::BTreeMap<i64, String> {
     let mut out = std::collections::BTreeMap::new();
     for entry in std::fs::read_dir(agent.dir.path().join("data/spool")).unwrap() {
         let path = entry.unwrap().path();
@@ -464,7 +469,7 @@ fn spooled_statuses(agent: &Running) -> std::collections::BTreeMap<i64, String> 
             for r in results {
                 out.insert(
                     r["logId"].as_i64().unwrap(),
-                    r["status"].as_str().unwrap().to_owned(),
+                    r[field].as_str().unwrap_or_default().to_owned(),
                 );
             }
         }
@@ -889,7 +894,14 @@ async fn a_batch_by_http_answers_each_run_and_starts_each_at_its_time() {
         (Some("succeeded"), Some("succeeded"), None),
         "{statuses:?}"
     );
-    for (run, start_in_ms) in [(211, 300), (231, 600)] {
+    started_at_their_time(&marks, sent_ms, &[(211, 300), (231, 600)]);
+    assert!(!marks.join("221").exists(), "the refused run started");
+}
+
+/// Each run (run id, `startInMs`) wrote its start time (`date +%s%3N`) into `marks/<run id>`: it
+/// started no sooner than its time after `sent_ms`.
+fn started_at_their_time(marks: &std::path::Path, sent_ms: i64, runs: &[(i64, i64)]) {
+    for &(run, start_in_ms) in runs {
         let started_ms: i64 = std::fs::read_to_string(marks.join(run.to_string()))
             .unwrap()
             .trim()
@@ -901,7 +913,6 @@ async fn a_batch_by_http_answers_each_run_and_starts_each_at_its_time() {
             started_ms - sent_ms
         );
     }
-    assert!(!marks.join("221").exists(), "the refused run started");
 }
 
 /// A shutdown while a run sent ahead waits for its time rejects it unstarted, as it would a
@@ -923,9 +934,11 @@ async fn a_shutdown_rejects_a_run_still_waiting_for_its_time() {
     .unwrap();
     assert_eq!(waiting["msg"], "starts in 1500 ms", "{waiting}");
     stop_gracefully(&mut agent).await;
+    // The run waits here until a quarter of a second before its time, when it would go to the
+    // spawner; a shutdown rejects it then at the latest.
     assert!(
-        sent.elapsed() >= Duration::from_millis(1_500),
-        "the agent stopped before the run's time: the test shows nothing"
+        sent.elapsed() >= Duration::from_millis(1_250),
+        "the agent stopped before the run's hand-over: the test shows nothing"
     );
     let statuses = spooled_statuses(&agent);
     assert_eq!(
@@ -934,6 +947,89 @@ async fn a_shutdown_rejects_a_run_still_waiting_for_its_time() {
         "{statuses:?}"
     );
     assert!(!marks.join("91").exists(), "the run started on the way out");
+}
+
+/// A run sent less than a quarter of a second ahead is handed to the spawner at once, which starts
+/// it at its time, not before; a kill or a shutdown before then withdraws it from the spawner
+/// unstarted (killed, or rejected so that the admin sends it elsewhere).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_the_spawner_holds_for_its_time_starts_then_and_a_kill_or_shutdown_withdraws_it() {
+    let mut agent = start().await;
+    let marks = agent.dir.path().join("marks");
+    std::fs::create_dir_all(&marks).unwrap();
+    let run = |job: i64, run: i64, start_in_ms: i64| {
+        trigger(json!({"jobId": job, "logId": run, "startInMs": start_in_ms,
+            "glueSource": format!("date +%s%3N > {}/{run}", marks.display())}))
+    };
+    let sent_ms = epoch_ms();
+    let batch = format!(
+        "[{},{},{}]",
+        run(31, 311, 150),
+        run(32, 321, 240),
+        run(33, 331, 200)
+    );
+    let answer = post(&agent, "runBatch", Some(TOKEN), &batch).await.unwrap();
+    let codes: Vec<_> = answer["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["code"].as_i64())
+        .collect();
+    assert_eq!(codes, [Some(200); 3], "{answer}");
+    let kill = post(
+        &agent,
+        "kill",
+        Some(TOKEN),
+        r#"{"jobId": 32, "logId": 321}"#,
+    )
+    .await
+    .unwrap();
+    assert_eq!(kill["msg"], "killed", "{kill}");
+    assert!(
+        epoch_ms() - sent_ms < 240,
+        "the kill came after the run's time: the test shows nothing"
+    );
+    let statuses = wait_for_results(&agent, 3).await;
+    assert_eq!(
+        (
+            statuses.get(&311).map(String::as_str),
+            statuses.get(&321).map(String::as_str),
+            statuses.get(&331).map(String::as_str)
+        ),
+        (Some("succeeded"), Some("killed"), Some("succeeded")),
+        "{statuses:?}"
+    );
+    started_at_their_time(&marks, sent_ms, &[(311, 150), (331, 200)]);
+    assert!(!marks.join("321").exists(), "the killed run started");
+    // Withdrawn, not started and stopped at once.
+    assert_eq!(
+        spooled_field(&agent, "handleMsg")
+            .get(&321)
+            .map(String::as_str),
+        Some("killed before its start time")
+    );
+
+    let waiting = post(&agent, "run", Some(TOKEN), &run(34, 341, 240))
+        .await
+        .unwrap();
+    assert_eq!(waiting["msg"], "starts in 240 ms", "{waiting}");
+    // The run is in the spawner's hands by now (its acceptance was on disk before the answer).
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let stopping = Instant::now();
+    stop_gracefully(&mut agent).await;
+    assert!(
+        stopping.elapsed() < Duration::from_millis(210),
+        "the agent waited for the run's time"
+    );
+    assert_eq!(
+        spooled_statuses(&agent).get(&341).map(String::as_str),
+        Some("rejected")
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !marks.join("341").exists(),
+        "the run started on the way out"
+    );
 }
 
 /// A success that may linger for company frees its run's slot before its result is on disk:

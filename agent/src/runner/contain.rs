@@ -14,11 +14,13 @@
 //! Invariant: a pid in the leader table is never reaped here (its own waiter reaps it), and a
 //! sweep never mistakes a just-spawned leader for an orphan: spawns go to the spawner in batches
 //! (see `spawner`) under the table's lock, and a sweep first reads, under the same hold of the
-//! lock, every answer the spawner still owes and enters those leaders. The look for strays at a
+//! lock, every answer the spawner still owes for a process it started and enters those leaders
+//! (where the spawner holds runs for later, it is paused meanwhile: none starts until the look
+//! is done). The look for strays at a
 //! run's end reads only the main thread's children, where no run is, unless it cannot rely on
 //! that (`has_strays`).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::io::Read;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -54,7 +56,8 @@ pub fn become_subreaper() -> nix::Result<()> {
 /// of an exited child is ready at once), so a shorter run's `finished_ms` is about that late
 /// while runs come closer together than `QUIET`.
 /// Each batch pushes the read back, so runs closer together than this cost no timer's wake-up;
-/// runs further apart cost one each, as the wait for each answer did before. Near the spawner's
+/// runs further apart cost one each, as the wait for each answer did before. A run sent ahead of
+/// its time answers once it started: the read waits this long after the time of the first owed. Near the spawner's
 /// pace it holds its answers while requests keep coming (up to `spawner::MAX_BATCH` of them), so
 /// a pid can then stay unread for that many starts.
 const COLLECT_AFTER: Duration = Duration::from_millis(5);
@@ -82,10 +85,10 @@ struct Owed {
     started: oneshot::Sender<std::io::Result<Started>>,
 }
 
-/// The spawner, and the spawns it owes answers for, in the order it answers.
+/// The spawner, and the spawns it owes answers for, by their requests' numbers.
 struct Spawning {
     spawner: Spawner,
-    owed: VecDeque<Owed>,
+    owed: HashMap<u64, Owed>,
     /// A task will read the answers owed (`collect_soon`).
     collecting: bool,
     /// When the last batch went out.
@@ -98,7 +101,7 @@ impl Default for Spawning {
     fn default() -> Self {
         Self {
             spawner: Spawner::new(),
-            owed: VecDeque::new(),
+            owed: HashMap::new(),
             collecting: false,
             last_batch: None,
             collect_after: COLLECT_AFTER,
@@ -129,6 +132,21 @@ pub struct Containment {
     /// A look for strays through every run parent's children found none after the spawner had
     /// failed this many starts as "may have started" (`Spawner::unsure`).
     unsure_clean_through: AtomicU64,
+}
+
+/// A pause of the spawner for a look at the agent's children (`enter_every_leader`): it resumes
+/// when this is dropped, however the look ended.
+struct Pause<'a> {
+    containment: &'a Containment,
+    paused: bool,
+}
+
+impl Drop for Pause<'_> {
+    fn drop(&mut self) {
+        if self.paused {
+            self.containment.spawning().spawner.resume();
+        }
+    }
 }
 
 /// A run id no run has: `orphans` for it finds the orphans of every ended run and the untagged.
@@ -363,6 +381,12 @@ impl Containment {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    fn waiting(&self) -> MutexGuard<'_, Vec<Waiting>> {
+        self.waiting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn spawning(&self) -> MutexGuard<'_, Spawning> {
         self.spawning
             .lock()
@@ -380,12 +404,18 @@ impl Containment {
         run_id: i64,
         request: super::spawner::Queued,
     ) -> std::io::Result<Started> {
+        Self::started(self.ask(run_id, request)).await
+    }
+
+    /// `spawn` in two steps: the ask, at once, and the wait for its answer (`started`).
+    pub fn ask(
+        self: &Arc<Self>,
+        run_id: i64,
+        request: super::spawner::Queued,
+    ) -> oneshot::Receiver<std::io::Result<Started>> {
         let (started, answer) = oneshot::channel();
         let first = {
-            let mut waiting = self
-                .waiting
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut waiting = self.waiting();
             waiting.push(Waiting {
                 run_id,
                 request,
@@ -397,6 +427,16 @@ impl Containment {
             let containment = self.clone();
             tokio::spawn(async move { containment.spawn_waiting() });
         }
+        answer
+    }
+
+    /// The answer to an `ask`.
+    ///
+    /// # Errors
+    /// Why the spawner did not start it.
+    pub async fn started(
+        answer: oneshot::Receiver<std::io::Result<Started>>,
+    ) -> std::io::Result<Started> {
         answer
             .await
             // The batch may have gone out before it was dropped.
@@ -414,17 +454,23 @@ impl Containment {
     /// answers are read when the agent is awake anyway (the next batch), or by `collect_soon`: at
     /// a rate with runs closer than `COLLECT_AFTER`, a start costs the agent no wake-up of its own.
     fn spawn_waiting(self: &Arc<Self>) {
-        let batch = std::mem::take(
-            &mut *self
-                .waiting
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
-        let wait = batch.len() >= WAIT_FROM;
         let mut answered = Vec::new();
         let (collector_was_there, collector_needed) = {
             let mut leaders = self.lock();
             let mut spawning = self.spawning();
+            // Taken under the table's and the spawner's locks, so that a withdrawal finds each
+            // spawn either still waiting or owed (`withdraw`).
+            let batch = std::mem::take(&mut *self.waiting());
+            if batch.is_empty() {
+                return;
+            }
+            let now_ns = super::spawner::now_ns();
+            // A burst's: runs due now, not runs sent ahead of their time.
+            let wait = batch
+                .iter()
+                .filter(|w| w.request.encoded().due_ns <= now_ns)
+                .count()
+                >= WAIT_FROM;
             let now = std::time::Instant::now();
             let quiet = spawning
                 .last_batch
@@ -436,10 +482,15 @@ impl Containment {
             drop(encoded);
             for (waiting, sent) in batch.into_iter().zip(sent) {
                 match sent {
-                    Ok(()) => spawning.owed.push_back(Owed {
-                        run_id: waiting.run_id,
-                        started: waiting.started,
-                    }),
+                    Ok(seq) => {
+                        spawning.owed.insert(
+                            seq,
+                            Owed {
+                                run_id: waiting.run_id,
+                                started: waiting.started,
+                            },
+                        );
+                    }
                     Err(e) => answered.push((waiting.started, Err(e))),
                 }
             }
@@ -466,9 +517,17 @@ impl Containment {
     /// same thread, where a timer that fired would be a wake-up of the agent's).
     async fn collect_soon(self: Arc<Self>) {
         loop {
-            let after = self.spawning().collect_after;
+            let wake_at = {
+                let spawning = self.spawning();
+                // A run sent ahead of its time answers once it started: its read waits for that.
+                let first_due = spawning
+                    .spawner
+                    .first_due()
+                    .map_or_else(std::time::Instant::now, super::spawner::instant_of);
+                first_due.max(std::time::Instant::now()) + spawning.collect_after
+            };
             tokio::select! {
-                () = tokio::time::sleep(after) => {}
+                () = tokio::time::sleep_until(wake_at.into()) => {}
                 () = self.batch_sent.notified() => continue,
             }
             let mut answered = Vec::new();
@@ -501,11 +560,11 @@ impl Containment {
         if spawning.owed.is_empty() {
             return;
         }
-        for outcome in spawning.spawner.collect(wait) {
+        for (seq, outcome) in spawning.spawner.collect(wait) {
             // One table owns its spawner, so every answer is for a spawn it sent.
-            let Some(owed) = spawning.owed.pop_front() else {
-                tracing::error!("The spawner answered a request nobody sent");
-                break;
+            let Some(owed) = spawning.owed.remove(&seq) else {
+                tracing::error!(seq, "The spawner answered a request nobody sent");
+                continue;
             };
             if let Ok(started) = &outcome {
                 leaders.insert(started.pid, owed.run_id);
@@ -518,10 +577,76 @@ impl Containment {
     /// children (or a look for strays through every run parent's), under the same hold of the
     /// table's lock, so that no leader just started is taken for an
     /// orphan. The spawns are told once the caller has released the locks (`hand_over`).
-    fn enter_every_leader(&self, leaders: &mut HashMap<i32, i64>) -> Vec<Answered> {
+    /// With runs sent ahead of their time, the spawner is paused meanwhile instead (it starts
+    /// none until the `Pause` returned is dropped): their processes are still to come, and the
+    /// answers of every process it started are read.
+    fn enter_every_leader(&self, leaders: &mut HashMap<i32, i64>) -> (Vec<Answered>, Pause<'_>) {
         let mut answered = Vec::new();
-        Self::read_answers(&mut self.spawning(), leaders, true, &mut answered);
-        answered
+        let mut spawning = self.spawning();
+        let paused =
+            spawning.spawner.holds_for_later(super::spawner::now_ns()) && spawning.spawner.pause();
+        Self::read_answers(&mut spawning, leaders, !paused, &mut answered);
+        (
+            answered,
+            Pause {
+                containment: self,
+                paused,
+            },
+        )
+    }
+
+    /// Withdraws every spawn asked for a later time (`withdraw`).
+    pub fn withdraw_later(&self) {
+        let mut answered = Vec::new();
+        {
+            let mut leaders = self.lock();
+            let mut spawning = self.spawning();
+            let now_ns = super::spawner::now_ns();
+            let mut waiting = self.waiting();
+            let (later, now): (Vec<Waiting>, Vec<Waiting>) = std::mem::take(&mut *waiting)
+                .into_iter()
+                .partition(|w| w.request.encoded().due_ns > now_ns);
+            *waiting = now;
+            drop(waiting);
+            for withdrawn in later {
+                answered.push((
+                    withdrawn.started,
+                    Err(std::io::Error::other(super::spawner::Withdrawn)),
+                ));
+            }
+            spawning.spawner.withdraw_all();
+            Self::read_answers(&mut spawning, &mut leaders, false, &mut answered);
+        }
+        self.hand_over(answered);
+    }
+
+    /// Withdraws the spawn of `run_id` if its process has not started: its spawn then fails
+    /// with `spawner::Withdrawn`; else the spawn gets its start as usual, at once.
+    pub fn withdraw(&self, run_id: i64) {
+        let mut answered = Vec::new();
+        {
+            let mut leaders = self.lock();
+            let mut spawning = self.spawning();
+            let mut waiting = self.waiting();
+            if let Some(i) = waiting.iter().position(|w| w.run_id == run_id) {
+                let withdrawn = waiting.remove(i);
+                answered.push((
+                    withdrawn.started,
+                    Err(std::io::Error::other(super::spawner::Withdrawn)),
+                ));
+            }
+            drop(waiting);
+            let owed = spawning
+                .owed
+                .iter()
+                .find(|(_, owed)| owed.run_id == run_id)
+                .map(|(&seq, _)| seq);
+            if let Some(seq) = owed {
+                spawning.spawner.withdraw(seq);
+                Self::read_answers(&mut spawning, &mut leaders, false, &mut answered);
+            }
+        }
+        self.hand_over(answered);
     }
 
     /// Tells each spawn its answer. Whoever asked is gone (the runtime is shutting down):
@@ -555,8 +680,8 @@ impl Containment {
     /// orphan was not seen landing on the main thread, see `orphans_go_to_the_main_thread`), or a start
     /// have failed as "may have started" since the last clean look through them (its process, if
     /// any, is a child of the forking thread with no known pid), the look reads every run's
-    /// parent too, after every answer still owed, which it may wait for (up to
-    /// `spawner::MAX_BATCH` starts).
+    /// parent too, after every answer still owed for a run due by now, which it may wait for
+    /// (with the spawner paused meanwhile where it holds runs for later: `enter_every_leader`).
     /// `reaped` is `reaped_so_far` read after the run's leader was reaped. Everything a run
     /// left is an orphan of the agent from the moment its leader exited, so one look that finds
     /// no orphan of an ended run answers for every run reaped before it: runs that end together
@@ -572,8 +697,14 @@ impl Containment {
         let unsure = self.spawning().spawner.unsure();
         let orphans_apart =
             main_holds_no_run() && unsure <= self.unsure_clean_through.load(Ordering::Acquire);
-        let answered = if orphans_apart {
-            Vec::new()
+        let (answered, pause) = if orphans_apart {
+            (
+                Vec::new(),
+                Pause {
+                    containment: self,
+                    paused: false,
+                },
+            )
         } else {
             self.enter_every_leader(&mut leaders)
         };
@@ -585,6 +716,7 @@ impl Containment {
             agent_children()
         };
         let found = !orphans(&leaders, NO_RUN, children).is_empty();
+        drop(pause);
         drop(leaders);
         self.hand_over(answered);
         if !found {
@@ -613,7 +745,7 @@ impl Containment {
             let mut victims = Vec::new();
             let answered = {
                 let mut leaders = self.lock();
-                let answered = self.enter_every_leader(&mut leaders);
+                let (answered, pause) = self.enter_every_leader(&mut leaders);
                 // The leader only while the table holds it: then it is not reaped yet, so its
                 // pid cannot have been reused.
                 if round == 0
@@ -631,6 +763,7 @@ impl Containment {
                         signalled += 1;
                     }
                 }
+                drop(pause);
                 answered
             };
             self.hand_over(answered);
@@ -661,14 +794,13 @@ impl Drop for Containment {
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         );
         let mut answered = Vec::new();
-        Self::read_answers(
-            self.spawning
-                .get_mut()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-            &mut leaders,
-            true,
-            &mut answered,
-        );
+        let spawning = self
+            .spawning
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Runs sent ahead of their time do not start now.
+        spawning.spawner.withdraw_all();
+        Self::read_answers(spawning, &mut leaders, true, &mut answered);
         *self
             .leaders
             .get_mut()

@@ -315,28 +315,54 @@ fn validate(trigger: TriggerParam, received: Instant) -> Result<Prepared, String
     })
 }
 
-/// Waits for a run's time (`startInMs`) unless it is stopped first; then the result it ends
-/// with, unstarted.
+/// How long before its time (`startInMs`) a run's process is handed to the spawner, which starts
+/// it then: the agent's runtime need not wake at each run's time (BENCHMARKS.md, issue 17). The
+/// admin sends runs at most 110 ms ahead; a run sent further ahead waits here until this long
+/// before its time, so that the spawner holds a handful of runs, not hours of them.
+const HAND_OVER_AHEAD: Duration = Duration::from_millis(250);
+
+impl Prepared {
+    /// When the run goes on from `until_its_time`: a process's run that long before its time
+    /// (the spawner starts it), an http run at its time.
+    fn hand_over_at(&self) -> Option<Instant> {
+        let at = self.not_before?;
+        match self.work {
+            Work::Process(_) => at.checked_sub(HAND_OVER_AHEAD),
+            Work::Http(_) => Some(at),
+        }
+    }
+}
+
+/// Waits until a run is handed over (`Prepared::hand_over_at`) unless it is stopped first; then
+/// the result it ends with, unstarted.
 async fn until_its_time(
     prepared: &Prepared,
     stop_rx: &mut oneshot::Receiver<StopReason>,
 ) -> Option<HandleCallbackParam> {
-    let at = prepared.not_before?;
+    let at = prepared.hand_over_at().filter(|&at| at > Instant::now())?;
     // A stop that is there when the time comes wins: a killed run never starts.
     let reason = tokio::select! {
         biased;
         reason = stop_rx => reason,
         () = tokio::time::sleep_until(at.into()) => return None,
     };
+    Some(unstarted(
+        &prepared.trigger,
+        reason.unwrap_or(StopReason::Killed),
+    ))
+}
+
+/// The result of a run stopped before it started.
+fn unstarted(trigger: &TriggerParam, reason: StopReason) -> HandleCallbackParam {
     let (status, why) = match reason {
-        Ok(StopReason::Killed) | Err(_) => (RunOutcome::Killed, "killed before its start time"),
-        Ok(StopReason::CoveredBy) => (
+        StopReason::Killed => (RunOutcome::Killed, "killed before its start time"),
+        StopReason::CoveredBy => (
             RunOutcome::Killed,
             "covered by a newer trigger (cover early) before it started",
         ),
-        Ok(StopReason::Shutdown) => (RunOutcome::Rejected, SHUT_DOWN_BEFORE_START),
+        StopReason::Shutdown => (RunOutcome::Rejected, SHUT_DOWN_BEFORE_START),
     };
-    Some(outcome::never_started(&prepared.trigger, status, why))
+    outcome::never_started(trigger, status, why)
 }
 
 /// Whether a run may start: its start (`A`, or `S` for a queued run) is on disk, and a queued
@@ -807,6 +833,9 @@ impl Runner {
     /// Stops accepting triggers, waits up to `grace` for running runs, then kills the rest.
     pub async fn shutdown(self: &Arc<Self>, grace: Duration) {
         self.lock().accepting = false;
+        // Runs handed to the spawner ahead of their time do not start now, as runs still
+        // waiting here would not (`start`): the admin sends them elsewhere.
+        self.containment.withdraw_later();
         // Results that would wait for company are written now: the stop waits for them.
         self.writer.hurry();
         let deadline = Instant::now() + grace;
@@ -848,7 +877,12 @@ impl Runner {
         stop_rx: oneshot::Receiver<StopReason>,
     ) -> (HandleCallbackParam, Option<Before>) {
         let trigger = &prepared.trigger;
-        let started_ms = crate::now_ms();
+        // A run handed over ahead of its time starts then (a process's run reports when it
+        // really started).
+        let started_ms = crate::now_ms()
+            + prepared.not_before.map_or(0, |at| {
+                i64::try_from(at.saturating_duration_since(Instant::now()).as_millis()).unwrap_or(0)
+            });
         let log = RunLog::new(self.logs.path(trigger.log_id, trigger.log_date_time));
         let mut result = self
             .execute_logged(&prepared, &log, started_ms, stop_rx)
@@ -883,8 +917,11 @@ impl Runner {
             Err(msg) => return outcome::failed(trigger, started_ms, msg, self.limits_mode()),
         };
         match self.supervise(prepared, launch, log, stop_rx).await {
-            Ok(ended) => outcome::finished(prepared, started_ms, ended),
-            Err(not_run) => outcome::failed(trigger, started_ms, not_run.msg, not_run.limits_mode),
+            Ok(ended) => outcome::finished(prepared, ended),
+            Err(not_run) => match not_run.stopped_before_start {
+                Some(reason) => unstarted(trigger, reason),
+                None => outcome::failed(trigger, started_ms, not_run.msg, not_run.limits_mode),
+            },
         }
     }
 }

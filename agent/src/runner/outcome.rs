@@ -6,7 +6,7 @@ use super::supervise::Ended;
 use crate::protocol::{HandleCallbackParam, RunOutcome, TriggerParam};
 
 /// The result of a run that ran.
-pub(super) fn finished(prepared: &Prepared, started_ms: i64, ended: Ended) -> HandleCallbackParam {
+pub(super) fn finished(prepared: &Prepared, ended: Ended) -> HandleCallbackParam {
     let trigger = &prepared.trigger;
     let Ended {
         exit,
@@ -15,6 +15,7 @@ pub(super) fn finished(prepared: &Prepared, started_ms: i64, ended: Ended) -> Ha
         logged,
         limits_mode,
         start_latency_us,
+        started_ms,
         finished_ms,
         output,
     } = ended;
@@ -77,6 +78,7 @@ pub(super) fn failed(
     msg: String,
     limits_mode: &str,
 ) -> HandleCallbackParam {
+    let finished_ms = crate::now_ms();
     HandleCallbackParam {
         log_id: trigger.log_id,
         log_date_tim: trigger.log_date_time,
@@ -85,8 +87,9 @@ pub(super) fn failed(
         status: Some(RunOutcome::Failed),
         exit_code: None,
         signal: None,
-        started_ms: Some(started_ms),
-        finished_ms: Some(crate::now_ms()),
+        // A run that failed before its time (it was handed over ahead of it) ends when it failed.
+        started_ms: Some(started_ms.min(finished_ms)),
+        finished_ms: Some(finished_ms),
         usage: None,
         limits_mode: Some(limits_mode.to_owned()),
         start_latency_us: None,

@@ -13,13 +13,20 @@
 //! else (`fork_spawner`), so that runs are never children of the main thread, where orphans go.
 //!
 //! The agent talks to the spawner over a socket pair, a batch at a time: the agent writes the
-//! requests of every run ready to start, back to back, and reads their answers, which come in
-//! the same order, then or later (below). A request carries the program, arguments, environment, folder, rlimits and
-//! run-as user, with the run's output, the start marks file and the cgroup files as descriptors
-//! (`SCM_RIGHTS`); the answer is the pid, or the error that kept the process from starting (its
-//! pid too when it got as far as a process, which the agent then reaps), with the
-//! `CLOCK_MONOTONIC` time the process started at, so that a run's start latency is the same
-//! however late its answer is read. The spawner holds its answers while another request is
+//! requests of every run ready to start, back to back, and reads their answers, each carrying
+//! its request's number, then or later (below). A request carries the program, arguments,
+//! environment, folder, rlimits and run-as user, with the run's output, the start marks file and
+//! the cgroup files as descriptors (`SCM_RIGHTS`), and the time to start it: a run sent ahead
+//! (`startInMs`) is handed over up to a quarter of a second before its time (once its acceptance
+//! is in the journal, as before its start), and the spawner holds it and starts it at its time,
+//! so that the agent's runtime does not wake at each run's time (BENCHMARKS.md, issue 17). A
+//! request held can be withdrawn (a kill, cover or shutdown before its time): its answer then says
+//! it never started, unless it had. A sweep pauses the spawner while it reads the agent's
+//! children: every process started before is answered first, and none starts until the sweep
+//! resumes it, so that no run just started is taken for an orphan. The answer is the pid, or the
+//! error that kept the process from starting (its pid too when it got as far as a process, which
+//! the agent then reaps), with the `CLOCK_MONOTONIC` time the process started at, so that a run's
+//! start latency is the same however late its answer is read. The spawner holds its answers while another request is
 //! already waiting and writes them together, so a batch costs the agent one wait and one
 //! wake-up, not one per run (a burst's starts used to be a fifth of the agent's CPU in those).
 //! The agent waits for the answers of a batch of several runs (`contain::WAIT_FROM`): it gathers the next batch
@@ -27,8 +34,9 @@
 //! in smaller groups, and spent more, see BENCHMARKS). A smaller batch's answers it reads later, when
 //! it is awake anyway or must know (`Spawner::collect`, `contain`): at a steady rate, the wait
 //! for each run's answer was a wake-up of the agent's own per run. The spawner ends when the
-//! agent's end of the pair closes, or once the agent is gone (its requests still in the socket
-//! do not start then).
+//! agent's end of the pair closes (the requests it holds never start), or once the agent is gone
+//! (its requests still in the socket, or held, do not start then). It writes its answers without
+//! waiting for room, reading on meanwhile, so the agent need not read between requests.
 //! Should it die between batches, the next forks a new one (from the grown agent then:
 //! still correct, less small); should it die holding requests, those runs fail rather than risk
 //! being started twice, and the batch's requests it never got go to a new one.
@@ -53,13 +61,29 @@ use super::start_marks::Mark;
 const MAX_REQUEST: usize = 16 * 1024 * 1024;
 /// Most cgroup files a request passes (a run joins one cgroup).
 const MAX_CGROUP_FILES: usize = 4;
-/// Most requests whose answers are unread (counted across batches: the agent reads one before
-/// it writes more), and most answers the spawner holds: the answers must fit the agent's socket
-/// buffer while it is still writing requests, or both ends would wait for each other (each small
-/// write takes about a kB of it).
+/// Most answers the spawner holds back while requests keep coming, and most read at once.
 pub const MAX_BATCH: usize = 64;
-/// Bytes of one answer: the pid, the errno, and the `CLOCK_MONOTONIC` nanoseconds of the start.
-const ANSWER: usize = 16;
+/// Bytes of one answer: the pid, the errno, the `CLOCK_MONOTONIC` nanoseconds of the start, and
+/// the number of the request it answers.
+const ANSWER: usize = 24;
+/// Bytes of a request's header after its length: when to start it (`CLOCK_MONOTONIC`
+/// nanoseconds, 0 for at once) and the agent's number for it, which its answer carries.
+const HEADER: usize = 16;
+/// Control messages: a length no request has (a request is at most `MAX_REQUEST` bytes), then a
+/// request's number (ignored but for `WITHDRAW`).
+/// Withdraw a request not started yet: it is answered `WITHDRAWN` then, else it started.
+const WITHDRAW: u32 = u32::MAX;
+/// Start nothing until `RESUME` (or `PAUSE_AT_MOST_NS`), and answer `PAUSED` once every answer
+/// of a process started before is written.
+const PAUSE: u32 = u32::MAX - 1;
+const RESUME: u32 = u32::MAX - 2;
+/// The number the answer to a `PAUSE` carries; no request has it.
+const PAUSED: u64 = u64::MAX;
+/// The errno of a withdrawn request's answer (its pid is 0).
+const WITHDRAWN: i32 = libc::ECANCELED;
+/// The longest a pause holds starts back, should the agent never resume (a look at its children
+/// takes milliseconds, and the agent resumes even when the look fails).
+const PAUSE_AT_MOST_NS: u64 = 10_000_000_000;
 /// The child's stack while it prepares the exec; it runs only a few libc calls.
 const CHILD_STACK: usize = 256 * 1024;
 
@@ -238,18 +262,25 @@ pub struct Started {
 /// A spawner as its owner holds it: the connection (forked on the first need), the answers its
 /// process owes, and the outcomes already read ahead of those.
 ///
-/// Requests go out with `send` and their answers come back with `collect`, later and in order:
-/// the agent need not wait for a batch's answers, so a run's start costs it no wake-up of its
-/// own; it reads them when it is awake anyway, or when it must know (BENCHMARKS.md, issue 17).
+/// Requests go out with `send`, each under a number of its own, and their answers come back with
+/// `collect`, later, each with its number: the agent need not wait for a batch's answers, so a
+/// run's start costs it no wake-up of its own; it reads them when it is awake anyway, or when it
+/// must know (BENCHMARKS.md, issue 17). A request may be sent ahead of its time: the spawner
+/// holds it and starts it then (its answer comes then), unless it is withdrawn first.
 #[derive(Default)]
 pub struct Spawner {
     connection: Option<Connection>,
-    /// Answers the connection's process owes, for requests it got whole, oldest first.
-    owed: usize,
-    /// Outcomes read (or failed) ahead of `owed`'s, oldest first.
-    settled: std::collections::VecDeque<std::io::Result<Started>>,
+    /// Requests the connection's process got whole and owes answers for, by number, with when
+    /// each is due (`CLOCK_MONOTONIC` ns, 0 for at once).
+    owed: std::collections::BTreeMap<u64, u64>,
+    /// The number of the next request; never reused, so that no answer is taken for another's.
+    next_seq: u64,
+    /// Outcomes read (or failed) and not collected yet, with their requests' numbers.
+    settled: std::collections::VecDeque<(u64, std::io::Result<Started>)>,
     /// The first bytes of an answer read in part.
     partial: Vec<u8>,
+    /// The answer to a `PAUSE` came.
+    paused: bool,
     /// Requests failed as "may have started" so far (`fail_owed`): each may have left a process
     /// whose pid the agent never learns, a child of the forking thread.
     unsure: u64,
@@ -264,34 +295,109 @@ impl Spawner {
     }
 
     /// Writes each request to the spawner (forking one where there is none) without waiting
-    /// for its answer. `Ok`: the request reached a spawner whole, and its outcome comes out of
-    /// `collect`, in the order of the requests; `Err`: it did not start.
+    /// for its answer. `Ok(n)`: the request reached a spawner whole as number `n`, and its outcome
+    /// comes out of `collect` under that number; `Err`: it did not start.
     ///
     /// Errors: the spawner being unreachable twice in a row.
-    pub fn send(&mut self, batch: &[Encoded<'_>]) -> Vec<std::io::Result<()>> {
+    pub fn send(&mut self, batch: &[Encoded<'_>]) -> Vec<std::io::Result<u64>> {
         self.send_via(fork_spawner, batch)
     }
 
-    /// The outcomes of the requests sent, oldest first: every one still owed when `wait`, else
-    /// those whose answers are in.
+    /// The outcomes read so far, with their requests' numbers: when `wait`, after every answer
+    /// owed for a request due by now came in; else those in.
     ///
-    /// Errors: the spawner's account of the failed step (exec, setuid, …), or the spawner
-    /// dying before it answered (the run may have started, so it is not asked again).
-    pub fn collect(&mut self, wait: bool) -> Vec<std::io::Result<Started>> {
+    /// Errors: the spawner's account of the failed step (exec, setuid, …), the request withdrawn
+    /// (`was_withdrawn`), or the spawner dying before it answered (the run may have started, so
+    /// it is not asked again).
+    pub fn collect(&mut self, wait: bool) -> Vec<(u64, std::io::Result<Started>)> {
         if wait {
-            self.read_blocking(self.owed);
+            let now = monotonic_ns();
+            self.read_until(|spawner| spawner.owed.values().all(|&due| due > now));
         } else {
             self.read_ready();
         }
         self.settled.drain(..).collect()
     }
 
+    /// Whether a request owed is held for a time after `now_ns`.
+    pub fn holds_for_later(&self, now_ns: u64) -> bool {
+        self.owed.values().any(|&due| due > now_ns)
+    }
+
+    /// When the request owed that is due first is due (`CLOCK_MONOTONIC` ns; 0 for at once).
+    pub fn first_due(&self) -> Option<u64> {
+        self.owed.values().min().copied()
+    }
+
+    /// Withdraws request `seq` if the spawner holds it still, and reads answers until its own is
+    /// in: `WITHDRAWN` when it never started, else its start (or failure). Nothing for a request
+    /// answered already.
+    pub fn withdraw(&mut self, seq: u64) {
+        if !self.owed.contains_key(&seq) {
+            return;
+        }
+        if let Some(connection) = self.connection.as_mut()
+            && let Err(e) = send_control(&mut connection.stream, WITHDRAW, seq)
+        {
+            self.fail_owed(&e);
+            return;
+        }
+        self.read_until(|spawner| !spawner.owed.contains_key(&seq));
+    }
+
+    /// Has the spawner start nothing until `resume`, after it answered for every process it
+    /// started: then every run's process is one the agent knows the pid of, or one still to come
+    /// (a look at the agent's children takes none for an orphan). False when the spawner is gone
+    /// (every request it owed is settled then, as may have started).
+    pub fn pause(&mut self) -> bool {
+        let Some(connection) = self.connection.as_mut() else {
+            return false;
+        };
+        self.paused = false;
+        if let Err(e) = send_control(&mut connection.stream, PAUSE, PAUSED) {
+            self.fail_owed(&e);
+            return false;
+        }
+        self.read_until(|spawner| spawner.paused || spawner.connection.is_none());
+        self.paused
+    }
+
+    /// Ends a `pause`.
+    pub fn resume(&mut self) {
+        if let Some(connection) = self.connection.as_mut()
+            && let Err(e) = send_control(&mut connection.stream, RESUME, PAUSED)
+        {
+            self.fail_owed(&e);
+        }
+        self.paused = false;
+    }
+
+    /// Withdraws every request held for later and reads every answer owed.
+    pub fn withdraw_all(&mut self) {
+        let now = monotonic_ns();
+        let later: Vec<u64> = self
+            .owed
+            .iter()
+            .filter(|&(_, &due)| due > now)
+            .map(|(&seq, _)| seq)
+            .collect();
+        if let Some(connection) = self.connection.as_mut() {
+            for seq in later {
+                if let Err(e) = send_control(&mut connection.stream, WITHDRAW, seq) {
+                    self.fail_owed(&e);
+                    return;
+                }
+            }
+        }
+        self.read_until(|spawner| spawner.owed.is_empty());
+    }
+
     fn send_via(
         &mut self,
         mut fork: impl FnMut() -> std::io::Result<Connection>,
         batch: &[Encoded<'_>],
-    ) -> Vec<std::io::Result<()>> {
-        let mut results: Vec<std::io::Result<()>> = Vec::with_capacity(batch.len());
+    ) -> Vec<std::io::Result<u64>> {
+        let mut results: Vec<std::io::Result<u64>> = Vec::with_capacity(batch.len());
         let mut unreachable = None;
         for attempt in 0..2 {
             if results.len() == batch.len() {
@@ -308,19 +414,18 @@ impl Spawner {
             }
             let mut failed = None;
             for request in &batch[results.len()..] {
-                // The answers owed must fit the socket while requests are still written, or
-                // both ends would wait for each other: beyond a batch's, read some first.
-                if self.owed >= MAX_BATCH {
-                    self.read_blocking(1);
-                }
+                // The spawner writes its answers without waiting for room and reads on, so
+                // requests go out without a read in between, however many answers are owed.
                 let Some(connection) = self.connection.as_mut() else {
                     failed = Some(std::io::Error::other("the spawner died"));
                     break;
                 };
-                match send_request(&mut connection.stream, request) {
+                let seq = self.next_seq;
+                match send_request(&mut connection.stream, request, seq) {
                     Ok(()) => {
-                        self.owed += 1;
-                        results.push(Ok(()));
+                        self.next_seq += 1;
+                        self.owed.insert(seq, request.due_ns);
+                        results.push(Ok(seq));
                     }
                     Err(e) => {
                         failed = Some(e);
@@ -333,11 +438,12 @@ impl Spawner {
             };
             // A request may have gone out in part, and a spawner still alive would wait for
             // its rest while holding the answers owed: the end of the stream tells it there is
-            // no rest, and it writes what it holds before it exits.
+            // no rest, and it writes what it holds before it exits (the requests it held for
+            // later, withdrawn).
             if let Some(connection) = &self.connection {
                 let _ = connection.stream.shutdown(std::net::Shutdown::Write);
             }
-            self.read_blocking(self.owed);
+            self.read_until(|spawner| spawner.owed.is_empty());
             self.forget();
             if attempt == 0 && results.len() < batch.len() {
                 // Nothing whole of the rest reached it: those requests are safe to send again.
@@ -367,9 +473,8 @@ impl Spawner {
             return;
         };
         let mut buffer = [0u8; MAX_BATCH * ANSWER];
-        while self.owed > 0 {
-            let want = (self.owed * ANSWER - self.partial.len()).min(buffer.len());
-            match nix::sys::socket::recv(socket, &mut buffer[..want], MsgFlags::MSG_DONTWAIT) {
+        loop {
+            match nix::sys::socket::recv(socket, &mut buffer, MsgFlags::MSG_DONTWAIT) {
                 Ok(0) => {
                     self.fail_owed(&std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
                     return;
@@ -377,6 +482,9 @@ impl Spawner {
                 Ok(n) => {
                     self.partial.extend_from_slice(&buffer[..n]);
                     self.settle_answers();
+                    if n < buffer.len() {
+                        return;
+                    }
                 }
                 Err(nix::errno::Errno::EAGAIN) => return,
                 Err(nix::errno::Errno::EINTR) => {}
@@ -388,17 +496,13 @@ impl Spawner {
         }
     }
 
-    /// Reads `n` more answers (at most those owed), waiting for them.
-    fn read_blocking(&mut self, n: usize) {
-        let target = self.owed - n.min(self.owed);
+    /// Reads answers, waiting for them, until `done` (or the spawner is gone).
+    fn read_until(&mut self, done: impl Fn(&Self) -> bool) {
         let mut buffer = [0u8; MAX_BATCH * ANSWER];
-        while self.owed > target {
+        while !done(self) {
             let Some(connection) = &mut self.connection else {
                 return;
             };
-            let want = ((self.owed - target) * ANSWER)
-                .saturating_sub(self.partial.len())
-                .clamp(1, buffer.len());
             // A poll for input first: a read asleep on the socket is woken also when the
             // spawner takes a request off it (room to write), a wake-up for nothing each time;
             // a poll for input is not.
@@ -414,7 +518,7 @@ impl Spawner {
                     return;
                 }
             }
-            match connection.stream.read(&mut buffer[..want]) {
+            match connection.stream.read(&mut buffer) {
                 Ok(0) => {
                     self.fail_owed(&std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
                     return;
@@ -436,11 +540,16 @@ impl Spawner {
     fn settle_answers(&mut self) {
         let whole = self.partial.len() / ANSWER;
         for answer in self.partial.chunks_exact(ANSWER).take(whole) {
-            let (pid, errno, at_ns) = parse_answer(answer);
-            self.settled.push_back(outcome_of(pid, errno, at_ns));
+            let (pid, errno, at_ns, seq) = parse_answer(answer);
+            if seq == PAUSED {
+                self.paused = true;
+            } else if self.owed.remove(&seq).is_some() {
+                self.settled.push_back((seq, outcome_of(pid, errno, at_ns)));
+            } else {
+                tracing::error!(seq, "The spawner answered a request nobody sent");
+            }
         }
         self.partial.drain(..whole * ANSWER);
-        self.owed -= whole;
     }
 
     /// The spawner holds requests whole and may have started their processes before it died:
@@ -448,16 +557,18 @@ impl Spawner {
     /// start is an unknown child the next sweep ends (and the next look for strays, which reads
     /// every run parent's children while such a process may be there: `Spawner::unsure`).
     fn fail_owed(&mut self, e: &std::io::Error) {
-        self.unsure += self.owed as u64;
-        for _ in 0..self.owed {
-            self.settled.push_back(Err(std::io::Error::new(
-                e.kind(),
-                MayHaveStarted(format!(
-                    "the spawner died before answering, so the run may not have started: {e}"
+        self.unsure += self.owed.len() as u64;
+        for seq in std::mem::take(&mut self.owed).into_keys() {
+            self.settled.push_back((
+                seq,
+                Err(std::io::Error::new(
+                    e.kind(),
+                    MayHaveStarted(format!(
+                        "the spawner died before answering, so the run may not have started: {e}"
+                    )),
                 )),
-            )));
+            ));
         }
-        self.owed = 0;
         self.partial.clear();
         self.forget();
     }
@@ -470,8 +581,9 @@ impl Spawner {
             let _ = nix::sys::wait::waitpid(pid, None);
             locked(&LIVE).retain(|&live| live != gone.pid);
         }
-        self.owed = 0;
+        self.owed.clear();
         self.partial.clear();
+        self.paused = false;
     }
 }
 
@@ -483,6 +595,9 @@ impl Drop for Spawner {
 
 /// An answer's outcome; a process that failed to exec is reaped here.
 fn outcome_of(pid: i32, errno: i32, at_ns: u64) -> std::io::Result<Started> {
+    if pid == 0 && errno == WITHDRAWN {
+        return Err(std::io::Error::other(Withdrawn));
+    }
     if errno != 0 {
         if pid > 0 {
             // It got as far as a process, which exited; it is ours to reap.
@@ -508,13 +623,31 @@ fn monotonic_ns() -> u64 {
     u64::try_from(now.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(now.tv_nsec).unwrap_or(0)
 }
 
-/// The `Instant` of a `CLOCK_MONOTONIC` reading taken (by the spawner) in the past.
-fn instant_of(ns: u64) -> std::time::Instant {
+/// The `CLOCK_MONOTONIC` reading of `at` (the clock `Instant` reads).
+pub fn ns_of(at: std::time::Instant) -> u64 {
     let now = std::time::Instant::now();
-    now.checked_sub(std::time::Duration::from_nanos(
-        monotonic_ns().saturating_sub(ns),
-    ))
-    .unwrap_or(now)
+    let ns = monotonic_ns();
+    if at >= now {
+        ns.saturating_add(u64::try_from(at.duration_since(now).as_nanos()).unwrap_or(u64::MAX))
+    } else {
+        ns.saturating_sub(u64::try_from(now.duration_since(at).as_nanos()).unwrap_or(u64::MAX))
+    }
+}
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds.
+pub fn now_ns() -> u64 {
+    monotonic_ns()
+}
+
+/// The `Instant` of a `CLOCK_MONOTONIC` reading (one the spawner took, or a request's time).
+pub fn instant_of(ns: u64) -> std::time::Instant {
+    let now = std::time::Instant::now();
+    let current = monotonic_ns();
+    if ns >= current {
+        return now + std::time::Duration::from_nanos(ns - current);
+    }
+    now.checked_sub(std::time::Duration::from_nanos(current - ns))
+        .unwrap_or(now)
 }
 
 /// The threads of this process whose children runs can be: the ones that forked a spawner.
@@ -597,6 +730,8 @@ pub fn forking_thread() -> Option<i32> {
 pub struct Encoded<'a> {
     pub message: &'a [u8],
     pub fds: &'a [RawFd],
+    /// When the spawner starts it (`CLOCK_MONOTONIC` ns; 0: at once).
+    pub due_ns: u64,
 }
 
 /// A request encoded to be written with a later batch. It holds the request's descriptors (its
@@ -607,6 +742,8 @@ pub struct Queued {
     raw_fds: Vec<RawFd>,
     _fds: Vec<OwnedFd>,
     _start_mark: Option<Arc<File>>,
+    /// When the spawner starts it (`CLOCK_MONOTONIC` ns; 0: at once).
+    due_ns: u64,
 }
 
 impl Queued {
@@ -675,13 +812,25 @@ impl Queued {
             raw_fds,
             _fds: fds,
             _start_mark: start_mark,
+            due_ns: 0,
         })
+    }
+
+    /// Whether it is to start later than now (`start_at`).
+    pub fn starts_later(&self) -> bool {
+        self.due_ns > monotonic_ns()
+    }
+
+    /// Has the spawner start it at `due` rather than at once, should it get it earlier.
+    pub fn start_at(&mut self, due: std::time::Instant) {
+        self.due_ns = ns_of(due);
     }
 
     pub fn encoded(&self) -> Encoded<'_> {
         Encoded {
             message: &self.message,
             fds: &self.raw_fds,
+            due_ns: self.due_ns,
         }
     }
 }
@@ -698,6 +847,23 @@ impl std::fmt::Display for MayHaveStarted {
 }
 
 impl std::error::Error for MayHaveStarted {}
+
+/// A request withdrawn before its time: its process never started.
+#[derive(Debug)]
+pub struct Withdrawn;
+
+impl std::fmt::Display for Withdrawn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("withdrawn before it started")
+    }
+}
+
+impl std::error::Error for Withdrawn {}
+
+/// Whether a spawn failed because it was withdrawn (it never started).
+pub fn was_withdrawn(e: &std::io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<Withdrawn>())
+}
 
 /// Whether a failed spawn's process may have started anyway (`MayHaveStarted`).
 pub fn may_have_started(e: &std::io::Error) -> bool {
@@ -784,13 +950,26 @@ fn encode(request: &Request<'_>) -> std::io::Result<Vec<u8>> {
     Ok(body)
 }
 
-/// Writes one request whole; an error means the spawner cannot have acted on it.
-fn send_request(stream: &mut UnixStream, request: &Encoded<'_>) -> std::io::Result<()> {
+/// Writes one request whole, behind its header (its time and `seq`); an error means the spawner
+/// cannot have acted on it.
+fn send_request(stream: &mut UnixStream, request: &Encoded<'_>, seq: u64) -> std::io::Result<()> {
+    // The message's own length covers its body; the header goes between the two.
+    let (length, body) = request
+        .message
+        .split_first_chunk::<4>()
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no request"))?;
+    let length = u32::from_le_bytes(*length)
+        .checked_add(HEADER as u32)
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "too large to run"))?;
+    let mut head = [0u8; 4 + HEADER];
+    head[..4].copy_from_slice(&length.to_le_bytes());
+    head[4..12].copy_from_slice(&request.due_ns.to_le_bytes());
+    head[12..].copy_from_slice(&seq.to_le_bytes());
     let rights = [ControlMessage::ScmRights(request.fds)];
     let sent = loop {
         match sendmsg::<()>(
             stream.as_raw_fd(),
-            &[IoSlice::new(request.message)],
+            &[IoSlice::new(&head), IoSlice::new(body)],
             &rights,
             MsgFlags::MSG_NOSIGNAL,
             None,
@@ -800,20 +979,41 @@ fn send_request(stream: &mut UnixStream, request: &Encoded<'_>) -> std::io::Resu
             Err(e) => return Err(e.into()),
         }
     };
-    stream.write_all(&request.message[sent..])
+    if sent < head.len() {
+        stream.write_all(&head[sent..])?;
+        stream.write_all(body)
+    } else {
+        stream.write_all(&body[sent - head.len()..])
+    }
 }
 
-/// An answer's (pid, errno, `CLOCK_MONOTONIC` ns of the start).
-fn parse_answer(answer: &[u8]) -> (i32, i32, u64) {
+/// Writes a control message (`WITHDRAW`, `PAUSE`, `RESUME`) naming `seq`.
+fn send_control(stream: &mut UnixStream, kind: u32, seq: u64) -> std::io::Result<()> {
+    let mut message = [0u8; 12];
+    message[..4].copy_from_slice(&kind.to_le_bytes());
+    message[4..].copy_from_slice(&seq.to_le_bytes());
+    loop {
+        match nix::sys::socket::send(stream.as_raw_fd(), &message, MsgFlags::MSG_NOSIGNAL) {
+            Ok(n) => return stream.write_all(&message[n..]),
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// An answer's (pid, errno, `CLOCK_MONOTONIC` ns of the start, number of its request).
+fn parse_answer(answer: &[u8]) -> (i32, i32, u64, u64) {
     let field = |at: usize, bytes: &mut [u8]| bytes.copy_from_slice(&answer[at..at + bytes.len()]);
-    let (mut pid, mut errno, mut at) = ([0u8; 4], [0u8; 4], [0u8; 8]);
+    let (mut pid, mut errno, mut at, mut seq) = ([0u8; 4], [0u8; 4], [0u8; 8], [0u8; 8]);
     field(0, &mut pid);
     field(4, &mut errno);
     field(8, &mut at);
+    field(16, &mut seq);
     (
         i32::from_le_bytes(pid),
         i32::from_le_bytes(errno),
         u64::from_le_bytes(at),
+        u64::from_le_bytes(seq),
     )
 }
 
@@ -979,6 +1179,35 @@ pub fn yield_to_the_agent() -> bool {
     }
 }
 
+/// A message from the agent, as the spawner reads it.
+enum Message {
+    Request {
+        /// When to start it (`CLOCK_MONOTONIC` ns; 0 or past: at once).
+        due_ns: u64,
+        seq: u64,
+        body: Vec<u8>,
+        fds: Vec<OwnedFd>,
+    },
+    Withdraw(u64),
+    Pause,
+    Resume,
+}
+
+/// A request held until its time.
+struct Held {
+    due_ns: u64,
+    seq: u64,
+    body: Vec<u8>,
+    fds: Vec<OwnedFd>,
+}
+
+fn push_answer(answers: &mut Vec<u8>, pid: i32, errno: i32, seq: u64) {
+    answers.extend_from_slice(&pid.to_le_bytes());
+    answers.extend_from_slice(&errno.to_le_bytes());
+    answers.extend_from_slice(&monotonic_ns().to_le_bytes());
+    answers.extend_from_slice(&seq.to_le_bytes());
+}
+
 fn serve_requests(
     mut stream: UnixStream,
     agent: nix::unistd::Pid,
@@ -990,38 +1219,164 @@ fn serve_requests(
         .open("/dev/null")?;
     let mut stack = vec![0u8; CHILD_STACK];
     let mut answers = Vec::with_capacity(MAX_BATCH * ANSWER);
+    // Requests sent ahead of their time: the spawner starts each at its time, so that the agent
+    // need not wake for it (BENCHMARKS.md, issue 17). A handful at a time (the agent hands a run
+    // over at most `HAND_OVER_AHEAD` before it is due): a scan finds the next.
+    let mut held: Vec<Held> = Vec::new();
+    let mut paused_until: Option<u64> = None;
+    let mut launch_one = |body: &[u8], fds: &[OwnedFd]| match Decoded::parse(body, fds) {
+        Some(decoded) => launch(&decoded, devnull.as_raw_fd(), &mut stack, batch),
+        None => (-1, libc::EINVAL),
+    };
     loop {
-        // Answers wait while the next request is already there: the agent reads a batch's
-        // answers only after writing all of it, and one write wakes it once.
-        if !answers.is_empty() && (answers.len() >= MAX_BATCH * ANSWER || !readable_now(&stream)) {
-            stream.write_all(&answers)?;
-            answers.clear();
+        if paused_until.is_some_and(|until| monotonic_ns() >= until) {
+            paused_until = None;
         }
-        let (body, fds) = match receive(&mut stream) {
-            Ok(Some(request)) => request,
-            // The agent's end closed, at a request's boundary or inside one (it gave up on a
-            // request it could not write whole): the answers held are still the agent's.
+        // Messages already there go first: a withdrawal (or the end of the stream) written before
+        // a held run's time must keep it from starting even if the spawner reads it late.
+        if paused_until.is_none() && !readable_now(&stream) {
+            while let Some(next) = next_due(&held, monotonic_ns()) {
+                // An agent killed -9 leaves its runs here. None of them starts now: a restarted
+                // agent may already have read the start marks and judged them never started.
+                if nix::unistd::getppid() != agent {
+                    return Ok(());
+                }
+                let run = held.swap_remove(next);
+                let (pid, errno) = launch_one(&run.body, &run.fds);
+                drop(run.fds);
+                push_answer(&mut answers, pid, errno, run.seq);
+            }
+        }
+        // Answers wait while the next message is already there: the agent reads a batch's
+        // answers only after writing all of it, and one write wakes it once. They are written
+        // without waiting for room, so that the spawner reads on while the agent writes.
+        if !answers.is_empty() && (answers.len() >= MAX_BATCH * ANSWER || !readable_now(&stream)) {
+            write_some(&stream, &mut answers)?;
+        }
+        let wake_at = if paused_until.is_some() {
+            paused_until
+        } else {
+            held.iter().map(|h| h.due_ns).min()
+        };
+
+        if !wait_for_message(&stream, wake_at, !answers.is_empty())? {
+            continue;
+        }
+        let message = match receive(&mut stream) {
+            Ok(Some(message)) => message,
+            // The agent's end closed, at a message's boundary or inside one (it gave up on a
+            // request it could not write whole): the answers are still the agent's, and the
+            // requests held never start.
             ended => {
+                for run in held.drain(..) {
+                    push_answer(&mut answers, 0, WITHDRAWN, run.seq);
+                }
                 if !answers.is_empty() {
                     let _ = stream.write_all(&answers);
                 }
                 return ended.map(|_| ());
             }
         };
-        // An agent killed -9 leaves requests in the socket. None of them starts now: a restarted
-        // agent may already have read the start marks and judged their runs never started.
-        if nix::unistd::getppid() != agent {
-            return Ok(());
+        match message {
+            Message::Request {
+                due_ns,
+                seq,
+                body,
+                fds,
+            } => {
+                if due_ns > monotonic_ns() || paused_until.is_some() {
+                    held.push(Held {
+                        due_ns,
+                        seq,
+                        body,
+                        fds,
+                    });
+                    continue;
+                }
+                // As above: requests left in the socket by an agent killed -9 do not start.
+                if nix::unistd::getppid() != agent {
+                    return Ok(());
+                }
+                let (pid, errno) = launch_one(&body, &fds);
+                drop(fds);
+                push_answer(&mut answers, pid, errno, seq);
+            }
+            Message::Withdraw(seq) => {
+                // One that started is answered already; a number not held is no request.
+                if let Some(i) = held.iter().position(|h| h.seq == seq) {
+                    held.swap_remove(i);
+                    push_answer(&mut answers, 0, WITHDRAWN, seq);
+                }
+            }
+            Message::Pause => {
+                paused_until = Some(monotonic_ns().saturating_add(PAUSE_AT_MOST_NS));
+                push_answer(&mut answers, 0, 0, PAUSED);
+            }
+            Message::Resume => paused_until = None,
         }
-        let (pid, errno) = match Decoded::parse(&body, &fds) {
-            Some(decoded) => launch(&decoded, devnull.as_raw_fd(), &mut stack, batch),
-            None => (-1, libc::EINVAL),
-        };
-        let at_ns = monotonic_ns();
-        drop(fds);
-        answers.extend_from_slice(&pid.to_le_bytes());
-        answers.extend_from_slice(&errno.to_le_bytes());
-        answers.extend_from_slice(&at_ns.to_le_bytes());
+    }
+}
+
+/// The held request due first, if it is due at `now_ns`.
+fn next_due(held: &[Held], now_ns: u64) -> Option<usize> {
+    held.iter()
+        .enumerate()
+        .filter(|(_, h)| h.due_ns <= now_ns)
+        .min_by_key(|(_, h)| h.due_ns)
+        .map(|(i, _)| i)
+}
+
+/// Writes what the socket takes of `answers` now and keeps the rest.
+fn write_some(stream: &UnixStream, answers: &mut Vec<u8>) -> std::io::Result<()> {
+    while !answers.is_empty() {
+        match nix::sys::socket::send(
+            stream.as_raw_fd(),
+            answers,
+            MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL,
+        ) {
+            Ok(n) => {
+                answers.drain(..n);
+            }
+            Err(nix::errno::Errno::EAGAIN) => return Ok(()),
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Waits until a message can be read (true), or until `wake_at_ns` or room for the answers held
+/// (false).
+fn wait_for_message(
+    stream: &UnixStream,
+    wake_at_ns: Option<u64>,
+    answers_held: bool,
+) -> std::io::Result<bool> {
+    let mut flags = nix::poll::PollFlags::POLLIN;
+    if answers_held {
+        flags |= nix::poll::PollFlags::POLLOUT;
+    }
+    let mut poll = [nix::poll::PollFd::new(
+        std::os::fd::AsFd::as_fd(stream),
+        flags,
+    )];
+    let timeout = wake_at_ns.map(|at| {
+        let ns = at.saturating_sub(monotonic_ns());
+        nix::sys::time::TimeSpec::new(
+            i64::try_from(ns / 1_000_000_000).unwrap_or(i64::MAX),
+            i64::try_from(ns % 1_000_000_000).unwrap_or(0),
+        )
+    });
+    match nix::poll::ppoll(&mut poll, timeout, None) {
+        Ok(0) | Err(nix::errno::Errno::EINTR) => Ok(false),
+        Ok(_) => Ok(poll[0].revents().is_some_and(|r| {
+            r.intersects(
+                nix::poll::PollFlags::POLLIN
+                    | nix::poll::PollFlags::POLLHUP
+                    | nix::poll::PollFlags::POLLERR,
+            )
+        })),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -1035,8 +1390,8 @@ fn readable_now(stream: &UnixStream) -> bool {
     nix::poll::poll(&mut poll, nix::poll::PollTimeout::ZERO).is_ok_and(|n| n > 0)
 }
 
-/// One request's bytes and descriptors; `None` at the end of the stream.
-fn receive(stream: &mut UnixStream) -> std::io::Result<Option<(Vec<u8>, Vec<OwnedFd>)>> {
+/// One message, with a request's descriptors; `None` at the end of the stream.
+fn receive(stream: &mut UnixStream) -> std::io::Result<Option<Message>> {
     let mut head = [0u8; 4];
     let mut cmsg = nix::cmsg_space!([RawFd; 2 + MAX_CGROUP_FILES]);
     let (got, fds) = loop {
@@ -1068,16 +1423,37 @@ fn receive(stream: &mut UnixStream) -> std::io::Result<Option<(Vec<u8>, Vec<Owne
         return Ok(None);
     }
     stream.read_exact(&mut head[got..])?;
-    let len = u32::from_le_bytes(head) as usize;
-    if len > MAX_REQUEST {
+    let len = u32::from_le_bytes(head);
+    let mut number = [0u8; 8];
+    match len {
+        WITHDRAW | PAUSE | RESUME => {
+            stream.read_exact(&mut number)?;
+            return Ok(Some(match len {
+                WITHDRAW => Message::Withdraw(u64::from_le_bytes(number)),
+                PAUSE => Message::Pause,
+                _ => Message::Resume,
+            }));
+        }
+        _ => {}
+    }
+    let len = len as usize;
+    if !(HEADER..=MAX_REQUEST + HEADER).contains(&len) {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
-            "request too large",
+            "request too large, or shorter than its header",
         ));
     }
-    let mut body = vec![0u8; len];
+    let mut header = [0u8; HEADER];
+    stream.read_exact(&mut header)?;
+    let mut body = vec![0u8; len - HEADER];
     stream.read_exact(&mut body)?;
-    Ok(Some((body, fds)))
+    let (due, seq) = header.split_at(8);
+    Ok(Some(Message::Request {
+        due_ns: u64::from_le_bytes(due.try_into().unwrap_or_default()),
+        seq: u64::from_le_bytes(seq.try_into().unwrap_or_default()),
+        body,
+        fds,
+    }))
 }
 
 /// A request decoded in the spawner, with the pointer arrays `execve` takes.
@@ -1503,13 +1879,17 @@ mod tests {
                 theirs.read_exact(&mut length).unwrap();
                 let mut body = vec![0u8; u32::from_le_bytes(length) as usize];
                 theirs.read_exact(&mut body).unwrap();
-                let program = CStr::from_bytes_until_nul(&body).unwrap().to_str().unwrap();
-                pids.push(program.trim_start_matches("/bin/p").parse::<i32>().unwrap());
+                let seq = u64::from_le_bytes(body[8..HEADER].try_into().unwrap());
+                let program = CStr::from_bytes_until_nul(&body[HEADER..])
+                    .unwrap()
+                    .to_str()
+                    .unwrap();
+                let pid = program.trim_start_matches("/bin/p").parse::<i32>().unwrap();
+                pids.push((pid, seq));
             }
-            for pid in pids.into_iter().take(answers) {
-                let mut bytes = pid.to_le_bytes().to_vec();
-                bytes.extend_from_slice(&0i32.to_le_bytes());
-                bytes.extend_from_slice(&monotonic_ns().to_le_bytes());
+            for (pid, seq) in pids.into_iter().take(answers) {
+                let mut bytes = Vec::new();
+                push_answer(&mut bytes, pid, 0, seq);
                 theirs.write_all(&bytes).unwrap();
             }
         });
@@ -1526,12 +1906,13 @@ mod tests {
         batch: &[Encoded<'_>],
     ) -> Vec<std::io::Result<i32>> {
         let sent = spawner.send_via(fork, batch);
-        let mut outcomes = spawner.collect(true).into_iter();
+        let mut outcomes: std::collections::HashMap<u64, _> =
+            spawner.collect(true).into_iter().collect();
         sent.into_iter()
             .map(|sent| {
-                sent.and_then(|()| {
+                sent.and_then(|seq| {
                     outcomes
-                        .next()
+                        .remove(&seq)
                         .expect("an outcome for each request sent")
                         .map(|started| started.pid)
                 })
@@ -1580,6 +1961,7 @@ mod tests {
             .map(|message| Encoded {
                 message,
                 fds: &[0, 1],
+                due_ns: 0,
             })
             .collect()
     }
@@ -1684,6 +2066,7 @@ mod tests {
             .map(|message| Encoded {
                 message,
                 fds: &output,
+                due_ns: 0,
             })
             .collect();
         let mut slot = Spawner::default();
@@ -1733,6 +2116,7 @@ mod tests {
             .map(|(i, message)| Encoded {
                 message,
                 fds: if i < 2 { &fds } else { &fds[..1] },
+                due_ns: 0,
             })
             .collect();
         let mut slot = Spawner::default();
@@ -1789,6 +2173,7 @@ mod tests {
             &[Encoded {
                 message: &message,
                 fds: &output,
+                due_ns: 0,
             }],
         );
         let spawner = slot.connection.as_ref().unwrap().pid;
@@ -1799,6 +2184,93 @@ mod tests {
         let mut printed = String::new();
         File::from(read).read_to_string(&mut printed).unwrap();
         assert_eq!(printed, "0\n0\n", "SCHED_OTHER is 0");
+    }
+
+    /// A request sent ahead of its time starts then, not before, and `collect(true)` waits only for
+    /// those due; one withdrawn never starts; a pause holds one that comes due until the resume.
+    #[test]
+    fn requests_sent_ahead_start_at_their_time_unless_withdrawn_or_paused() {
+        let devnull = devnull();
+        let output = [devnull.as_raw_fd()];
+        let argv: Strings = ["sh", "-c", "exit 0"].into_iter().collect();
+        let message = plain_request(c"/bin/sh", &argv, output[0]);
+        let request = |due_ns| Encoded {
+            message: &message,
+            fds: &output,
+            due_ns,
+        };
+        let in_ms = |ms: u64| monotonic_ns() + ms * 1_000_000;
+        let reap = |outcome: &std::io::Result<Started>| {
+            let pid = nix::unistd::Pid::from_raw(outcome.as_ref().unwrap().pid);
+            nix::sys::wait::waitpid(pid, None).unwrap();
+        };
+        let mut slot = Spawner::default();
+        let (soon, later) = (in_ms(1_000), in_ms(60_000));
+        let seqs: Vec<u64> = slot
+            .send_via(fork_spawner, &[request(soon), request(0), request(later)])
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        let now = slot.collect(true);
+        assert_eq!(now.len(), 1, "only the one due now is waited for");
+        assert_eq!(now[0].0, seqs[1]);
+        reap(&now[0].1);
+        assert!(slot.holds_for_later(monotonic_ns()));
+        assert_eq!(slot.first_due(), Some(soon));
+
+        slot.withdraw(seqs[2]);
+        let withdrawn = slot.collect(false);
+        assert_eq!(withdrawn.len(), 1);
+        assert_eq!(withdrawn[0].0, seqs[2]);
+        assert!(was_withdrawn(withdrawn[0].1.as_ref().unwrap_err()));
+
+        std::thread::sleep(std::time::Duration::from_millis(1_050));
+        let due = slot.collect(true);
+        assert_eq!(due.len(), 1);
+        assert_eq!(due[0].0, seqs[0]);
+        let started = due[0].1.as_ref().unwrap();
+        assert!(started.at >= instant_of(soon), "started before its time");
+        reap(&due[0].1);
+
+        // Paused, the spawner starts nothing, due or not, until it resumes.
+        let held = slot.send_via(fork_spawner, &[request(in_ms(300))]);
+        let held = *held[0].as_ref().unwrap();
+        assert!(slot.pause());
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        assert!(slot.collect(false).is_empty(), "it started while paused");
+        slot.resume();
+        let resumed = slot.collect(true);
+        assert_eq!(resumed.len(), 1);
+        assert_eq!(resumed[0].0, held);
+        reap(&resumed[0].1);
+        assert!(!slot.holds_for_later(monotonic_ns()));
+    }
+
+    /// Ten thousand requests written without a read in between: their answers are more than the
+    /// agent's socket holds, and the spawner writes them without waiting for room and reads on,
+    /// so neither end waits for the other.
+    #[test]
+    fn a_batch_far_larger_than_the_socket_goes_out_without_reads_in_between() {
+        let devnull = devnull();
+        let output = [devnull.as_raw_fd()];
+        let message = plain_request(
+            c"/nonexistent/program",
+            &["x"].into_iter().collect(),
+            output[0],
+        );
+        let batch: Vec<Encoded<'_>> = (0..10_000)
+            .map(|_| Encoded {
+                message: &message,
+                fds: &output,
+                due_ns: 0,
+            })
+            .collect();
+        let mut slot = Spawner::default();
+        let outcomes = spawn_via(&mut slot, fork_spawner, &batch);
+        assert_eq!(outcomes.len(), 10_000);
+        for outcome in outcomes {
+            assert_eq!(outcome.unwrap_err().raw_os_error(), Some(libc::ENOENT));
+        }
     }
 
     /// The agent gave up on a request it could not write whole (the stream ends inside it):
@@ -1813,16 +2285,29 @@ mod tests {
         let whole = Encoded {
             message: &message,
             fds: &output,
+            due_ns: 0,
         };
         let mut connection = fork_spawner().unwrap();
-        send_request(&mut connection.stream, &whole).unwrap();
-        send_request(&mut connection.stream, &whole).unwrap();
+        send_request(&mut connection.stream, &whole, 0).unwrap();
+        send_request(&mut connection.stream, &whole, 1).unwrap();
+        // One held for later, which never starts now.
+        send_request(
+            &mut connection.stream,
+            &Encoded {
+                due_ns: monotonic_ns() + 60_000_000_000,
+                ..whole
+            },
+            2,
+        )
+        .unwrap();
         send_request(
             &mut connection.stream,
             &Encoded {
                 message: &message[..message.len() / 2],
                 fds: &output,
+                due_ns: 0,
             },
+            3,
         )
         .unwrap();
         connection
@@ -1830,16 +2315,23 @@ mod tests {
             .shutdown(std::net::Shutdown::Write)
             .unwrap();
         let mut answer = [0u8; ANSWER];
-        for _ in 0..2 {
+        for expected in 0..2 {
             connection.stream.read_exact(&mut answer).unwrap();
-            let (pid, errno, _) = parse_answer(&answer);
-            assert_eq!(errno, 0);
+            let (pid, errno, _, seq) = parse_answer(&answer);
+            assert_eq!((errno, seq), (0, expected));
             let pid = nix::unistd::Pid::from_raw(pid);
             assert_eq!(
                 nix::sys::wait::waitpid(pid, None).unwrap(),
                 nix::sys::wait::WaitStatus::Exited(pid, 3)
             );
         }
+        connection.stream.read_exact(&mut answer).unwrap();
+        let (pid, errno, _, seq) = parse_answer(&answer);
+        assert_eq!(
+            (pid, errno, seq),
+            (0, WITHDRAWN, 2),
+            "the one held for later is withdrawn, never started"
+        );
         assert!(
             connection.stream.read_exact(&mut answer).is_err(),
             "nothing more"

@@ -22,6 +22,8 @@ pub(super) struct Ended {
     pub logged: output::Outcome,
     pub limits_mode: &'static str,
     pub start_latency_us: u64,
+    /// When its process started (ms since the epoch).
+    pub started_ms: i64,
     pub finished_ms: i64,
     /// What the run wrote to `$JOBFLEET_OUTPUT`.
     pub output: Option<String>,
@@ -32,6 +34,8 @@ pub(super) struct NotRun {
     pub msg: String,
     /// The limits mode in force when it failed (a cgroup failure falls back to rlimits).
     pub limits_mode: &'static str,
+    /// It was stopped before its process started, for this reason, and never started.
+    pub stopped_before_start: Option<StopReason>,
 }
 
 /// The leader's exit, and how many processes the sweep after it ended.
@@ -111,7 +115,66 @@ fn watch_exit(
     })
 }
 
+/// Removes what was made for a run that did not start: its script, its outputs file, its cgroup.
+fn discard(launch: &Launch, cgroup: Option<limits::RunCgroup>) {
+    launch.script.remove();
+    if let Some(outputs) = &launch.outputs {
+        outputs.take(0);
+    }
+    if let Some(c) = cgroup {
+        c.remove();
+    }
+}
+
 impl Runner {
+    /// Has the spawner start the run's process, at the run's time when that is later (the
+    /// spawner holds it until then). A stop before it started withdraws it: then the spawn fails
+    /// as withdrawn; should the process have started all the same, the stop is handed on in
+    /// `stop_rx`, to stop the run at once. Returns the stop that came, if one did.
+    async fn start_process(
+        self: &Arc<Self>,
+        prepared: &Prepared,
+        mut request: spawner::Queued,
+        stop_rx: &mut oneshot::Receiver<StopReason>,
+    ) -> (std::io::Result<spawner::Started>, Option<StopReason>) {
+        let run_id = prepared.trigger.log_id;
+        if let Some(at) = prepared
+            .not_before
+            .filter(|&at| at > std::time::Instant::now())
+        {
+            request.start_at(at);
+        }
+        // Asked under the runner's lock, so that a shutdown either sees the ask and withdraws
+        // it, or is seen here first.
+        let answer = {
+            let state = self.lock();
+            if !state.accepting && request.starts_later() {
+                return (
+                    Err(std::io::Error::other(spawner::Withdrawn)),
+                    Some(StopReason::Shutdown),
+                );
+            }
+            self.containment.ask(run_id, request)
+        };
+        let spawn = Containment::started(answer);
+        tokio::pin!(spawn);
+        tokio::select! {
+            biased;
+            spawned = &mut spawn => (spawned, None),
+            reason = &mut *stop_rx => {
+                let reason = reason.unwrap_or(StopReason::Killed);
+                self.containment.withdraw(run_id);
+                let spawned = spawn.await;
+                if spawned.is_ok() {
+                    let (early, rx) = oneshot::channel();
+                    let _ = early.send(reason);
+                    *stop_rx = rx;
+                }
+                (spawned, Some(reason))
+            }
+        }
+    }
+
     /// Spawns the run, waits for it (or stops it), and cleans up after it: its process tree,
     /// cgroup and script are gone when this returns.
     pub(super) async fn supervise(
@@ -127,17 +190,12 @@ impl Runner {
         let not_run = |msg: String| NotRun {
             msg,
             limits_mode: mode.name(),
+            stopped_before_start: None,
         };
         let (output_read, output_write) = match output::pipe() {
             Ok(p) => p,
             Err(e) => {
-                launch.script.remove();
-                if let Some(outputs) = &launch.outputs {
-                    outputs.take(0);
-                }
-                if let Some(c) = cgroup {
-                    c.remove();
-                }
+                discard(&launch, cgroup);
                 return Err(not_run(format!("cannot make the output pipe: {e}")));
             }
         };
@@ -149,28 +207,33 @@ impl Runner {
             output: output_write,
             start_mark: Some((self.marks.file(), self.marks.take(run_id))),
         };
-        let spawned = match spawn::request(spec, &isolation) {
-            Ok(request) => self.containment.spawn(run_id, request).await,
-            Err(e) => Err(e),
+        let mut stop_rx = stop_rx;
+        let (spawned, stopped_before_start) = match spawn::request(spec, &isolation) {
+            Ok(request) => self.start_process(prepared, request, &mut stop_rx).await,
+            Err(e) => (Err(e), None),
         };
         let started = match spawned {
             Ok(started) => started,
             Err(e) => {
+                let msg = format!("cannot start `{}`: {e}", launch.program.display());
+                discard(&launch, cgroup);
+                if spawner::was_withdrawn(&e) {
+                    // Not stopped here: withdrawn as the agent shuts down (`Runner::shutdown`),
+                    // or given back by a spawner whose connection broke (a failure to start).
+                    let reason = stopped_before_start
+                        .or_else(|| (!self.lock().accepting).then_some(StopReason::Shutdown));
+                    return Err(NotRun {
+                        stopped_before_start: reason,
+                        ..not_run(msg)
+                    });
+                }
                 if spawner::may_have_started(&e) {
                     self.marks.retire(run_id);
                     // Its process, if it started, carries the run's tag and no known pid: it
                     // ends now, not at some later run's end.
                     self.sweep(run_id, None, Signal::SIGKILL).await;
                 }
-                let msg = format!("cannot start `{}`: {e}", launch.program.display());
                 log.note(&msg);
-                launch.script.remove();
-                if let Some(outputs) = &launch.outputs {
-                    outputs.take(0);
-                }
-                if let Some(c) = cgroup {
-                    c.remove();
-                }
                 return Err(not_run(msg));
             }
         };
@@ -182,6 +245,8 @@ impl Runner {
                 .as_micros(),
         )
         .unwrap_or(u64::MAX);
+        let started_ms =
+            crate::now_ms() - i64::try_from(started.at.elapsed().as_millis()).unwrap_or(0);
         tracing::info!(run_id, job_id = trigger.job_id, pid, "Run started");
         let (output_ends, output_ended) = oneshot::channel();
         let copier = tokio::spawn(output::copy(
@@ -252,6 +317,7 @@ impl Runner {
             logged,
             limits_mode: mode.name(),
             start_latency_us,
+            started_ms,
             finished_ms,
             output,
         })

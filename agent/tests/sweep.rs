@@ -92,6 +92,54 @@ async fn a_run_whose_spawn_answer_is_unread_survives_a_sweep() {
     end(&containment, pid);
 }
 
+/// Runs the spawner holds for their time (200, a millisecond apart) start while sweeps go on back
+/// to back: a sweep pauses
+/// the spawner and reads the answer of every process it started, so no run starting meanwhile
+/// (untagged here: a sweep ends any untagged child of the agent that is no leader) is taken for an
+/// orphan and ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_the_spawner_holds_survive_sweeps_as_they_start() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let containment = Arc::new(Containment::default());
+    let first = std::time::Instant::now() + Duration::from_millis(150);
+    let spawns: Vec<_> = (0..200_u64)
+        .map(|run| {
+            let mut request = request(c"/bin/sleep", &["sleep", "0.5"]);
+            request.start_at(first + Duration::from_millis(run));
+            let containment = containment.clone();
+            tokio::spawn(async move { containment.spawn(run.cast_signed(), request).await })
+        })
+        .collect();
+    let sweeps = tokio::task::spawn_blocking({
+        let containment = containment.clone();
+        move || {
+            let until = first + Duration::from_millis(300);
+            let mut sweeps = 0;
+            while std::time::Instant::now() < until {
+                // For a run that has no process: it ends only what it takes for orphans.
+                containment.sweep(-7, None, Signal::SIGKILL);
+                sweeps += 1;
+            }
+            sweeps
+        }
+    })
+    .await
+    .unwrap();
+    assert!(sweeps > 10, "{sweeps} sweeps: the test shows little");
+    for spawn in spawns {
+        let started = spawn.await.unwrap().unwrap();
+        assert!(started.at >= first, "a held run started before its time");
+        let pid = Pid::from_raw(started.pid);
+        let _guard = containment.reaping(started.pid);
+        // A run taken for an orphan is killed and reaped by the sweep (ECHILD here).
+        let status = nix::sys::wait::waitpid(pid, None);
+        assert!(
+            matches!(status, Ok(nix::sys::wait::WaitStatus::Exited(_, 0))),
+            "a sweep ended a run as it started: {status:?}"
+        );
+    }
+}
+
 /// The look for strays at a run's end reads only the main thread's children, where the kernel
 /// puts the orphans of a subreaper and where no run is (runs are children of the thread that
 /// forks the spawners): a run whose answer is unread is not taken for a stray, and a process a

@@ -859,10 +859,7 @@ async fn a_batch_by_http_answers_each_run_and_starts_each_at_its_time() {
     let agent = start().await;
     let marks = agent.dir.path().join("marks");
     std::fs::create_dir_all(&marks).unwrap();
-    let one = |job: i64, run: i64, start_in_ms: i64| {
-        trigger(json!({"jobId": job, "logId": run, "startInMs": start_in_ms,
-            "glueSource": format!("date +%s%3N > {}/{run}", marks.display())}))
-    };
+    let one = |job, run, start_in_ms| timed_trigger(&marks, job, run, start_in_ms);
     let sent_ms = epoch_ms();
     let batch = format!(
         "[{},{},{}]",
@@ -896,6 +893,13 @@ async fn a_batch_by_http_answers_each_run_and_starts_each_at_its_time() {
     );
     started_at_their_time(&marks, sent_ms, &[(211, 300), (231, 600)]);
     assert!(!marks.join("221").exists(), "the refused run started");
+}
+
+/// A trigger sent `start_in_ms` ahead whose run writes its start time (`date +%s%3N`) into
+/// `marks/<run id>`.
+fn timed_trigger(marks: &std::path::Path, job: i64, run: i64, start_in_ms: i64) -> String {
+    trigger(json!({"jobId": job, "logId": run, "startInMs": start_in_ms,
+        "glueSource": format!("date +%s%3N > {}/{run}", marks.display())}))
 }
 
 /// Each run (run id, `startInMs`) wrote its start time (`date +%s%3N`) into `marks/<run id>`: it
@@ -957,10 +961,7 @@ async fn a_run_the_spawner_holds_for_its_time_starts_then_and_a_kill_or_shutdown
     let mut agent = start().await;
     let marks = agent.dir.path().join("marks");
     std::fs::create_dir_all(&marks).unwrap();
-    let run = |job: i64, run: i64, start_in_ms: i64| {
-        trigger(json!({"jobId": job, "logId": run, "startInMs": start_in_ms,
-            "glueSource": format!("date +%s%3N > {}/{run}", marks.display())}))
-    };
+    let run = |job, run, start_in_ms| timed_trigger(&marks, job, run, start_in_ms);
     let sent_ms = epoch_ms();
     let batch = format!(
         "[{},{},{}]",

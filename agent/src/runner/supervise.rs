@@ -222,6 +222,9 @@ impl Runner {
                     // or given back by a spawner whose connection broke (a failure to start).
                     let reason = stopped_before_start
                         .or_else(|| (!self.lock().accepting).then_some(StopReason::Shutdown));
+                    if reason.is_none() {
+                        log.note(&msg);
+                    }
                     return Err(NotRun {
                         stopped_before_start: reason,
                         ..not_run(msg)

@@ -11,7 +11,7 @@ LAYERS = [
     ["clock", "error", "domain", "worker", "metrics", "db", "auth::password", "auth::rate_limit",
      "auth::jwt", "auth::api_token", "auth::csrf", "auth::rbac", "auth", "config", "audit",
      "alert::outbox", "scheduler::handle", "scheduler::report_tally", "dispatch::answer", "dispatch::client", "dispatch::link", "dispatch::relay", "dispatch::routing",
-     "http::request", "registry_batch", "state", "testing", "tls"],
+     "http::request", "group_commit", "registry_batch", "state", "testing", "tls"],
     ["lifecycle"],
     ["alert", "dispatch", "scheduler"],
     ["service", "callback"],

@@ -15,6 +15,7 @@ pub mod db;
 pub mod dispatch;
 pub mod domain;
 pub mod error;
+pub mod group_commit;
 pub mod http;
 pub mod lifecycle;
 pub mod metrics;

@@ -121,7 +121,8 @@ pub async fn prepare(
         metrics: Arc::default(),
         alerts,
         workflow_graphs: Arc::default(),
-        registry: Arc::default(),
+        registry: Arc::new(crate::registry_batch::batcher()),
+        results: Arc::new(crate::callback::batcher()),
     }))
 }
 

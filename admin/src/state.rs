@@ -3,6 +3,9 @@
 //! layer may depend on it without closing a circle.
 
 use std::sync::Arc;
+use std::time::Instant;
+
+use jobfleet_agent::protocol::HandleCallbackParam;
 
 use crate::alert::outbox::Alerts;
 use crate::auth::api_limit::ApiLimiter;
@@ -15,6 +18,8 @@ use crate::db::Db;
 use crate::dispatch::client::AgentClient;
 use crate::dispatch::routing::Router;
 use crate::domain::graph_cache::GraphCache;
+use crate::error::Error;
+use crate::group_commit::Batcher;
 use crate::metrics::Metrics;
 use crate::registry_batch::RegistryBatch;
 use crate::scheduler::handle::SchedulerHandle;
@@ -45,4 +50,24 @@ pub struct AppState {
     pub workflow_graphs: Arc<GraphCache>,
     /// The agents' heartbeats and deregistrations waiting to be written, a batch per transaction.
     pub registry: Arc<RegistryBatch>,
+    /// The agents' results waiting to be stored, the requests that came together in one
+    /// transaction (`callback`).
+    pub results: Arc<ResultsBatch>,
 }
+
+/// One request's results as an agent sent them, waiting for its group's transaction.
+#[derive(Debug)]
+pub struct Reported {
+    pub results: Vec<HandleCallbackParam>,
+    /// The agent key it came with; `None` from an XXL-Job executor.
+    pub key: Option<String>,
+    /// When it arrived: by the admin's clock, the time its transitions are dated (so a wait for
+    /// the transaction counts in a workflow's step), and for the dispatch latency of the runs it
+    /// starts.
+    pub arrived_ms: i64,
+    pub arrived: Instant,
+}
+
+/// The results' group commit: no pause (a result's dependent runs wait for it), so requests
+/// share a transaction when they came while the one before was being stored.
+pub type ResultsBatch = Batcher<Reported, Result<(), Error>>;

@@ -333,11 +333,12 @@ impl Due {
 }
 
 /// A result on its way to disk: when it was handed over, how long it may wait for company,
-/// and whom to tell once it is on disk.
+/// when it is to be sent, and whom to tell once it is on disk.
 struct Write_ {
     result: HandleCallbackParam,
     handed: Instant,
     linger: Duration,
+    send_at: Instant,
     done: oneshot::Sender<()>,
     before: Option<Before>,
 }
@@ -349,21 +350,59 @@ struct Write_ {
 pub type Before = Box<dyn FnOnce() + Send>;
 
 impl Write_ {
+    /// A result handed over `handed`, when the wall clock read `handed_ms`.
+    fn new(
+        result: HandleCallbackParam,
+        (handed, handed_ms): (Instant, i64),
+        linger: Duration,
+        done: oneshot::Sender<()>,
+        before: Option<Before>,
+    ) -> Self {
+        Self {
+            result,
+            handed,
+            linger,
+            send_at: send_at(handed, handed_ms, linger),
+            done,
+            before,
+        }
+    }
+
     /// When the result must be on its way to an admin.
     fn send_by(&self) -> Instant {
-        self.handed + self.linger
+        self.send_at
     }
 
     /// Until when the writer may wait for others to share its file: not at all for a result
     /// that may only be collected with others ending together (a failure), else its linger less
-    /// the time the write needs (`WRITE_ROOM` or a quarter of the linger, whichever is less), and
-    /// at most `most`.
+    /// the time the write needs (`WRITE_ROOM` or a quarter of the linger, whichever is less), at
+    /// most `most`, and no later than the write needs before its send.
     fn gather_until(&self, most: Duration) -> Instant {
         if self.linger <= COLLECT_FOR {
             return self.handed;
         }
-        self.handed + (self.linger - WRITE_ROOM.min(self.linger / 4)).min(most)
+        let gathered = self.handed + (self.linger - WRITE_ROOM.min(self.linger / 4)).min(most);
+        gathered.min(self.send_at - WRITE_ROOM)
     }
+}
+
+/// When a result handed over at `handed` (`handed_ms` on the wall clock) that may wait `linger`
+/// is sent. One that may only be collected with others ending together (a failure): `linger`
+/// later. A success that may linger: at the first multiple of its linger on the wall clock that
+/// leaves `WRITE_ROOM` for its write, so that all agents with the same linger send at the same
+/// instants and an admin stores their requests in one transaction (`group_commit` there). An
+/// agent still sends such results at most once a linger; one now waits from `WRITE_ROOM` to a
+/// linger and `WRITE_ROOM` (at most 170 ms at the default 150: within the admin's 200 ms hold of
+/// the run's acceptance, which it then still stores with the result).
+fn send_at(handed: Instant, handed_ms: i64, linger: Duration) -> Instant {
+    if linger <= COLLECT_FOR {
+        return handed + linger;
+    }
+    let room = i64::try_from(WRITE_ROOM.as_millis()).unwrap_or(0);
+    let period = i64::try_from(linger.as_millis()).unwrap_or(i64::MAX).max(1);
+    let earliest = handed_ms.saturating_add(room);
+    let to_grid = (period - earliest.rem_euclid(period)) % period;
+    handed + WRITE_ROOM + Duration::from_millis(u64::try_from(to_grid).unwrap_or(0))
 }
 
 /// What a spool file's write is given of its results' linger: two fsyncs, with room to spare.
@@ -375,6 +414,9 @@ pub struct SpoolWriter {
     queue: mpsc::UnboundedSender<Write_>,
     spool: Spool,
     hurry: Arc<Hurry>,
+    /// The wall clock (ms since the epoch) lingering results are sent by: `now_ms`, but for
+    /// tests on tokio's paused clock.
+    wall_ms: Arc<dyn Fn() -> i64 + Send + Sync>,
 }
 
 /// How the writer gathers.
@@ -403,6 +445,16 @@ impl SpoolWriter {
     /// Starts the writing task; `written` learns of each group that lands; a success that may
     /// linger waits up to `gather` in memory for company.
     pub fn start(spool: Spool, written: Arc<Due>, gather: Duration) -> Self {
+        Self::start_on(spool, written, gather, Arc::new(crate::now_ms))
+    }
+
+    /// As [`SpoolWriter::start`], on the wall clock `wall_ms`.
+    fn start_on(
+        spool: Spool,
+        written: Arc<Due>,
+        gather: Duration,
+        wall_ms: Arc<dyn Fn() -> i64 + Send + Sync>,
+    ) -> Self {
         let (queue, inbox) = mpsc::unbounded_channel();
         let hurry = Arc::new(Hurry::default());
         let gathering = Gathering {
@@ -415,6 +467,7 @@ impl SpoolWriter {
             queue,
             spool,
             hurry,
+            wall_ms,
         }
     }
 
@@ -438,13 +491,13 @@ impl SpoolWriter {
         let (done, on_disk) = oneshot::channel();
         let run_id = result.log_id;
         lock(&self.spool.writing).insert(run_id);
-        let handed = Write_ {
+        let handed = Write_::new(
             result,
-            handed: Instant::now(),
+            (Instant::now(), (self.wall_ms)()),
             linger,
             done,
             before,
-        };
+        );
         if let Err(mpsc::error::SendError(unsent)) = self.queue.send(handed) {
             lock(&self.spool.writing).remove(&run_id);
             // Its log is written even so: only the result is in doubt.
@@ -630,6 +683,12 @@ mod tests {
     /// The agent's default `spool_gather_ms`.
     const GATHER: Duration = Duration::from_millis(50);
 
+    /// A wall clock on tokio's (paused) clock that reads `at_start` ms now.
+    fn wall_from(at_start: i64) -> Arc<dyn Fn() -> i64 + Send + Sync> {
+        let start = Instant::now();
+        Arc::new(move || at_start + i64::try_from(start.elapsed().as_millis()).unwrap())
+    }
+
     fn ids(files: &[Spooled]) -> Vec<i64> {
         let mut ids: Vec<i64> = files
             .iter()
@@ -717,7 +776,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let spool = Spool::open(dir.path().join("spool")).unwrap();
         let due = Arc::new(Due::default());
-        let writer = SpoolWriter::start(spool.clone(), due.clone(), GATHER);
+        // On a multiple of the linger: the first result's send is one linger away.
+        let writer = SpoolWriter::start_on(spool.clone(), due.clone(), GATHER, wall_from(4_000));
         let linger = Duration::from_millis(400);
 
         let handed = Instant::now();
@@ -781,6 +841,64 @@ mod tests {
             "a hurry writes at once, and nothing waits after it"
         );
         assert_eq!(ids(&spool.pending().unwrap()), vec![5, 6]);
+    }
+
+    /// A lingering success is sent at the first multiple of its linger on the wall clock that
+    /// leaves the write its room, whenever it was handed over, so that agents send together; its
+    /// gathering ends in time for that.
+    #[tokio::test(start_paused = true)]
+    async fn lingering_results_are_sent_on_the_lingers_multiples() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(dir.path().join("spool")).unwrap();
+        let due = Arc::new(Due::default());
+        let linger = Duration::from_millis(150);
+        // 100 ms past a multiple of 150: the next, 50 ms away, leaves the write its 20 ms, so the
+        // send is then, and the gathering ends 30 ms from now.
+        let writer = SpoolWriter::start_on(spool.clone(), due.clone(), GATHER, wall_from(3_100));
+        let handed = Instant::now();
+        writer.hand(result(1), linger, None).unwrap().await.unwrap();
+        assert_eq!(
+            handed.elapsed(),
+            Duration::from_millis(30),
+            "written in time for its send"
+        );
+        due.wait(Duration::from_secs(5)).await;
+        assert_eq!(
+            handed.elapsed(),
+            Duration::from_millis(50),
+            "sent at the multiple"
+        );
+        spool.ack(&spool.pending().unwrap()).unwrap();
+
+        // 10 ms before a multiple (3,290 of 3,300): less than the write's room, so the next one.
+        tokio::time::sleep(Duration::from_millis(140)).await;
+        let handed = Instant::now();
+        writer.hand(result(2), linger, None).unwrap().await.unwrap();
+        assert_eq!(
+            handed.elapsed(),
+            GATHER,
+            "a whole gathering: the send is far"
+        );
+        due.wait(Duration::from_secs(5)).await;
+        assert_eq!(
+            handed.elapsed(),
+            Duration::from_millis(160),
+            "a linger and 10 ms"
+        );
+        assert_eq!(ids(&spool.pending().unwrap()), vec![2]);
+
+        // Pure: a failure is not aligned, and the grid is the wall clock's, not the handing's.
+        let now = Instant::now();
+        assert_eq!(send_at(now, 3_333, COLLECT_FOR), now + COLLECT_FOR);
+        assert_eq!(
+            send_at(now, 3_000, linger),
+            now + Duration::from_millis(150)
+        );
+        assert_eq!(send_at(now, 3_130, linger), now + Duration::from_millis(20));
+        assert_eq!(
+            send_at(now, 3_131, linger),
+            now + Duration::from_millis(169)
+        );
     }
 
     /// A result that may linger waits its time unless one due sooner lands; then both are due.

@@ -283,7 +283,7 @@ async fn write_registry(
     call: crate::registry_batch::RegistryCall,
 ) -> Result<Vec<RunId>, Error> {
     let writer = state.clone();
-    crate::registry_batch::Batcher::submit(&state.registry, call, move |calls| {
+    crate::group_commit::Batcher::submit(&state.registry, call, move |calls| {
         write_registry_batch(writer.clone(), calls)
     })
     .await

@@ -644,12 +644,33 @@ async fn without_cgroups_rlimits_hold_the_memory_limit() {
     );
 }
 
-/// A success nothing waits for lingers in the agent's spool (`result_linger_ms`), so that
-/// results share a request and a transaction; a parent's success (its child starts from it) and
-/// a failure (its retry starts from it) go at once, and take a lingering success along. The
-/// prompt ones are timed by the runs' own clocks: a child or an immediate retry is scheduled
-/// for the moment the transaction storing the result ran, `finished_ms` is when the agent saw
-/// the process end.
+/// Milliseconds since the epoch, as the agent's clock on this host reads them.
+fn wall_ms() -> i64 {
+    i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap()
+}
+
+/// Returns just after the wall clock passed a multiple of `period_ms`: a run triggered then ends
+/// well before the next one, where its lingering success is sent.
+async fn just_after_a_multiple_of(period_ms: i64) {
+    let into = wall_ms().rem_euclid(period_ms);
+    tokio::time::sleep(Duration::from_millis(
+        u64::try_from(period_ms - into).unwrap() + 5,
+    ))
+    .await;
+}
+
+/// A success nothing waits for lingers in the agent's spool (`result_linger_ms`) until the next
+/// multiple of the linger on the wall clock, so that results share a request and a transaction
+/// and agents send together; a parent's success (its child starts from it) and a failure (its
+/// retry starts from it) go at once, and take a lingering success along. The prompt ones are
+/// timed by the runs' own clocks: a child or an immediate retry is scheduled for the moment the
+/// transaction storing the result ran, `finished_ms` is when the agent saw the process end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_success_nothing_waits_for_lingers_and_one_due_sooner_takes_it_along() {
     const LINGER_MS: i64 = 1000;
@@ -687,9 +708,9 @@ async fn a_success_nothing_waits_for_lingers_and_one_due_sooner_takes_it_along()
     };
 
     // Alone, a plain success waits on the agent, durable in its spool.
+    just_after_a_multiple_of(LINGER_MS).await;
     let id = app.trigger(plain, json!({})).await["id"].as_i64().unwrap();
     spool_holds(1).await;
-    let seen = std::time::Instant::now();
     let held = app.run(id).await;
     assert!(!final_status(&held), "held on the agent: {held}");
     // Ended there, not stored yet: a kill finds nothing, says so, and is not audited.
@@ -713,14 +734,16 @@ async fn a_success_nothing_waits_for_lingers_and_one_due_sooner_takes_it_along()
         .await
         .body;
     assert_eq!(audited["items"], json!([]), "{audited}");
-    assert_eq!(
-        app.finished_run(id, RUN_WITHIN).await["status"],
-        "succeeded"
-    );
+    let stored = app.finished_run(id, RUN_WITHIN).await;
+    let stored_by = wall_ms();
+    assert_eq!(stored["status"], "succeeded");
+    // Sent at the first multiple of the linger that leaves the agent 20 ms for its spool write
+    // after the run's end, not before.
+    let end = ms(&stored, "finished_ms");
+    let send_at = (end + 20 + LINGER_MS - 1).div_euclid(LINGER_MS) * LINGER_MS;
     assert!(
-        seen.elapsed() >= Duration::from_millis(500),
-        "stored {:?} after it was seen in the spool",
-        seen.elapsed()
+        stored_by >= send_at,
+        "ended at {end}, stored by {stored_by}, before the linger's instant {send_at}"
     );
     spool_holds(0).await;
 
@@ -763,6 +786,7 @@ async fn a_success_nothing_waits_for_lingers_and_one_due_sooner_takes_it_along()
     spool_holds(0).await;
 
     // A parent's success takes a lingering success along: both are stored when the child starts.
+    just_after_a_multiple_of(LINGER_MS).await;
     let lingering = app.trigger(plain, json!({})).await["id"].as_i64().unwrap();
     spool_holds(1).await;
     app.trigger(parent, json!({})).await;

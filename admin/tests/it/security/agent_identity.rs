@@ -455,3 +455,73 @@ async fn a_batch_of_results_stores_each_once(mysql: bool) {
     assert_eq!(retried, vec![ids[1], ids[3]], "{retries:?}");
 }
 both_backends!(a_batch_of_results_stores_each_once);
+
+/// Requests of results that arrive together share a transaction (group commit), yet each is
+/// answered for itself: one with a key nobody enrolled is refused alone, the others' results are
+/// stored, each once.
+async fn results_arriving_together_are_answered_each_for_itself(mysql: bool) {
+    let app = TestApp::scheduling(mysql, &[]).await;
+    let group = app
+        .post(
+            "/api/v1/groups",
+            &app.admin,
+            json!({"app_name": "sec-together", "title": "Together", "allow_executors": true}),
+        )
+        .await;
+    let g = group.body["id"].as_i64().unwrap();
+    let executor = fake_executor(Executor::Accepting).await;
+    let answer = rpc(
+        &app,
+        "registry",
+        None,
+        &registration("sec-together", &executor),
+    )
+    .await;
+    assert_eq!(answer["code"], 200, "{answer}");
+    let job = app
+        .job_from(
+            g,
+            json!({"name": "together", "handler": {"type": "bean", "name": "demoJobHandler"}}),
+        )
+        .await;
+    let mut ids = Vec::new();
+    for _ in 0..24 {
+        let run = app.trigger(job, json!({})).await;
+        assert_eq!(run["status"], "running", "{run}");
+        ids.push(run["id"].as_i64().unwrap());
+    }
+    let unknown_key = "f".repeat(64);
+    // Every fourth request (the third of each four) comes with a key nobody enrolled and names a
+    // run of its own; each of the others names its run and, again, the run before it, as a
+    // failure (stored once, by whichever is first).
+    let requests = ids.iter().enumerate().map(|(i, id)| {
+        let app = &app;
+        let refused = i % 4 == 2;
+        let mut results = vec![json!({"logId": id, "logDateTim": app.now_ms(), "handleCode": 200})];
+        if i > 0 && !refused {
+            results
+                .push(json!({"logId": ids[i - 1], "logDateTim": app.now_ms(), "handleCode": 500}));
+        }
+        let key = refused.then_some(unknown_key.as_str());
+        async move { (refused, rpc(app, "callback", key, &json!(results)).await) }
+    });
+    for (refused, answer) in futures_util::future::join_all(requests).await {
+        let expected = if refused { 500 } else { 200 };
+        assert_eq!(answer["code"], expected, "{answer}");
+    }
+    for (i, id) in ids.iter().enumerate() {
+        let run = app.run(*id).await;
+        if i % 4 == 2 {
+            // Its own request was refused; the next one named it too, as a failure.
+            assert_eq!(run["status"], "failed", "run {i}: {run}");
+        } else {
+            assert!(
+                matches!(run["status"].as_str(), Some("succeeded" | "failed")),
+                "run {i}: {run}"
+            );
+        }
+    }
+    let stored = app.runs_of(job).await;
+    assert_eq!(stored.len(), 24, "no run added or lost: {stored:?}");
+}
+both_backends!(results_arriving_together_are_answered_each_for_itself);

@@ -376,34 +376,34 @@ async fn xxl_job_executors_work_on_the_shared_token_only_where_allowed() {
     assert_eq!(refused["code"], 500, "{refused}");
 }
 
-/// A batch of results is stored with a few statements when every run is still open, and run
-/// by run when one already has its result: each result counts once, and so do its follow-ups.
-async fn a_batch_of_results_stores_each_once(mysql: bool) {
-    let app = TestApp::scheduling(mysql, &[]).await;
+/// A group `app_name` that takes results from XXL-Job executors, a fake executor that accepts
+/// every trigger registered in it, and a job of `body` there; returns the job's id.
+async fn executor_job(app: &TestApp, app_name: &str, body: Value) -> i64 {
     let group = app
         .post(
             "/api/v1/groups",
             &app.admin,
-            json!({"app_name": "sec-batch", "title": "Batch", "allow_executors": true}),
+            json!({"app_name": app_name, "title": app_name, "allow_executors": true}),
         )
         .await;
     let g = group.body["id"].as_i64().unwrap();
     let executor = fake_executor(Executor::Accepting).await;
-    let answer = rpc(
+    let answer = rpc(app, "registry", None, &registration(app_name, &executor)).await;
+    assert_eq!(answer["code"], 200, "{answer}");
+    app.job_from(g, body).await
+}
+
+/// A batch of results is stored with a few statements when every run is still open, and run
+/// by run when one already has its result: each result counts once, and so do its follow-ups.
+async fn a_batch_of_results_stores_each_once(mysql: bool) {
+    let app = TestApp::scheduling(mysql, &[]).await;
+    let job = executor_job(
         &app,
-        "registry",
-        None,
-        &registration("sec-batch", &executor),
+        "sec-batch",
+        json!({"name": "batched", "retry": {"count": 1, "backoff_s": 0},
+            "handler": {"type": "bean", "name": "demoJobHandler"}}),
     )
     .await;
-    assert_eq!(answer["code"], 200, "{answer}");
-    let job = app
-        .job_from(
-            g,
-            json!({"name": "batched", "retry": {"count": 1, "backoff_s": 0},
-                "handler": {"type": "bean", "name": "demoJobHandler"}}),
-        )
-        .await;
     let mut ids = Vec::new();
     for _ in 0..5 {
         let run = app.trigger(job, json!({})).await;
@@ -461,29 +461,12 @@ both_backends!(a_batch_of_results_stores_each_once);
 /// stored, each once.
 async fn results_arriving_together_are_answered_each_for_itself(mysql: bool) {
     let app = TestApp::scheduling(mysql, &[]).await;
-    let group = app
-        .post(
-            "/api/v1/groups",
-            &app.admin,
-            json!({"app_name": "sec-together", "title": "Together", "allow_executors": true}),
-        )
-        .await;
-    let g = group.body["id"].as_i64().unwrap();
-    let executor = fake_executor(Executor::Accepting).await;
-    let answer = rpc(
+    let job = executor_job(
         &app,
-        "registry",
-        None,
-        &registration("sec-together", &executor),
+        "sec-together",
+        json!({"name": "together", "handler": {"type": "bean", "name": "demoJobHandler"}}),
     )
     .await;
-    assert_eq!(answer["code"], 200, "{answer}");
-    let job = app
-        .job_from(
-            g,
-            json!({"name": "together", "handler": {"type": "bean", "name": "demoJobHandler"}}),
-        )
-        .await;
     let mut ids = Vec::new();
     for _ in 0..24 {
         let run = app.trigger(job, json!({})).await;

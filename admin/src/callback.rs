@@ -106,8 +106,11 @@ pub async fn accept(
     results: Vec<HandleCallbackParam>,
     key: Option<&str>,
 ) -> Result<(), Error> {
-    if results.len() > 1000 {
-        return Err(Error::invalid("callback", "at most 1000 results per batch"));
+    if results.len() > MAX_RESULTS_TOGETHER {
+        return Err(Error::invalid(
+            "callback",
+            format!("at most {MAX_RESULTS_TOGETHER} results per batch"),
+        ));
     }
     let reported = Reported {
         results,

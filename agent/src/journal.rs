@@ -8,9 +8,11 @@
 //! never started and was handed back to the admins, so it may be accepted again). `A` and `S`
 //! are on disk (fsync, shared by the runs of a burst) before the run's process is spawned: a run
 //! whose start is not on disk never ran; a queued run starts only if its `Q` landed too. `F`
-//! and `R` are written without waiting: losing one to a crash makes a finished run look
-//! interrupted, which is reported and ignored by the admin (the run is final there). A last
-//! line without its newline (a crash mid-write) is not read.
+//! and `R` are written without waiting, and held back until the next line a run waits for
+//! goes out (a trigger's `A` lines), a second at most, or the agent stops (`flush`): an agent
+//! with runs ending steadily then costs its journal no write of their own. Losing one to a
+//! crash makes a finished run look interrupted, which is reported and ignored by the admin
+//! (the run is final there). A last line without its newline (a crash mid-write) is not read.
 //!
 //! Memory and disk are bounded: the newest `capacity` runs are remembered, older ones are
 //! forgotten when the file is compacted (at start and whenever it has grown to twice that).
@@ -21,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{mpsc, watch};
+use tokio::time::{Duration, Instant};
 
 pub const FILE: &str = "accepted.journal";
 
@@ -268,6 +271,12 @@ impl Journal {
         let _ = self.append(format!("R {run_id}\n"), false);
     }
 
+    /// Writes the lines held back (`F`, `R`) at once, with an fsync: before the agent stops,
+    /// so that its next start finds the runs that finished finished.
+    pub fn flush(&self) -> Landed {
+        self.append(String::new(), true)
+    }
+
     fn set(&self, run_id: i64, fate: Fate) {
         if let Some(known) = self.lock().runs.get_mut(&run_id) {
             known.fate = fate;
@@ -371,8 +380,24 @@ fn rewrite(path: &Path, boot: Option<&str>, runs: &HashMap<i64, Known>) -> std::
     Ok(ordered.len() * 2)
 }
 
+/// How long a line no run waits for (`F`, `R`) is held back at most, for a line that one does to
+/// take it along.
+const HOLD_BACK_FOR: Duration = Duration::from_secs(1);
+/// The most lines held back.
+const HOLD_BACK_MOST: usize = 4096;
+
+/// What the writer goes on with.
+enum Next {
+    Lines(Pending),
+    /// The lines held back are due.
+    HeldDue,
+    /// Every sender is gone.
+    Closed,
+}
+
 /// Appends lines as they come, a burst per write and fsync, and answers the waiters once their
-/// line is on disk. Compacts when the file has grown to twice what is remembered.
+/// line is on disk; lines no run waits for wait for one that does (`HOLD_BACK_FOR`). Compacts
+/// when the file has grown to twice what is remembered.
 async fn write_forever(journal: Journal, mut inbox: mpsc::UnboundedReceiver<Pending>) {
     // Kept open between writes (an open and a close per burst less); opened again after a
     // compaction put a new file in its place, or after a failed write.
@@ -381,16 +406,46 @@ async fn write_forever(journal: Journal, mut inbox: mpsc::UnboundedReceiver<Pend
     // failed part way is cut off before the next, so that a later line, maybe one whose run
     // then starts, is never glued to a torn one and lost when the file is read back.
     let mut whole: Option<u64> = None;
-    while let Some(first) = inbox.recv().await {
-        let mut batch = vec![first];
+    // Lines no run waits for, in the order they came, and when the first of them came.
+    let mut held_back: Vec<String> = Vec::new();
+    let mut held_since: Option<Instant> = None;
+    loop {
+        let next = match held_since {
+            None => inbox.recv().await.map_or(Next::Closed, Next::Lines),
+            Some(since) => tokio::select! {
+                more = inbox.recv() => more.map_or(Next::Closed, Next::Lines),
+                () = tokio::time::sleep_until(since + HOLD_BACK_FOR) => Next::HeldDue,
+            },
+        };
+        let mut batch = Vec::new();
+        let closed = match next {
+            Next::Lines(first) => {
+                batch.push(first);
+                false
+            }
+            Next::HeldDue => false,
+            Next::Closed if held_back.is_empty() => break,
+            Next::Closed => true,
+        };
         while batch.len() < 4096
             && let Ok(more) = inbox.try_recv()
         {
             batch.push(more);
         }
-        let (lines, waiters): (Vec<String>, Vec<Option<watch::Sender<bool>>>) =
+        let (new_lines, waiters): (Vec<String>, Vec<Option<watch::Sender<bool>>>) =
             batch.into_iter().unzip();
         let durable = waiters.iter().any(Option::is_some);
+        let due = durable
+            || closed
+            || held_since.is_some_and(|since| since + HOLD_BACK_FOR <= Instant::now());
+        if !due && held_back.len() + new_lines.len() < HOLD_BACK_MOST {
+            held_back.extend(new_lines);
+            held_since.get_or_insert_with(Instant::now);
+            continue;
+        }
+        held_since = None;
+        let mut lines = std::mem::take(&mut held_back);
+        lines.extend(new_lines);
         let path = journal.path.clone();
         let file = open.take();
         let written =
@@ -422,6 +477,9 @@ async fn write_forever(journal: Journal, mut inbox: mpsc::UnboundedReceiver<Pend
                 // not on disk must not run), and say why.
                 tracing::error!(error = %e, "Cannot write the accept journal");
             }
+        }
+        if closed {
+            break;
         }
     }
 }
@@ -474,11 +532,10 @@ fn append_lines(
         }
         Ok(())
     });
+    // A flush's empty line is no line of the file.
+    let counted = lines.iter().filter(|line| !line.is_empty()).count();
     match written {
-        Ok(()) => (
-            Some(length),
-            Ok((lines.len(), file, length + buf.len() as u64)),
-        ),
+        Ok(()) => (Some(length), Ok((counted, file, length + buf.len() as u64))),
         Err(e) => {
             // Cut now too where the disk lets us (the next write cuts again if not): a crash
             // before it then finds no line of a batch whose runs were refused.
@@ -637,6 +694,45 @@ mod tests {
         assert!(journal.accepted(7777, false, 1).wait().await);
         let text = std::fs::read_to_string(dir.path().join(FILE)).unwrap();
         assert!(text.lines().any(|line| line == "A 7777 1"), "{text}");
+    }
+
+    /// Lines no run waits for go out with the next line one does, in the order they came; a
+    /// second later when none comes; at once on a flush.
+    #[tokio::test]
+    async fn lines_no_run_waits_for_are_held_back_for_one_that_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let (journal, _) = open(dir.path(), 100);
+        let text = || std::fs::read_to_string(dir.path().join(FILE)).unwrap();
+        assert!(journal.accepted(1, false, 10).wait().await);
+        journal.finished(1);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!text().contains("F 1"), "held back: {}", text());
+        assert!(journal.accepted(2, false, 11).wait().await);
+        assert!(text().ends_with("A 1 10\nF 1\nA 2 11\n"), "{}", text());
+
+        let held = Instant::now();
+        journal.finished(2);
+        while !text().contains("F 2") {
+            assert!(held.elapsed() < Duration::from_secs(10), "never written");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(held.elapsed() >= HOLD_BACK_FOR, "{:?}", held.elapsed());
+
+        assert!(journal.accepted(3, true, 12).wait().await);
+        journal.released(3);
+        assert!(journal.flush().wait().await);
+        assert!(text().ends_with("Q 3 12\nR 3\n"), "{}", text());
+        drop(journal);
+        let (journal, leftovers) = open(dir.path(), 100);
+        assert_eq!(
+            leftovers,
+            Leftovers {
+                same_boot: leftovers.same_boot,
+                ..Leftovers::default()
+            }
+        );
+        assert_eq!(journal.fate(2), Some(Fate::Finished));
+        assert_eq!(journal.fate(3), None, "released");
     }
 
     /// A write that failed part way left a torn line: the next write cuts it off first, so the

@@ -832,6 +832,14 @@ impl Runner {
 
     /// Stops accepting triggers, waits up to `grace` for running runs, then kills the rest.
     pub async fn shutdown(self: &Arc<Self>, grace: Duration) {
+        self.settle_for_shutdown(grace).await;
+        // The runs' `F` lines are held back for company: on disk before the agent stops.
+        if !self.journal.flush().wait().await {
+            tracing::warn!("The accept journal could not be written before stopping");
+        }
+    }
+
+    async fn settle_for_shutdown(self: &Arc<Self>, grace: Duration) {
         self.lock().accepting = false;
         // Runs handed to the spawner ahead of their time do not start now, as runs still
         // waiting here would not (`start`): the admin sends them elsewhere.

@@ -412,6 +412,17 @@ async fn a_batch_of_results_stores_each_once(mysql: bool) {
     }
     let result =
         |id: i64, code: i32| json!({"logId": id, "logDateTim": app.now_ms(), "handleCode": code});
+    // Over the bound: refused whole with a clear message, and nothing of it stored.
+    let too_many = Value::Array((0..1_001).map(|_| result(ids[0], 500)).collect());
+    let refused = rpc(&app, "callback", None, &too_many).await;
+    assert_ne!(refused["code"], 200, "{refused}");
+    assert!(
+        refused["msg"]
+            .as_str()
+            .is_some_and(|msg| msg.contains("at most 1000 results")),
+        "{refused}"
+    );
+    assert_eq!(app.run(ids[0]).await["status"], "running");
     // All open: stored together, and the two retries (due at once) taken together.
     let first = json!([
         result(ids[0], 200),

@@ -478,7 +478,18 @@ async fn sigterm_lets_the_running_job_finish_and_deregisters() {
     })
     .await
     .unwrap();
-    assert!(status.0.success(), "{:?}", status.0);
+    let (status, agent) = status;
+    assert!(status.success(), "{status:?}");
+    // Both runs' `F` lines, held back for company, are on disk once the agent stopped
+    // (`Journal::flush`): its next start finds them finished, not interrupted.
+    let journal =
+        std::fs::read_to_string(agent.data_dir.join(jobfleet_agent::journal::FILE)).unwrap();
+    for run in [id, queued] {
+        assert!(
+            journal.lines().any(|line| line == format!("F {run}")),
+            "run {run}: {journal}"
+        );
+    }
     let done = app.finished_run(id, RUN_WITHIN).await;
     assert_eq!(
         done["status"], "succeeded",

@@ -131,11 +131,13 @@ fn stat_ms(path: &str) -> impl Fn(usize) -> i64 + use<> {
     move |i| fields.get(i - 3).copied().unwrap_or(0) * 10
 }
 
-/// CPU time of an agent's spawner (the process that starts its runs for it, so part of the
+/// CPU time of an agent's spawners (the processes that start its runs for it, so part of the
 /// agent's overhead, not the jobs'), in ms; 0 when it has none.
 fn spawner_cpu_ms(agent: &Proc) -> i64 {
     jobfleet_agent::runner::spawner::of_agent(agent.0.id())
-        .map_or(0, |pid| cpu_ms_of(pid.cast_unsigned()))
+        .into_iter()
+        .map(|pid| cpu_ms_of(pid.cast_unsigned()))
+        .sum()
 }
 
 /// CPU time the agents used, their spawners' included, in ms.
@@ -193,7 +195,7 @@ impl ThreadUse {
     }
 }
 
-/// The agents' main threads and their spawners, each summed over the agents: the two threads
+/// The agents' main threads and their spawners, each summed over the agents: the threads
 /// that live as long as their agent and do a run's work (the blocking threads come and go, and a
 /// thread's counts leave with it).
 fn agents_thread_use(agents: &[Proc]) -> (ThreadUse, ThreadUse) {
@@ -201,11 +203,15 @@ fn agents_thread_use(agents: &[Proc]) -> (ThreadUse, ThreadUse) {
         (ThreadUse::default(), ThreadUse::default()),
         |(main, spawners), agent| {
             let pid = agent.0.id();
-            let spawner = jobfleet_agent::runner::spawner::of_agent(pid)
-                .map_or_else(ThreadUse::default, |spawner| {
-                    ThreadUse::of(spawner.cast_unsigned(), spawner.cast_unsigned())
+            let own = jobfleet_agent::runner::spawner::of_agent(pid)
+                .into_iter()
+                .fold(ThreadUse::default(), |sum, spawner| {
+                    sum.add(ThreadUse::of(
+                        spawner.cast_unsigned(),
+                        spawner.cast_unsigned(),
+                    ))
                 });
-            (main.add(ThreadUse::of(pid, pid)), spawners.add(spawner))
+            (main.add(ThreadUse::of(pid, pid)), spawners.add(own))
         },
     )
 }
@@ -1190,7 +1196,10 @@ fn idle() {
     }
     std::thread::sleep(Duration::from_secs(20));
     let agent_pid = agents[0].0.id();
-    let spawner = jobfleet_agent::runner::spawner::of_agent(agent_pid).map(i32::cast_unsigned);
+    let spawners: Vec<u32> = jobfleet_agent::runner::spawner::of_agent(agent_pid)
+        .into_iter()
+        .map(i32::cast_unsigned)
+        .collect();
     let cpu_before = [cpu_ms_of(admin.0.id()), cpu_ms_of(agent_pid)];
     std::thread::sleep(Duration::from_secs(60));
     let cpu_after = [cpu_ms_of(admin.0.id()), cpu_ms_of(agent_pid)];
@@ -1214,7 +1223,7 @@ fn idle() {
         agent_pid,
         Some(cpu_after[1] - cpu_before[1]),
     );
-    if let Some(pid) = spawner {
+    for pid in spawners {
         line("jobfleet-spawn", pid, None);
     }
 }

@@ -128,10 +128,12 @@ async fn main() {
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     let idle = rss_kb(child.id());
-    // None with an agent built before the spawner, for comparison.
-    let spawner = jobfleet_agent::runner::spawner::of_agent(child.id())
-        .and_then(|pid| u32::try_from(pid).ok());
-    let spawner_idle = spawner.map_or(0, rss_kb);
+    // None with an agent built before the spawners, for comparison.
+    let spawners: Vec<u32> = jobfleet_agent::runner::spawner::of_agent(child.id())
+        .into_iter()
+        .filter_map(|pid| u32::try_from(pid).ok())
+        .collect();
+    let spawner_idle = spawners.first().copied().map_or(0, rss_kb);
 
     let mut next_id = 1;
     let mut trigger = |job: i64, source: &str, limited: bool| {
@@ -218,7 +220,7 @@ async fn main() {
     // (without the runs' own, which the kernel counts to the agent's children) around them.
     const BURSTS: i64 = 10;
     const PER_BURST: i64 = 100;
-    let agent_cpu = || cpu_ms(child.id()) + spawner.map_or(0.0, cpu_ms);
+    let agent_cpu = || cpu_ms(child.id()) + spawners.iter().copied().map(cpu_ms).sum::<f64>();
     let cpu_before = agent_cpu();
     for burst in 0..BURSTS {
         let sends = (0..PER_BURST).map(|i| {
@@ -283,8 +285,9 @@ async fn main() {
         idle as f64 / 1024.0
     );
     println!(
-        "spawner idle RSS:               {:.1} MB",
-        spawner_idle as f64 / 1024.0
+        "spawner idle RSS:               {:.1} MB each, {} of them",
+        spawner_idle as f64 / 1024.0,
+        spawners.len()
     );
     println!(
         "agent RSS with 50 runs running: {:.1} MB",

@@ -21,7 +21,8 @@ fn main() -> ExitCode {
     // Before any other thread or allocation of the daemon: the spawner (forked by a thread this
     // starts for the purpose) is a copy of this process as it is now, and the smaller it is, the
     // smaller the peak each run reports.
-    if let Err(e) = jobfleet_agent::runner::spawner::start() {
+    if let Err(e) = jobfleet_agent::runner::spawner::start(jobfleet_agent::runner::spawner::count())
+    {
         eprintln!("jobfleet-agent: cannot start the spawner: {e}");
         return ExitCode::from(1);
     }

@@ -1414,38 +1414,46 @@ async fn a_second_agent_on_the_same_data_folder_is_refused() {
     );
 }
 
-/// Runs start through the spawner: the sweep after a run spares it, and one that died is
-/// replaced at the next run, which runs.
+/// Runs start through the spawners, one per core up to four, taking turns: the sweep after a run
+/// spares them, and one that died is replaced at its next turn, whose run runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_spawner_outlives_runs_and_one_that_died_is_replaced() {
+async fn the_spawners_outlive_runs_and_one_that_died_is_replaced() {
+    use jobfleet_agent::runner::spawner;
     let agent = start().await;
-    let spawner = jobfleet_agent::runner::spawner::of_agent(agent.child.id())
-        .expect("a spawner beside the agent");
+    let mut spawners = spawner::of_agent(agent.child.id());
+    spawners.sort_unstable();
+    assert_eq!(spawners.len(), spawner::count(), "{spawners:?}");
     let run = |id: i64| trigger(json!({"jobId": id, "logId": id, "glueSource": "true"}));
     let first = post(&agent, "run", Some(TOKEN), &run(51)).await.unwrap();
     assert_eq!(first["code"], 200, "{first}");
     wait_for_results(&agent, 1).await;
+    let mut after_run = spawner::of_agent(agent.child.id());
+    after_run.sort_unstable();
     assert_eq!(
-        jobfleet_agent::runner::spawner::of_agent(agent.child.id()),
-        Some(spawner),
-        "the sweep after the run spared the spawner"
+        after_run, spawners,
+        "the sweep after the run spared the spawners"
     );
+    let killed = spawners[0];
     nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(spawner),
+        nix::unistd::Pid::from_raw(killed),
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();
-    let second = post(&agent, "run", Some(TOKEN), &run(52)).await.unwrap();
-    assert_eq!(second["code"], 200, "{second}");
-    let statuses = wait_for_results(&agent, 2).await;
-    assert_eq!(
-        statuses.values().collect::<Vec<_>>(),
-        vec!["succeeded", "succeeded"],
+    // One run each, in turn: every spawner's turn comes, the dead one's too.
+    for n in 1..=spawners.len() {
+        let id = 51 + i64::try_from(n).unwrap();
+        let next = post(&agent, "run", Some(TOKEN), &run(id)).await.unwrap();
+        assert_eq!(next["code"], 200, "{next}");
+        wait_for_results(&agent, n + 1).await;
+    }
+    let statuses = wait_for_results(&agent, spawners.len() + 1).await;
+    assert!(
+        statuses.values().all(|status| status == "succeeded"),
         "{statuses:?}"
     );
-    let replaced =
-        jobfleet_agent::runner::spawner::of_agent(agent.child.id()).expect("a new spawner");
-    assert_ne!(replaced, spawner);
+    let replaced = spawner::of_agent(agent.child.id());
+    assert_eq!(replaced.len(), spawners.len(), "{replaced:?}");
+    assert!(!replaced.contains(&killed), "{replaced:?}");
 
     // Spawners, and so runs, are children of the forking thread, never of the main thread,
     // which the agent's look for strays reads as the orphans' alone.
@@ -1469,26 +1477,29 @@ async fn the_spawner_outlives_runs_and_one_that_died_is_replaced() {
         &agent,
         "run",
         Some(TOKEN),
-        &trigger(json!({"jobId": 53, "logId": 53, "glueSource": "sleep 2"})),
+        &trigger(json!({"jobId": 90, "logId": 90, "glueSource": "sleep 2"})),
     )
     .await
     .unwrap();
     assert_eq!(going["code"], 200, "{going}");
     let deadline = Instant::now() + Duration::from_secs(5);
-    while children_of(forks).len() < 2 {
+    while children_of(forks).len() <= replaced.len() {
         assert!(Instant::now() < deadline, "the run never started");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(children_of(forks).contains(&replaced));
+    assert!(
+        replaced.iter().all(|s| children_of(forks).contains(s)),
+        "{replaced:?}"
+    );
     assert_eq!(
         children_of(pid),
         Vec::<i32>::new(),
         "the main thread's children"
     );
     assert_eq!(
-        wait_for_results(&agent, 3)
+        wait_for_results(&agent, spawners.len() + 2)
             .await
-            .get(&53)
+            .get(&90)
             .map(String::as_str),
         Some("succeeded")
     );
@@ -1575,13 +1586,15 @@ async fn an_ordinary_agent_s_helpers_yield_to_it_and_its_runs_stay_ordinary() {
                 "{wrapper:?}: thread {name}: {threads:?}"
             );
         }
-        let spawner = jobfleet_agent::runner::spawner::of_agent(agent.child.id())
-            .expect("a spawner beside the agent");
-        assert_eq!(
-            thread_policies(spawner as u32),
-            vec![("jobfleet-spawn".to_owned(), helpers)],
-            "{wrapper:?}"
-        );
+        let spawners = jobfleet_agent::runner::spawner::of_agent(agent.child.id());
+        assert!(!spawners.is_empty(), "spawners beside the agent");
+        for spawner in spawners {
+            assert_eq!(
+                thread_policies(spawner.cast_unsigned()),
+                vec![("jobfleet-spawn".to_owned(), helpers)],
+                "{wrapper:?}"
+            );
+        }
     }
 }
 

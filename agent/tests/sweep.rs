@@ -98,9 +98,10 @@ async fn a_run_whose_spawn_answer_is_unread_survives_a_sweep() {
 /// (untagged here: a sweep ends any untagged child of the agent that is no leader) is taken for an
 /// orphan and ended.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn runs_the_spawner_holds_survive_sweeps_as_they_start() {
+async fn runs_the_spawners_hold_survive_sweeps_as_they_start() {
     let _turn = ONE_AT_A_TIME.lock().await;
-    let containment = Arc::new(Containment::default());
+    // Two, as on a machine of two cores or more: a sweep pauses each that holds runs.
+    let containment = Arc::new(Containment::with_spawners(2));
     let first = std::time::Instant::now() + Duration::from_millis(150);
     let spawns: Vec<_> = (0..200_u64)
         .map(|run| {
@@ -208,7 +209,8 @@ async fn the_look_for_strays_finds_orphans_and_never_an_unread_run() {
 async fn after_a_start_that_may_have_happened_the_look_reads_every_run_parent() {
     let _turn = ONE_AT_A_TIME.lock().await;
     contain::become_subreaper().unwrap();
-    let containment = Arc::new(Containment::default());
+    // One spawner, so that the next run goes to the one stopped below.
+    let containment = Arc::new(Containment::with_spawners(1));
     let spawners_before = spawners();
     // A process of the forking thread's that is no leader: what a spawner that died after
     // starting it, before answering, leaves.

@@ -12,11 +12,11 @@
 //! stops careless escapes and everything a `run_as` user can do.
 //!
 //! Invariant: a pid in the leader table is never reaped here (its own waiter reaps it), and a
-//! sweep never mistakes a just-spawned leader for an orphan: spawns go to the spawner in batches
-//! (see `spawner`) under the table's lock, and a sweep first reads, under the same hold of the
-//! lock, every answer the spawner still owes for a process it started and enters those leaders
-//! (where the spawner holds runs for later, it is paused meanwhile: none starts until the look
-//! is done). The look for strays at a
+//! sweep never mistakes a just-spawned leader for an orphan: spawns go to the spawners in batches
+//! (see `spawner`; consecutive runs take turns between them) under the table's lock, and a sweep
+//! first reads, under the same hold of the lock, every answer each spawner still owes for a
+//! process it started and enters those leaders (a spawner that holds runs for later is paused
+//! meanwhile: none starts until the look is done). The look for strays at a
 //! run's end reads only the main thread's children, where no run is, unless it cannot rely on
 //! that (`has_strays`).
 
@@ -79,16 +79,19 @@ struct Waiting {
     started: oneshot::Sender<std::io::Result<Started>>,
 }
 
-/// A spawn whose request the spawner has and whose answer is not read yet.
+/// A spawn whose request a spawner has and whose answer is not read yet.
 struct Owed {
     run_id: i64,
     started: oneshot::Sender<std::io::Result<Started>>,
 }
 
-/// The spawner, and the spawns it owes answers for, by their requests' numbers.
+/// The spawners, and the spawns they owe answers for, by spawner (its place in `spawners`) and
+/// request number.
 struct Spawning {
-    spawner: Spawner,
-    owed: HashMap<u64, Owed>,
+    /// Requests go round them in turn (`next`): consecutive runs start side by side.
+    spawners: Vec<Spawner>,
+    next: usize,
+    owed: HashMap<(usize, u64), Owed>,
     /// A task will read the answers owed (`collect_soon`).
     collecting: bool,
     /// When the last batch went out.
@@ -97,15 +100,21 @@ struct Spawning {
     collect_after: Duration,
 }
 
-impl Default for Spawning {
-    fn default() -> Self {
+impl Spawning {
+    fn with_spawners(count: usize) -> Self {
         Self {
-            spawner: Spawner::new(),
+            spawners: (0..count.max(1)).map(|_| Spawner::new()).collect(),
+            next: 0,
             owed: HashMap::new(),
             collecting: false,
             last_batch: None,
             collect_after: COLLECT_AFTER,
         }
+    }
+
+    /// Starts that may have happened with no pid known, over every spawner (`Spawner::unsure`).
+    fn unsure(&self) -> u64 {
+        self.spawners.iter().map(Spawner::unsure).sum()
     }
 }
 
@@ -116,7 +125,6 @@ type Answered = (
 );
 
 /// The run leaders this agent has spawned and not yet reaped, by pid.
-#[derive(Default)]
 pub struct Containment {
     leaders: Mutex<HashMap<i32, i64>>,
     /// Spawns asked for since the last batch went out.
@@ -134,18 +142,29 @@ pub struct Containment {
     unsure_clean_through: AtomicU64,
 }
 
-/// A pause of the spawner for a look at the agent's children (`enter_every_leader`): it resumes
-/// when this is dropped, however the look ended.
+/// A pause of the spawners for a look at the agent's children (`enter_every_leader`): those
+/// paused resume when this is dropped, however the look ended.
 struct Pause<'a> {
     containment: &'a Containment,
-    paused: bool,
+    paused: Vec<usize>,
 }
 
 impl Drop for Pause<'_> {
     fn drop(&mut self) {
-        if self.paused {
-            self.containment.spawning().spawner.resume();
+        if self.paused.is_empty() {
+            return;
         }
+        let mut spawning = self.containment.spawning();
+        for &i in &self.paused {
+            spawning.spawners[i].resume();
+        }
+    }
+}
+
+impl Default for Containment {
+    /// With as many spawners as the agent keeps (`spawner::count`).
+    fn default() -> Self {
+        Self::with_spawners(super::spawner::count())
     }
 }
 
@@ -375,6 +394,19 @@ fn orphans(leaders: &HashMap<i32, i64>, run_id: i64, children: Vec<i32>) -> Vec<
 }
 
 impl Containment {
+    /// A table whose runs `count` spawners start (at least one).
+    pub fn with_spawners(count: usize) -> Self {
+        Self {
+            leaders: Mutex::default(),
+            waiting: Mutex::default(),
+            spawning: Mutex::new(Spawning::with_spawners(count)),
+            batch_sent: tokio::sync::Notify::new(),
+            reaps: AtomicU64::new(0),
+            clean_through: AtomicU64::new(0),
+            unsure_clean_through: AtomicU64::new(0),
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, HashMap<i32, i64>> {
         self.leaders
             .lock()
@@ -477,21 +509,32 @@ impl Containment {
                 .is_none_or(|last| now.duration_since(last) >= QUIET);
             spawning.collect_after = if quiet { COLLECT_SOON } else { COLLECT_AFTER };
             spawning.last_batch = Some(now);
-            let encoded: Vec<_> = batch.iter().map(|w| w.request.encoded()).collect();
-            let sent = spawning.spawner.send(&encoded);
-            drop(encoded);
-            for (waiting, sent) in batch.into_iter().zip(sent) {
-                match sent {
-                    Ok(seq) => {
-                        spawning.owed.insert(
-                            seq,
-                            Owed {
-                                run_id: waiting.run_id,
-                                started: waiting.started,
-                            },
-                        );
+            let count = spawning.spawners.len();
+            let mut shares: Vec<Vec<Waiting>> = (0..count).map(|_| Vec::new()).collect();
+            for waiting in batch {
+                shares[spawning.next].push(waiting);
+                spawning.next = (spawning.next + 1) % count;
+            }
+            for (i, share) in shares.into_iter().enumerate() {
+                if share.is_empty() {
+                    continue;
+                }
+                let encoded: Vec<_> = share.iter().map(|w| w.request.encoded()).collect();
+                let sent = spawning.spawners[i].send(&encoded);
+                drop(encoded);
+                for (waiting, sent) in share.into_iter().zip(sent) {
+                    match sent {
+                        Ok(seq) => {
+                            spawning.owed.insert(
+                                (i, seq),
+                                Owed {
+                                    run_id: waiting.run_id,
+                                    started: waiting.started,
+                                },
+                            );
+                        }
+                        Err(e) => answered.push((waiting.started, Err(e))),
                     }
-                    Err(e) => answered.push((waiting.started, Err(e))),
                 }
             }
             Self::read_answers(&mut spawning, &mut leaders, wait, &mut answered);
@@ -521,8 +564,10 @@ impl Containment {
                 let spawning = self.spawning();
                 // A run sent ahead of its time answers once it started: its read waits for that.
                 let first_due = spawning
-                    .spawner
-                    .first_due()
+                    .spawners
+                    .iter()
+                    .filter_map(Spawner::first_due)
+                    .min()
                     .map_or_else(std::time::Instant::now, super::spawner::instant_of);
                 first_due.max(std::time::Instant::now()) + spawning.collect_after
             };
@@ -549,7 +594,7 @@ impl Containment {
         }
     }
 
-    /// Reads the spawner's answers (every one owed when `wait`, else those in) and enters the
+    /// Reads the spawners' answers (every one owed when `wait`, else those in) and enters the
     /// leaders they name; what each spawn is told goes into `answered`.
     fn read_answers(
         spawning: &mut Spawning,
@@ -557,12 +602,25 @@ impl Containment {
         wait: bool,
         answered: &mut Vec<Answered>,
     ) {
-        if spawning.owed.is_empty() {
+        for i in 0..spawning.spawners.len() {
+            Self::read_answers_of(spawning, i, leaders, wait, answered);
+        }
+    }
+
+    /// `read_answers` of spawner `i` alone.
+    fn read_answers_of(
+        spawning: &mut Spawning,
+        i: usize,
+        leaders: &mut HashMap<i32, i64>,
+        wait: bool,
+        answered: &mut Vec<Answered>,
+    ) {
+        if !spawning.spawners[i].owes() {
             return;
         }
-        for (seq, outcome) in spawning.spawner.collect(wait) {
-            // One table owns its spawner, so every answer is for a spawn it sent.
-            let Some(owed) = spawning.owed.remove(&seq) else {
+        for (seq, outcome) in spawning.spawners[i].collect(wait) {
+            // One table owns its spawners, so every answer is for a spawn it sent.
+            let Some(owed) = spawning.owed.remove(&(i, seq)) else {
                 tracing::error!(seq, "The spawner answered a request nobody sent");
                 continue;
             };
@@ -583,9 +641,16 @@ impl Containment {
     fn enter_every_leader(&self, leaders: &mut HashMap<i32, i64>) -> (Vec<Answered>, Pause<'_>) {
         let mut answered = Vec::new();
         let mut spawning = self.spawning();
-        let paused =
-            spawning.spawner.holds_for_later(super::spawner::now_ns()) && spawning.spawner.pause();
-        Self::read_answers(&mut spawning, leaders, !paused, &mut answered);
+        let now_ns = super::spawner::now_ns();
+        let mut paused = Vec::new();
+        for i in 0..spawning.spawners.len() {
+            let spawner = &mut spawning.spawners[i];
+            let pause = spawner.holds_for_later(now_ns) && spawner.pause();
+            if pause {
+                paused.push(i);
+            }
+            Self::read_answers_of(&mut spawning, i, leaders, !pause, &mut answered);
+        }
         (
             answered,
             Pause {
@@ -614,7 +679,9 @@ impl Containment {
                     Err(std::io::Error::other(super::spawner::Withdrawn)),
                 ));
             }
-            spawning.spawner.withdraw_all();
+            for spawner in &mut spawning.spawners {
+                spawner.withdraw_all();
+            }
             Self::read_answers(&mut spawning, &mut leaders, false, &mut answered);
         }
         self.hand_over(answered);
@@ -640,9 +707,9 @@ impl Containment {
                 .owed
                 .iter()
                 .find(|(_, owed)| owed.run_id == run_id)
-                .map(|(&seq, _)| seq);
-            if let Some(seq) = owed {
-                spawning.spawner.withdraw(seq);
+                .map(|(&held_by, _)| held_by);
+            if let Some((i, seq)) = owed {
+                spawning.spawners[i].withdraw(seq);
                 Self::read_answers(&mut spawning, &mut leaders, false, &mut answered);
             }
         }
@@ -694,7 +761,7 @@ impl Containment {
         let mut leaders = self.lock();
         // A start that failed as "may have started" may have left a process the agent knows no
         // pid of, a child of the forking thread: then every run parent's children are read.
-        let unsure = self.spawning().spawner.unsure();
+        let unsure = self.spawning().unsure();
         let orphans_apart =
             main_holds_no_run() && unsure <= self.unsure_clean_through.load(Ordering::Acquire);
         let (answered, pause) = if orphans_apart {
@@ -702,7 +769,7 @@ impl Containment {
                 Vec::new(),
                 Pause {
                     containment: self,
-                    paused: false,
+                    paused: Vec::new(),
                 },
             )
         } else {
@@ -799,7 +866,9 @@ impl Drop for Containment {
             .get_mut()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         // Runs sent ahead of their time do not start now.
-        spawning.spawner.withdraw_all();
+        for spawner in &mut spawning.spawners {
+            spawner.withdraw_all();
+        }
         Self::read_answers(spawning, &mut leaders, true, &mut answered);
         *self
             .leaders
@@ -825,12 +894,146 @@ mod tests {
         assert_eq!(tag_of(b"JOBFLEET_RUN_ID=abc\0"), Tag::Missing);
     }
 
+    /// A request to run `sh -c <script>`, its output to `/dev/null`.
+    fn shell(script: &str) -> super::super::spawner::Queued {
+        use std::os::fd::AsRawFd;
+        let devnull = std::fs::File::options()
+            .write(true)
+            .open("/dev/null")
+            .unwrap();
+        let argv: super::super::spawner::Strings = ["sh", "-c", script].into_iter().collect();
+        super::super::spawner::Queued::new(&super::super::spawner::Request::plain(
+            c"/bin/sh",
+            &argv,
+            devnull.as_raw_fd(),
+        ))
+        .unwrap()
+    }
+
+    /// Waits until the spawners owe `n` answers: the batch went out.
+    async fn owing(containment: &Containment, n: usize) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while containment.spawning().owed.len() < n {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the batch never went out"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    fn reap(containment: &Containment, started: Started) {
+        let _guard = containment.reaping(started.pid);
+        assert_eq!(
+            waitpid(Pid::from_raw(started.pid), None).unwrap(),
+            nix::sys::wait::WaitStatus::Exited(Pid::from_raw(started.pid), 0)
+        );
+    }
+
+    /// Consecutive runs take turns between the spawners; a spawner killed holding runs fails
+    /// those alone, as may have started (it might have started them), and the other's start at
+    /// their time; the dead one is replaced at its next turn.
+    #[tokio::test]
+    async fn a_spawner_that_dies_fails_its_own_runs_and_the_other_goes_on() {
+        let containment = Arc::new(Containment::with_spawners(2));
+        let due = std::time::Instant::now() + Duration::from_millis(400);
+        let answers: Vec<_> = (0..4_i64)
+            .map(|run| {
+                let mut request = shell("exit 0");
+                request.start_at(due);
+                containment.ask(run, request)
+            })
+            .collect();
+        owing(&containment, 4).await;
+        let (doomed, other) = {
+            let spawning = containment.spawning();
+            let mut held: Vec<_> = spawning.owed.keys().copied().collect();
+            held.sort_unstable();
+            assert_eq!(held, [(0, 0), (0, 1), (1, 0), (1, 1)], "turns");
+            (
+                spawning.spawners[0].pid().unwrap(),
+                spawning.spawners[1].pid().unwrap(),
+            )
+        };
+        assert_ne!(doomed, other);
+        kill(Pid::from_raw(doomed), Signal::SIGKILL).unwrap();
+        for (run, answer) in answers.into_iter().enumerate() {
+            let outcome = Containment::started(answer).await;
+            if run % 2 == 0 {
+                let e = outcome.unwrap_err();
+                assert!(
+                    super::super::spawner::may_have_started(&e),
+                    "run {run}: {e}"
+                );
+            } else {
+                let started = outcome.unwrap();
+                assert!(started.at >= due, "run {run} started before its time");
+                reap(&containment, started);
+            }
+        }
+        assert_eq!(containment.spawning().unsure(), 2);
+        let next: Vec<_> = (4..6_i64)
+            .map(|run| containment.ask(run, shell("exit 0")))
+            .collect();
+        for answer in next {
+            reap(&containment, Containment::started(answer).await.unwrap());
+        }
+        let spawning = containment.spawning();
+        let replaced = spawning.spawners[0].pid().unwrap();
+        assert!(replaced != doomed && replaced != other);
+        assert_eq!(spawning.spawners[1].pid(), Some(other));
+    }
+
+    /// A withdrawal reaches whichever spawner holds the run; the other runs start at their time.
+    #[tokio::test]
+    async fn a_run_held_by_either_spawner_is_withdrawn() {
+        let containment = Arc::new(Containment::with_spawners(2));
+        let due = std::time::Instant::now() + Duration::from_millis(300);
+        let answers: Vec<_> = (0..4_i64)
+            .map(|run| {
+                let mut request = shell("exit 0");
+                request.start_at(due);
+                containment.ask(run, request)
+            })
+            .collect();
+        owing(&containment, 4).await;
+        containment.withdraw(1);
+        containment.withdraw(2);
+        for (run, answer) in answers.into_iter().enumerate() {
+            let outcome = Containment::started(answer).await;
+            if run == 1 || run == 2 {
+                let e = outcome.unwrap_err();
+                assert!(super::super::spawner::was_withdrawn(&e), "run {run}: {e}");
+            } else {
+                let started = outcome.unwrap();
+                assert!(started.at >= due, "run {run} started before its time");
+                reap(&containment, started);
+            }
+        }
+        // And every later run at once, from both.
+        let due = std::time::Instant::now() + Duration::from_secs(30);
+        let later: Vec<_> = (10..13_i64)
+            .map(|run| {
+                let mut request = shell("exit 0");
+                request.start_at(due);
+                containment.ask(run, request)
+            })
+            .collect();
+        owing(&containment, 3).await;
+        containment.withdraw_later();
+        for answer in later {
+            let e = Containment::started(answer).await.unwrap_err();
+            assert!(super::super::spawner::was_withdrawn(&e), "{e}");
+        }
+        assert!(containment.spawning().owed.is_empty());
+    }
+
     /// Spawns asked for together each start their own process, a child of this process, and
     /// are leaders of their runs until reaped; a failed exec fails its own run only.
     #[tokio::test]
     async fn spawns_asked_together_start_their_own_processes() {
         use std::os::fd::AsRawFd;
-        let containment = Arc::new(Containment::default());
+        let containment = Arc::new(Containment::with_spawners(2));
         let devnull = std::fs::File::options()
             .write(true)
             .open("/dev/null")

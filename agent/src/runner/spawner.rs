@@ -40,6 +40,12 @@
 //! Should it die between batches, the next forks a new one (from the grown agent then:
 //! still correct, less small); should it die holding requests, those runs fail rather than risk
 //! being started twice, and the batch's requests it never got go to a new one.
+//!
+//! An agent keeps one spawner per core, up to four (`count`), and consecutive runs take turns
+//! between them (`contain`): a spawner starts one run at a time and waits for its `exec`, so one
+//! alone had no headroom at 1,000 fires/s on a slow 2-vCPU host, and fell seconds behind when
+//! anything else took a core (BENCHMARKS.md, issue 17). Each is a `Spawner` of its own, with its
+//! own requests' numbers; one that dies fails only the runs it held.
 #![allow(
     unsafe_code,
     reason = "fork, clone and the child's work before exec need libc, on data prepared beforehand"
@@ -210,8 +216,8 @@ struct Connection {
     pid: i32,
 }
 
-/// The spawner `start` forked while the process was small, for the first `Spawner` to take.
-static STARTED: Mutex<Option<Connection>> = Mutex::new(None);
+/// The spawners `start` forked while the process was small, for the first `Spawner`s to take.
+static STARTED: Mutex<Vec<Connection>> = Mutex::new(Vec::new());
 /// The pids of the spawners alive: the agent's children that are no run and must survive a sweep.
 static LIVE: Mutex<Vec<i32>> = Mutex::new(Vec::new());
 /// The threads that forked a spawner: the runs a spawner starts are their children
@@ -233,15 +239,29 @@ fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Starts the spawner now, while this process is small; `main` calls it before any other
-/// thread starts. Without it, the first spawn starts one.
+/// Most spawners an agent keeps (`count`).
+const MOST_SPAWNERS: usize = 4;
+
+/// How many spawners an agent keeps: one per core it may use, up to `MOST_SPAWNERS`. One
+/// spawner starts runs one after another, each start a wait for the run's `exec` (`launch`), which
+/// on a slow 2-vCPU host is about 1,000 starts a second, no headroom for one agent at 1,000
+/// fires/s (BENCHMARKS.md, issue 17): with one per core, starts go on side by side. More than
+/// the cores would only queue for them; each costs about 2 MB of resident memory, idle.
+pub fn count() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .clamp(1, MOST_SPAWNERS)
+}
+
+/// Starts `count` spawners now, while this process is small; `main` calls it before any other
+/// thread starts. Without it, each `Spawner` forks its own at its first spawn.
 ///
 /// # Errors
-/// When the socket pair or the fork fails.
-pub fn start() -> std::io::Result<()> {
+/// When a socket pair or a fork fails.
+pub fn start(count: usize) -> std::io::Result<()> {
     let mut started = locked(&STARTED);
-    if started.is_none() {
-        *started = Some(fork_spawner()?);
+    while started.len() < count {
+        started.push(fork_spawner()?);
     }
     Ok(())
 }
@@ -287,11 +307,21 @@ pub struct Spawner {
 }
 
 impl Spawner {
-    /// A spawner holding the one `start` forked, if nobody took it yet.
+    /// A spawner holding one of those `start` forked, if one is left.
     pub fn new() -> Self {
         let mut spawner = Self::default();
-        spawner.connection = locked(&STARTED).take();
+        spawner.connection = locked(&STARTED).pop();
         spawner
+    }
+
+    /// Whether requests sent are unanswered, or outcomes wait to be collected.
+    pub fn owes(&self) -> bool {
+        !self.owed.is_empty() || !self.settled.is_empty()
+    }
+
+    /// The pid of its process, if it has one.
+    pub fn pid(&self) -> Option<i32> {
+        self.connection.as_ref().map(|c| c.pid)
     }
 
     /// Writes each request to the spawner (forking one where there is none) without waiting
@@ -1106,21 +1136,28 @@ fn fork_spawner_here() -> std::io::Result<Connection> {
 /// The spawner's name in `ps` and `/proc/<pid>/comm` (at most 15 bytes).
 pub const NAME: &CStr = c"jobfleet-spawn";
 
-/// The spawner among the children of agent process `agent` (found by its name), for tools and
-/// tests that look at an agent from outside.
-pub fn of_agent(agent: u32) -> Option<i32> {
-    let name = NAME.to_str().ok()?;
-    std::fs::read_dir(format!("/proc/{agent}/task"))
-        .ok()?
+/// The spawners among the children of agent process `agent` (found by their name, zombies
+/// not counted), for tools and tests that look at an agent from outside.
+pub fn of_agent(agent: u32) -> Vec<i32> {
+    let Some(name) = NAME.to_str().ok() else {
+        return Vec::new();
+    };
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{agent}/task")) else {
+        return Vec::new();
+    };
+    tasks
         .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("children")).ok())
         .flat_map(|c| {
             c.split_whitespace()
                 .filter_map(|p| p.parse().ok())
                 .collect::<Vec<i32>>()
         })
-        .find(|pid| {
+        .filter(|pid| {
             std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == name)
+                && std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|stat| !stat.contains(") Z "))
         })
+        .collect()
 }
 
 /// The spawner's life: answers requests until the agent's end closes or the agent is gone.

@@ -5,7 +5,7 @@
 //! cargo build --release --workspace --bins --features jobfleet-admin/mysql
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- lateness [--mysql] [--jobs 1000] [--agents 4]
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- http [--mysql] [--jobs 5000]
-//! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- burst [--mysql] [--jobs 50000]
+//! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- burst [--mysql] [--jobs 50000] [--agents 4]
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- rss [--jobs 100000]
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- idle
 //! cargo run --release -p jobfleet-admin --features mysql --example sched_bench -- day2 [--mysql] [--jobs 1000000]
@@ -1090,11 +1090,11 @@ fn scalar_on(conn: &mut AnyConnection, sql: &str) -> i64 {
     diesel::sql_query(sql).get_result::<N>(conn).unwrap().n
 }
 
-fn burst(mysql: bool, jobs: usize) {
+fn burst(mysql: bool, jobs: usize, agents: usize) {
     let bench = Bench::new(mysql);
     bench.jobs(jobs, "NULL, NULL, 0");
     let (admin, base) = bench.admin();
-    let agents = bench.agents(&base, 4, None);
+    let agents = bench.agents(&base, agents, None);
     let due = now_ms() + 2_000;
     bench
         .conn()
@@ -1455,7 +1455,7 @@ fn main() {
             agents.unwrap_or(LATENESS_AGENTS),
         ),
         Some("http") => http_lateness(mysql, jobs.unwrap_or(5000)),
-        Some("burst") => burst(mysql, jobs.unwrap_or(50_000)),
+        Some("burst") => burst(mysql, jobs.unwrap_or(50_000), agents.unwrap_or(4)),
         Some("rss") => rss(mysql, jobs.unwrap_or(100_000)),
         Some("idle") => idle(),
         Some("day2") => day2(mysql, jobs.unwrap_or(1_000_000)),
@@ -1497,7 +1497,7 @@ fn main() {
         _ => {
             eprintln!(
                 "usage: sched_bench lateness|http|burst|rss|idle|day2|spawn|modes|workflows|fleet [--mysql] [--jobs N] \
-                 [--agents N (lateness, fleet)] [--connections N] [--chains N --length N --sleep-ms N --fan N --steps-only --fan-only]"
+                 [--agents N (lateness, burst, fleet)] [--connections N] [--chains N --length N --sleep-ms N --fan N --steps-only --fan-only]"
             );
             std::process::exit(2);
         }

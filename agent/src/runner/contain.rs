@@ -511,6 +511,9 @@ impl Containment {
             spawning.last_batch = Some(now);
             let count = spawning.spawners.len();
             let mut shares: Vec<Vec<Waiting>> = (0..count).map(|_| Vec::new()).collect();
+            // Run by run, a burst's too: a batch given whole to one spawner left the other idle
+            // while the agent waited for its answers, and a lone agent that had fallen behind
+            // stayed behind as with one spawner (BENCHMARKS.md).
             for waiting in batch {
                 shares[spawning.next].push(waiting);
                 spawning.next = (spawning.next + 1) % count;
@@ -982,6 +985,39 @@ mod tests {
         let replaced = spawning.spawners[0].pid().unwrap();
         assert!(replaced != doomed && replaced != other);
         assert_eq!(spawning.spawners[1].pid(), Some(other));
+    }
+
+    /// The runs of a batch take turns between the spawners one by one, a burst's batch
+    /// (`WAIT_FROM` runs due or more, whose answers the agent waits for) as a small one's.
+    #[tokio::test]
+    async fn a_batch_s_runs_take_turns_between_the_spawners() {
+        let containment = Arc::new(Containment::with_spawners(2));
+        let sent = |containment: &Containment| {
+            let spawning = containment.spawning();
+            (spawning.spawners[0].sent(), spawning.spawners[1].sent())
+        };
+        let mut run = 0_i64;
+        let mut expected = (0, 0);
+        for size in [WAIT_FROM, 3, 1, WAIT_FROM + 1] {
+            // Asked without a yield in between: one batch.
+            let answers: Vec<_> = (0..size)
+                .map(|_| {
+                    run += 1;
+                    containment.ask(run, shell("exit 0"))
+                })
+                .collect();
+            for answer in answers {
+                reap(&containment, Containment::started(answer).await.unwrap());
+            }
+            for _ in 0..size {
+                if expected.0 == expected.1 {
+                    expected.0 += 1;
+                } else {
+                    expected.1 += 1;
+                }
+            }
+            assert_eq!(sent(&containment), expected, "after a batch of {size}");
+        }
     }
 
     /// A withdrawal reaches whichever spawner holds the run; the other runs start at their time.

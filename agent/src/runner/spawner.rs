@@ -319,6 +319,11 @@ impl Spawner {
         !self.owed.is_empty() || !self.settled.is_empty()
     }
 
+    /// How many requests reached it whole so far (its processes', replaced ones' included).
+    pub fn sent(&self) -> u64 {
+        self.next_seq
+    }
+
     /// The pid of its process, if it has one.
     pub fn pid(&self) -> Option<i32> {
         self.connection.as_ref().map(|c| c.pid)

@@ -913,6 +913,20 @@ mod tests {
         .unwrap()
     }
 
+    /// Asks for `runs`, each held by its spawner until `due`.
+    fn ask_held(
+        containment: &Arc<Containment>,
+        runs: std::ops::Range<i64>,
+        due: std::time::Instant,
+    ) -> Vec<oneshot::Receiver<std::io::Result<Started>>> {
+        runs.map(|run| {
+            let mut request = shell("exit 0");
+            request.start_at(due);
+            containment.ask(run, request)
+        })
+        .collect()
+    }
+
     /// Waits until the spawners owe `n` answers: the batch went out.
     async fn owing(containment: &Containment, n: usize) {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -940,13 +954,7 @@ mod tests {
     async fn a_spawner_that_dies_fails_its_own_runs_and_the_other_goes_on() {
         let containment = Arc::new(Containment::with_spawners(2));
         let due = std::time::Instant::now() + Duration::from_millis(400);
-        let answers: Vec<_> = (0..4_i64)
-            .map(|run| {
-                let mut request = shell("exit 0");
-                request.start_at(due);
-                containment.ask(run, request)
-            })
-            .collect();
+        let answers = ask_held(&containment, 0..4, due);
         owing(&containment, 4).await;
         let (doomed, other) = {
             let spawning = containment.spawning();
@@ -1025,13 +1033,7 @@ mod tests {
     async fn a_run_held_by_either_spawner_is_withdrawn() {
         let containment = Arc::new(Containment::with_spawners(2));
         let due = std::time::Instant::now() + Duration::from_millis(300);
-        let answers: Vec<_> = (0..4_i64)
-            .map(|run| {
-                let mut request = shell("exit 0");
-                request.start_at(due);
-                containment.ask(run, request)
-            })
-            .collect();
+        let answers = ask_held(&containment, 0..4, due);
         owing(&containment, 4).await;
         containment.withdraw(1);
         containment.withdraw(2);
@@ -1048,13 +1050,7 @@ mod tests {
         }
         // And every later run at once, from both.
         let due = std::time::Instant::now() + Duration::from_secs(30);
-        let later: Vec<_> = (10..13_i64)
-            .map(|run| {
-                let mut request = shell("exit 0");
-                request.start_at(due);
-                containment.ask(run, request)
-            })
-            .collect();
+        let later = ask_held(&containment, 10..13, due);
         owing(&containment, 3).await;
         containment.withdraw_later();
         for answer in later {

@@ -641,26 +641,39 @@ impl Containment {
     /// With runs sent ahead of their time, the spawner is paused meanwhile instead (it starts
     /// none until the `Pause` returned is dropped): their processes are still to come, and the
     /// answers of every process it started are read.
+    ///
+    /// The spawners that hold nothing for later are waited for first, and the others paused
+    /// only after: a pause taken before another spawner's wait could run out (the spawner's own
+    /// limit, `PAUSE_AT_MOST_NS`) while that spawner's run hung before its `exec` (a frozen or
+    /// unanswering file system), and a run it then started would be taken for an orphan. None of
+    /// them gets a request meanwhile: requests go out under the table's lock, held here.
     fn enter_every_leader(&self, leaders: &mut HashMap<i32, i64>) -> (Vec<Answered>, Pause<'_>) {
         let mut answered = Vec::new();
+        // Before the spawners' lock, so that it is dropped after it, resuming those it holds
+        // even if a read below panicked.
+        let mut pause = Pause {
+            containment: self,
+            paused: Vec::new(),
+        };
         let mut spawning = self.spawning();
         let now_ns = super::spawner::now_ns();
-        let mut paused = Vec::new();
-        for i in 0..spawning.spawners.len() {
-            let spawner = &mut spawning.spawners[i];
-            let pause = spawner.holds_for_later(now_ns) && spawner.pause();
-            if pause {
-                paused.push(i);
-            }
-            Self::read_answers_of(&mut spawning, i, leaders, !pause, &mut answered);
+        let holding: Vec<bool> = spawning
+            .spawners
+            .iter()
+            .map(|spawner| spawner.holds_for_later(now_ns))
+            .collect();
+        for i in (0..holding.len()).filter(|&i| !holding[i]) {
+            Self::read_answers_of(&mut spawning, i, leaders, true, &mut answered);
         }
-        (
-            answered,
-            Pause {
-                containment: self,
-                paused,
-            },
-        )
+        for i in (0..holding.len()).filter(|&i| holding[i]) {
+            let paused = spawning.spawners[i].pause();
+            if paused {
+                pause.paused.push(i);
+            }
+            Self::read_answers_of(&mut spawning, i, leaders, !paused, &mut answered);
+        }
+        drop(spawning);
+        (answered, pause)
     }
 
     /// Withdraws every spawn asked for a later time (`withdraw`).
@@ -682,12 +695,22 @@ impl Containment {
                     Err(std::io::Error::other(super::spawner::Withdrawn)),
                 ));
             }
-            for spawner in &mut spawning.spawners {
-                spawner.withdraw_all();
-            }
+            Self::withdraw_from_all(&mut spawning.spawners);
             Self::read_answers(&mut spawning, &mut leaders, false, &mut answered);
         }
         self.hand_over(answered);
+    }
+
+    /// Withdraws every request held for later from every spawner, and reads every answer owed.
+    /// Every spawner is told before any is read: a run held by the last that came due while the
+    /// first ones' answers were read would start, where it was withdrawn in time.
+    fn withdraw_from_all(spawners: &mut [Spawner]) {
+        for spawner in spawners.iter_mut() {
+            spawner.send_withdrawals();
+        }
+        for spawner in spawners.iter_mut() {
+            spawner.read_every_answer();
+        }
     }
 
     /// Withdraws the spawn of `run_id` if its process has not started: its spawn then fails
@@ -869,9 +892,7 @@ impl Drop for Containment {
             .get_mut()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         // Runs sent ahead of their time do not start now.
-        for spawner in &mut spawning.spawners {
-            spawner.withdraw_all();
-        }
+        Self::withdraw_from_all(&mut spawning.spawners);
         Self::read_answers(spawning, &mut leaders, true, &mut answered);
         *self
             .leaders
@@ -953,7 +974,9 @@ mod tests {
     #[tokio::test]
     async fn a_spawner_that_dies_fails_its_own_runs_and_the_other_goes_on() {
         let containment = Arc::new(Containment::with_spawners(2));
-        let due = std::time::Instant::now() + Duration::from_millis(400);
+        // Room for forking both spawners and the kill on a loaded machine: a kill after this
+        // would find the runs started.
+        let due = std::time::Instant::now() + Duration::from_secs(2);
         let answers = ask_held(&containment, 0..4, due);
         owing(&containment, 4).await;
         let (doomed, other) = {
@@ -1032,7 +1055,8 @@ mod tests {
     #[tokio::test]
     async fn a_run_held_by_either_spawner_is_withdrawn() {
         let containment = Arc::new(Containment::with_spawners(2));
-        let due = std::time::Instant::now() + Duration::from_millis(300);
+        // Room for forking both spawners and the withdrawals on a loaded machine.
+        let due = std::time::Instant::now() + Duration::from_secs(2);
         let answers = ask_held(&containment, 0..4, due);
         owing(&containment, 4).await;
         containment.withdraw(1);

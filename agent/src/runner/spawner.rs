@@ -407,8 +407,9 @@ impl Spawner {
         self.paused = false;
     }
 
-    /// Withdraws every request held for later and reads every answer owed.
-    pub fn withdraw_all(&mut self) {
+    /// Withdraws every request held for later, reading nothing: the answers, `WITHDRAWN` for
+    /// those it still held, come with `read_every_answer`.
+    pub fn send_withdrawals(&mut self) {
         let now = monotonic_ns();
         let later: Vec<u64> = self
             .owed
@@ -424,6 +425,10 @@ impl Spawner {
                 }
             }
         }
+    }
+
+    /// Reads until no answer is owed.
+    pub fn read_every_answer(&mut self) {
         self.read_until(|spawner| spawner.owed.is_empty());
     }
 

@@ -267,3 +267,148 @@ async fn after_a_start_that_may_have_happened_the_look_reads_every_run_parent() 
     );
     end(&containment, again);
 }
+
+/// A small ext4 file system of its own, loop-mounted, that a test can freeze: a write to it then
+/// blocks until it is thawed. Thawed and unmounted when dropped.
+struct FreezableMount {
+    dir: tempfile::TempDir,
+}
+
+impl FreezableMount {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let image = dir.path().join("fs.img");
+        std::fs::File::create(&image)
+            .unwrap()
+            .set_len(64 << 20)
+            .unwrap();
+        let mount = dir.path().join("mnt");
+        std::fs::create_dir(&mount).unwrap();
+        run(
+            "mkfs.ext4",
+            &["-q".as_ref(), "-F".as_ref(), image.as_os_str()],
+        );
+        run(
+            "mount",
+            &[
+                "-o".as_ref(),
+                "loop".as_ref(),
+                image.as_os_str(),
+                mount.as_os_str(),
+            ],
+        );
+        Self { dir }
+    }
+
+    fn path(&self) -> std::path::PathBuf {
+        self.dir.path().join("mnt")
+    }
+
+    fn freeze(&self) {
+        run("fsfreeze", &["-f".as_ref(), self.path().as_os_str()]);
+    }
+}
+
+impl Drop for FreezableMount {
+    fn drop(&mut self) {
+        let mount = self.path();
+        // Thawed already, unless the test failed before its thaw.
+        let _ = std::process::Command::new("fsfreeze")
+            .arg("-u")
+            .arg(&mount)
+            .stderr(std::process::Stdio::null())
+            .status();
+        let _ = std::process::Command::new("umount").arg(&mount).status();
+    }
+}
+
+/// Runs a tool the test needs, failing the test with what it said.
+fn run(program: &str, args: &[&std::ffi::OsStr]) {
+    let out = std::process::Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A sweep while one spawner's run hangs before its `exec` (its start mark's write waits on a
+/// frozen file system) and another spawner holds a run for later: the sweep waits for the first
+/// before it pauses the second, so the pause cannot run out (the spawner's 10 s limit) while it
+/// waits, and the held run, started at its time, is not taken for an orphan. Paused first, the
+/// second spawner resumed by itself at 10 s, started the run at 12 s unseen, and the sweep killed
+/// it at the thaw. Needs root (a loop mount); about 15 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_run_survives_a_sweep_that_waits_for_a_hung_exec() {
+    if !nix::unistd::geteuid().is_root() {
+        return; // a loop mount needs root
+    }
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let frozen = FreezableMount::new();
+    let marks = jobfleet_agent::runner::start_marks::StartMarks::open(&frozen.path()).unwrap();
+    let marks_file = marks.file();
+    let containment = Arc::new(Containment::with_spawners(2));
+    let t0 = std::time::Instant::now();
+    let due = t0 + Duration::from_secs(12);
+    let mut held = request(c"/bin/sleep", &["sleep", "3"]);
+    held.start_at(due);
+    let devnull = std::fs::File::options()
+        .write(true)
+        .open("/dev/null")
+        .unwrap();
+    let argv: Strings = ["true"].into_iter().collect();
+    let env = Strings::default();
+    let hung = Queued::new(&Request {
+        program: c"/bin/true",
+        argv: &argv,
+        env: &env,
+        cwd: c"/",
+        output: devnull.as_raw_fd(),
+        start_mark: Some((marks_file.as_raw_fd(), marks.take(101))),
+        cgroup_procs: &[],
+        rlimits: &[],
+        user: None,
+    })
+    .unwrap();
+    frozen.freeze();
+    // One batch: the held run goes to the first spawner, the hung one to the second.
+    let held_answer = containment.ask(100, held);
+    let hung_answer = containment.ask(101, hung);
+    let thaw = std::thread::spawn({
+        let mount = frozen.path();
+        move || {
+            std::thread::sleep(Duration::from_secs(14));
+            run("fsfreeze", &["-u".as_ref(), mount.as_os_str()]);
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let signalled = tokio::task::spawn_blocking({
+        let containment = containment.clone();
+        move || containment.sweep(-7, None, Signal::SIGKILL)
+    })
+    .await
+    .unwrap();
+    thaw.join().unwrap();
+    assert!(
+        t0.elapsed() >= Duration::from_secs(14),
+        "the sweep did not wait for the hung exec: the test shows nothing"
+    );
+    let started = Containment::started(held_answer).await.unwrap();
+    assert!(started.at >= due, "the held run started before its time");
+    let status = {
+        let _guard = containment.reaping(started.pid);
+        // A run taken for an orphan was killed and reaped by the sweep (ECHILD here).
+        nix::sys::wait::waitpid(Pid::from_raw(started.pid), None)
+    };
+    assert_eq!(signalled, 0, "the sweep ended the held run: {status:?}");
+    assert!(
+        matches!(status, Ok(nix::sys::wait::WaitStatus::Exited(_, 0))),
+        "{status:?}"
+    );
+    let hung_pid = Containment::started(hung_answer).await.unwrap().pid;
+    let _guard = containment.reaping(hung_pid);
+    nix::sys::wait::waitpid(Pid::from_raw(hung_pid), None).unwrap();
+}

@@ -1147,7 +1147,9 @@ fn fork_spawner_here() -> std::io::Result<Connection> {
 pub const NAME: &CStr = c"jobfleet-spawn";
 
 /// The spawners among the children of agent process `agent` (found by their name, zombies
-/// not counted), for tools and tests that look at an agent from outside.
+/// not counted), for tools and tests that look at an agent from outside. A run's process, for
+/// the microseconds between its clone and its `exec`, bears the spawner's name and is counted
+/// too: callers look at an idle agent, or sum CPU, where such a process has used next to none.
 pub fn of_agent(agent: u32) -> Vec<i32> {
     let Some(name) = NAME.to_str().ok() else {
         return Vec::new();

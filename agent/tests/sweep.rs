@@ -343,6 +343,23 @@ fn run(program: &str, args: &[&std::ffi::OsStr]) {
 /// it at the thaw. Needs root (a loop mount); about 15 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_run_survives_a_sweep_that_waits_for_a_hung_exec() {
+    sweep_beside_a_hung_exec(false).await;
+}
+
+/// As above, but the spawner whose run hangs holds a run for later as well, so both are paused,
+/// the one holding the run due at 12 s first: once the hung one answered at the thaw, the first
+/// pause, asked 14 s before, is asked again, its answer comes after the held run's start, and
+/// the run is not taken for an orphan. Without the second ask the first spawner resumed by
+/// itself at 10 s, started the run at 12 s unseen, and the sweep killed it. Needs root; about 15 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_run_survives_a_sweep_whose_pauses_wait_for_a_hung_exec() {
+    sweep_beside_a_hung_exec(true).await;
+}
+
+/// The two tests above: a run held until 12 s by the first spawner, a run hung before its `exec`
+/// until 14 s by the second, and a sweep from 0.3 s; with `both_hold`, each spawner also holds a
+/// run due in a minute (withdrawn at the end).
+async fn sweep_beside_a_hung_exec(both_hold: bool) {
     if !nix::unistd::geteuid().is_root() {
         return; // a loop mount needs root
     }
@@ -374,9 +391,22 @@ async fn a_held_run_survives_a_sweep_that_waits_for_a_hung_exec() {
     })
     .unwrap();
     frozen.freeze();
-    // One batch: the held run goes to the first spawner, the hung one to the second.
+    // Runs take turns: the held run (and the first run for later) go to the first spawner, the
+    // hung one (and the second) to the second.
     let held_answer = containment.ask(100, held);
     let hung_answer = containment.ask(101, hung);
+    let later_answers: Vec<_> = if both_hold {
+        [102, 103]
+            .into_iter()
+            .map(|run_id| {
+                let mut later = request(c"/bin/true", &["true"]);
+                later.start_at(t0 + Duration::from_secs(60));
+                (run_id, containment.ask(run_id, later))
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let thaw = std::thread::spawn({
         let mount = frozen.path();
         move || {
@@ -409,6 +439,13 @@ async fn a_held_run_survives_a_sweep_that_waits_for_a_hung_exec() {
         "{status:?}"
     );
     let hung_pid = Containment::started(hung_answer).await.unwrap().pid;
-    let _guard = containment.reaping(hung_pid);
-    nix::sys::wait::waitpid(Pid::from_raw(hung_pid), None).unwrap();
+    {
+        let _guard = containment.reaping(hung_pid);
+        nix::sys::wait::waitpid(Pid::from_raw(hung_pid), None).unwrap();
+    }
+    for (run_id, answer) in later_answers {
+        containment.withdraw(run_id);
+        let withdrawn = Containment::started(answer).await.unwrap_err();
+        assert!(spawner::was_withdrawn(&withdrawn), "{withdrawn}");
+    }
 }

@@ -68,6 +68,11 @@ const COLLECT_AFTER: Duration = Duration::from_millis(5);
 const COLLECT_SOON: Duration = Duration::from_millis(1);
 const QUIET: Duration = Duration::from_millis(20);
 
+/// How long after it was asked a spawner's pause is asked again before a look at the agent's
+/// children (`enter_every_leader`): half the spawner's own limit, so that the look, milliseconds
+/// long, comes at least that long before any pause runs out.
+const RENEW_PAUSE_AFTER_NS: u64 = super::spawner::PAUSE_AT_MOST_NS / 2;
+
 /// The fewest runs in a batch whose answers the agent waits for (a burst's batches). Fewer come
 /// due together now and then at a steady rate, and each wait was a blocking read of the agent's.
 const WAIT_FROM: usize = 8;
@@ -642,11 +647,16 @@ impl Containment {
     /// none until the `Pause` returned is dropped): their processes are still to come, and the
     /// answers of every process it started are read.
     ///
-    /// The spawners that hold nothing for later are waited for first, and the others paused
-    /// only after: a pause taken before another spawner's wait could run out (the spawner's own
-    /// limit, `PAUSE_AT_MOST_NS`) while that spawner's run hung before its `exec` (a frozen or
-    /// unanswering file system), and a run it then started would be taken for an orphan. None of
-    /// them gets a request meanwhile: requests go out under the table's lock, held here.
+    /// A pause runs out by itself (the spawner's own limit, `spawner::PAUSE_AT_MOST_NS`), and a
+    /// spawner answers its pause only once its current start is done: while one's run hangs
+    /// before its `exec` (a frozen or unanswering file system), a pause taken before could run
+    /// out, and a run its spawner then started would be taken for an orphan. So the spawners
+    /// that hold nothing for later are waited for first, the others paused only after, and a
+    /// pause asked `RENEW_PAUSE_AFTER_NS` ago or longer once the last is in (one spawner holding
+    /// runs for later hung in a start while an earlier one was paused) is asked again: its
+    /// answer comes after those of the runs its spawner started meanwhile, and its limit starts
+    /// afresh, so the look comes well inside every pause. None of them gets a request meanwhile:
+    /// requests go out under the table's lock, held here.
     fn enter_every_leader(&self, leaders: &mut HashMap<i32, i64>) -> (Vec<Answered>, Pause<'_>) {
         let mut answered = Vec::new();
         // Before the spawners' lock, so that it is dropped after it, resuming those it holds
@@ -665,10 +675,32 @@ impl Containment {
         for i in (0..holding.len()).filter(|&i| !holding[i]) {
             Self::read_answers_of(&mut spawning, i, leaders, true, &mut answered);
         }
+        // Each paused spawner, with when its pause was last asked.
+        let mut asked: Vec<(usize, u64)> = Vec::new();
         for i in (0..holding.len()).filter(|&i| holding[i]) {
+            let at = super::spawner::now_ns();
             let paused = spawning.spawners[i].pause();
             if paused {
                 pause.paused.push(i);
+                asked.push((i, at));
+            }
+            Self::read_answers_of(&mut spawning, i, leaders, !paused, &mut answered);
+        }
+        loop {
+            let now_ns = super::spawner::now_ns();
+            let Some(stale) = asked
+                .iter()
+                .position(|&(_, at)| now_ns.saturating_sub(at) >= RENEW_PAUSE_AFTER_NS)
+            else {
+                break;
+            };
+            let i = asked[stale].0;
+            let paused = spawning.spawners[i].pause();
+            if paused {
+                asked[stale].1 = now_ns;
+            } else {
+                // Gone: every request it owed is settled (as may have started), none to come.
+                asked.swap_remove(stale);
             }
             Self::read_answers_of(&mut spawning, i, leaders, !paused, &mut answered);
         }

@@ -89,7 +89,7 @@ const PAUSED: u64 = u64::MAX;
 const WITHDRAWN: i32 = libc::ECANCELED;
 /// The longest a pause holds starts back, should the agent never resume (a look at its children
 /// takes milliseconds, and the agent resumes even when the look fails).
-const PAUSE_AT_MOST_NS: u64 = 10_000_000_000;
+pub(super) const PAUSE_AT_MOST_NS: u64 = 10_000_000_000;
 /// The child's stack while it prepares the exec; it runs only a few libc calls.
 const CHILD_STACK: usize = 256 * 1024;
 

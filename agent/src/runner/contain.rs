@@ -524,26 +524,7 @@ impl Containment {
                 spawning.next = (spawning.next + 1) % count;
             }
             for (i, share) in shares.into_iter().enumerate() {
-                if share.is_empty() {
-                    continue;
-                }
-                let encoded: Vec<_> = share.iter().map(|w| w.request.encoded()).collect();
-                let sent = spawning.spawners[i].send(&encoded);
-                drop(encoded);
-                for (waiting, sent) in share.into_iter().zip(sent) {
-                    match sent {
-                        Ok(seq) => {
-                            spawning.owed.insert(
-                                (i, seq),
-                                Owed {
-                                    run_id: waiting.run_id,
-                                    started: waiting.started,
-                                },
-                            );
-                        }
-                        Err(e) => answered.push((waiting.started, Err(e))),
-                    }
-                }
+                Self::send_share(&mut spawning, i, share, &mut answered);
             }
             Self::read_answers(&mut spawning, &mut leaders, wait, &mut answered);
             let collecting = spawning.collecting;
@@ -558,6 +539,60 @@ impl Containment {
             }
             (true, _) => self.batch_sent.notify_one(),
             (false, false) => {}
+        }
+    }
+
+    /// Sends `share` to spawner `first`. The requests that reached it not whole (it was gone and
+    /// could not be forked again: the host refused the copy of the agent, under strict overcommit
+    /// or a pids limit, where a run's own clone, sharing its spawner's memory, may still be made)
+    /// never started, and go to the next spawners in turn; they fail only when none takes them.
+    /// Else a spawner that cannot be replaced would fail every run of its turn while the others
+    /// start theirs.
+    fn send_share(
+        spawning: &mut Spawning,
+        first: usize,
+        mut share: Vec<Waiting>,
+        answered: &mut Vec<Answered>,
+    ) {
+        let count = spawning.spawners.len();
+        let mut refused = None;
+        for turn in 0..count {
+            if share.is_empty() {
+                return;
+            }
+            let i = (first + turn) % count;
+            let encoded: Vec<_> = share.iter().map(|w| w.request.encoded()).collect();
+            let sent = spawning.spawners[i].send(&encoded);
+            drop(encoded);
+            let mut unsent = Vec::new();
+            for (waiting, sent) in share.into_iter().zip(sent) {
+                match sent {
+                    Ok(seq) => {
+                        spawning.owed.insert(
+                            (i, seq),
+                            Owed {
+                                run_id: waiting.run_id,
+                                started: waiting.started,
+                            },
+                        );
+                    }
+                    Err(e) => {
+                        refused = Some(e);
+                        unsent.push(waiting);
+                    }
+                }
+            }
+            if let Some(e) = refused.as_ref().filter(|_| !unsent.is_empty()) {
+                tracing::warn!(spawner = i, runs = unsent.len(), error = %e, "A spawner cannot be reached; its runs go to another");
+            }
+            share = unsent;
+        }
+        for waiting in share {
+            let e = refused.as_ref().map_or_else(
+                || std::io::Error::other("no spawner can be reached"),
+                |e| std::io::Error::new(e.kind(), e.to_string()),
+            );
+            answered.push((waiting.started, Err(e)));
         }
     }
 
@@ -1048,6 +1083,32 @@ mod tests {
         let replaced = spawning.spawners[0].pid().unwrap();
         assert!(replaced != doomed && replaced != other);
         assert_eq!(spawning.spawners[1].pid(), Some(other));
+    }
+
+    /// A spawner that cannot be forked again fails none of its turn's runs: they go to the
+    /// other spawner; with no spawner left to take them, they fail as unreachable.
+    #[tokio::test]
+    async fn runs_a_spawner_cannot_take_go_to_another() {
+        let containment = Arc::new(Containment::with_spawners(2));
+        containment.spawning().spawners[1].refuse_forks();
+        let answers: Vec<_> = (0..4_i64)
+            .map(|run| containment.ask(run, shell("exit 0")))
+            .collect();
+        for answer in answers {
+            reap(&containment, Containment::started(answer).await.unwrap());
+        }
+        {
+            let spawning = containment.spawning();
+            assert_eq!(spawning.spawners[0].sent(), 4);
+            assert_eq!(spawning.spawners[1].sent(), 0);
+            assert_eq!(spawning.spawners[1].pid(), None);
+        }
+        containment.spawning().spawners[0].refuse_forks();
+        let e = Containment::started(containment.ask(4, shell("exit 0")))
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("unreachable"), "{e}");
+        assert_eq!(containment.spawning().unsure(), 0);
     }
 
     /// The runs of a batch take turns between the spawners one by one, a burst's batch

@@ -304,6 +304,9 @@ pub struct Spawner {
     /// Requests failed as "may have started" so far (`fail_owed`): each may have left a process
     /// whose pid the agent never learns, a child of the forking thread.
     unsure: u64,
+    /// Every fork of a replacement fails (`refuse_forks`).
+    #[cfg(test)]
+    refusing_forks: bool,
 }
 
 impl Spawner {
@@ -335,7 +338,22 @@ impl Spawner {
     ///
     /// Errors: the spawner being unreachable twice in a row.
     pub fn send(&mut self, batch: &[Encoded<'_>]) -> Vec<std::io::Result<u64>> {
+        #[cfg(test)]
+        if self.refusing_forks {
+            return self.send_via(
+                || Err(std::io::Error::from_raw_os_error(libc::EAGAIN)),
+                batch,
+            );
+        }
         self.send_via(fork_spawner, batch)
+    }
+
+    /// Ends its process, and has every fork of a replacement fail from now on, as the host
+    /// refuses one under strict overcommit or a pids limit.
+    #[cfg(test)]
+    pub(crate) fn refuse_forks(&mut self) {
+        self.forget();
+        self.refusing_forks = true;
     }
 
     /// The outcomes read so far, with their requests' numbers: when `wait`, after every answer

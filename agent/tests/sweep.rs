@@ -452,3 +452,81 @@ async fn sweep_beside_a_hung_exec(both_hold: bool) {
         assert!(spawner::was_withdrawn(&withdrawn), "{withdrawn}");
     }
 }
+
+/// A withdrawal (a run killed before its time) does not wait for the spawner holding the run
+/// while that spawner is busy with a start hung before its `exec` (its start mark's write waits on
+/// a frozen file system): the caller, the agent's runtime thread, goes on at once, and the run's
+/// answer, withdrawn, comes once the spawner is free. Waited for, the withdrawal held the agent's
+/// every run until the thaw. Needs root (a loop mount); about 6 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_withdrawal_does_not_wait_for_a_spawner_hung_in_a_start() {
+    if !nix::unistd::geteuid().is_root() {
+        return; // a loop mount needs root
+    }
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let frozen = FreezableMount::new();
+    let marks = jobfleet_agent::runner::start_marks::StartMarks::open(&frozen.path()).unwrap();
+    let marks_file = marks.file();
+    let containment = Arc::new(Containment::with_spawners(2));
+    let devnull = std::fs::File::options()
+        .write(true)
+        .open("/dev/null")
+        .unwrap();
+    let argv: Strings = ["true"].into_iter().collect();
+    let env = Strings::default();
+    let hung = Queued::new(&Request {
+        program: c"/bin/true",
+        argv: &argv,
+        env: &env,
+        cwd: c"/",
+        output: devnull.as_raw_fd(),
+        start_mark: Some((marks_file.as_raw_fd(), marks.take(201))),
+        cgroup_procs: &[],
+        rlimits: &[],
+        user: None,
+    })
+    .unwrap();
+    let later_at = std::time::Instant::now() + Duration::from_secs(60);
+    let mut later = [202, 203].map(|_| {
+        let mut request = request(c"/bin/true", &["true"]);
+        request.start_at(later_at);
+        Some(request)
+    });
+    frozen.freeze();
+    // Runs take turns: the hung run and the second run for later go to the first spawner.
+    let hung_answer = containment.ask(201, hung);
+    let other_answer = containment.ask(202, later[0].take().unwrap());
+    let later_answer = containment.ask(203, later[1].take().unwrap());
+    let thawed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let thaw = std::thread::spawn({
+        let mount = frozen.path();
+        let thawed = thawed.clone();
+        move || {
+            std::thread::sleep(Duration::from_secs(5));
+            thawed.store(true, std::sync::atomic::Ordering::SeqCst);
+            run("fsfreeze", &["-u".as_ref(), mount.as_os_str()]);
+        }
+    });
+    // The batch is out and the first spawner inside the hung start.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    containment.withdraw(203);
+    assert!(
+        !thawed.load(std::sync::atomic::Ordering::SeqCst),
+        "the withdrawal waited for the hung start"
+    );
+    let withdrawn = Containment::started(later_answer).await.unwrap_err();
+    assert!(spawner::was_withdrawn(&withdrawn), "{withdrawn}");
+    assert!(
+        thawed.load(std::sync::atomic::Ordering::SeqCst),
+        "the spawner answered inside its hung start: the test shows nothing"
+    );
+    thaw.join().unwrap();
+    let hung_pid = Containment::started(hung_answer).await.unwrap().pid;
+    {
+        let _guard = containment.reaping(hung_pid);
+        nix::sys::wait::waitpid(Pid::from_raw(hung_pid), None).unwrap();
+    }
+    containment.withdraw(202);
+    let withdrawn = Containment::started(other_answer).await.unwrap_err();
+    assert!(spawner::was_withdrawn(&withdrawn), "{withdrawn}");
+}

@@ -781,10 +781,15 @@ impl Containment {
     }
 
     /// Withdraws the spawn of `run_id` if its process has not started: its spawn then fails
-    /// with `spawner::Withdrawn`; else the spawn gets its start as usual, at once.
-    pub fn withdraw(&self, run_id: i64) {
+    /// with `spawner::Withdrawn`; else the spawn gets its start as usual.
+    ///
+    /// The answer is not waited for here, on the runtime's thread: a spawner answers after the
+    /// start it is busy with, which may hang before its `exec` as long as a frozen file system
+    /// does, and every run of the agent would wait with it. What is not in yet is read as it
+    /// comes, as any other answer (`collect_soon`), and the spawn awaiting it learns it then.
+    pub fn withdraw(self: &Arc<Self>, run_id: i64) {
         let mut answered = Vec::new();
-        {
+        let collector_needed = {
             let mut leaders = self.lock();
             let mut spawning = self.spawning();
             let mut waiting = self.waiting();
@@ -802,11 +807,28 @@ impl Containment {
                 .find(|(_, owed)| owed.run_id == run_id)
                 .map(|(&held_by, _)| held_by);
             if let Some((i, seq)) = owed {
-                spawning.spawners[i].withdraw(seq);
+                spawning.spawners[i].send_withdrawal(seq);
                 Self::read_answers(&mut spawning, &mut leaders, false, &mut answered);
             }
-        }
+            if spawning.owed.is_empty() {
+                None
+            } else {
+                // Read soon: the withdrawn run's answer is due now, not at its time.
+                spawning.collect_after = COLLECT_SOON;
+                let was_collecting = spawning.collecting;
+                spawning.collecting = true;
+                Some(was_collecting)
+            }
+        };
         self.hand_over(answered);
+        match collector_needed {
+            Some(false) => {
+                let containment = self.clone();
+                tokio::spawn(async move { containment.collect_soon().await });
+            }
+            Some(true) => self.batch_sent.notify_one(),
+            None => {}
+        }
     }
 
     /// Tells each spawn its answer. Whoever asked is gone (the runtime is shutting down):

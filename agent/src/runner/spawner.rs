@@ -386,6 +386,14 @@ impl Spawner {
     /// in: `WITHDRAWN` when it never started, else its start (or failure). Nothing for a request
     /// answered already.
     pub fn withdraw(&mut self, seq: u64) {
+        self.send_withdrawal(seq);
+        self.read_until(|spawner| !spawner.owed.contains_key(&seq));
+    }
+
+    /// Withdraws request `seq` if the spawner holds it still, reading nothing: its answer comes
+    /// with a later read, as one due now (a read that waits for the answers due waits for it too,
+    /// and the spawner no longer counts as holding it for later).
+    pub fn send_withdrawal(&mut self, seq: u64) {
         if !self.owed.contains_key(&seq) {
             return;
         }
@@ -395,7 +403,7 @@ impl Spawner {
             self.fail_owed(&e);
             return;
         }
-        self.read_until(|spawner| !spawner.owed.contains_key(&seq));
+        self.owed.insert(seq, 0);
     }
 
     /// Has the spawner start nothing until `resume`, after it answered for every process it

@@ -41,6 +41,47 @@ fn request(program: &std::ffi::CStr, args: &[&str]) -> Queued {
     .unwrap()
 }
 
+/// A request to run `true` whose process first writes its start mark into `marks`, as a run's
+/// does: on a frozen file system it hangs there, before its `exec`.
+fn marking_request(marks: &jobfleet_agent::runner::start_marks::StartMarks, run_id: i64) -> Queued {
+    let devnull = std::fs::File::options()
+        .write(true)
+        .open("/dev/null")
+        .unwrap();
+    let marks_file = marks.file();
+    let argv: Strings = ["true"].into_iter().collect();
+    let env = Strings::default();
+    Queued::new(&Request {
+        program: c"/bin/true",
+        argv: &argv,
+        env: &env,
+        cwd: c"/",
+        output: devnull.as_raw_fd(),
+        start_mark: Some((marks_file.as_raw_fd(), marks.take(run_id))),
+        cgroup_procs: &[],
+        rlimits: &[],
+        user: None,
+    })
+    .unwrap()
+}
+
+/// This test's turn, a file system of its own to freeze, the start marks on it and two
+/// spawners; none when not root (a loop mount needs root).
+async fn beside_a_freezable_mount() -> Option<(
+    tokio::sync::MutexGuard<'static, ()>,
+    FreezableMount,
+    jobfleet_agent::runner::start_marks::StartMarks,
+    Arc<Containment>,
+)> {
+    if !nix::unistd::geteuid().is_root() {
+        return None;
+    }
+    let turn = ONE_AT_A_TIME.lock().await;
+    let frozen = FreezableMount::new();
+    let marks = jobfleet_agent::runner::start_marks::StartMarks::open(&frozen.path()).unwrap();
+    Some((turn, frozen, marks, Arc::new(Containment::with_spawners(2))))
+}
+
 /// Kills and reaps a child of the agent's (a leader or not).
 fn end(containment: &Containment, pid: i32) {
     nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL).unwrap();
@@ -360,36 +401,14 @@ async fn a_held_run_survives_a_sweep_whose_pauses_wait_for_a_hung_exec() {
 /// until 14 s by the second, and a sweep from 0.3 s; with `both_hold`, each spawner also holds a
 /// run due in a minute (withdrawn at the end).
 async fn sweep_beside_a_hung_exec(both_hold: bool) {
-    if !nix::unistd::geteuid().is_root() {
+    let Some((_turn, frozen, marks, containment)) = beside_a_freezable_mount().await else {
         return; // a loop mount needs root
-    }
-    let _turn = ONE_AT_A_TIME.lock().await;
-    let frozen = FreezableMount::new();
-    let marks = jobfleet_agent::runner::start_marks::StartMarks::open(&frozen.path()).unwrap();
-    let marks_file = marks.file();
-    let containment = Arc::new(Containment::with_spawners(2));
+    };
     let t0 = std::time::Instant::now();
     let due = t0 + Duration::from_secs(12);
     let mut held = request(c"/bin/sleep", &["sleep", "3"]);
     held.start_at(due);
-    let devnull = std::fs::File::options()
-        .write(true)
-        .open("/dev/null")
-        .unwrap();
-    let argv: Strings = ["true"].into_iter().collect();
-    let env = Strings::default();
-    let hung = Queued::new(&Request {
-        program: c"/bin/true",
-        argv: &argv,
-        env: &env,
-        cwd: c"/",
-        output: devnull.as_raw_fd(),
-        start_mark: Some((marks_file.as_raw_fd(), marks.take(101))),
-        cgroup_procs: &[],
-        rlimits: &[],
-        user: None,
-    })
-    .unwrap();
+    let hung = marking_request(&marks, 101);
     frozen.freeze();
     // Runs take turns: the held run (and the first run for later) go to the first spawner, the
     // hung one (and the second) to the second.
@@ -460,32 +479,10 @@ async fn sweep_beside_a_hung_exec(both_hold: bool) {
 /// every run until the thaw. Needs root (a loop mount); about 6 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_withdrawal_does_not_wait_for_a_spawner_hung_in_a_start() {
-    if !nix::unistd::geteuid().is_root() {
+    let Some((_turn, frozen, marks, containment)) = beside_a_freezable_mount().await else {
         return; // a loop mount needs root
-    }
-    let _turn = ONE_AT_A_TIME.lock().await;
-    let frozen = FreezableMount::new();
-    let marks = jobfleet_agent::runner::start_marks::StartMarks::open(&frozen.path()).unwrap();
-    let marks_file = marks.file();
-    let containment = Arc::new(Containment::with_spawners(2));
-    let devnull = std::fs::File::options()
-        .write(true)
-        .open("/dev/null")
-        .unwrap();
-    let argv: Strings = ["true"].into_iter().collect();
-    let env = Strings::default();
-    let hung = Queued::new(&Request {
-        program: c"/bin/true",
-        argv: &argv,
-        env: &env,
-        cwd: c"/",
-        output: devnull.as_raw_fd(),
-        start_mark: Some((marks_file.as_raw_fd(), marks.take(201))),
-        cgroup_procs: &[],
-        rlimits: &[],
-        user: None,
-    })
-    .unwrap();
+    };
+    let hung = marking_request(&marks, 201);
     let later_at = std::time::Instant::now() + Duration::from_secs(60);
     let mut later = [202, 203].map(|_| {
         let mut request = request(c"/bin/true", &["true"]);

@@ -363,6 +363,27 @@ impl Drop for FreezableMount {
     }
 }
 
+/// Thaws `frozen` after `delay`, on a thread of its own; the flag is set just before the thaw.
+fn thaw_after(
+    frozen: &FreezableMount,
+    delay: Duration,
+) -> (
+    Arc<std::sync::atomic::AtomicBool>,
+    std::thread::JoinHandle<()>,
+) {
+    let thawed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let thaw = std::thread::spawn({
+        let mount = frozen.path();
+        let thawed = thawed.clone();
+        move || {
+            std::thread::sleep(delay);
+            thawed.store(true, std::sync::atomic::Ordering::SeqCst);
+            run("fsfreeze", &["-u".as_ref(), mount.as_os_str()]);
+        }
+    });
+    (thawed, thaw)
+}
+
 /// Runs a tool the test needs, failing the test with what it said.
 fn run(program: &str, args: &[&std::ffi::OsStr]) {
     let out = std::process::Command::new(program)
@@ -426,13 +447,7 @@ async fn sweep_beside_a_hung_exec(both_hold: bool) {
     } else {
         Vec::new()
     };
-    let thaw = std::thread::spawn({
-        let mount = frozen.path();
-        move || {
-            std::thread::sleep(Duration::from_secs(14));
-            run("fsfreeze", &["-u".as_ref(), mount.as_os_str()]);
-        }
-    });
+    let (_, thaw) = thaw_after(&frozen, Duration::from_secs(14));
     tokio::time::sleep(Duration::from_millis(300)).await;
     let sweep_began = std::time::Instant::now();
     let signalled = tokio::task::spawn_blocking({
@@ -494,16 +509,7 @@ async fn a_withdrawal_does_not_wait_for_a_spawner_hung_in_a_start() {
     let hung_answer = containment.ask(201, hung);
     let other_answer = containment.ask(202, later[0].take().unwrap());
     let later_answer = containment.ask(203, later[1].take().unwrap());
-    let thawed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let thaw = std::thread::spawn({
-        let mount = frozen.path();
-        let thawed = thawed.clone();
-        move || {
-            std::thread::sleep(Duration::from_secs(5));
-            thawed.store(true, std::sync::atomic::Ordering::SeqCst);
-            run("fsfreeze", &["-u".as_ref(), mount.as_os_str()]);
-        }
-    });
+    let (thawed, thaw) = thaw_after(&frozen, Duration::from_secs(5));
     // The batch is out and the first spawner inside the hung start.
     tokio::time::sleep(Duration::from_millis(500)).await;
     containment.withdraw(203);
@@ -526,4 +532,50 @@ async fn a_withdrawal_does_not_wait_for_a_spawner_hung_in_a_start() {
     containment.withdraw(202);
     let withdrawn = Containment::started(other_answer).await.unwrap_err();
     assert!(spawner::was_withdrawn(&withdrawn), "{withdrawn}");
+}
+
+/// A burst's batch (`WAIT_FROM` runs due now or more) waits for its answers on the agent's
+/// runtime thread, but not past `BURST_WAIT_AT_MOST` for a spawner busy with a start hung before
+/// its `exec` (its start mark's write waits on a frozen file system): the other spawner's runs
+/// are told their starts while the file system is still frozen, and the hung spawner's, answered
+/// after the thaw, come as any late answer does. Waited for, the burst held the agent's every
+/// run until the thaw. One thread, as the agent's runtime: a blocked batch blocks the test too.
+/// Needs root (a loop mount); about 6 s.
+#[tokio::test(flavor = "current_thread")]
+async fn a_burst_does_not_wait_for_a_spawner_hung_in_a_start() {
+    let Some((_turn, frozen, marks, containment)) = beside_a_freezable_mount().await else {
+        return; // a loop mount needs root
+    };
+    frozen.freeze();
+    // Runs take turns: the hung run and every other one after it go to the first spawner, the
+    // rest to the second. Asked with no await in between, they go out as one batch.
+    let hung_answer = containment.ask(301, marking_request(&marks, 301));
+    let answers: Vec<_> = (302..318)
+        .map(|run_id| containment.ask(run_id, request(c"/bin/true", &["true"])))
+        .collect();
+    let (thawed, thaw) = thaw_after(&frozen, Duration::from_secs(5));
+    // Runs 302, 304, … went to the second spawner.
+    let (second_spawners, first_spawners): (Vec<_>, Vec<_>) = answers
+        .into_iter()
+        .enumerate()
+        .partition(|(i, _)| i % 2 == 0);
+    for (_, answer) in second_spawners {
+        let started = Containment::started(answer).await.unwrap();
+        assert!(
+            !thawed.load(std::sync::atomic::Ordering::SeqCst),
+            "the burst waited for the hung start"
+        );
+        end(&containment, started.pid);
+    }
+    let hung_pid = Containment::started(hung_answer).await.unwrap().pid;
+    assert!(
+        thawed.load(std::sync::atomic::Ordering::SeqCst),
+        "the spawner answered inside its hung start: the test shows nothing"
+    );
+    thaw.join().unwrap();
+    end(&containment, hung_pid);
+    for (_, answer) in first_spawners {
+        let pid = Containment::started(answer).await.unwrap().pid;
+        end(&containment, pid);
+    }
 }

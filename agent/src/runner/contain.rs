@@ -77,6 +77,31 @@ const RENEW_PAUSE_AFTER_NS: u64 = super::spawner::PAUSE_AT_MOST_NS / 2;
 /// due together now and then at a steady rate, and each wait was a blocking read of the agent's.
 const WAIT_FROM: usize = 8;
 
+/// How long a burst's batch waits for its answers at most (`WAIT_FROM`), on the agent's runtime
+/// thread: a spawner starts a batch of hundreds within a fraction of this, and one hung in a
+/// start (an `exec` on a frozen file system) is not waited for again until it answered the
+/// request the wait ran out on (`Spawner::collect_by`); its answers come to `collect_soon`
+/// meanwhile, as a smaller batch's do.
+const BURST_WAIT_AT_MOST: Duration = Duration::from_millis(500);
+
+/// Which answers a read of the spawners takes.
+#[derive(Clone, Copy)]
+enum Answers {
+    /// Those in, waiting for none.
+    In,
+    /// Every one owed for a request due by now, waiting as long as that takes.
+    Due,
+    /// As `Due`, but waiting no later than the instant (`Spawner::collect_by`).
+    DueBy(std::time::Instant),
+}
+
+impl Answers {
+    /// `In` for a spawner that is paused (every answer of what it started is in), else `Due`.
+    fn due_unless(paused: bool) -> Self {
+        if paused { Self::In } else { Self::Due }
+    }
+}
+
 /// A spawn waiting for the next batch.
 struct Waiting {
     run_id: i64,
@@ -486,10 +511,11 @@ impl Containment {
 
     /// Sends every waiting spawn to the spawner in one exchange, under the table's lock, with
     /// the answers already in. A batch of `WAIT_FROM` runs or more (a burst) waits for its
-    /// answers, as the agent gathers the next batch meanwhile (an agent that carried on wrote its
-    /// journal and spool in smaller groups, and spent more, BENCHMARKS.md); a smaller batch's
-    /// answers are read when the agent is awake anyway (the next batch), or by `collect_soon`: at
-    /// a rate with runs closer than `COLLECT_AFTER`, a start costs the agent no wake-up of its own.
+    /// answers (`BURST_WAIT_AT_MOST` at most), as the agent gathers the next batch meanwhile (an
+    /// agent that carried on wrote its journal and spool in smaller groups, and spent more,
+    /// BENCHMARKS.md); a smaller batch's answers are read when the agent is awake anyway (the
+    /// next batch), or by `collect_soon`: at a rate with runs closer than `COLLECT_AFTER`, a
+    /// start costs the agent no wake-up of its own.
     fn spawn_waiting(self: &Arc<Self>) {
         let mut answered = Vec::new();
         let (collector_was_there, collector_needed) = {
@@ -526,7 +552,12 @@ impl Containment {
             for (i, share) in shares.into_iter().enumerate() {
                 Self::send_share(&mut spawning, i, share, &mut answered);
             }
-            Self::read_answers(&mut spawning, &mut leaders, wait, &mut answered);
+            let answers = if wait {
+                Answers::DueBy(std::time::Instant::now() + BURST_WAIT_AT_MOST)
+            } else {
+                Answers::In
+            };
+            Self::read_answers(&mut spawning, &mut leaders, answers, &mut answered);
             let collecting = spawning.collecting;
             spawning.collecting |= !spawning.owed.is_empty();
             (collecting, spawning.collecting)
@@ -622,7 +653,7 @@ impl Containment {
             let done = {
                 let mut leaders = self.lock();
                 let mut spawning = self.spawning();
-                Self::read_answers(&mut spawning, &mut leaders, false, &mut answered);
+                Self::read_answers(&mut spawning, &mut leaders, Answers::In, &mut answered);
                 let done = spawning.owed.is_empty();
                 spawning.collecting = !done;
                 // The early read is one per quiet batch: an answer late beyond it (a slow exec,
@@ -637,16 +668,16 @@ impl Containment {
         }
     }
 
-    /// Reads the spawners' answers (every one owed when `wait`, else those in) and enters the
-    /// leaders they name; what each spawn is told goes into `answered`.
+    /// Reads the spawners' answers (those `answers` says) and enters the leaders they name; what each
+    /// spawn is told goes into `answered`.
     fn read_answers(
         spawning: &mut Spawning,
         leaders: &mut HashMap<i32, i64>,
-        wait: bool,
+        answers: Answers,
         answered: &mut Vec<Answered>,
     ) {
         for i in 0..spawning.spawners.len() {
-            Self::read_answers_of(spawning, i, leaders, wait, answered);
+            Self::read_answers_of(spawning, i, leaders, answers, answered);
         }
     }
 
@@ -655,13 +686,19 @@ impl Containment {
         spawning: &mut Spawning,
         i: usize,
         leaders: &mut HashMap<i32, i64>,
-        wait: bool,
+        answers: Answers,
         answered: &mut Vec<Answered>,
     ) {
         if !spawning.spawners[i].owes() {
             return;
         }
-        for (seq, outcome) in spawning.spawners[i].collect(wait) {
+        let spawner = &mut spawning.spawners[i];
+        let outcomes = match answers {
+            Answers::In => spawner.collect(false),
+            Answers::Due => spawner.collect(true),
+            Answers::DueBy(deadline) => spawner.collect_by(deadline),
+        };
+        for (seq, outcome) in outcomes {
             // One table owns its spawners, so every answer is for a spawn it sent.
             let Some(owed) = spawning.owed.remove(&(i, seq)) else {
                 tracing::error!(seq, "The spawner answered a request nobody sent");
@@ -708,7 +745,7 @@ impl Containment {
             .map(|spawner| spawner.holds_for_later(now_ns))
             .collect();
         for i in (0..holding.len()).filter(|&i| !holding[i]) {
-            Self::read_answers_of(&mut spawning, i, leaders, true, &mut answered);
+            Self::read_answers_of(&mut spawning, i, leaders, Answers::Due, &mut answered);
         }
         // Each paused spawner, with when its pause was last asked.
         let mut asked: Vec<(usize, u64)> = Vec::new();
@@ -719,7 +756,13 @@ impl Containment {
                 pause.paused.push(i);
                 asked.push((i, at));
             }
-            Self::read_answers_of(&mut spawning, i, leaders, !paused, &mut answered);
+            Self::read_answers_of(
+                &mut spawning,
+                i,
+                leaders,
+                Answers::due_unless(paused),
+                &mut answered,
+            );
         }
         loop {
             let now_ns = super::spawner::now_ns();
@@ -737,7 +780,13 @@ impl Containment {
                 // Gone: every request it owed is settled (as may have started), none to come.
                 asked.swap_remove(stale);
             }
-            Self::read_answers_of(&mut spawning, i, leaders, !paused, &mut answered);
+            Self::read_answers_of(
+                &mut spawning,
+                i,
+                leaders,
+                Answers::due_unless(paused),
+                &mut answered,
+            );
         }
         drop(spawning);
         (answered, pause)
@@ -763,7 +812,7 @@ impl Containment {
                 ));
             }
             Self::withdraw_from_all(&mut spawning.spawners);
-            Self::read_answers(&mut spawning, &mut leaders, false, &mut answered);
+            Self::read_answers(&mut spawning, &mut leaders, Answers::In, &mut answered);
         }
         self.hand_over(answered);
     }
@@ -808,7 +857,7 @@ impl Containment {
                 .map(|(&held_by, _)| held_by);
             if let Some((i, seq)) = owed {
                 spawning.spawners[i].send_withdrawal(seq);
-                Self::read_answers(&mut spawning, &mut leaders, false, &mut answered);
+                Self::read_answers(&mut spawning, &mut leaders, Answers::In, &mut answered);
             }
             if spawning.owed.is_empty() {
                 None
@@ -982,7 +1031,7 @@ impl Drop for Containment {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         // Runs sent ahead of their time do not start now.
         Self::withdraw_from_all(&mut spawning.spawners);
-        Self::read_answers(spawning, &mut leaders, true, &mut answered);
+        Self::read_answers(spawning, &mut leaders, Answers::Due, &mut answered);
         *self
             .leaders
             .get_mut()

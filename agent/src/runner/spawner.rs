@@ -301,6 +301,8 @@ pub struct Spawner {
     partial: Vec<u8>,
     /// The answer to a `PAUSE` came.
     paused: bool,
+    /// A wait for its answers ran out (`collect_by`) while this request was owed, due then.
+    behind_on: Option<u64>,
     /// Requests failed as "may have started" so far (`fail_owed`): each may have left a process
     /// whose pid the agent never learns, a child of the forking thread.
     unsure: u64,
@@ -365,9 +367,40 @@ impl Spawner {
     pub fn collect(&mut self, wait: bool) -> Vec<(u64, std::io::Result<Started>)> {
         if wait {
             let now = monotonic_ns();
-            self.read_until(|spawner| spawner.owed.values().all(|&due| due > now));
+            self.read_until(|spawner| spawner.owed.values().all(|&due| due > now), None);
         } else {
             self.read_ready();
+        }
+        self.settled.drain(..).collect()
+    }
+
+    /// `collect(true)` waiting no later than `deadline`, and not at all while the request the
+    /// last such wait ran out on is unanswered (`behind_on`). A spawner busy with a start hung
+    /// before its `exec` (a frozen file system) answers only after it, and a burst's wait is the
+    /// agent's runtime thread: unbounded, it held every run of the agent until the hang ended,
+    /// and bounded alone it would hold it again at each batch. A spawner merely slow answers
+    /// that request soon, and is waited for again.
+    pub fn collect_by(
+        &mut self,
+        deadline: std::time::Instant,
+    ) -> Vec<(u64, std::io::Result<Started>)> {
+        let now = monotonic_ns();
+        if self
+            .behind_on
+            .is_some_and(|seq| self.owed.contains_key(&seq))
+        {
+            self.read_ready();
+        } else {
+            self.read_until(
+                |spawner| spawner.owed.values().all(|&due| due > now),
+                Some(deadline),
+            );
+            // Requests are started in their order, those held for later at their time.
+            self.behind_on = self
+                .owed
+                .iter()
+                .find(|&(_, &due)| due <= now)
+                .map(|(&seq, _)| seq);
         }
         self.settled.drain(..).collect()
     }
@@ -387,7 +420,7 @@ impl Spawner {
     /// answered already.
     pub fn withdraw(&mut self, seq: u64) {
         self.send_withdrawal(seq);
-        self.read_until(|spawner| !spawner.owed.contains_key(&seq));
+        self.read_until(|spawner| !spawner.owed.contains_key(&seq), None);
     }
 
     /// Withdraws request `seq` if the spawner holds it still, reading nothing: its answer comes
@@ -419,7 +452,10 @@ impl Spawner {
             self.fail_owed(&e);
             return false;
         }
-        self.read_until(|spawner| spawner.paused || spawner.connection.is_none());
+        self.read_until(
+            |spawner| spawner.paused || spawner.connection.is_none(),
+            None,
+        );
         self.paused
     }
 
@@ -455,7 +491,7 @@ impl Spawner {
 
     /// Reads until no answer is owed.
     pub fn read_every_answer(&mut self) {
-        self.read_until(|spawner| spawner.owed.is_empty());
+        self.read_until(|spawner| spawner.owed.is_empty(), None);
     }
 
     fn send_via(
@@ -509,7 +545,7 @@ impl Spawner {
             if let Some(connection) = &self.connection {
                 let _ = connection.stream.shutdown(std::net::Shutdown::Write);
             }
-            self.read_until(|spawner| spawner.owed.is_empty());
+            self.read_until(|spawner| spawner.owed.is_empty(), None);
             self.forget();
             if attempt == 0 && results.len() < batch.len() {
                 // Nothing whole of the rest reached it: those requests are safe to send again.
@@ -562,13 +598,24 @@ impl Spawner {
         }
     }
 
-    /// Reads answers, waiting for them, until `done` (or the spawner is gone).
-    fn read_until(&mut self, done: impl Fn(&Self) -> bool) {
+    /// Reads answers, waiting for them, until `done` (or the spawner is gone, or `deadline`).
+    fn read_until(&mut self, done: impl Fn(&Self) -> bool, deadline: Option<std::time::Instant>) {
         let mut buffer = [0u8; MAX_BATCH * ANSWER];
         while !done(self) {
             let Some(connection) = &mut self.connection else {
                 return;
             };
+            let timeout = deadline.map_or(nix::poll::PollTimeout::NONE, |deadline| {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                // Rounded up, so that a poll that returns empty-handed ran out the deadline;
+                // past it, what is in is still read.
+                let ms = if left.is_zero() {
+                    0
+                } else {
+                    left.as_millis().saturating_add(1)
+                };
+                nix::poll::PollTimeout::from(u16::try_from(ms).unwrap_or(u16::MAX))
+            });
             // A poll for input first: a read asleep on the socket is woken also when the
             // spawner takes a request off it (room to write), a wake-up for nothing each time;
             // a poll for input is not.
@@ -576,7 +623,9 @@ impl Spawner {
                 std::os::fd::AsFd::as_fd(&connection.stream),
                 nix::poll::PollFlags::POLLIN,
             )];
-            match nix::poll::poll(&mut poll, nix::poll::PollTimeout::NONE) {
+            match nix::poll::poll(&mut poll, timeout) {
+                // Only a deadline ends a poll with nothing to read.
+                Ok(0) => return,
                 Ok(_) => {}
                 Err(nix::errno::Errno::EINTR) => continue,
                 Err(e) => {
@@ -1945,6 +1994,16 @@ mod tests {
     /// then answers the first `answers` of them, each with the number its program's name ends
     /// with (`/bin/p7`: pid 7), and hangs up.
     fn fake_spawner(requests: usize, answers: usize) -> Connection {
+        gated_fake_spawner(requests, answers, None)
+    }
+
+    /// `fake_spawner`, but once it has answered the first `answers` requests it answers the rest
+    /// too when `gate` lets it (and holds the connection open until then).
+    fn gated_fake_spawner(
+        requests: usize,
+        answers: usize,
+        gate: Option<std::sync::mpsc::Receiver<()>>,
+    ) -> Connection {
         let (ours, mut theirs) = UnixStream::pair().unwrap();
         let stand_in = stand_in_pid();
         std::thread::spawn(move || {
@@ -1962,7 +2021,16 @@ mod tests {
                 let pid = program.trim_start_matches("/bin/p").parse::<i32>().unwrap();
                 pids.push((pid, seq));
             }
-            for (pid, seq) in pids.into_iter().take(answers) {
+            let answered = match gate {
+                Some(_) => pids.len(),
+                None => answers,
+            };
+            for (i, (pid, seq)) in pids.into_iter().take(answered).enumerate() {
+                if i == answers
+                    && let Some(gate) = &gate
+                {
+                    gate.recv().unwrap();
+                }
                 let mut bytes = Vec::new();
                 push_answer(&mut bytes, pid, 0, seq);
                 theirs.write_all(&bytes).unwrap();
@@ -2039,6 +2107,51 @@ mod tests {
                 due_ns: 0,
             })
             .collect()
+    }
+
+    /// A wait with a deadline (a burst's) returns at it with what came in, and the next such
+    /// wait takes only what is in while the request the first ran out on is unanswered (a
+    /// spawner hung in a start holds the agent's runtime thread once, not at each batch); once
+    /// it is answered, the spawner is waited for again.
+    #[test]
+    fn a_bounded_wait_is_not_repeated_while_its_request_is_unanswered() {
+        let messages: Vec<Vec<u8>> = (1..=2).map(request_bytes).collect();
+        let (go_on, gate) = std::sync::mpsc::channel();
+        let mut slot = holding(gated_fake_spawner(2, 1, Some(gate)));
+        let sent: Vec<u64> = slot
+            .send_via(|| panic!("no second spawner"), &batch_of(&messages))
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        let first =
+            slot.collect_by(std::time::Instant::now() + std::time::Duration::from_millis(200));
+        assert_eq!(first.len(), 1, "the answer that came, and only it");
+        assert_eq!(first[0].0, sent[0]);
+        assert_eq!(
+            slot.behind_on,
+            Some(sent[1]),
+            "the wait ran out on the second"
+        );
+        let asked = std::time::Instant::now();
+        assert!(
+            slot.collect_by(asked + std::time::Duration::from_secs(60))
+                .is_empty(),
+            "nothing more came"
+        );
+        assert!(
+            asked.elapsed() < std::time::Duration::from_secs(30),
+            "a spawner behind was waited for again"
+        );
+        go_on.send(()).unwrap();
+        let second = slot.collect(true);
+        assert_eq!(second.len(), 1);
+        assert_eq!(second[0].0, sent[1]);
+        assert_eq!(second[0].1.as_ref().unwrap().pid, 2);
+        assert!(
+            slot.collect_by(std::time::Instant::now() + std::time::Duration::from_secs(60))
+                .is_empty()
+        );
+        assert_eq!(slot.behind_on, None, "caught up: waited for again");
     }
 
     #[test]

@@ -538,9 +538,10 @@ async fn a_withdrawal_does_not_wait_for_a_spawner_hung_in_a_start() {
 /// runtime thread, but not past `BURST_WAIT_AT_MOST` for a spawner busy with a start hung before
 /// its `exec` (its start mark's write waits on a frozen file system): the other spawner's runs
 /// are told their starts while the file system is still frozen, and the hung spawner's, answered
-/// after the thaw, come as any late answer does. Waited for, the burst held the agent's every
-/// run until the thaw. One thread, as the agent's runtime: a blocked batch blocks the test too.
-/// Needs root (a loop mount); about 6 s.
+/// after the thaw, come as any late answer does. The next burst goes to the other spawner alone
+/// and is told its starts at once too. Waited for, the first burst held the agent's every run
+/// until the thaw; given half the next one, the stuck spawner held that half. One thread, as the
+/// agent's runtime: a blocked batch blocks the test too. Needs root (a loop mount); about 6 s.
 #[tokio::test(flavor = "current_thread")]
 async fn a_burst_does_not_wait_for_a_spawner_hung_in_a_start() {
     let Some((_turn, frozen, marks, containment)) = beside_a_freezable_mount().await else {
@@ -550,21 +551,32 @@ async fn a_burst_does_not_wait_for_a_spawner_hung_in_a_start() {
     // Runs take turns: the hung run and every other one after it go to the first spawner, the
     // rest to the second. Asked with no await in between, they go out as one batch.
     let hung_answer = containment.ask(301, marking_request(&marks, 301));
-    let answers: Vec<_> = (302..318)
-        .map(|run_id| containment.ask(run_id, request(c"/bin/true", &["true"])))
-        .collect();
+    let burst = |first: i64| -> Vec<_> {
+        (first..first + 16)
+            .map(|run_id| containment.ask(run_id, request(c"/bin/true", &["true"])))
+            .collect()
+    };
+    let answers = burst(302);
     let (thawed, thaw) = thaw_after(&frozen, Duration::from_secs(5));
     // Runs 302, 304, … went to the second spawner.
     let (second_spawners, first_spawners): (Vec<_>, Vec<_>) = answers
         .into_iter()
         .enumerate()
         .partition(|(i, _)| i % 2 == 0);
-    for (_, answer) in second_spawners {
-        let started = Containment::started(answer).await.unwrap();
+    let told_at_once = |what: &str| {
         assert!(
             !thawed.load(std::sync::atomic::Ordering::SeqCst),
-            "the burst waited for the hung start"
+            "{what} waited for the hung start"
         );
+    };
+    for (_, answer) in second_spawners {
+        let started = Containment::started(answer).await.unwrap();
+        told_at_once("the burst");
+        end(&containment, started.pid);
+    }
+    for answer in burst(400) {
+        let started = Containment::started(answer).await.unwrap();
+        told_at_once("the next burst");
         end(&containment, started.pid);
     }
     let hung_pid = Containment::started(hung_answer).await.unwrap().pid;

@@ -79,10 +79,10 @@ const WAIT_FROM: usize = 8;
 
 /// How long a burst's batch waits for its answers at most (`WAIT_FROM`), on the agent's runtime
 /// thread: a spawner starts a batch of hundreds within a fraction of this, and one hung in a
-/// start (an `exec` on a frozen file system) is not waited for again until it answered the
-/// request the wait ran out on (`Spawner::collect_by`); its answers come to `collect_soon`
+/// start (an `exec` on a frozen file system) is stuck by then (`Spawner::stuck`): it is not
+/// waited for again, nor given runs, until its answer came; its answers come to `collect_soon`
 /// meanwhile, as a smaller batch's do.
-const BURST_WAIT_AT_MOST: Duration = Duration::from_millis(500);
+const BURST_WAIT_AT_MOST: Duration = Duration::from_nanos(super::spawner::OVERDUE_AFTER_NS);
 
 /// Which answers a read of the spawners takes.
 #[derive(Clone, Copy)]
@@ -542,10 +542,30 @@ impl Containment {
             spawning.last_batch = Some(now);
             let count = spawning.spawners.len();
             let mut shares: Vec<Vec<Waiting>> = (0..count).map(|_| Vec::new()).collect();
+            // A spawner stuck in a start reads no request until it ends, and its socket, once
+            // full, would hold the agent's write: its turns go to the others while one is not.
+            let mut stuck = vec![false; count];
+            for (i, stuck) in stuck.iter_mut().enumerate() {
+                if spawning.spawners[i].stuck(now_ns) {
+                    // Unless its answers are in, unread.
+                    Self::read_answers_of(
+                        &mut spawning,
+                        i,
+                        &mut leaders,
+                        Answers::In,
+                        &mut answered,
+                    );
+                    *stuck = spawning.spawners[i].stuck(now_ns);
+                }
+            }
+            let every_one_stuck = stuck.iter().all(|&stuck| stuck);
             // Run by run, a burst's too: a batch given whole to one spawner left the other idle
             // while the agent waited for its answers, and a lone agent that had fallen behind
             // stayed behind as with one spawner (BENCHMARKS.md).
             for waiting in batch {
+                while stuck[spawning.next] && !every_one_stuck {
+                    spawning.next = (spawning.next + 1) % count;
+                }
                 shares[spawning.next].push(waiting);
                 spawning.next = (spawning.next + 1) % count;
             }

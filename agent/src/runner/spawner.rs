@@ -69,6 +69,9 @@ const MAX_REQUEST: usize = 16 * 1024 * 1024;
 const MAX_CGROUP_FILES: usize = 4;
 /// Most answers the spawner holds back while requests keep coming, and most read at once.
 pub const MAX_BATCH: usize = 64;
+/// How long past its request's time an answer is when its spawner counts as stuck in a start
+/// (`Spawner::stuck`).
+pub const OVERDUE_AFTER_NS: u64 = 500_000_000;
 /// Bytes of one answer: the pid, the errno, the `CLOCK_MONOTONIC` nanoseconds of the start, and
 /// the number of the request it answers.
 const ANSWER: usize = 24;
@@ -291,7 +294,7 @@ pub struct Started {
 pub struct Spawner {
     connection: Option<Connection>,
     /// Requests the connection's process got whole and owes answers for, by number, with when
-    /// each is due (`CLOCK_MONOTONIC` ns, 0 for at once).
+    /// each is due (`CLOCK_MONOTONIC` ns; when it was sent, for at once).
     owed: std::collections::BTreeMap<u64, u64>,
     /// The number of the next request; never reused, so that no answer is taken for another's.
     next_seq: u64,
@@ -301,8 +304,6 @@ pub struct Spawner {
     partial: Vec<u8>,
     /// The answer to a `PAUSE` came.
     paused: bool,
-    /// A wait for its answers ran out (`collect_by`) while this request was owed, due then.
-    behind_on: Option<u64>,
     /// Requests failed as "may have started" so far (`fail_owed`): each may have left a process
     /// whose pid the agent never learns, a child of the forking thread.
     unsure: u64,
@@ -374,35 +375,33 @@ impl Spawner {
         self.settled.drain(..).collect()
     }
 
-    /// `collect(true)` waiting no later than `deadline`, and not at all while the request the
-    /// last such wait ran out on is unanswered (`behind_on`). A spawner busy with a start hung
-    /// before its `exec` (a frozen file system) answers only after it, and a burst's wait is the
-    /// agent's runtime thread: unbounded, it held every run of the agent until the hang ended,
-    /// and bounded alone it would hold it again at each batch. A spawner merely slow answers
-    /// that request soon, and is waited for again.
+    /// `collect(true)` waiting no later than `deadline`, and not at all for a spawner `stuck`:
+    /// one busy with a start hung before its `exec` (a frozen file system) answers only after
+    /// it, and a burst's wait is the agent's runtime thread. Unbounded, it held every run of the
+    /// agent until the hang ended; bounded alone, it would hold it again at each batch.
     pub fn collect_by(
         &mut self,
         deadline: std::time::Instant,
     ) -> Vec<(u64, std::io::Result<Started>)> {
         let now = monotonic_ns();
-        if self
-            .behind_on
-            .is_some_and(|seq| self.owed.contains_key(&seq))
-        {
+        if self.stuck(now) {
             self.read_ready();
         } else {
             self.read_until(
                 |spawner| spawner.owed.values().all(|&due| due > now),
                 Some(deadline),
             );
-            // Requests are started in their order, those held for later at their time.
-            self.behind_on = self
-                .owed
-                .iter()
-                .find(|&(_, &due)| due <= now)
-                .map(|(&seq, _)| seq);
         }
         self.settled.drain(..).collect()
+    }
+
+    /// Whether an answer is `OVERDUE_AFTER_NS` or more past its request's time (its sending, for
+    /// one at once): the spawner is stuck in a start, as a start takes a millisecond, and gets no
+    /// new request while another spawner is not (`contain`), nor is waited for by a burst.
+    pub fn stuck(&self, now_ns: u64) -> bool {
+        self.owed
+            .values()
+            .any(|&due| due.saturating_add(OVERDUE_AFTER_NS) <= now_ns)
     }
 
     /// Whether a request owed is held for a time after `now_ns`.
@@ -410,7 +409,7 @@ impl Spawner {
         self.owed.values().any(|&due| due > now_ns)
     }
 
-    /// When the request owed that is due first is due (`CLOCK_MONOTONIC` ns; 0 for at once).
+    /// When the request owed that is due first is due (`CLOCK_MONOTONIC` ns).
     pub fn first_due(&self) -> Option<u64> {
         self.owed.values().min().copied()
     }
@@ -436,7 +435,7 @@ impl Spawner {
             self.fail_owed(&e);
             return;
         }
-        self.owed.insert(seq, 0);
+        self.owed.insert(seq, monotonic_ns());
     }
 
     /// Has the spawner start nothing until `resume`, after it answered for every process it
@@ -515,6 +514,7 @@ impl Spawner {
                 }
             }
             let mut failed = None;
+            let sent_ns = monotonic_ns();
             for request in &batch[results.len()..] {
                 // The spawner writes its answers without waiting for room and reads on, so
                 // requests go out without a read in between, however many answers are owed.
@@ -526,7 +526,7 @@ impl Spawner {
                 match send_request(&mut connection.stream, request, seq) {
                     Ok(()) => {
                         self.next_seq += 1;
-                        self.owed.insert(seq, request.due_ns);
+                        self.owed.insert(seq, request.due_ns.max(sent_ns));
                         results.push(Ok(seq));
                     }
                     Err(e) => {
@@ -624,8 +624,9 @@ impl Spawner {
                 nix::poll::PollFlags::POLLIN,
             )];
             match nix::poll::poll(&mut poll, timeout) {
-                // Only a deadline ends a poll with nothing to read.
-                Ok(0) => return,
+                // Nothing to read: the deadline passed, or the longest poll did.
+                Ok(0) if deadline.is_some_and(|d| std::time::Instant::now() >= d) => return,
+                Ok(0) => continue,
                 Ok(_) => {}
                 Err(nix::errno::Errno::EINTR) => continue,
                 Err(e) => {
@@ -2109,12 +2110,12 @@ mod tests {
             .collect()
     }
 
-    /// A wait with a deadline (a burst's) returns at it with what came in, and the next such
-    /// wait takes only what is in while the request the first ran out on is unanswered (a
-    /// spawner hung in a start holds the agent's runtime thread once, not at each batch); once
-    /// it is answered, the spawner is waited for again.
+    /// A wait with a deadline (a burst's) returns at it with what came in; with an answer then
+    /// overdue, the spawner is stuck, and the next such wait takes only what is in (a spawner
+    /// hung in a start holds the agent's runtime thread once, not at each batch); once the answer
+    /// came, it is not.
     #[test]
-    fn a_bounded_wait_is_not_repeated_while_its_request_is_unanswered() {
+    fn a_bounded_wait_is_not_repeated_for_a_spawner_stuck_in_a_start() {
         let messages: Vec<Vec<u8>> = (1..=2).map(request_bytes).collect();
         let (go_on, gate) = std::sync::mpsc::channel();
         let mut slot = holding(gated_fake_spawner(2, 1, Some(gate)));
@@ -2123,15 +2124,11 @@ mod tests {
             .into_iter()
             .map(Result::unwrap)
             .collect();
-        let first =
-            slot.collect_by(std::time::Instant::now() + std::time::Duration::from_millis(200));
+        let overdue = std::time::Duration::from_nanos(OVERDUE_AFTER_NS);
+        let first = slot.collect_by(std::time::Instant::now() + overdue * 2);
         assert_eq!(first.len(), 1, "the answer that came, and only it");
         assert_eq!(first[0].0, sent[0]);
-        assert_eq!(
-            slot.behind_on,
-            Some(sent[1]),
-            "the wait ran out on the second"
-        );
+        assert!(slot.stuck(monotonic_ns()), "the second answer is overdue");
         let asked = std::time::Instant::now();
         assert!(
             slot.collect_by(asked + std::time::Duration::from_secs(60))
@@ -2140,18 +2137,14 @@ mod tests {
         );
         assert!(
             asked.elapsed() < std::time::Duration::from_secs(30),
-            "a spawner behind was waited for again"
+            "a spawner stuck was waited for again"
         );
         go_on.send(()).unwrap();
         let second = slot.collect(true);
         assert_eq!(second.len(), 1);
         assert_eq!(second[0].0, sent[1]);
         assert_eq!(second[0].1.as_ref().unwrap().pid, 2);
-        assert!(
-            slot.collect_by(std::time::Instant::now() + std::time::Duration::from_secs(60))
-                .is_empty()
-        );
-        assert_eq!(slot.behind_on, None, "caught up: waited for again");
+        assert!(!slot.stuck(monotonic_ns()), "caught up");
     }
 
     #[test]

@@ -80,8 +80,8 @@ const WAIT_FROM: usize = 8;
 /// How long a burst's batch waits for its answers at most (`WAIT_FROM`), on the agent's runtime
 /// thread: a spawner starts a batch of hundreds within a fraction of this, and one hung in a
 /// start (an `exec` on a frozen file system) is stuck by then (`Spawner::stuck`): it is not
-/// waited for again, nor given runs, until its answer came; its answers come to `collect_soon`
-/// meanwhile, as a smaller batch's do.
+/// waited for again, nor given runs while another spawner is not stuck, until its overdue
+/// answers are read; they come to `collect_soon` meanwhile, as a smaller batch's do.
 const BURST_WAIT_AT_MOST: Duration = Duration::from_nanos(super::spawner::OVERDUE_AFTER_NS);
 
 /// Which answers a read of the spawners takes.
@@ -570,7 +570,7 @@ impl Containment {
                 spawning.next = (spawning.next + 1) % count;
             }
             for (i, share) in shares.into_iter().enumerate() {
-                Self::send_share(&mut spawning, i, share, &mut answered);
+                Self::send_share(&mut spawning, i, &stuck, share, &mut answered);
             }
             let answers = if wait {
                 Answers::DueBy(std::time::Instant::now() + BURST_WAIT_AT_MOST)
@@ -596,22 +596,26 @@ impl Containment {
     /// Sends `share` to spawner `first`. The requests that reached it not whole (it was gone and
     /// could not be forked again: the host refused the copy of the agent, under strict overcommit
     /// or a pids limit, where a run's own clone, sharing its spawner's memory, may still be made)
-    /// never started, and go to the next spawners in turn; they fail only when none takes them.
+    /// never started, and go to the next spawners in turn (those `stuck` last); they fail only
+    /// when none takes them.
     /// Else a spawner that cannot be replaced would fail every run of its turn while the others
     /// start theirs.
     fn send_share(
         spawning: &mut Spawning,
         first: usize,
+        stuck: &[bool],
         mut share: Vec<Waiting>,
         answered: &mut Vec<Answered>,
     ) {
         let count = spawning.spawners.len();
+        let mut turns: Vec<usize> = (0..count).map(|turn| (first + turn) % count).collect();
+        // The next spawners that are not stuck (`Spawner::stuck`) before those that are.
+        turns.sort_by_key(|&i| stuck[i]);
         let mut refused = None;
-        for turn in 0..count {
+        for i in turns {
             if share.is_empty() {
                 return;
             }
-            let i = (first + turn) % count;
             let encoded: Vec<_> = share.iter().map(|w| w.request.encoded()).collect();
             let sent = spawning.spawners[i].send(&encoded);
             drop(encoded);

@@ -384,9 +384,9 @@ impl Spawner {
         deadline: std::time::Instant,
     ) -> Vec<(u64, std::io::Result<Started>)> {
         let now = monotonic_ns();
-        if self.stuck(now) {
-            self.read_ready();
-        } else {
+        // What is in first: a spawner whose answers came, unread, is not stuck.
+        self.read_ready();
+        if !self.stuck(now) {
             self.read_until(
                 |spawner| spawner.owed.values().all(|&due| due > now),
                 Some(deadline),

@@ -591,3 +591,104 @@ async fn a_burst_does_not_wait_for_a_spawner_hung_in_a_start() {
         end(&containment, pid);
     }
 }
+
+/// With one spawner (a one-core host's), a run whose start hangs before its `exec` (its start
+/// mark's write waits on a frozen file system) leaves no spawner to start the next runs: once it
+/// is stuck (`spawner::OVERDUE_AFTER_NS`), a spare one starts them while the file system is
+/// still frozen, and goes again once the first answers. Without the spare every run of the
+/// agent waited for the thaw. Needs root (a loop mount); about 6 s.
+#[tokio::test(flavor = "current_thread")]
+async fn a_lone_spawner_stuck_in_a_start_gets_a_spare() {
+    let Some((_turn, frozen, marks, _)) = beside_a_freezable_mount().await else {
+        return; // a loop mount needs root
+    };
+    let containment = Arc::new(Containment::with_spawners(1));
+    frozen.freeze();
+    let hung_answer = containment.ask(501, marking_request(&marks, 501));
+    let (thawed, thaw) = thaw_after(&frozen, Duration::from_secs(5));
+    // Past the point where the spawner counts as stuck.
+    tokio::time::sleep(
+        Duration::from_nanos(spawner::OVERDUE_AFTER_NS) + Duration::from_millis(200),
+    )
+    .await;
+    for run_id in 502..505 {
+        let started =
+            Containment::started(containment.ask(run_id, request(c"/bin/true", &["true"])))
+                .await
+                .unwrap();
+        assert!(
+            !thawed.load(std::sync::atomic::Ordering::SeqCst),
+            "run {run_id} waited for the hung start"
+        );
+        end(&containment, started.pid);
+    }
+    assert_eq!(spawners().len(), 2, "one spare beside the stuck spawner");
+    let hung_pid = Containment::started(hung_answer).await.unwrap().pid;
+    assert!(
+        thawed.load(std::sync::atomic::Ordering::SeqCst),
+        "the spawner answered inside its hung start: the test shows nothing"
+    );
+    thaw.join().unwrap();
+    end(&containment, hung_pid);
+    // The first spawner answers again: the spare, idle, goes with the next batch.
+    let started = Containment::started(containment.ask(505, request(c"/bin/true", &["true"])))
+        .await
+        .unwrap();
+    end(&containment, started.pid);
+    assert_eq!(spawners().len(), 1, "the spare went once it was not needed");
+}
+
+/// A burst's share for a spawner that has just hung in a start (its start mark's write waits on
+/// a frozen file system) is more than its socket holds: the spawner reads none of it until the
+/// thaw, and a blocking write held the agent's runtime thread, every run of the agent, that
+/// long. Now the write waits for room half a second at most, and the rest of the share goes to
+/// the other spawner, told its starts while the file system is still frozen. One thread, as the
+/// agent's runtime. Needs root (a loop mount); about 7 s.
+#[tokio::test(flavor = "current_thread")]
+async fn a_share_a_hung_spawner_has_no_room_for_goes_to_another() {
+    let Some((_turn, frozen, marks, containment)) = beside_a_freezable_mount().await else {
+        return; // a loop mount needs root
+    };
+    frozen.freeze();
+    let hung_answer = containment.ask(601, marking_request(&marks, 601));
+    // Out before the burst, so that the first spawner is inside the hung start.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Far more than a socket holds (a few hundred small requests): half of them are the first
+    // spawner's turns.
+    let answers: Vec<_> = (602..602 + 1600)
+        .map(|run_id| containment.ask(run_id, request(c"/bin/true", &["true"])))
+        .collect();
+    let (thawed, thaw) = thaw_after(&frozen, Duration::from_secs(6));
+    // Runs 602, 604, … went to the second spawner.
+    let (other_spawners, mut hung_spawners): (Vec<_>, Vec<_>) = answers
+        .into_iter()
+        .enumerate()
+        .partition(|(i, _)| i % 2 == 0);
+    let told_at_once = |what: &str| {
+        assert!(
+            !thawed.load(std::sync::atomic::Ordering::SeqCst),
+            "{what} waited for the hung start"
+        );
+    };
+    for (_, answer) in other_spawners {
+        let started = Containment::started(answer).await.unwrap();
+        told_at_once("the other spawner's share");
+        end(&containment, started.pid);
+    }
+    // The last of the hung spawner's turns found no room there.
+    let (_, last) = hung_spawners.pop().unwrap();
+    let started = Containment::started(last).await.unwrap();
+    told_at_once("a run the hung spawner had no room for");
+    end(&containment, started.pid);
+    for (_, answer) in hung_spawners {
+        let pid = Containment::started(answer).await.unwrap().pid;
+        end(&containment, pid);
+    }
+    let hung_pid = Containment::started(hung_answer).await.unwrap().pid;
+    assert!(
+        thawed.load(std::sync::atomic::Ordering::SeqCst),
+        "the spawner answered inside its hung start: the test shows nothing"
+    );
+    thaw.join().unwrap();
+    end(&containment, hung_pid);
+}

@@ -84,6 +84,16 @@ const WAIT_FROM: usize = 8;
 /// answers are read; they come to `collect_soon` meanwhile, as a smaller batch's do.
 const BURST_WAIT_AT_MOST: Duration = Duration::from_nanos(super::spawner::OVERDUE_AFTER_NS);
 
+/// Most spawners added beside those the agent keeps while every one is stuck in a start
+/// (`Spawner::stuck`): each takes the runs while the others' starts hang (a job's program, cwd
+/// or start mark on a frozen or unanswering file system), one stuck start each. Past them,
+/// runs queue behind the hung starts until one ends.
+const MOST_SPARES: usize = 4;
+
+/// How soon runs no spawner had room for (`spawner::NoRoom`) are sent again when no new run
+/// comes first: by then the spawner that took none is stuck, and passed over or spared.
+const RETRY_NO_ROOM_AFTER: Duration = Duration::from_millis(100);
+
 /// Which answers a read of the spawners takes.
 #[derive(Clone, Copy)]
 enum Answers {
@@ -118,8 +128,10 @@ struct Owed {
 /// The spawners, and the spawns they owe answers for, by spawner (its place in `spawners`) and
 /// request number.
 struct Spawning {
-    /// Requests go round them in turn (`next`): consecutive runs start side by side.
+    /// Requests go round them in turn (`next`): consecutive runs start side by side. The first
+    /// `kept` are the agent's own; any after them are spares (`MOST_SPARES`).
     spawners: Vec<Spawner>,
+    kept: usize,
     next: usize,
     owed: HashMap<(usize, u64), Owed>,
     /// A task will read the answers owed (`collect_soon`).
@@ -134,6 +146,7 @@ impl Spawning {
     fn with_spawners(count: usize) -> Self {
         Self {
             spawners: (0..count.max(1)).map(|_| Spawner::new()).collect(),
+            kept: count.max(1),
             next: 0,
             owed: HashMap::new(),
             collecting: false,
@@ -145,6 +158,51 @@ impl Spawning {
     /// Starts that may have happened with no pid known, over every spawner (`Spawner::unsure`).
     fn unsure(&self) -> u64 {
         self.spawners.iter().map(Spawner::unsure).sum()
+    }
+
+    /// Whether each spawner is stuck in a start, after a read of the answers in of those that
+    /// look so (a spawner whose answers came, unread, is not).
+    fn stuck(
+        &mut self,
+        now_ns: u64,
+        leaders: &mut HashMap<i32, i64>,
+        answered: &mut Vec<Answered>,
+    ) -> Vec<bool> {
+        (0..self.spawners.len())
+            .map(|i| {
+                if !self.spawners[i].stuck(now_ns) {
+                    return false;
+                }
+                Containment::read_answers_of(self, i, leaders, Answers::In, answered);
+                self.spawners[i].stuck(now_ns)
+            })
+            .collect()
+    }
+
+    /// Adds a spare spawner when every one is stuck in a start (`MOST_SPARES` at most): a
+    /// spawner reads no request until its hung start ends, so on a host with one spawner (one
+    /// core) a single run whose `exec` waits on a frozen file system held every other run of the
+    /// agent behind it. Spares that owe nothing go again, from the last, once a spawner before
+    /// them is not stuck.
+    fn spare_for(&mut self, stuck: &mut Vec<bool>) {
+        while self.spawners.len() > self.kept
+            && stuck[..stuck.len() - 1].iter().any(|&stuck| !stuck)
+            && self.spawners.last().is_some_and(|spare| !spare.owes())
+        {
+            // Its process ends with it, idle: it owes nothing.
+            self.spawners.pop();
+            stuck.pop();
+            self.next %= self.spawners.len();
+        }
+        if stuck.iter().all(|&stuck| stuck) && self.spawners.len() < self.kept + MOST_SPARES {
+            tracing::warn!(
+                spawners = self.spawners.len(),
+                "Every spawner is stuck in a start (a job's program, folder or start mark on a hung file system?); a spare one starts the runs meanwhile"
+            );
+            self.next = self.spawners.len();
+            self.spawners.push(Spawner::new());
+            stuck.push(false);
+        }
     }
 }
 
@@ -518,6 +576,7 @@ impl Containment {
     /// start costs the agent no wake-up of its own.
     fn spawn_waiting(self: &Arc<Self>) {
         let mut answered = Vec::new();
+        let mut retry = false;
         let (collector_was_there, collector_needed) = {
             let mut leaders = self.lock();
             let mut spawning = self.spawning();
@@ -540,24 +599,13 @@ impl Containment {
                 .is_none_or(|last| now.duration_since(last) >= QUIET);
             spawning.collect_after = if quiet { COLLECT_SOON } else { COLLECT_AFTER };
             spawning.last_batch = Some(now);
+            // A spawner stuck in a start reads no request until it ends, and its socket, once
+            // full, would hold the agent's write: its turns go to the others while one is not,
+            // or to a spare when none is.
+            let mut stuck = spawning.stuck(now_ns, &mut leaders, &mut answered);
+            spawning.spare_for(&mut stuck);
             let count = spawning.spawners.len();
             let mut shares: Vec<Vec<Waiting>> = (0..count).map(|_| Vec::new()).collect();
-            // A spawner stuck in a start reads no request until it ends, and its socket, once
-            // full, would hold the agent's write: its turns go to the others while one is not.
-            let mut stuck = vec![false; count];
-            for (i, stuck) in stuck.iter_mut().enumerate() {
-                if spawning.spawners[i].stuck(now_ns) {
-                    // Unless its answers are in, unread.
-                    Self::read_answers_of(
-                        &mut spawning,
-                        i,
-                        &mut leaders,
-                        Answers::In,
-                        &mut answered,
-                    );
-                    *stuck = spawning.spawners[i].stuck(now_ns);
-                }
-            }
             let every_one_stuck = stuck.iter().all(|&stuck| stuck);
             // Run by run, a burst's too: a batch given whole to one spawner left the other idle
             // while the agent waited for its answers, and a lone agent that had fallen behind
@@ -569,8 +617,24 @@ impl Containment {
                 shares[spawning.next].push(waiting);
                 spawning.next = (spawning.next + 1) % count;
             }
+            let mut no_room = Vec::new();
             for (i, share) in shares.into_iter().enumerate() {
-                Self::send_share(&mut spawning, i, &stuck, share, &mut answered);
+                no_room.extend(Self::send_share(
+                    &mut spawning,
+                    i,
+                    &stuck,
+                    share,
+                    &mut answered,
+                ));
+            }
+            if !no_room.is_empty() {
+                tracing::warn!(
+                    runs = no_room.len(),
+                    "No spawner takes requests (stuck in starts?); the runs wait for the next batch"
+                );
+                // Before those asked meanwhile: they came first.
+                self.waiting().splice(0..0, no_room);
+                retry = true;
             }
             let answers = if wait {
                 Answers::DueBy(std::time::Instant::now() + BURST_WAIT_AT_MOST)
@@ -583,6 +647,13 @@ impl Containment {
             (collecting, spawning.collecting)
         };
         self.hand_over(answered);
+        if retry {
+            let containment = self.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(RETRY_NO_ROOM_AFTER).await;
+                containment.spawn_waiting();
+            });
+        }
         match (collector_was_there, collector_needed) {
             (false, true) => {
                 let containment = self.clone();
@@ -606,15 +677,16 @@ impl Containment {
         stuck: &[bool],
         mut share: Vec<Waiting>,
         answered: &mut Vec<Answered>,
-    ) {
+    ) -> Vec<Waiting> {
         let count = spawning.spawners.len();
         let mut turns: Vec<usize> = (0..count).map(|turn| (first + turn) % count).collect();
         // The next spawners that are not stuck (`Spawner::stuck`) before those that are.
         turns.sort_by_key(|&i| stuck[i]);
         let mut refused = None;
+        let mut no_room = false;
         for i in turns {
             if share.is_empty() {
-                return;
+                return share;
             }
             let encoded: Vec<_> = share.iter().map(|w| w.request.encoded()).collect();
             let sent = spawning.spawners[i].send(&encoded);
@@ -631,6 +703,10 @@ impl Containment {
                             },
                         );
                     }
+                    Err(e) if super::spawner::had_no_room(&e) => {
+                        no_room = true;
+                        unsent.push(waiting);
+                    }
                     Err(e) => {
                         refused = Some(e);
                         unsent.push(waiting);
@@ -642,6 +718,11 @@ impl Containment {
             }
             share = unsent;
         }
+        if no_room {
+            // A spawner that took none of them for a while is alive (stuck in a start, or far
+            // behind); they wait for the next batch instead of failing.
+            return share;
+        }
         for waiting in share {
             let e = refused.as_ref().map_or_else(
                 || std::io::Error::other("no spawner can be reached"),
@@ -649,6 +730,7 @@ impl Containment {
             );
             answered.push((waiting.started, Err(e)));
         }
+        Vec::new()
     }
 
     /// Reads the answers owed once no batch went out for `COLLECT_AFTER` (`COLLECT_SOON` after a

@@ -72,6 +72,10 @@ pub const MAX_BATCH: usize = 64;
 /// How long past its request's time an answer is when its spawner counts as stuck in a start
 /// (`Spawner::stuck`).
 pub const OVERDUE_AFTER_NS: u64 = 500_000_000;
+/// How long a request waits for room in a spawner's socket at most: one hung in a start reads
+/// none until the start ends, and the wait is the agent's runtime thread. A healthy spawner
+/// takes requests between its starts, a millisecond apart.
+const ROOM_WAIT_AT_MOST_MS: u16 = 500;
 /// Bytes of one answer: the pid, the errno, the `CLOCK_MONOTONIC` nanoseconds of the start, and
 /// the number of the request it answers.
 const ANSWER: usize = 24;
@@ -304,6 +308,9 @@ pub struct Spawner {
     partial: Vec<u8>,
     /// The answer to a `PAUSE` came.
     paused: bool,
+    /// When an answer was last read (`CLOCK_MONOTONIC` ns): a spawner working through a
+    /// backlog answers on, one hung in a start answers nothing.
+    answered_ns: u64,
     /// Requests failed as "may have started" so far (`fail_owed`): each may have left a process
     /// whose pid the agent never learns, a child of the forking thread.
     unsure: u64,
@@ -396,12 +403,16 @@ impl Spawner {
     }
 
     /// Whether an answer is `OVERDUE_AFTER_NS` or more past its request's time (its sending, for
-    /// one at once): the spawner is stuck in a start, as a start takes a millisecond, and gets no
-    /// new request while another spawner is not (`contain`), nor is waited for by a burst.
+    /// one at once) and none came for as long: the spawner is stuck in a start, as a start takes
+    /// a millisecond, and gets no new request while another spawner is not (`contain`), nor is
+    /// waited for by a burst. One behind a backlog of starts (a host starved of CPU) answers on
+    /// meanwhile, and is not stuck.
     pub fn stuck(&self, now_ns: u64) -> bool {
-        self.owed
-            .values()
-            .any(|&due| due.saturating_add(OVERDUE_AFTER_NS) <= now_ns)
+        self.answered_ns.saturating_add(OVERDUE_AFTER_NS) <= now_ns
+            && self
+                .owed
+                .values()
+                .any(|&due| due.saturating_add(OVERDUE_AFTER_NS) <= now_ns)
     }
 
     /// Whether a request owed is held for a time after `now_ns`.
@@ -514,6 +525,7 @@ impl Spawner {
                 }
             }
             let mut failed = None;
+            let mut no_room = None;
             let sent_ns = monotonic_ns();
             for request in &batch[results.len()..] {
                 // The spawner writes its answers without waiting for room and reads on, so
@@ -529,11 +541,23 @@ impl Spawner {
                         self.owed.insert(seq, request.due_ns.max(sent_ns));
                         results.push(Ok(seq));
                     }
+                    // Nothing of it went out, and the spawner may be alive and well but for a
+                    // hung start: it is kept, and the rest goes elsewhere.
+                    Err(e) if had_no_room(&e) => {
+                        no_room = Some(e);
+                        break;
+                    }
                     Err(e) => {
                         failed = Some(e);
                         break;
                     }
                 }
+            }
+            if let Some(e) = no_room {
+                while results.len() < batch.len() {
+                    results.push(Err(std::io::Error::new(e.kind(), NoRoom)));
+                }
+                break;
             }
             let Some(e) = failed else {
                 break;
@@ -655,6 +679,9 @@ impl Spawner {
     /// Turns the whole answers in `partial` into outcomes.
     fn settle_answers(&mut self) {
         let whole = self.partial.len() / ANSWER;
+        if whole > 0 {
+            self.answered_ns = monotonic_ns();
+        }
         for answer in self.partial.chunks_exact(ANSWER).take(whole) {
             let (pid, errno, at_ns, seq) = parse_answer(answer);
             if seq == PAUSED {
@@ -981,6 +1008,25 @@ pub fn was_withdrawn(e: &std::io::Error) -> bool {
     e.get_ref().is_some_and(|inner| inner.is::<Withdrawn>())
 }
 
+/// A request not sent: its spawner's socket was full and took nothing for
+/// `ROOM_WAIT_AT_MOST_MS` (a spawner hung in a start). Nothing of it went out; another spawner
+/// may take it, or the same one later.
+#[derive(Debug)]
+pub struct NoRoom;
+
+impl std::fmt::Display for NoRoom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the spawner takes no request (is it stuck in a start?)")
+    }
+}
+
+impl std::error::Error for NoRoom {}
+
+/// Whether a spawn was not sent for want of room in its spawner's socket (`NoRoom`).
+pub fn had_no_room(e: &std::io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<NoRoom>())
+}
+
 /// Whether a failed spawn's process may have started anyway (`MayHaveStarted`).
 pub fn may_have_started(e: &std::io::Error) -> bool {
     e.get_ref()
@@ -1066,9 +1112,48 @@ fn encode(request: &Request<'_>) -> std::io::Result<Vec<u8>> {
     Ok(body)
 }
 
-/// Writes one request whole, behind its header (its time and `seq`); an error means the spawner
-/// cannot have acted on it.
+/// Writes one request whole, behind its header (its time and `seq`), waiting for room in the
+/// socket `ROOM_WAIT_AT_MOST_MS` at most before the first byte: `NoRoom` then, nothing sent. An
+/// error means the spawner cannot have acted on it.
 fn send_request(stream: &mut UnixStream, request: &Encoded<'_>, seq: u64) -> std::io::Result<()> {
+    loop {
+        match send_request_now(stream, request, seq) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if !room_within(stream, ROOM_WAIT_AT_MOST_MS)? {
+                    return Err(std::io::Error::new(std::io::ErrorKind::WouldBlock, NoRoom));
+                }
+            }
+            sent => return sent,
+        }
+    }
+}
+
+/// Whether the socket has room to write within `ms` (or is broken: the write says so).
+fn room_within(stream: &UnixStream, ms: u16) -> std::io::Result<bool> {
+    let until = std::time::Instant::now() + std::time::Duration::from_millis(ms.into());
+    loop {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        let left = u16::try_from(left.as_millis()).unwrap_or(ms);
+        let mut poll = [nix::poll::PollFd::new(
+            std::os::fd::AsFd::as_fd(stream),
+            nix::poll::PollFlags::POLLOUT,
+        )];
+        match nix::poll::poll(&mut poll, nix::poll::PollTimeout::from(left)) {
+            Ok(0) => return Ok(false),
+            Ok(_) => return Ok(true),
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// `send_request`'s one try: `WouldBlock` when the socket had no room for its first byte
+/// (a small request goes whole or not at all; the rest of a large one is waited for).
+fn send_request_now(
+    stream: &mut UnixStream,
+    request: &Encoded<'_>,
+    seq: u64,
+) -> std::io::Result<()> {
     // The message's own length covers its body; the header goes between the two.
     let (length, body) = request
         .message
@@ -1087,7 +1172,7 @@ fn send_request(stream: &mut UnixStream, request: &Encoded<'_>, seq: u64) -> std
             stream.as_raw_fd(),
             &[IoSlice::new(&head), IoSlice::new(body)],
             &rights,
-            MsgFlags::MSG_NOSIGNAL,
+            MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
             None,
         ) {
             Ok(n) => break n,

@@ -642,8 +642,9 @@ async fn a_lone_spawner_stuck_in_a_start_gets_a_spare() {
 /// a frozen file system) is more than its socket holds: the spawner reads none of it until the
 /// thaw, and a blocking write held the agent's runtime thread, every run of the agent, that
 /// long. Now the write waits for room half a second at most, and the rest of the share goes to
-/// the other spawner, told its starts while the file system is still frozen. One thread, as the
-/// agent's runtime. Needs root (a loop mount); about 7 s.
+/// the other spawner, told its starts while the file system is still frozen. A withdrawal of a
+/// run in the full socket does not wait for room either. One thread, as the agent's runtime.
+/// Needs root (a loop mount); about 7 s.
 #[tokio::test(flavor = "current_thread")]
 async fn a_share_a_hung_spawner_has_no_room_for_goes_to_another() {
     let Some((_turn, frozen, marks, containment)) = beside_a_freezable_mount().await else {
@@ -653,9 +654,14 @@ async fn a_share_a_hung_spawner_has_no_room_for_goes_to_another() {
     let hung_answer = containment.ask(601, marking_request(&marks, 601));
     // Out before the burst, so that the first spawner is inside the hung start.
     tokio::time::sleep(Duration::from_millis(100)).await;
-    // Far more than a socket holds (a few hundred small requests): half of them are the first
-    // spawner's turns.
-    let answers: Vec<_> = (602..602 + 1600)
+    // Far more than a socket holds (a request takes a kilobyte or more of its buffer, with its
+    // overhead): half of them are the first spawner's turns.
+    let buffer: usize = std::fs::read_to_string("/proc/sys/net/core/wmem_default")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(212_992);
+    let count = (buffer / 256).max(1600) & !1;
+    let answers: Vec<_> = (602..602 + count as i64)
         .map(|run_id| containment.ask(run_id, request(c"/bin/true", &["true"])))
         .collect();
     let (thawed, thaw) = thaw_after(&frozen, Duration::from_secs(6));
@@ -680,9 +686,17 @@ async fn a_share_a_hung_spawner_has_no_room_for_goes_to_another() {
     let started = Containment::started(last).await.unwrap();
     told_at_once("a run the hung spawner had no room for");
     end(&containment, started.pid);
-    for (_, answer) in hung_spawners {
-        let pid = Containment::started(answer).await.unwrap().pid;
-        end(&containment, pid);
+    // Its first turn, run 603, is in its full socket: the withdrawal has no room either, and
+    // goes out once there is.
+    containment.withdraw(603);
+    told_at_once("the withdrawal from the hung spawner's full socket");
+    for (i, answer) in hung_spawners {
+        match Containment::started(answer).await {
+            Ok(started) => end(&containment, started.pid),
+            // The spawner may read it before it starts the run, or after.
+            Err(e) if i == 1 => assert!(spawner::was_withdrawn(&e), "{e}"),
+            Err(e) => panic!("run {}: {e}", 602 + i),
+        }
     }
     let hung_pid = Containment::started(hung_answer).await.unwrap().pid;
     assert!(
@@ -691,4 +705,58 @@ async fn a_share_a_hung_spawner_has_no_room_for_goes_to_another() {
     );
     thaw.join().unwrap();
     end(&containment, hung_pid);
+}
+
+/// A request larger than a spawner's socket holds, for a spawner that has just hung in a start,
+/// goes out in part: its rest waits for room half a second at most, then the spawner's stream is
+/// shut for writing (at its end the spawner drops the part, answers what it held, and exits) and
+/// the run goes to the other spawner, started while the file system is still frozen. After the
+/// thaw a fresh spawner takes the first one's place. One thread, as the agent's runtime. Needs
+/// root (a loop mount); about 7 s.
+#[tokio::test(flavor = "current_thread")]
+async fn a_large_request_cut_off_by_a_hung_spawner_goes_to_another() {
+    let Some((_turn, frozen, marks, containment)) = beside_a_freezable_mount().await else {
+        return; // a loop mount needs root
+    };
+    frozen.freeze();
+    let hung_answer = containment.ask(701, marking_request(&marks, 701));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Arguments of 100 KiB each (`execve` takes up to 128 KiB an argument) to well past the
+    // socket's buffer.
+    let buffer: usize = std::fs::read_to_string("/proc/sys/net/core/wmem_default")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(212_992);
+    let argument = "x".repeat(100 << 10);
+    let mut args = vec!["true"];
+    args.extend(std::iter::repeat_n(
+        argument.as_str(),
+        buffer / (100 << 10) + 2,
+    ));
+    // The small one is the second spawner's turn, the large one the hung spawner's.
+    let small = containment.ask(702, request(c"/bin/true", &["true"]));
+    let large = containment.ask(703, request(c"/bin/true", &args));
+    let (thawed, thaw) = thaw_after(&frozen, Duration::from_secs(6));
+    for answer in [small, large] {
+        let started = Containment::started(answer).await.unwrap();
+        assert!(
+            !thawed.load(std::sync::atomic::Ordering::SeqCst),
+            "a run waited for the hung start"
+        );
+        end(&containment, started.pid);
+    }
+    let hung_pid = Containment::started(hung_answer).await.unwrap().pid;
+    assert!(
+        thawed.load(std::sync::atomic::Ordering::SeqCst),
+        "the spawner answered inside its hung start: the test shows nothing"
+    );
+    thaw.join().unwrap();
+    end(&containment, hung_pid);
+    for run_id in 704..708 {
+        let started =
+            Containment::started(containment.ask(run_id, request(c"/bin/true", &["true"])))
+                .await
+                .unwrap();
+        end(&containment, started.pid);
+    }
 }

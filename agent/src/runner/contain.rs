@@ -132,6 +132,8 @@ struct Spawning {
     /// `kept` are the agent's own; any after them are spares (`MOST_SPARES`).
     spawners: Vec<Spawner>,
     kept: usize,
+    /// `Spawner::unsure` of the spares gone: their processes of unknown pid may be there still.
+    retired_unsure: u64,
     next: usize,
     owed: HashMap<(usize, u64), Owed>,
     /// A task will read the answers owed (`collect_soon`).
@@ -147,6 +149,7 @@ impl Spawning {
         Self {
             spawners: (0..count.max(1)).map(|_| Spawner::new()).collect(),
             kept: count.max(1),
+            retired_unsure: 0,
             next: 0,
             owed: HashMap::new(),
             collecting: false,
@@ -157,7 +160,7 @@ impl Spawning {
 
     /// Starts that may have happened with no pid known, over every spawner (`Spawner::unsure`).
     fn unsure(&self) -> u64 {
-        self.spawners.iter().map(Spawner::unsure).sum()
+        self.retired_unsure + self.spawners.iter().map(Spawner::unsure).sum::<u64>()
     }
 
     /// Whether each spawner is stuck in a start, after a read of the answers in of those that
@@ -182,17 +185,25 @@ impl Spawning {
     /// Adds a spare spawner when every one is stuck in a start (`MOST_SPARES` at most): a
     /// spawner reads no request until its hung start ends, so on a host with one spawner (one
     /// core) a single run whose `exec` waits on a frozen file system held every other run of the
-    /// agent behind it. Spares that owe nothing go again, from the last, once a spawner before
-    /// them is not stuck.
+    /// agent behind it. Once one of the agent's own is not stuck, the spares get no new run
+    /// (marked stuck here) and go again, from the last, when they owe nothing.
     fn spare_for(&mut self, stuck: &mut Vec<bool>) {
+        let own_free = stuck[..self.kept].iter().any(|&stuck| !stuck);
         while self.spawners.len() > self.kept
-            && stuck[..stuck.len() - 1].iter().any(|&stuck| !stuck)
+            && own_free
             && self.spawners.last().is_some_and(|spare| !spare.owes())
         {
             // Its process ends with it, idle: it owes nothing.
-            self.spawners.pop();
+            if let Some(spare) = self.spawners.pop() {
+                self.retired_unsure += spare.unsure();
+            }
             stuck.pop();
             self.next %= self.spawners.len();
+        }
+        if own_free {
+            for spare in &mut stuck[self.kept..] {
+                *spare = true;
+            }
         }
         if stuck.iter().all(|&stuck| stuck) && self.spawners.len() < self.kept + MOST_SPARES {
             tracing::warn!(

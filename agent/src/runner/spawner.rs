@@ -72,10 +72,15 @@ pub const MAX_BATCH: usize = 64;
 /// How long past its request's time an answer is when its spawner counts as stuck in a start
 /// (`Spawner::stuck`).
 pub const OVERDUE_AFTER_NS: u64 = 500_000_000;
-/// How long a request waits for room in a spawner's socket at most: one hung in a start reads
-/// none until the start ends, and the wait is the agent's runtime thread. A healthy spawner
-/// takes requests between its starts, a millisecond apart.
-const ROOM_WAIT_AT_MOST_MS: u16 = 500;
+/// How long a request waits for room in a spawner's socket at most while the spawner takes
+/// nothing of it: one hung in a start reads none until the start ends, and the wait is the
+/// agent's runtime thread. A healthy spawner takes requests between its starts, a millisecond
+/// apart.
+const ROOM_WAIT_AT_MOST: std::time::Duration = std::time::Duration::from_millis(500);
+/// How often a write waiting for room tries again: the socket counts as writable only once its
+/// queue fell to a quarter of its buffer, a write goes through as soon as a request's room is
+/// free.
+const ROOM_TRY_EVERY_MS: u8 = 20;
 /// Bytes of one answer: the pid, the errno, the `CLOCK_MONOTONIC` nanoseconds of the start, and
 /// the number of the request it answers.
 const ANSWER: usize = 24;
@@ -311,6 +316,17 @@ pub struct Spawner {
     /// When an answer was last read (`CLOCK_MONOTONIC` ns): a spawner working through a
     /// backlog answers on, one hung in a start answers nothing.
     answered_ns: u64,
+    /// Withdrawals its socket had no room for, in the order asked: sent before anything else
+    /// once there is room (a spawner hung in a start reads nothing, and a blocking write held the
+    /// agent's runtime thread until the hang ended).
+    withdrawals_unsent: Vec<u64>,
+    /// When a request last found no room (`CLOCK_MONOTONIC` ns), until one goes through or an
+    /// answer is read: the spawner counts as stuck, and a request tries it without waiting.
+    no_room_ns: Option<u64>,
+    /// A request went out in part and its rest found no room: the stream was shut for writing
+    /// (the spawner drops the part at the end of the stream and answers what it holds), and it
+    /// takes nothing more until it is replaced.
+    cut_off: bool,
     /// Requests failed as "may have started" so far (`fail_owed`): each may have left a process
     /// whose pid the agent never learns, a child of the forking thread.
     unsure: u64,
@@ -408,6 +424,9 @@ impl Spawner {
     /// waited for by a burst. One behind a backlog of starts (a host starved of CPU) answers on
     /// meanwhile, and is not stuck.
     pub fn stuck(&self, now_ns: u64) -> bool {
+        if self.cut_off || self.no_room_ns.is_some() {
+            return true;
+        }
         self.answered_ns.saturating_add(OVERDUE_AFTER_NS) <= now_ns
             && self
                 .owed
@@ -440,13 +459,41 @@ impl Spawner {
         if !self.owed.contains_key(&seq) {
             return;
         }
-        if let Some(connection) = self.connection.as_mut()
-            && let Err(e) = send_control(&mut connection.stream, WITHDRAW, seq)
-        {
-            self.fail_owed(&e);
+        if self.connection.is_none() {
             return;
         }
+        self.withdrawals_unsent.push(seq);
         self.owed.insert(seq, monotonic_ns());
+        self.send_withdrawals_unsent();
+    }
+
+    /// Sends the withdrawals queued for want of room, as far as there is room now.
+    fn send_withdrawals_unsent(&mut self) {
+        if self.cut_off {
+            // Shut for writing: at the end of the stream the spawner withdraws what it holds.
+            return;
+        }
+        while let Some(&seq) = self.withdrawals_unsent.first() {
+            if !self.owed.contains_key(&seq) {
+                // Answered meanwhile: nothing left to withdraw.
+                self.withdrawals_unsent.remove(0);
+                continue;
+            }
+            let Some(connection) = self.connection.as_mut() else {
+                self.withdrawals_unsent.clear();
+                return;
+            };
+            match send_control(&mut connection.stream, WITHDRAW, seq, false) {
+                Ok(()) => {
+                    self.withdrawals_unsent.remove(0);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    self.fail_owed(&e);
+                    return;
+                }
+            }
+        }
     }
 
     /// Has the spawner start nothing until `resume`, after it answered for every process it
@@ -458,7 +505,7 @@ impl Spawner {
             return false;
         };
         self.paused = false;
-        if let Err(e) = send_control(&mut connection.stream, PAUSE, PAUSED) {
+        if let Err(e) = send_control(&mut connection.stream, PAUSE, PAUSED, true) {
             self.fail_owed(&e);
             return false;
         }
@@ -472,7 +519,7 @@ impl Spawner {
     /// Ends a `pause`.
     pub fn resume(&mut self) {
         if let Some(connection) = self.connection.as_mut()
-            && let Err(e) = send_control(&mut connection.stream, RESUME, PAUSED)
+            && let Err(e) = send_control(&mut connection.stream, RESUME, PAUSED, true)
         {
             self.fail_owed(&e);
         }
@@ -491,7 +538,7 @@ impl Spawner {
             .collect();
         if let Some(connection) = self.connection.as_mut() {
             for seq in later {
-                if let Err(e) = send_control(&mut connection.stream, WITHDRAW, seq) {
+                if let Err(e) = send_control(&mut connection.stream, WITHDRAW, seq, true) {
                     self.fail_owed(&e);
                     return;
                 }
@@ -509,6 +556,16 @@ impl Spawner {
         mut fork: impl FnMut() -> std::io::Result<Connection>,
         batch: &[Encoded<'_>],
     ) -> Vec<std::io::Result<u64>> {
+        // Withdrawals asked before go first.
+        self.send_withdrawals_unsent();
+        if self.cut_off {
+            if self.owed.is_empty() {
+                // Nothing of it is still to come: a fresh one takes its place.
+                self.forget();
+            } else {
+                return batch.iter().map(|_| Err(no_room())).collect();
+            }
+        }
         let mut results: Vec<std::io::Result<u64>> = Vec::with_capacity(batch.len());
         let mut unreachable = None;
         for attempt in 0..2 {
@@ -525,7 +582,7 @@ impl Spawner {
                 }
             }
             let mut failed = None;
-            let mut no_room = None;
+            let mut full = None;
             let sent_ns = monotonic_ns();
             for request in &batch[results.len()..] {
                 // The spawner writes its answers without waiting for room and reads on, so
@@ -535,16 +592,28 @@ impl Spawner {
                     break;
                 };
                 let seq = self.next_seq;
-                match send_request(&mut connection.stream, request, seq) {
+                // One that had no room a moment ago is tried, not waited for again.
+                let wait = if self.no_room_ns.is_some() {
+                    std::time::Duration::ZERO
+                } else {
+                    ROOM_WAIT_AT_MOST
+                };
+                match send_request(&mut connection.stream, request, seq, wait) {
                     Ok(()) => {
+                        self.no_room_ns = None;
                         self.next_seq += 1;
                         self.owed.insert(seq, request.due_ns.max(sent_ns));
                         results.push(Ok(seq));
                     }
-                    // Nothing of it went out, and the spawner may be alive and well but for a
-                    // hung start: it is kept, and the rest goes elsewhere.
+                    // It did not start, and the spawner may be alive and well but for a hung
+                    // start: it is kept, and the rest goes elsewhere.
                     Err(e) if had_no_room(&e) => {
-                        no_room = Some(e);
+                        self.no_room_ns = Some(monotonic_ns());
+                        if was_cut_off(&e) {
+                            let _ = connection.stream.shutdown(std::net::Shutdown::Write);
+                            self.cut_off = true;
+                        }
+                        full = Some(e);
                         break;
                     }
                     Err(e) => {
@@ -553,9 +622,9 @@ impl Spawner {
                     }
                 }
             }
-            if let Some(e) = no_room {
+            if full.is_some() {
                 while results.len() < batch.len() {
-                    results.push(Err(std::io::Error::new(e.kind(), NoRoom)));
+                    results.push(Err(no_room()));
                 }
                 break;
             }
@@ -595,6 +664,7 @@ impl Spawner {
 
     /// Reads the answers already in, without waiting.
     fn read_ready(&mut self) {
+        self.send_withdrawals_unsent();
         let Some(socket) = self.connection.as_ref().map(|c| c.stream.as_raw_fd()) else {
             return;
         };
@@ -626,6 +696,7 @@ impl Spawner {
     fn read_until(&mut self, done: impl Fn(&Self) -> bool, deadline: Option<std::time::Instant>) {
         let mut buffer = [0u8; MAX_BATCH * ANSWER];
         while !done(self) {
+            self.send_withdrawals_unsent();
             let Some(connection) = &mut self.connection else {
                 return;
             };
@@ -681,6 +752,7 @@ impl Spawner {
         let whole = self.partial.len() / ANSWER;
         if whole > 0 {
             self.answered_ns = monotonic_ns();
+            self.no_room_ns = None;
         }
         for answer in self.partial.chunks_exact(ANSWER).take(whole) {
             let (pid, errno, at_ns, seq) = parse_answer(answer);
@@ -726,6 +798,9 @@ impl Spawner {
         }
         self.owed.clear();
         self.partial.clear();
+        self.withdrawals_unsent.clear();
+        self.no_room_ns = None;
+        self.cut_off = false;
         self.paused = false;
     }
 }
@@ -1008,9 +1083,9 @@ pub fn was_withdrawn(e: &std::io::Error) -> bool {
     e.get_ref().is_some_and(|inner| inner.is::<Withdrawn>())
 }
 
-/// A request not sent: its spawner's socket was full and took nothing for
-/// `ROOM_WAIT_AT_MOST_MS` (a spawner hung in a start). Nothing of it went out; another spawner
-/// may take it, or the same one later.
+/// A request not sent: its spawner's socket was full and took nothing for `ROOM_WAIT_AT_MOST`
+/// (a spawner hung in a start), or had no room a moment before. It did not start; another
+/// spawner may take it, or the same one later.
 #[derive(Debug)]
 pub struct NoRoom;
 
@@ -1024,7 +1099,29 @@ impl std::error::Error for NoRoom {}
 
 /// Whether a spawn was not sent for want of room in its spawner's socket (`NoRoom`).
 pub fn had_no_room(e: &std::io::Error) -> bool {
-    e.get_ref().is_some_and(|inner| inner.is::<NoRoom>())
+    e.get_ref()
+        .is_some_and(|inner| inner.is::<NoRoom>() || inner.is::<CutOff>())
+}
+
+fn no_room() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::WouldBlock, NoRoom)
+}
+
+/// A request that went out in part and whose rest found no room: the spawner drops the part
+/// at the end of its stream, so it did not start.
+#[derive(Debug)]
+struct CutOff;
+
+impl std::fmt::Display for CutOff {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the spawner took the start of the request and no more of it")
+    }
+}
+
+impl std::error::Error for CutOff {}
+
+fn was_cut_off(e: &std::io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<CutOff>())
 }
 
 /// Whether a failed spawn's process may have started anyway (`MayHaveStarted`).
@@ -1112,47 +1209,16 @@ fn encode(request: &Request<'_>) -> std::io::Result<Vec<u8>> {
     Ok(body)
 }
 
-/// Writes one request whole, behind its header (its time and `seq`), waiting for room in the
-/// socket `ROOM_WAIT_AT_MOST_MS` at most before the first byte: `NoRoom` then, nothing sent. An
-/// error means the spawner cannot have acted on it.
-fn send_request(stream: &mut UnixStream, request: &Encoded<'_>, seq: u64) -> std::io::Result<()> {
-    loop {
-        match send_request_now(stream, request, seq) {
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if !room_within(stream, ROOM_WAIT_AT_MOST_MS)? {
-                    return Err(std::io::Error::new(std::io::ErrorKind::WouldBlock, NoRoom));
-                }
-            }
-            sent => return sent,
-        }
-    }
-}
-
-/// Whether the socket has room to write within `ms` (or is broken: the write says so).
-fn room_within(stream: &UnixStream, ms: u16) -> std::io::Result<bool> {
-    let until = std::time::Instant::now() + std::time::Duration::from_millis(ms.into());
-    loop {
-        let left = until.saturating_duration_since(std::time::Instant::now());
-        let left = u16::try_from(left.as_millis()).unwrap_or(ms);
-        let mut poll = [nix::poll::PollFd::new(
-            std::os::fd::AsFd::as_fd(stream),
-            nix::poll::PollFlags::POLLOUT,
-        )];
-        match nix::poll::poll(&mut poll, nix::poll::PollTimeout::from(left)) {
-            Ok(0) => return Ok(false),
-            Ok(_) => return Ok(true),
-            Err(nix::errno::Errno::EINTR) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-}
-
-/// `send_request`'s one try: `WouldBlock` when the socket had no room for its first byte
-/// (a small request goes whole or not at all; the rest of a large one is waited for).
-fn send_request_now(
+/// Writes one request whole, behind its header (its time and `seq`). Where the socket has no
+/// room, it tries again as room comes, for as long as the spawner takes something within `wait`
+/// (`ROOM_WAIT_AT_MOST`); else `NoRoom` when nothing of it went out (a request under a socket
+/// buffer's half goes whole or not at all), `CutOff` when its start did. An error means the
+/// spawner cannot have acted on it.
+fn send_request(
     stream: &mut UnixStream,
     request: &Encoded<'_>,
     seq: u64,
+    wait: std::time::Duration,
 ) -> std::io::Result<()> {
     // The message's own length covers its body; the header goes between the two.
     let (length, body) = request
@@ -1167,6 +1233,7 @@ fn send_request_now(
     head[4..12].copy_from_slice(&request.due_ns.to_le_bytes());
     head[12..].copy_from_slice(&seq.to_le_bytes());
     let rights = [ControlMessage::ScmRights(request.fds)];
+    let mut room = Room::new(wait);
     let sent = loop {
         match sendmsg::<()>(
             stream.as_raw_fd(),
@@ -1177,24 +1244,96 @@ fn send_request_now(
         ) {
             Ok(n) => break n,
             Err(nix::errno::Errno::EINTR) => {}
+            Err(nix::errno::Errno::EAGAIN) => {
+                if !room.waited_for(stream)? {
+                    return Err(no_room());
+                }
+            }
             Err(e) => return Err(e.into()),
         }
     };
-    if sent < head.len() {
-        stream.write_all(&head[sent..])?;
-        stream.write_all(body)
-    } else {
-        stream.write_all(&body[sent - head.len()..])
+    let mut room = Room::new(wait);
+    let rest = |from: usize| -> Vec<IoSlice<'_>> {
+        if from < head.len() {
+            vec![IoSlice::new(&head[from..]), IoSlice::new(body)]
+        } else {
+            vec![IoSlice::new(&body[from - head.len()..])]
+        }
+    };
+    let whole = head.len() + body.len();
+    let mut sent = sent;
+    while sent < whole {
+        match nix::sys::socket::sendmsg::<()>(
+            stream.as_raw_fd(),
+            &rest(sent),
+            &[],
+            MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
+            None,
+        ) {
+            Ok(n) => {
+                sent += n;
+                room = Room::new(wait);
+            }
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(nix::errno::Errno::EAGAIN) => {
+                if !room.waited_for(stream)? {
+                    return Err(std::io::Error::new(std::io::ErrorKind::WouldBlock, CutOff));
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// A write's wait for room in a spawner's socket: up to its limit since the spawner last took
+/// something, in polls of `ROOM_TRY_EVERY_MS`.
+struct Room {
+    /// When the first wait began (a write that finds room at once reads no clock).
+    since: Option<std::time::Instant>,
+    wait: std::time::Duration,
+}
+
+impl Room {
+    fn new(wait: std::time::Duration) -> Self {
+        Self { since: None, wait }
+    }
+
+    /// Waits a while for room; false once the limit passed (the write is to give up).
+    fn waited_for(&mut self, stream: &UnixStream) -> std::io::Result<bool> {
+        let since = *self.since.get_or_insert_with(std::time::Instant::now);
+        let left = self.wait.saturating_sub(since.elapsed());
+        if left.is_zero() {
+            return Ok(false);
+        }
+        let ms = u8::try_from(left.as_millis().saturating_add(1))
+            .unwrap_or(u8::MAX)
+            .min(ROOM_TRY_EVERY_MS);
+        let mut poll = [nix::poll::PollFd::new(
+            std::os::fd::AsFd::as_fd(stream),
+            nix::poll::PollFlags::POLLOUT,
+        )];
+        match nix::poll::poll(&mut poll, nix::poll::PollTimeout::from(ms)) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => Ok(true),
+            Err(e) => Err(e.into()),
+        }
     }
 }
 
-/// Writes a control message (`WITHDRAW`, `PAUSE`, `RESUME`) naming `seq`.
-fn send_control(stream: &mut UnixStream, kind: u32, seq: u64) -> std::io::Result<()> {
+/// Writes a control message (`WITHDRAW`, `PAUSE`, `RESUME`) naming `seq`; unless `wait`,
+/// `WouldBlock` when the socket has no room for it (nothing sent: a message this small goes
+/// whole or not at all).
+fn send_control(stream: &mut UnixStream, kind: u32, seq: u64, wait: bool) -> std::io::Result<()> {
     let mut message = [0u8; 12];
     message[..4].copy_from_slice(&kind.to_le_bytes());
     message[4..].copy_from_slice(&seq.to_le_bytes());
+    let flags = if wait {
+        MsgFlags::MSG_NOSIGNAL
+    } else {
+        MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT
+    };
     loop {
-        match nix::sys::socket::send(stream.as_raw_fd(), &message, MsgFlags::MSG_NOSIGNAL) {
+        match nix::sys::socket::send(stream.as_raw_fd(), &message, flags) {
             Ok(n) => return stream.write_all(&message[n..]),
             Err(nix::errno::Errno::EINTR) => {}
             Err(e) => return Err(e.into()),
@@ -2554,8 +2693,8 @@ mod tests {
             due_ns: 0,
         };
         let mut connection = fork_spawner().unwrap();
-        send_request(&mut connection.stream, &whole, 0).unwrap();
-        send_request(&mut connection.stream, &whole, 1).unwrap();
+        send_request(&mut connection.stream, &whole, 0, ROOM_WAIT_AT_MOST).unwrap();
+        send_request(&mut connection.stream, &whole, 1, ROOM_WAIT_AT_MOST).unwrap();
         // One held for later, which never starts now.
         send_request(
             &mut connection.stream,
@@ -2564,6 +2703,7 @@ mod tests {
                 ..whole
             },
             2,
+            ROOM_WAIT_AT_MOST,
         )
         .unwrap();
         send_request(
@@ -2574,6 +2714,7 @@ mod tests {
                 due_ns: 0,
             },
             3,
+            ROOM_WAIT_AT_MOST,
         )
         .unwrap();
         connection

@@ -711,7 +711,7 @@ async fn a_share_a_hung_spawner_has_no_room_for_goes_to_another() {
 /// goes out in part: its rest waits for room half a second at most, then the spawner's stream is
 /// shut for writing (at its end the spawner drops the part, answers what it held, and exits) and
 /// the run goes to the other spawner, started while the file system is still frozen. After the
-/// thaw a fresh spawner takes the first one's place. One thread, as the agent's runtime. Needs
+/// thaw, once the first one answered, a fresh spawner takes its place. One thread, as the agent's runtime. Needs
 /// root (a loop mount); about 7 s.
 #[tokio::test(flavor = "current_thread")]
 async fn a_large_request_cut_off_by_a_hung_spawner_goes_to_another() {
@@ -745,6 +745,8 @@ async fn a_large_request_cut_off_by_a_hung_spawner_goes_to_another() {
         );
         end(&containment, started.pid);
     }
+    // The cut-off one and the other.
+    let mut before = spawners();
     let hung_pid = Containment::started(hung_answer).await.unwrap().pid;
     assert!(
         thawed.load(std::sync::atomic::Ordering::SeqCst),
@@ -759,4 +761,13 @@ async fn a_large_request_cut_off_by_a_hung_spawner_goes_to_another() {
                 .unwrap();
         end(&containment, started.pid);
     }
+    let mut after = spawners();
+    before.sort_unstable();
+    after.sort_unstable();
+    assert_eq!(after.len(), 2, "{after:?}");
+    assert_eq!(
+        after.iter().filter(|pid| before.contains(pid)).count(),
+        1,
+        "a fresh spawner took the cut-off one's place: {before:?} then {after:?}"
+    );
 }

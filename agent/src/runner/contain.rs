@@ -134,6 +134,8 @@ struct Spawning {
     kept: usize,
     /// `Spawner::unsure` of the spares gone: their processes of unknown pid may be there still.
     retired_unsure: u64,
+    /// The runs of a batch found no spawner with room, and it was said.
+    warned_no_room: bool,
     next: usize,
     owed: HashMap<(usize, u64), Owed>,
     /// A task will read the answers owed (`collect_soon`).
@@ -150,6 +152,7 @@ impl Spawning {
             spawners: (0..count.max(1)).map(|_| Spawner::new()).collect(),
             kept: count.max(1),
             retired_unsure: 0,
+            warned_no_room: false,
             next: 0,
             owed: HashMap::new(),
             collecting: false,
@@ -638,11 +641,16 @@ impl Containment {
                     &mut answered,
                 ));
             }
-            if !no_room.is_empty() {
-                tracing::warn!(
-                    runs = no_room.len(),
-                    "No spawner takes requests (stuck in starts?); the runs wait for the next batch"
-                );
+            if no_room.is_empty() {
+                spawning.warned_no_room = false;
+            } else {
+                // Once a spell, not at each retry.
+                if !std::mem::replace(&mut spawning.warned_no_room, true) {
+                    tracing::warn!(
+                        runs = no_room.len(),
+                        "No spawner takes requests (stuck in starts?); the runs wait until one does"
+                    );
+                }
                 // Before those asked meanwhile: they came first.
                 self.waiting().splice(0..0, no_room);
                 retry = true;

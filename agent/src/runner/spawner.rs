@@ -69,6 +69,10 @@ const MAX_REQUEST: usize = 16 * 1024 * 1024;
 const MAX_CGROUP_FILES: usize = 4;
 /// Most answers the spawner holds back while requests keep coming, and most read at once.
 pub const MAX_BATCH: usize = 64;
+/// How long the spawner holds answers at most while requests keep coming: the agent takes a
+/// spawner that answers nothing for `OVERDUE_AFTER_NS` for stuck, and at a slow start's pace
+/// (a loaded host in a burst) `MAX_BATCH` starts could take that long.
+const ANSWERS_HELD_AT_MOST_NS: u64 = 100_000_000;
 /// How long past its request's time an answer is when its spawner counts as stuck in a start
 /// (`Spawner::stuck`).
 pub const OVERDUE_AFTER_NS: u64 = 500_000_000;
@@ -395,6 +399,7 @@ impl Spawner {
         } else {
             self.read_ready();
         }
+        self.let_go_if_cut_off();
         self.settled.drain(..).collect()
     }
 
@@ -415,6 +420,7 @@ impl Spawner {
                 Some(deadline),
             );
         }
+        self.let_go_if_cut_off();
         self.settled.drain(..).collect()
     }
 
@@ -424,7 +430,12 @@ impl Spawner {
     /// waited for by a burst. One behind a backlog of starts (a host starved of CPU) answers on
     /// meanwhile, and is not stuck.
     pub fn stuck(&self, now_ns: u64) -> bool {
-        if self.cut_off || self.no_room_ns.is_some() {
+        if self.cut_off {
+            // Until every answer it owes is in: then a fresh one takes its place at its next
+            // turn (`send_via`).
+            return !self.owed.is_empty();
+        }
+        if self.no_room_ns.is_some() {
             return true;
         }
         self.answered_ns.saturating_add(OVERDUE_AFTER_NS) <= now_ns
@@ -432,6 +443,14 @@ impl Spawner {
                 .owed
                 .values()
                 .any(|&due| due.saturating_add(OVERDUE_AFTER_NS) <= now_ns)
+    }
+
+    /// Ends a cut-off spawner once it owes nothing (it exits by itself at the end of its
+    /// stream; reaped here), so that a fresh one takes its place.
+    fn let_go_if_cut_off(&mut self) {
+        if self.cut_off && self.owed.is_empty() {
+            self.forget();
+        }
     }
 
     /// Whether a request owed is held for a time after `now_ns`.
@@ -501,6 +520,11 @@ impl Spawner {
     /// (a look at the agent's children takes none for an orphan). False when the spawner is gone
     /// (every request it owed is settled then, as may have started).
     pub fn pause(&mut self) -> bool {
+        if self.cut_off {
+            // Shut for writing: it starts the whole requests it has due, none held for later
+            // (withdrawn at the end of its stream), so the caller reads the answers due.
+            return false;
+        }
         let Some(connection) = self.connection.as_mut() else {
             return false;
         };
@@ -518,6 +542,9 @@ impl Spawner {
 
     /// Ends a `pause`.
     pub fn resume(&mut self) {
+        if self.cut_off {
+            return;
+        }
         if let Some(connection) = self.connection.as_mut()
             && let Err(e) = send_control(&mut connection.stream, RESUME, PAUSED, true)
         {
@@ -529,6 +556,10 @@ impl Spawner {
     /// Withdraws every request held for later, reading nothing: the answers, `WITHDRAWN` for
     /// those it still held, come with `read_every_answer`.
     pub fn send_withdrawals(&mut self) {
+        if self.cut_off {
+            // The end of its stream withdraws them.
+            return;
+        }
         let now = monotonic_ns();
         let later: Vec<u64> = self
             .owed
@@ -1211,9 +1242,10 @@ fn encode(request: &Request<'_>) -> std::io::Result<Vec<u8>> {
 
 /// Writes one request whole, behind its header (its time and `seq`). Where the socket has no
 /// room, it tries again as room comes, for as long as the spawner takes something within `wait`
-/// (`ROOM_WAIT_AT_MOST`); else `NoRoom` when nothing of it went out (a request under a socket
-/// buffer's half goes whole or not at all), `CutOff` when its start did. An error means the
-/// spawner cannot have acted on it.
+/// (`ROOM_WAIT_AT_MOST`); else `NoRoom` when nothing of it went out (a small request, one
+/// chunk of the socket's, goes whole or not at all; Linux cuts a larger one into chunks of a few
+/// tens of KiB), `CutOff` when its start did. An error means the spawner cannot have acted on
+/// it.
 fn send_request(
     stream: &mut UnixStream,
     request: &Encoded<'_>,
@@ -1252,7 +1284,8 @@ fn send_request(
             Err(e) => return Err(e.into()),
         }
     };
-    let mut room = Room::new(wait);
+    // Its start went out: the spawner is taking requests, and the rest is waited for in full.
+    let mut room = Room::new(ROOM_WAIT_AT_MOST);
     let rest = |from: usize| -> Vec<IoSlice<'_>> {
         if from < head.len() {
             vec![IoSlice::new(&head[from..]), IoSlice::new(body)]
@@ -1272,7 +1305,7 @@ fn send_request(
         ) {
             Ok(n) => {
                 sent += n;
-                room = Room::new(wait);
+                room = Room::new(ROOM_WAIT_AT_MOST);
             }
             Err(nix::errno::Errno::EINTR) => {}
             Err(nix::errno::Errno::EAGAIN) => {
@@ -1568,6 +1601,8 @@ fn serve_requests(
         .open("/dev/null")?;
     let mut stack = vec![0u8; CHILD_STACK];
     let mut answers = Vec::with_capacity(MAX_BATCH * ANSWER);
+    // When the answers held began to wait (`ANSWERS_HELD_AT_MOST_NS`).
+    let mut answers_since: Option<u64> = None;
     // Requests sent ahead of their time: the spawner starts each at its time, so that the agent
     // need not wake for it (BENCHMARKS.md, issue 17). A handful at a time (the agent hands a run
     // over at most `HAND_OVER_AHEAD` before it is due): a scan finds the next.
@@ -1599,8 +1634,17 @@ fn serve_requests(
         // Answers wait while the next message is already there: the agent reads a batch's
         // answers only after writing all of it, and one write wakes it once. They are written
         // without waiting for room, so that the spawner reads on while the agent writes.
-        if !answers.is_empty() && (answers.len() >= MAX_BATCH * ANSWER || !readable_now(&stream)) {
-            write_some(&stream, &mut answers)?;
+        if answers.is_empty() {
+            answers_since = None;
+        } else {
+            let since = *answers_since.get_or_insert_with(monotonic_ns);
+            if answers.len() >= MAX_BATCH * ANSWER
+                || !readable_now(&stream)
+                || since.saturating_add(ANSWERS_HELD_AT_MOST_NS) <= monotonic_ns()
+            {
+                write_some(&stream, &mut answers)?;
+                answers_since = None;
+            }
         }
         let wake_at = if paused_until.is_some() {
             paused_until

@@ -384,6 +384,34 @@ fn thaw_after(
     (thawed, thaw)
 }
 
+/// Fails the test unless `thawed`: a hung start's answer came while it was not.
+fn thawed_by_now(thawed: &std::sync::atomic::AtomicBool) {
+    assert!(
+        thawed.load(std::sync::atomic::Ordering::SeqCst),
+        "the spawner answered inside its hung start: the test shows nothing"
+    );
+}
+
+/// Fails the test when `thawed`: `what` waited for the hung start.
+fn still_frozen(thawed: &std::sync::atomic::AtomicBool, what: &str) {
+    assert!(
+        !thawed.load(std::sync::atomic::Ordering::SeqCst),
+        "{what} waited for the hung start"
+    );
+}
+
+/// Answers with their places in the order asked.
+type Placed<T> = Vec<(usize, T)>;
+
+/// The answers of runs asked in turn starting with the second spawner's, with their places:
+/// the second spawner's (even places), then the first's (odd).
+fn by_spawner<T>(answers: Vec<T>) -> (Placed<T>, Placed<T>) {
+    answers
+        .into_iter()
+        .enumerate()
+        .partition(|(i, _)| i % 2 == 0)
+}
+
 /// Runs a tool the test needs, failing the test with what it said.
 fn run(program: &str, args: &[&std::ffi::OsStr]) {
     let out = std::process::Command::new(program)
@@ -513,16 +541,10 @@ async fn a_withdrawal_does_not_wait_for_a_spawner_hung_in_a_start() {
     // The batch is out and the first spawner inside the hung start.
     tokio::time::sleep(Duration::from_millis(500)).await;
     containment.withdraw(203);
-    assert!(
-        !thawed.load(std::sync::atomic::Ordering::SeqCst),
-        "the withdrawal waited for the hung start"
-    );
+    still_frozen(&thawed, "the withdrawal");
     let withdrawn = Containment::started(later_answer).await.unwrap_err();
     assert!(spawner::was_withdrawn(&withdrawn), "{withdrawn}");
-    assert!(
-        thawed.load(std::sync::atomic::Ordering::SeqCst),
-        "the spawner answered inside its hung start: the test shows nothing"
-    );
+    thawed_by_now(&thawed);
     thaw.join().unwrap();
     let hung_pid = Containment::started(hung_answer).await.unwrap().pid;
     {
@@ -559,16 +581,8 @@ async fn a_burst_does_not_wait_for_a_spawner_hung_in_a_start() {
     let answers = burst(302);
     let (thawed, thaw) = thaw_after(&frozen, Duration::from_secs(5));
     // Runs 302, 304, … went to the second spawner.
-    let (second_spawners, first_spawners): (Vec<_>, Vec<_>) = answers
-        .into_iter()
-        .enumerate()
-        .partition(|(i, _)| i % 2 == 0);
-    let told_at_once = |what: &str| {
-        assert!(
-            !thawed.load(std::sync::atomic::Ordering::SeqCst),
-            "{what} waited for the hung start"
-        );
-    };
+    let (second_spawners, first_spawners) = by_spawner(answers);
+    let told_at_once = |what: &str| still_frozen(&thawed, what);
     for (_, answer) in second_spawners {
         let started = Containment::started(answer).await.unwrap();
         told_at_once("the burst");
@@ -580,10 +594,7 @@ async fn a_burst_does_not_wait_for_a_spawner_hung_in_a_start() {
         end(&containment, started.pid);
     }
     let hung_pid = Containment::started(hung_answer).await.unwrap().pid;
-    assert!(
-        thawed.load(std::sync::atomic::Ordering::SeqCst),
-        "the spawner answered inside its hung start: the test shows nothing"
-    );
+    thawed_by_now(&thawed);
     thaw.join().unwrap();
     end(&containment, hung_pid);
     for (_, answer) in first_spawners {
@@ -616,18 +627,12 @@ async fn a_lone_spawner_stuck_in_a_start_gets_a_spare() {
             Containment::started(containment.ask(run_id, request(c"/bin/true", &["true"])))
                 .await
                 .unwrap();
-        assert!(
-            !thawed.load(std::sync::atomic::Ordering::SeqCst),
-            "run {run_id} waited for the hung start"
-        );
+        still_frozen(&thawed, &format!("run {run_id}"));
         end(&containment, started.pid);
     }
     assert_eq!(spawners().len(), 2, "one spare beside the stuck spawner");
     let hung_pid = Containment::started(hung_answer).await.unwrap().pid;
-    assert!(
-        thawed.load(std::sync::atomic::Ordering::SeqCst),
-        "the spawner answered inside its hung start: the test shows nothing"
-    );
+    thawed_by_now(&thawed);
     thaw.join().unwrap();
     end(&containment, hung_pid);
     // The first spawner answers again: the spare, idle, goes with the next batch.
@@ -636,6 +641,33 @@ async fn a_lone_spawner_stuck_in_a_start_gets_a_spare() {
         .unwrap();
     end(&containment, started.pid);
     assert_eq!(spawners().len(), 1, "the spare went once it was not needed");
+}
+
+/// The host's default socket buffer: about what a spawner's socket holds before a write waits.
+fn socket_buffer() -> usize {
+    std::fs::read_to_string("/proc/sys/net/core/wmem_default")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(212_992)
+}
+
+/// `beside_a_freezable_mount`, frozen, with run `run_id` hung in the first spawner's start (its
+/// start mark's write waits on the frozen file system), and the answer it will get.
+async fn with_the_first_spawner_hung(
+    run_id: i64,
+) -> Option<(
+    tokio::sync::MutexGuard<'static, ()>,
+    FreezableMount,
+    jobfleet_agent::runner::start_marks::StartMarks,
+    Arc<Containment>,
+    tokio::sync::oneshot::Receiver<std::io::Result<spawner::Started>>,
+)> {
+    let (turn, frozen, marks, containment) = beside_a_freezable_mount().await?;
+    frozen.freeze();
+    let hung_answer = containment.ask(run_id, marking_request(&marks, run_id));
+    // Out before what follows, so that the first spawner is inside the hung start.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    Some((turn, frozen, marks, containment, hung_answer))
 }
 
 /// A burst's share for a spawner that has just hung in a start (its start mark's write waits on
@@ -647,35 +679,22 @@ async fn a_lone_spawner_stuck_in_a_start_gets_a_spare() {
 /// Needs root (a loop mount); about 7 s.
 #[tokio::test(flavor = "current_thread")]
 async fn a_share_a_hung_spawner_has_no_room_for_goes_to_another() {
-    let Some((_turn, frozen, marks, containment)) = beside_a_freezable_mount().await else {
+    let Some((_turn, frozen, _marks, containment, hung_answer)) =
+        with_the_first_spawner_hung(601).await
+    else {
         return; // a loop mount needs root
     };
-    frozen.freeze();
-    let hung_answer = containment.ask(601, marking_request(&marks, 601));
-    // Out before the burst, so that the first spawner is inside the hung start.
-    tokio::time::sleep(Duration::from_millis(100)).await;
     // Far more than a socket holds (a request takes a kilobyte or more of its buffer, with its
     // overhead): half of them are the first spawner's turns.
-    let buffer: usize = std::fs::read_to_string("/proc/sys/net/core/wmem_default")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(212_992);
+    let buffer = socket_buffer();
     let count = (buffer / 256).max(1600) & !1;
     let answers: Vec<_> = (602..602 + count as i64)
         .map(|run_id| containment.ask(run_id, request(c"/bin/true", &["true"])))
         .collect();
     let (thawed, thaw) = thaw_after(&frozen, Duration::from_secs(6));
     // Runs 602, 604, … went to the second spawner.
-    let (other_spawners, mut hung_spawners): (Vec<_>, Vec<_>) = answers
-        .into_iter()
-        .enumerate()
-        .partition(|(i, _)| i % 2 == 0);
-    let told_at_once = |what: &str| {
-        assert!(
-            !thawed.load(std::sync::atomic::Ordering::SeqCst),
-            "{what} waited for the hung start"
-        );
-    };
+    let (other_spawners, mut hung_spawners) = by_spawner(answers);
+    let told_at_once = |what: &str| still_frozen(&thawed, what);
     for (_, answer) in other_spawners {
         let started = Containment::started(answer).await.unwrap();
         told_at_once("the other spawner's share");
@@ -699,10 +718,7 @@ async fn a_share_a_hung_spawner_has_no_room_for_goes_to_another() {
         }
     }
     let hung_pid = Containment::started(hung_answer).await.unwrap().pid;
-    assert!(
-        thawed.load(std::sync::atomic::Ordering::SeqCst),
-        "the spawner answered inside its hung start: the test shows nothing"
-    );
+    thawed_by_now(&thawed);
     thaw.join().unwrap();
     end(&containment, hung_pid);
 }
@@ -711,22 +727,18 @@ async fn a_share_a_hung_spawner_has_no_room_for_goes_to_another() {
 /// goes out in part: its rest waits for room half a second at most, then the spawner's stream is
 /// shut for writing (at its end the spawner drops the part, answers what it held, and exits) and
 /// the run goes to the other spawner, started while the file system is still frozen. After the
-/// thaw, once the first one answered, a fresh spawner takes its place. One thread, as the agent's runtime. Needs
-/// root (a loop mount); about 7 s.
+/// thaw, once the first one answered, a fresh spawner takes its place. One thread, as the
+/// agent's runtime. Needs root (a loop mount); about 7 s.
 #[tokio::test(flavor = "current_thread")]
 async fn a_large_request_cut_off_by_a_hung_spawner_goes_to_another() {
-    let Some((_turn, frozen, marks, containment)) = beside_a_freezable_mount().await else {
+    let Some((_turn, frozen, _marks, containment, hung_answer)) =
+        with_the_first_spawner_hung(701).await
+    else {
         return; // a loop mount needs root
     };
-    frozen.freeze();
-    let hung_answer = containment.ask(701, marking_request(&marks, 701));
-    tokio::time::sleep(Duration::from_millis(100)).await;
     // Arguments of 100 KiB each (`execve` takes up to 128 KiB an argument) to well past the
     // socket's buffer.
-    let buffer: usize = std::fs::read_to_string("/proc/sys/net/core/wmem_default")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(212_992);
+    let buffer = socket_buffer();
     let argument = "x".repeat(100 << 10);
     let mut args = vec!["true"];
     args.extend(std::iter::repeat_n(
@@ -739,19 +751,13 @@ async fn a_large_request_cut_off_by_a_hung_spawner_goes_to_another() {
     let (thawed, thaw) = thaw_after(&frozen, Duration::from_secs(6));
     for answer in [small, large] {
         let started = Containment::started(answer).await.unwrap();
-        assert!(
-            !thawed.load(std::sync::atomic::Ordering::SeqCst),
-            "a run waited for the hung start"
-        );
+        still_frozen(&thawed, "a run");
         end(&containment, started.pid);
     }
     // The cut-off one and the other.
     let mut before = spawners();
     let hung_pid = Containment::started(hung_answer).await.unwrap().pid;
-    assert!(
-        thawed.load(std::sync::atomic::Ordering::SeqCst),
-        "the spawner answered inside its hung start: the test shows nothing"
-    );
+    thawed_by_now(&thawed);
     thaw.join().unwrap();
     end(&containment, hung_pid);
     for run_id in 704..708 {

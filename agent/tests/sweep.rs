@@ -367,21 +367,37 @@ impl Drop for FreezableMount {
 fn thaw_after(
     frozen: &FreezableMount,
     delay: Duration,
-) -> (
-    Arc<std::sync::atomic::AtomicBool>,
-    std::thread::JoinHandle<()>,
-) {
+) -> (Arc<std::sync::atomic::AtomicBool>, Thaw) {
     let thawed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let thaw = std::thread::spawn({
+    let (early, asked) = std::sync::mpsc::channel::<()>();
+    let thread = std::thread::spawn({
         let mount = frozen.path();
         let thawed = thawed.clone();
         move || {
-            std::thread::sleep(delay);
+            let _ = asked.recv_timeout(delay);
             thawed.store(true, std::sync::atomic::Ordering::SeqCst);
             run("fsfreeze", &["-u".as_ref(), mount.as_os_str()]);
         }
     });
-    (thawed, thaw)
+    (thawed, Thaw { early, thread })
+}
+
+/// A thaw to come, after its delay or at `now`, whichever is first.
+struct Thaw {
+    early: std::sync::mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Thaw {
+    /// Thaws now: what needed the file system frozen is checked (the delay is then a watchdog,
+    /// long enough for a slow machine).
+    fn now(&self) {
+        let _ = self.early.send(());
+    }
+
+    fn join(self) -> std::thread::Result<()> {
+        self.thread.join()
+    }
 }
 
 /// Fails the test unless `thawed`: a hung start's answer came while it was not.
@@ -607,7 +623,7 @@ async fn a_burst_does_not_wait_for_a_spawner_hung_in_a_start() {
 /// mark's write waits on a frozen file system) leaves no spawner to start the next runs: once it
 /// is stuck (`spawner::OVERDUE_AFTER_NS`), a spare one starts them while the file system is
 /// still frozen, and goes again once the first answers. Without the spare every run of the
-/// agent waited for the thaw. Needs root (a loop mount); about 6 s.
+/// agent waited for the thaw. Needs root (a loop mount); about 2 s.
 #[tokio::test(flavor = "current_thread")]
 async fn a_lone_spawner_stuck_in_a_start_gets_a_spare() {
     let Some((_turn, frozen, marks, _)) = beside_a_freezable_mount().await else {
@@ -616,7 +632,7 @@ async fn a_lone_spawner_stuck_in_a_start_gets_a_spare() {
     let containment = Arc::new(Containment::with_spawners(1));
     frozen.freeze();
     let hung_answer = containment.ask(501, marking_request(&marks, 501));
-    let (thawed, thaw) = thaw_after(&frozen, Duration::from_secs(5));
+    let (thawed, thaw) = thaw_after(&frozen, Duration::from_secs(30));
     // Past the point where the spawner counts as stuck.
     tokio::time::sleep(
         Duration::from_nanos(spawner::OVERDUE_AFTER_NS) + Duration::from_millis(200),
@@ -631,6 +647,7 @@ async fn a_lone_spawner_stuck_in_a_start_gets_a_spare() {
         end(&containment, started.pid);
     }
     assert_eq!(spawners().len(), 2, "one spare beside the stuck spawner");
+    thaw.now();
     let hung_pid = Containment::started(hung_answer).await.unwrap().pid;
     thawed_by_now(&thawed);
     thaw.join().unwrap();
@@ -676,7 +693,7 @@ async fn with_the_first_spawner_hung(
 /// long. Now the write waits for room half a second at most, and the rest of the share goes to
 /// the other spawner, told its starts while the file system is still frozen. A withdrawal of a
 /// run in the full socket does not wait for room either. One thread, as the agent's runtime.
-/// Needs root (a loop mount); about 7 s.
+/// Needs root (a loop mount); about 3 s.
 #[tokio::test(flavor = "current_thread")]
 async fn a_share_a_hung_spawner_has_no_room_for_goes_to_another() {
     let Some((_turn, frozen, _marks, containment, hung_answer)) =
@@ -686,12 +703,20 @@ async fn a_share_a_hung_spawner_has_no_room_for_goes_to_another() {
     };
     // Far more than a socket holds (a request takes a kilobyte or more of its buffer, with its
     // overhead): half of them are the first spawner's turns.
-    let buffer = socket_buffer();
-    let count = (buffer / 256).max(1600) & !1;
+    // Each request holds a descriptor until it is sent.
+    let (_, most_files) =
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
+    nix::sys::resource::setrlimit(
+        nix::sys::resource::Resource::RLIMIT_NOFILE,
+        most_files,
+        most_files,
+    )
+    .unwrap();
+    let count = (socket_buffer() / 256).max(1600) & !1;
     let answers: Vec<_> = (602..602 + count as i64)
         .map(|run_id| containment.ask(run_id, request(c"/bin/true", &["true"])))
         .collect();
-    let (thawed, thaw) = thaw_after(&frozen, Duration::from_secs(6));
+    let (thawed, thaw) = thaw_after(&frozen, Duration::from_secs(30));
     // Runs 602, 604, … went to the second spawner.
     let (other_spawners, mut hung_spawners) = by_spawner(answers);
     let told_at_once = |what: &str| still_frozen(&thawed, what);
@@ -709,6 +734,7 @@ async fn a_share_a_hung_spawner_has_no_room_for_goes_to_another() {
     // goes out once there is.
     containment.withdraw(603);
     told_at_once("the withdrawal from the hung spawner's full socket");
+    thaw.now();
     for (i, answer) in hung_spawners {
         match Containment::started(answer).await {
             Ok(started) => end(&containment, started.pid),
@@ -728,7 +754,7 @@ async fn a_share_a_hung_spawner_has_no_room_for_goes_to_another() {
 /// shut for writing (at its end the spawner drops the part, answers what it held, and exits) and
 /// the run goes to the other spawner, started while the file system is still frozen. After the
 /// thaw, once the first one answered, a fresh spawner takes its place. One thread, as the
-/// agent's runtime. Needs root (a loop mount); about 7 s.
+/// agent's runtime. Needs root (a loop mount); about 2 s.
 #[tokio::test(flavor = "current_thread")]
 async fn a_large_request_cut_off_by_a_hung_spawner_goes_to_another() {
     let Some((_turn, frozen, _marks, containment, hung_answer)) =
@@ -741,14 +767,15 @@ async fn a_large_request_cut_off_by_a_hung_spawner_goes_to_another() {
     let buffer = socket_buffer();
     let argument = "x".repeat(100 << 10);
     let mut args = vec!["true"];
+    // At most 1.2 MiB in all, under `execve`'s limit (a quarter of an 8 MiB stack).
     args.extend(std::iter::repeat_n(
         argument.as_str(),
-        buffer / (100 << 10) + 2,
+        (buffer / (100 << 10) + 2).min(12),
     ));
     // The small one is the second spawner's turn, the large one the hung spawner's.
     let small = containment.ask(702, request(c"/bin/true", &["true"]));
     let large = containment.ask(703, request(c"/bin/true", &args));
-    let (thawed, thaw) = thaw_after(&frozen, Duration::from_secs(6));
+    let (thawed, thaw) = thaw_after(&frozen, Duration::from_secs(30));
     for answer in [small, large] {
         let started = Containment::started(answer).await.unwrap();
         still_frozen(&thawed, "a run");
@@ -756,6 +783,7 @@ async fn a_large_request_cut_off_by_a_hung_spawner_goes_to_another() {
     }
     // The cut-off one and the other.
     let mut before = spawners();
+    thaw.now();
     let hung_pid = Containment::started(hung_answer).await.unwrap().pid;
     thawed_by_now(&thawed);
     thaw.join().unwrap();

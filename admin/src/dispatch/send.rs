@@ -40,7 +40,13 @@ use super::routing::{Candidate, load_of};
 /// hand-over no longer starts only after its take. The
 /// concurrency policy is judged at the take, up to `TAKE_AHEAD_MS + TAKE_SPAN_MS` early; an
 /// admin that dies in between leaves taken runs that the in-doubt recovery sends.
-pub const TAKE_AHEAD_MS: i64 = 10;
+///
+/// 50 ms rather than 10: the first runs of a take reach their agent that much sooner, and an
+/// agent starts a run only once its acceptance is on disk (its journal's fsync), which on a busy
+/// disk takes tens of milliseconds; with 10 ms, runs whose take left them under 20 ms were
+/// late by over 20 ms three to four times as often as those left 50 ms or more (BENCHMARKS.md,
+/// issue 17). A take also has 40 ms more before it counts as a backlog's (`ON_TIME_WITHIN_MS`).
+pub const TAKE_AHEAD_MS: i64 = 50;
 /// See [`TAKE_AHEAD_MS`].
 pub const TAKE_SPAN_MS: i64 = 100;
 

@@ -235,6 +235,70 @@ async fn http_jobs_send_their_request_and_judge_the_answer(mysql: bool) {
 }
 both_backends!(http_jobs_send_their_request_and_judge_the_answer);
 
+/// A server that answers the first request on each connection and keeps it alive, then closes
+/// it when a second request comes on it, unanswered: what a server does whose idle time for
+/// the connection ran out as the request came. Returns its URL and how many connections it
+/// closed so.
+async fn closing_on_reuse() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/once", listener.local_addr().unwrap());
+    let closed = std::sync::Arc::new(AtomicUsize::new(0));
+    let closed_here = closed.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            let closed = closed_here.clone();
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match socket.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                if socket.write_all(answer).await.is_err() {
+                    return;
+                }
+                if matches!(socket.read(&mut buf).await, Ok(n) if n > 0) {
+                    closed.fetch_add(1, Ordering::SeqCst);
+                }
+            });
+        }
+    });
+    (url, closed)
+}
+
+/// A run a few seconds after another to the same server goes on a new connection, not on the
+/// kept-alive one the server may be closing just then (a request lost so fails the run, and
+/// cannot be sent again: whether the server acted on it is unknown).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_job_does_not_reuse_a_connection_idle_for_seconds() {
+    let app = TestApp::sqlite().await;
+    let g = app.group("http-idle").await;
+    let dir = tempfile::tempdir().unwrap();
+    let agent = AgentProc::start(&app.base, "http-idle", &dir.path().join("agent"));
+    app.wait_for_agent(&agent.address).await;
+    let (url, closed) = closing_on_reuse().await;
+    let job = http_job(&app, g, "idle", json!({}), json!({"url": url})).await;
+    let (first, _) = run(&app, job).await;
+    assert_eq!(first["status"], "succeeded", "{first}");
+    // Longer than the agent keeps an idle connection, shorter than servers commonly do.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let (second, log) = run(&app, job).await;
+    assert_eq!(second["status"], "succeeded", "{second}: {log}");
+    assert_eq!(
+        closed.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "no request went on the idle connection"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_http_requests_are_refused_naming_the_field() {
     let app = TestApp::sqlite().await;

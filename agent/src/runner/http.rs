@@ -65,8 +65,17 @@ struct Answer {
     more_unread: bool,
 }
 
+/// How long a kept-alive connection waits for the next run's request before it is closed.
+/// Under the shortest idle time servers commonly keep a connection for (gunicorn 2 s; Apache,
+/// Node.js, uvicorn and actix-web 5 s): a request sent on a connection the server is closing
+/// at that moment fails with "connection closed before message completed", and whether the
+/// server acted on it is unknown, so it is not sent again. With reqwest's own default, 90 s,
+/// runs failed so in the http benchmark, on connections left idle after a burst
+/// (BENCHMARKS.md, issue 17).
+const IDLE_CONNECTION_KEPT: Duration = Duration::from_millis(1_500);
+
 /// The client http jobs are sent with: the host's trust store, kept-alive connections shared
-/// by every run (a connection per run would cost a handshake each).
+/// by every run (a connection per run would cost a handshake each) while they are busy.
 ///
 /// # Errors
 /// The TLS backend cannot be set up.
@@ -75,6 +84,7 @@ pub fn client() -> Result<reqwest::Client, String> {
     reqwest::Client::builder()
         .tls_backend_preconfigured(tls)
         .connect_timeout(Duration::from_secs(10))
+        .pool_idle_timeout(IDLE_CONNECTION_KEPT)
         .user_agent(concat!("jobfleet-agent/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|e| format!("the http jobs' client: {e}"))

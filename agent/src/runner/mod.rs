@@ -317,7 +317,7 @@ fn validate(trigger: TriggerParam, received: Instant) -> Result<Prepared, String
 
 /// How long before its time (`startInMs`) a run's process is handed to the spawner, which starts
 /// it then: the agent's runtime need not wake at each run's time (BENCHMARKS.md, issue 17). The
-/// admin sends runs at most 110 ms ahead; a run sent further ahead waits here until this long
+/// admin sends runs at most 150 ms ahead; a run sent further ahead waits here until this long
 /// before its time, so that the spawner holds a handful of runs, not hours of them.
 const HAND_OVER_AHEAD: Duration = Duration::from_millis(250);
 

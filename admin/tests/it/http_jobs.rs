@@ -235,23 +235,39 @@ async fn http_jobs_send_their_request_and_judge_the_answer(mysql: bool) {
 }
 both_backends!(http_jobs_send_their_request_and_judge_the_answer);
 
+/// What a [`closing_on_reuse`] server did: requests answered, connections closed unanswered.
+#[derive(Default)]
+struct Closings {
+    answered: std::sync::atomic::AtomicUsize,
+    closed: std::sync::atomic::AtomicUsize,
+}
+
+impl Closings {
+    fn answered(&self) -> usize {
+        self.answered.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn closed(&self) -> usize {
+        self.closed.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
 /// A server that answers the first request on each connection and keeps it alive, then closes
 /// it when a second request comes on it, unanswered: what a server does whose idle time for
-/// the connection ran out as the request came. Returns its URL and how many connections it
-/// closed so.
-async fn closing_on_reuse() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+/// the connection ran out as the request came. Returns its URL and what it did.
+async fn closing_on_reuse() -> (String, std::sync::Arc<Closings>) {
+    use std::sync::atomic::Ordering;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/once", listener.local_addr().unwrap());
-    let closed = std::sync::Arc::new(AtomicUsize::new(0));
-    let closed_here = closed.clone();
+    let closings = std::sync::Arc::new(Closings::default());
+    let closings_here = closings.clone();
     tokio::spawn(async move {
         loop {
             let Ok((mut socket, _)) = listener.accept().await else {
                 return;
             };
-            let closed = closed_here.clone();
+            let closings = closings_here.clone();
             tokio::spawn(async move {
                 let mut request = Vec::new();
                 let mut buf = [0u8; 4096];
@@ -265,13 +281,14 @@ async fn closing_on_reuse() -> (String, std::sync::Arc<std::sync::atomic::Atomic
                 if socket.write_all(answer).await.is_err() {
                     return;
                 }
+                closings.answered.fetch_add(1, Ordering::SeqCst);
                 if matches!(socket.read(&mut buf).await, Ok(n) if n > 0) {
-                    closed.fetch_add(1, Ordering::SeqCst);
+                    closings.closed.fetch_add(1, Ordering::SeqCst);
                 }
             });
         }
     });
-    (url, closed)
+    (url, closings)
 }
 
 /// A run a few seconds after another to the same server goes on a new connection, not on the
@@ -292,10 +309,61 @@ async fn an_http_job_does_not_reuse_a_connection_idle_for_seconds() {
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     let (second, log) = run(&app, job).await;
     assert_eq!(second["status"], "succeeded", "{second}: {log}");
+    assert_eq!(closed.closed(), 0, "no request went on the idle connection");
+}
+
+/// A request sent on a kept-alive connection just as its server closes it gets no answer: a
+/// GET is sent again on another connection and its run succeeds, saying so in its log; a POST,
+/// which the server may have acted on, is not, and its run fails saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotent_request_closed_unanswered_is_sent_again_and_a_post_is_not() {
+    let app = TestApp::sqlite().await;
+    let g = app.group("http-again").await;
+    let dir = tempfile::tempdir().unwrap();
+    let agent = AgentProc::start(&app.base, "http-again", &dir.path().join("agent"));
+    app.wait_for_agent(&agent.address).await;
+
+    let (url, server) = closing_on_reuse().await;
+    let get = http_job(&app, g, "get", json!({}), json!({"url": url})).await;
+    let (first, _) = run(&app, get).await;
+    assert_eq!(first["status"], "succeeded", "{first}");
+    // Well within the agent's idle limit: the second run's request goes on the first's
+    // connection, which the server closes unanswered.
+    let (second, log) = run(&app, get).await;
+    assert_eq!(second["status"], "succeeded", "{second}: {log}");
     assert_eq!(
-        closed.load(std::sync::atomic::Ordering::SeqCst),
-        0,
-        "no request went on the idle connection"
+        (server.closed(), server.answered()),
+        (1, 2),
+        "one request closed unanswered, sent again and answered: {log}"
+    );
+    assert!(
+        log.contains("sent again: its first connection closed unanswered")
+            && log.contains("HTTP 200 OK"),
+        "{log}"
+    );
+
+    let (url, server) = closing_on_reuse().await;
+    let post = http_job(
+        &app,
+        g,
+        "post",
+        json!({}),
+        json!({"method": "POST", "url": url, "body": "x"}),
+    )
+    .await;
+    let (first, _) = run(&app, post).await;
+    assert_eq!(first["status"], "succeeded", "{first}");
+    let (second, log) = run(&app, post).await;
+    assert_eq!(second["status"], "failed", "{second}: {log}");
+    assert_eq!(
+        (server.closed(), server.answered()),
+        (1, 1),
+        "the POST went out once: {log}"
+    );
+    let message = second["handle_msg"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("not sent again: POST is not idempotent"),
+        "{message}"
     );
 }
 

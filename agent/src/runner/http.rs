@@ -63,15 +63,47 @@ struct Answer {
     /// or the length was not known.
     cut: Option<u64>,
     more_unread: bool,
+    /// Why the request went out a second time, when it did.
+    sent_again: Option<String>,
+}
+
+/// Methods whose request sent twice has the effect of one (RFC 9110, 9.2.2).
+fn idempotent(method: &reqwest::Method) -> bool {
+    use reqwest::Method;
+    [
+        Method::GET,
+        Method::HEAD,
+        Method::OPTIONS,
+        Method::TRACE,
+        Method::PUT,
+        Method::DELETE,
+    ]
+    .contains(method)
+}
+
+/// The connection closed before an answer was complete, with no other failure: what a server
+/// closing a kept-alive connection as a request arrives on it leaves.
+fn closed_unanswered(e: &reqwest::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(error) = cause {
+        if error
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_incomplete_message)
+        {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
 }
 
 /// How long a kept-alive connection waits for the next run's request before it is closed.
 /// Under the shortest idle time servers commonly keep a connection for (gunicorn 2 s; Apache,
 /// Node.js, uvicorn and actix-web 5 s): a request sent on a connection the server is closing
 /// at that moment fails with "connection closed before message completed", and whether the
-/// server acted on it is unknown, so it is not sent again. With reqwest's own default, 90 s,
-/// runs failed so in the http benchmark, on connections left idle after a burst
-/// (BENCHMARKS.md, issue 17).
+/// server acted on it is unknown: an idempotent one is sent again (`exchange`), a POST fails.
+/// With reqwest's own default, 90 s, runs failed so in the http benchmark, on connections left
+/// idle after a burst (BENCHMARKS.md, issue 17).
 const IDLE_CONNECTION_KEPT: Duration = Duration::from_millis(1_500);
 
 /// The client http jobs are sent with: the host's trust store, kept-alive connections shared
@@ -176,18 +208,46 @@ impl Runner {
         outcome::http(trigger, started_ms, status, msg, start_latency_us)
     }
 
-    /// Sends the request and reads the head of the answer's body.
+    /// Sends the request and reads the head of the answer's body. An idempotent request whose
+    /// connection closed before any answer came is sent once more: a kept-alive connection
+    /// can be closed by its server just as the request goes out on it, and sending a GET or a
+    /// PUT twice has the effect of sending it once (RFC 9110, 9.2.2), as Go's and Java's
+    /// clients do. Any other request may have been acted on, so its run fails, saying so.
     async fn exchange(&self, request: &HttpRequest) -> Result<Answer, String> {
         let method = reqwest::Method::from_bytes(request.method.as_bytes())
             .map_err(|e| format!("method: {e}"))?;
-        let mut builder = self.config.http.request(method, &request.url);
-        for (name, value) in &request.headers {
-            builder = builder.header(name, value);
-        }
-        if let Some(body) = &request.body {
-            builder = builder.body(body.clone());
-        }
-        let mut response = builder.send().await.map_err(|e| with_causes(&e))?;
+        let send = || {
+            let mut builder = self.config.http.request(method.clone(), &request.url);
+            for (name, value) in &request.headers {
+                builder = builder.header(name, value);
+            }
+            if let Some(body) = &request.body {
+                builder = builder.body(body.clone());
+            }
+            builder.send()
+        };
+        let mut sent_again = None;
+        let mut response = match send().await {
+            Ok(response) => response,
+            Err(e) if closed_unanswered(&e) && idempotent(&method) => {
+                let first = with_causes(&e);
+                let response = send().await.map_err(|e| {
+                    format!(
+                        "{} (sent again after the connection closed unanswered: {first})",
+                        with_causes(&e)
+                    )
+                })?;
+                sent_again = Some(first);
+                response
+            }
+            Err(e) if closed_unanswered(&e) => {
+                return Err(format!(
+                    "{}; not sent again: {method} is not idempotent and the server may have acted on it",
+                    with_causes(&e)
+                ));
+            }
+            Err(e) => return Err(with_causes(&e)),
+        };
         let status = response.status();
         let limit = MAX_EXCERPT_BYTES.min(self.config.output.max_bytes);
         let length = response.content_length();
@@ -210,6 +270,7 @@ impl Runner {
             excerpt,
             cut,
             more_unread,
+            sent_again,
         })
     }
 
@@ -226,6 +287,11 @@ impl Runner {
         let mut block = log.block();
         if let Some(line) = request_line {
             block.note(&line);
+        }
+        if let Some(why) = &answer.sent_again {
+            block.note(&format!(
+                "sent again: its first connection closed unanswered ({why})"
+            ));
         }
         block.note(&format!("HTTP {} in {} ms", status, took.as_millis()));
         if !answer.excerpt.is_empty() {

@@ -67,14 +67,14 @@ struct Answer {
     sent_again: Option<String>,
 }
 
-/// Methods whose request sent twice has the effect of one (RFC 9110, 9.2.2).
+/// The methods an http job may use whose request sent twice has the effect of one (RFC 9110,
+/// 9.2.2).
 fn idempotent(method: &reqwest::Method) -> bool {
     use reqwest::Method;
     [
         Method::GET,
         Method::HEAD,
         Method::OPTIONS,
-        Method::TRACE,
         Method::PUT,
         Method::DELETE,
     ]

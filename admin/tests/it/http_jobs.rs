@@ -256,8 +256,9 @@ impl Closings {
 /// it when a second request comes on it, unanswered: what a server does whose idle time for
 /// the connection ran out as the request came. Returns its URL and what it did.
 async fn closing_on_reuse() -> (String, std::sync::Arc<Closings>) {
+    use crate::support::agent::read_request;
     use std::sync::atomic::Ordering;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/once", listener.local_addr().unwrap());
     let closings = std::sync::Arc::new(Closings::default());
@@ -269,20 +270,17 @@ async fn closing_on_reuse() -> (String, std::sync::Arc<Closings>) {
             };
             let closings = closings_here.clone();
             tokio::spawn(async move {
-                let mut request = Vec::new();
-                let mut buf = [0u8; 4096];
-                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match socket.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => request.extend_from_slice(&buf[..n]),
-                    }
+                // Whole requests, bodies included: a body read apart from its head must not
+                // count as a second request.
+                if read_request(&mut socket).await.is_none() {
+                    return;
                 }
                 let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
                 if socket.write_all(answer).await.is_err() {
                     return;
                 }
                 closings.answered.fetch_add(1, Ordering::SeqCst);
-                if matches!(socket.read(&mut buf).await, Ok(n) if n > 0) {
+                if read_request(&mut socket).await.is_some() {
                     closings.closed.fetch_add(1, Ordering::SeqCst);
                 }
             });

@@ -310,6 +310,72 @@ async fn an_http_job_does_not_reuse_a_connection_idle_for_seconds() {
     assert_eq!(closed.closed(), 0, "no request went on the idle connection");
 }
 
+/// The agent keeps each http job's checked request while its source stays the same: a job
+/// edited between two runs sends its new request (address, method, header, body, statuses) in
+/// the second, and the edit back returns to the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_job_edited_between_runs_sends_its_new_request() {
+    let app = TestApp::sqlite().await;
+    let g = app.group("http-edit").await;
+    let dir = tempfile::tempdir().unwrap();
+    let agent = AgentProc::start(&app.base, "http-edit", &dir.path().join("agent"));
+    app.wait_for_agent(&agent.address).await;
+    let receiver = Receiver::start().await;
+    let first = json!({"url": receiver.url("/first")});
+    let job = http_job(&app, g, "edited", json!({}), first.clone()).await;
+    let edit = |handler: Value| {
+        let mut handler = handler;
+        handler["type"] = json!("http");
+        let body = json!({"group_id": g, "name": "edited", "schedule": {"type": "none"},
+                          "handler": handler});
+        let app = &app;
+        async move {
+            let r = app
+                .call(
+                    "PUT",
+                    &format!("/api/v1/jobs/{job}"),
+                    Some(&app.admin),
+                    Some(body),
+                )
+                .await;
+            assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        }
+    };
+
+    assert_eq!(run(&app, job).await.0["status"], "succeeded");
+    edit(json!({"method": "put", "url": receiver.url("/second"),
+                "headers": {"X-Edit": "2"}, "body": "two", "expect_status": [201]}))
+    .await;
+    let (done, log) = run(&app, job).await;
+    assert_eq!(
+        (done["status"].as_str(), done["handle_msg"].as_str()),
+        (Some("failed"), Some("failed: HTTP 200 OK, expected 201")),
+        "judged by the edited statuses: {done}"
+    );
+    assert!(
+        log.starts_with(&format!("[jobfleet-agent] PUT {}", receiver.url("/second"))),
+        "{log}"
+    );
+    let second = receiver.hits("/second");
+    assert_eq!(second.len(), 1, "the edited request went out");
+    assert_eq!(
+        (
+            second[0].headers["x-edit"].as_str(),
+            second[0].body.as_slice()
+        ),
+        ("2", &b"two"[..])
+    );
+
+    edit(first).await;
+    assert_eq!(run(&app, job).await.0["status"], "succeeded");
+    assert_eq!(
+        receiver.hits("/first").len(),
+        2,
+        "back to the first request"
+    );
+    assert_eq!(receiver.hits("/second").len(), 1);
+}
+
 /// A request sent on a kept-alive connection just as its server closes it gets no answer: a
 /// GET is sent again on another connection and its run succeeds, saying so in its log; a POST,
 /// which the server may have acted on, is not, and its run fails saying why.

@@ -35,23 +35,80 @@ fn note_after(log: &RunLog, request_line: Option<String>, text: &str) {
     block.defer();
 }
 
-/// A checked request and the statuses that count as success.
+/// A checked request and the statuses that count as success, with its URL and method parsed.
 #[derive(Debug)]
 pub(super) struct HttpJob {
+    /// The `glueSource` it was read from: a trigger with the same source needs no new check.
+    source: String,
     request: HttpRequest,
     statuses: Statuses,
+    url: reqwest::Url,
+    method: reqwest::Method,
 }
 
 impl HttpJob {
-    /// The request in the trigger's `glueSource`.
+    /// The request in `source`, a trigger's `glueSource`.
     ///
     /// # Errors
     /// What is wrong with it, for the trigger's refusal.
-    pub fn from_trigger(trigger: &TriggerParam) -> Result<Self, String> {
-        let source = trigger.glue_source.as_deref().unwrap_or_default();
+    fn from_source(source: &str) -> Result<Self, String> {
         let (request, statuses) =
             HttpRequest::from_source(source).map_err(|e| format!("GLUE_HTTP request: {e}"))?;
-        Ok(Self { request, statuses })
+        // Checked by `from_source`: these fail only if the check and reqwest disagreed.
+        let url = reqwest::Url::parse(&request.url).map_err(|e| format!("GLUE_HTTP url: {e}"))?;
+        let method = reqwest::Method::from_bytes(request.method.as_bytes())
+            .map_err(|e| format!("GLUE_HTTP method: {e}"))?;
+        Ok(Self {
+            source: source.to_owned(),
+            request,
+            statuses,
+            url,
+            method,
+        })
+    }
+}
+
+/// Most bytes of `glueSource` kept by `CheckedRequests` (its entries hold about three times as
+/// much): enough for thousands of http jobs, and a bound on what triggers can make it hold.
+const MOST_CHECKED_SOURCE_BYTES: usize = 1 << 20;
+// A trigger's source is refused past `MAX_SOURCE_BYTES` before it gets here, so one fits.
+const _: () = assert!(super::MAX_SOURCE_BYTES <= MOST_CHECKED_SOURCE_BYTES);
+
+/// Each http job's last checked request, by job id. An http job's every trigger carries the same
+/// `glueSource` until the job is edited; reading, checking and parsing it again at each run was
+/// about 3 % of an agent's CPU at 2,000 http runs a second (BENCHMARKS.md, issue 17). A
+/// trigger whose source differs in any byte is read and checked anew, so what a trigger gets
+/// is always what its own source says.
+#[derive(Debug, Default)]
+pub(super) struct CheckedRequests {
+    by_job: std::collections::HashMap<i64, Arc<HttpJob>>,
+    source_bytes: usize,
+}
+
+impl CheckedRequests {
+    /// The checked request of `trigger`.
+    ///
+    /// # Errors
+    /// What is wrong with it, for the trigger's refusal.
+    pub fn of(&mut self, trigger: &TriggerParam) -> Result<Arc<HttpJob>, String> {
+        let source = trigger.glue_source.as_deref().unwrap_or_default();
+        if let Some(job) = self.by_job.get(&trigger.job_id)
+            && job.source == source
+        {
+            return Ok(job.clone());
+        }
+        let job = Arc::new(HttpJob::from_source(source)?);
+        if let Some(replaced) = self.by_job.remove(&trigger.job_id) {
+            self.source_bytes -= replaced.source.len();
+        }
+        if self.source_bytes + source.len() > MOST_CHECKED_SOURCE_BYTES {
+            // Rare (thousands of jobs, or huge bodies): start again rather than track an order.
+            self.by_job.clear();
+            self.source_bytes = 0;
+        }
+        self.source_bytes += source.len();
+        self.by_job.insert(trigger.job_id, job.clone());
+        Ok(job)
     }
 }
 
@@ -165,7 +222,7 @@ impl Runner {
         // is slow to come: then a reader of the live log sees what the run waits for.
         let mut request_line = Some(format!("{} {}", request.method, request.url));
         let sent = Instant::now();
-        let exchange = self.exchange(request);
+        let exchange = self.exchange(job);
         let wait = answer_wait(request.timeout_ms, trigger.executor_timeout);
         let deadline = async {
             match wait {
@@ -213,11 +270,11 @@ impl Runner {
     /// can be closed by its server just as the request goes out on it, and sending a GET or a
     /// PUT twice has the effect of sending it once (RFC 9110, 9.2.2), as Go's and Java's
     /// clients do. Any other request may have been acted on, so its run fails, saying so.
-    async fn exchange(&self, request: &HttpRequest) -> Result<Answer, String> {
-        let method = reqwest::Method::from_bytes(request.method.as_bytes())
-            .map_err(|e| format!("method: {e}"))?;
+    async fn exchange(&self, job: &HttpJob) -> Result<Answer, String> {
+        let request = &job.request;
+        let method = &job.method;
         let send = || {
-            let mut builder = self.config.http.request(method.clone(), &request.url);
+            let mut builder = self.config.http.request(method.clone(), job.url.clone());
             for (name, value) in &request.headers {
                 builder = builder.header(name, value);
             }
@@ -229,7 +286,7 @@ impl Runner {
         let mut sent_again = None;
         let mut response = match send().await {
             Ok(response) => response,
-            Err(e) if closed_unanswered(&e) && idempotent(&method) => {
+            Err(e) if closed_unanswered(&e) && idempotent(method) => {
                 let first = with_causes(&e);
                 let response = send().await.map_err(|e| {
                     format!(
@@ -321,8 +378,72 @@ impl Runner {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    fn trigger(job_id: i64, source: &str) -> TriggerParam {
+        serde_json::from_value(serde_json::json!({
+            "jobId": job_id, "logId": 1, "glueType": "GLUE_HTTP", "glueSource": source
+        }))
+        .unwrap()
+    }
+
+    // A job's triggers with the same source share one checked request; a changed source is
+    // read and checked again, and a bad one refused, every time, whatever was checked before.
+    #[test]
+    fn a_job_s_request_is_checked_again_only_when_its_source_changed() {
+        let mut checked = CheckedRequests::default();
+        let first = r#"{"url": "http://127.0.0.1:9/a"}"#;
+        let a = checked.of(&trigger(7, first)).unwrap();
+        assert!(Arc::ptr_eq(&a, &checked.of(&trigger(7, first)).unwrap()));
+        assert_eq!(a.url.as_str(), "http://127.0.0.1:9/a");
+        assert_eq!(a.method, reqwest::Method::GET);
+
+        let edited = r#"{"url": "http://127.0.0.1:9/b", "method": "put"}"#;
+        let b = checked.of(&trigger(7, edited)).unwrap();
+        assert!(!Arc::ptr_eq(&a, &b));
+        assert_eq!(b.url.as_str(), "http://127.0.0.1:9/b");
+        assert_eq!(b.method, reqwest::Method::PUT);
+
+        let bad = r#"{"url": "ftp://127.0.0.1/"}"#;
+        for _ in 0..2 {
+            let refused = checked.of(&trigger(7, bad)).unwrap_err();
+            assert!(refused.contains("http:// or https://"), "{refused}");
+        }
+        assert!(Arc::ptr_eq(&b, &checked.of(&trigger(7, edited)).unwrap()));
+        // Another job with the same source gets its own entry, checked the same.
+        let other = checked.of(&trigger(8, edited)).unwrap();
+        assert_eq!(other.url, b.url);
+        assert_eq!(checked.source_bytes, 2 * edited.len());
+    }
+
+    // What triggers can make the agent keep is bounded, however many jobs or however large
+    // their bodies; the largest source a trigger may carry fits.
+    #[test]
+    fn the_checked_requests_stay_within_their_bound() {
+        let mut checked = CheckedRequests::default();
+        let body = "x".repeat(200 * 1024);
+        for job_id in 0..40 {
+            let source =
+                serde_json::json!({"url": "http://h/", "method": "POST", "body": body}).to_string();
+            let job = checked.of(&trigger(job_id, &source)).unwrap();
+            assert_eq!(job.request.body.as_deref(), Some(body.as_str()));
+            assert!(checked.source_bytes <= MOST_CHECKED_SOURCE_BYTES);
+            let kept: usize = checked.by_job.values().map(|job| job.source.len()).sum();
+            assert_eq!(kept, checked.source_bytes);
+        }
+        // The largest source a trigger may carry (spaces around a small request) is kept alone.
+        let small = r#"{"url": "http://h/"}"#;
+        let largest = format!(
+            "{small}{}",
+            " ".repeat(crate::runner::MAX_SOURCE_BYTES - small.len())
+        );
+        checked.of(&trigger(99, &largest)).unwrap();
+        assert_eq!(checked.by_job.len(), 1);
+        assert_eq!(checked.source_bytes, largest.len());
+        assert!(checked.source_bytes <= MOST_CHECKED_SOURCE_BYTES);
+    }
 
     #[test]
     fn the_shorter_of_the_two_timeouts_bounds_the_wait() {

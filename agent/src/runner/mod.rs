@@ -80,7 +80,7 @@ impl Prepared {
 #[derive(Debug)]
 enum Work {
     Process(&'static str),
-    Http(Box<http::HttpJob>),
+    Http(Arc<http::HttpJob>),
 }
 
 struct Current {
@@ -106,6 +106,7 @@ struct State {
     /// Accept sequence numbers handed out so far: the admin stores a run's number, and a
     /// heartbeat that has handed it out and does not list the run proves the run is gone.
     accepted: u64,
+    http_requests: http::CheckedRequests,
 }
 
 impl State {
@@ -226,7 +227,11 @@ fn block_of(strategy: Option<&BlockStrategy>) -> Result<Block, String> {
     }
 }
 
-fn validate(trigger: TriggerParam, received: Instant) -> Result<Prepared, String> {
+fn validate(
+    trigger: TriggerParam,
+    received: Instant,
+    http_requests: &mut http::CheckedRequests,
+) -> Result<Prepared, String> {
     if trigger.log_id <= 0 {
         return Err(format!("invalid logId {}", trigger.log_id));
     }
@@ -296,7 +301,7 @@ fn validate(trigger: TriggerParam, received: Instant) -> Result<Prepared, String
     }
     let block = block_of(trigger.executor_block_strategy.as_ref())?;
     let work = if trigger.glue_type == Some(GlueType::Http) {
-        Work::Http(Box::new(http::HttpJob::from_trigger(&trigger)?))
+        Work::Http(http_requests.of(&trigger)?)
     } else {
         Work::Process(script::interpreter_for(&trigger)?)
     };
@@ -396,6 +401,7 @@ impl Runner {
                 waiting: VecDeque::new(),
                 accepting: true,
                 accepted: 0,
+                http_requests: http::CheckedRequests::default(),
             }),
             config,
             logs,
@@ -469,7 +475,7 @@ impl Runner {
                 self.config.jobs_user
             ));
         }
-        let mut prepared = validate(trigger, received)?;
+        let mut prepared = validate(trigger, received, &mut state.http_requests)?;
         let job_id = prepared.trigger.job_id;
         let run_id = prepared.trigger.log_id;
         if !state.accepting {
